@@ -1,0 +1,95 @@
+"""Kafka through aiokafka: topics, producers, the log reader. Records are CloudEvents (codec.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from gangway.events import codec, topics
+from gangway.events.catalogue import Envelope
+
+log = logging.getLogger(__name__)
+LOG_PARTITION = TopicPartition(topics.LOG, 0)
+#: Largest record we produce or fetch (a ConfigApplied with many queues is the biggest).
+RECORD_BYTES_MAX = 4 * 1024 * 1024
+
+
+async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
+    """Create gangway's topics (one partition each: the log's one partition is its total order)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [NewTopic(t, num_partitions=1, replication_factor=1) for t in topics.ALL if t not in existing]
+            if missing:
+                try:
+                    await admin.create_topics(missing)
+                except TopicAlreadyExistsError:
+                    pass
+            return
+        except Exception as exc:  # the broker may still be starting
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.debug("topics not ready yet: %s", exc)
+            await asyncio.sleep(0.2)
+        finally:
+            await admin.close()
+
+
+def producer(bootstrap: str) -> AIOKafkaProducer:
+    # Tansu refuses idempotent producers (KNOWN-BROKER-LIMITS.md): effects are made idempotent
+    # by deterministic event ids instead.
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=2,
+        max_request_size=RECORD_BYTES_MAX, max_batch_size=1024 * 1024,
+    )
+
+
+def log_consumer(bootstrap: str, group_id: str | None = None) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False,
+        auto_offset_reset="earliest", fetch_max_wait_ms=20, fetch_max_bytes=32 * 1024 * 1024,
+        max_partition_fetch_bytes=RECORD_BYTES_MAX * 4,
+    )
+
+
+async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str = topics.LOG) -> None:
+    """Append events in order and wait until the broker has them all.
+
+    Keys: the cluster on the log (its one partition), the event's subject (job id) elsewhere.
+    """
+    futures = []
+    for env in envelopes:
+        value, headers = codec.to_binary(env)
+        key = topics.DEFAULT_CLUSTER if topic == topics.LOG else (env.subject() or "")
+        futures.append(await prod.send(topic, value=value, key=key.encode(), headers=headers, partition=0))
+    if futures:
+        await asyncio.gather(*futures)
+
+
+async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
+    """Yield every envelope of the log from ``start`` up to its current end (the auditor's input).
+
+    The end is the fetch high-water mark (ListOffsets(latest) is unreliable on Tansu).
+    """
+    consumer = log_consumer(bootstrap)
+    await consumer.start()
+    try:
+        consumer.assign([LOG_PARTITION])
+        consumer.seek(LOG_PARTITION, start)
+        while True:
+            batch = await consumer.getmany(LOG_PARTITION, timeout_ms=idle_ms, max_records=10_000)
+            records = batch.get(LOG_PARTITION, [])
+            for rec in records:
+                yield codec.from_record(rec.value, rec.headers, rec.offset)
+            high = consumer.highwater(LOG_PARTITION)
+            if high is not None and await consumer.position(LOG_PARTITION) >= high and not records:
+                return
+    finally:
+        await consumer.stop()

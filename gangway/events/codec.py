@@ -1,0 +1,166 @@
+"""CloudEvents 1.0 over the Kafka protocol binding, as pure bytes in and bytes out.
+
+- Binary content mode (what gangway writes): the event's data is the record value as JSON; its
+  attributes travel in ``ce_*`` headers; ``content-type: application/json``.
+- Structured content mode (accepted on input; used for ``gangway log --export``): the record value
+  is one JSON object with the attributes and ``data``; ``content-type:
+  application/cloudevents+json``.
+
+Times are RFC 3339 UTC with milliseconds, so they round-trip exactly to ``time_ms``.
+Decoding errors are ``CodecError`` with a machine-readable ``reason``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import msgspec
+
+from gangway.events.catalogue import EVENT_TYPES, TYPES_BY_NAME, Envelope
+
+SPECVERSION = "1.0"
+JSON = "application/json"
+STRUCTURED = "application/cloudevents+json"
+#: CloudEvents extension attribute carrying the log offset in exported logs.
+OFFSET_EXT = "logoffset"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_ENCODER = msgspec.json.Encoder()
+_DECODERS = {cls: msgspec.json.Decoder(cls) for cls in EVENT_TYPES}
+Headers = list[tuple[str, bytes]]
+
+
+class CodecError(ValueError):
+    """A record that is not a valid gangway CloudEvent; ``reason`` is a JobRejected reason code."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def format_time(time_ms: int) -> str:
+    moment = _EPOCH + dt.timedelta(milliseconds=time_ms)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> int:
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise CodecError("malformed_cloudevent", f"time is not RFC 3339: {text!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return (moment - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def encode_data(data: Any) -> bytes:
+    return _ENCODER.encode(data)
+
+
+def decode_data(type_name: str, payload: bytes | str) -> Any:
+    cls = TYPES_BY_NAME.get(type_name)
+    if cls is None:
+        raise CodecError("wrong_event_type", f"unknown CloudEvents type {type_name!r}")
+    try:
+        return _DECODERS[cls].decode(payload)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        reason = "missing_field" if text.startswith("Object missing required field") else "invalid_field"
+        raise CodecError(reason, f"{type_name}: {text}") from exc
+    except msgspec.DecodeError as exc:
+        raise CodecError("malformed_json", f"{type_name}: data is not valid JSON: {exc}") from exc
+
+
+def to_binary(env: Envelope) -> tuple[bytes, Headers]:
+    """Encode for a Kafka record in binary content mode: (value, headers)."""
+    headers: Headers = [
+        ("ce_specversion", b"1.0"),
+        ("ce_id", env.id.encode()),
+        ("ce_source", env.source.encode()),
+        ("ce_type", env.type.encode()),
+        ("ce_time", format_time(env.time_ms).encode()),
+        ("content-type", JSON.encode()),
+    ]
+    subject = env.subject()
+    if subject:
+        headers.append(("ce_subject", subject.encode()))
+    return encode_data(env.data), headers
+
+
+def to_structured(env: Envelope, with_offset: bool = True) -> dict[str, Any]:
+    """The structured-mode JSON object of an event (``data`` as a JSON value)."""
+    obj: dict[str, Any] = {
+        "specversion": SPECVERSION,
+        "id": env.id,
+        "source": env.source,
+        "type": env.type,
+        "time": format_time(env.time_ms),
+        "datacontenttype": JSON,
+    }
+    subject = env.subject()
+    if subject:
+        obj["subject"] = subject
+    if with_offset and env.offset >= 0:
+        obj[OFFSET_EXT] = env.offset
+    obj["data"] = msgspec.to_builtins(env.data)
+    return obj
+
+
+def structured_line(env: Envelope) -> bytes:
+    return _ENCODER.encode(to_structured(env))
+
+
+def _header_map(headers: Headers | None) -> dict[str, bytes]:
+    result: dict[str, bytes] = {}
+    for key, value in headers or ():
+        result[key.lower()] = value if value is not None else b""
+    return result
+
+
+def _text(value: bytes, what: str) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CodecError("not_utf8", f"header {what} is not UTF-8") from exc
+
+
+def from_record(value: bytes | None, headers: Headers | None, offset: int = -1) -> Envelope:
+    """Decode a Kafka record in binary or structured content mode into an Envelope."""
+    if value is None:
+        raise CodecError("malformed_cloudevent", "record has no value")
+    hmap = _header_map(headers)
+    if "ce_type" in hmap or "ce_specversion" in hmap:
+        attrs = {k[3:]: _text(v, k) for k, v in hmap.items() if k.startswith("ce_")}
+        return _envelope(attrs, value, offset)
+    try:
+        obj = msgspec.json.decode(value)
+    except msgspec.DecodeError as exc:
+        raise CodecError("malformed_json", f"record is neither a binary-mode CloudEvent nor JSON: {exc}") from exc
+    if not isinstance(obj, dict) or "specversion" not in obj:
+        raise CodecError("malformed_cloudevent", "no ce_ headers and no structured CloudEvent in the value")
+    return from_structured(obj, offset)
+
+
+def from_structured(obj: dict[str, Any], offset: int = -1) -> Envelope:
+    attrs = {k: v for k, v in obj.items() if k not in ("data", "data_base64")}
+    if "data" not in obj:
+        raise CodecError("malformed_cloudevent", "structured CloudEvent has no data")
+    if OFFSET_EXT in attrs and offset < 0:
+        offset = attrs[OFFSET_EXT]
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise CodecError("malformed_cloudevent", f"{OFFSET_EXT} is not an integer")
+    return _envelope(attrs, _ENCODER.encode(obj["data"]), offset)
+
+
+def _envelope(attrs: dict[str, Any], payload: bytes, offset: int) -> Envelope:
+    for required in ("specversion", "id", "source", "type"):
+        if not isinstance(attrs.get(required), str) or not attrs[required]:
+            raise CodecError("malformed_cloudevent", f"CloudEvent attribute {required!r} is missing or empty")
+    if attrs["specversion"] != SPECVERSION:
+        raise CodecError("malformed_cloudevent", f"specversion {attrs['specversion']!r} is not 1.0")
+    content_type = attrs.get("datacontenttype") or attrs.get("content-type")
+    if content_type and not str(content_type).startswith(JSON):
+        raise CodecError("malformed_cloudevent", f"data content type {content_type!r} is not JSON")
+    time_ms = parse_time(attrs["time"]) if attrs.get("time") else 0
+    data = decode_data(attrs["type"], payload)
+    return Envelope(id=attrs["id"], source=attrs["source"], time_ms=time_ms, data=data, offset=offset)

@@ -1,0 +1,266 @@
+"""The fold: ``apply(state, envelope)`` — the one transition function of gangway.
+
+Every service, the auditor, the simulator and the tests build state with it. It is deterministic
+and does no I/O. For speed it updates ``state`` in place and returns it; callers that need the old
+state keep a copy (``copy_state``).
+
+Rules (see DESIGN.md):
+- A decision (admission, placement, eviction) is applied only if it still holds at the offset where
+  it landed; otherwise it is counted as superseded, noted on its workload, and changes nothing else.
+- Re-delivered events (same id, or a report about a stage already passed) change nothing.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from gangway.events import catalogue as ev
+from gangway.events.resources import add_into, index_of, pods_that_fit, quota_fit, total_request
+from gangway.events.state import HOLDS_NODES, NodeState, State, WorkloadState
+
+
+def copy_state(state: State) -> State:
+    """A deep copy (through msgpack: events are immutable and shared safely)."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(state), type=State)
+
+
+def apply(state: State, env: ev.Envelope) -> State:
+    data = env.data
+    handler = _HANDLERS.get(type(data))
+    if env.time_ms > state.time_ms:
+        state.time_ms = env.time_ms
+    if handler is not None:
+        handler(state, env, data)
+    state.offset = env.offset
+    state.last_id = env.id
+    return state
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:
+    state.superseded += 1
+    if wl is not None:
+        wl.superseded = why
+
+
+def _release_nodes(state: State, wl: WorkloadState) -> None:
+    if wl.placement is None or wl.phase not in HOLDS_NODES:
+        return
+    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+    for a in wl.placement.assignments:
+        node = state.nodes.get(a.node)
+        if node is not None:
+            add_into(node.free, {k: v * a.count for k, v in per_pod[a.pod_set].items()})
+
+
+def _release_quota(state: State, wl: WorkloadState) -> None:
+    if wl.admission is None:
+        return
+    add_into(state.usage.setdefault(wl.admission.cluster_queue, {}), wl.admission.usage, -1)
+    state.active.pop(wl.spec.workload, None)
+
+
+def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
+    """An evicted workload goes back to its queue (Kueue's default: ordered by eviction time)."""
+    _release_nodes(state, wl)
+    _release_quota(state, wl)
+    wl.phase = "pending"
+    wl.seq = env.offset
+    wl.queued_ms = env.time_ms
+    wl.attempt += 1
+    wl.admission = wl.placement = wl.eviction = None
+    wl.admission_id = wl.placement_id = wl.eviction_id = None
+    wl.admitted_ms = wl.started_ms = wl.eviction_ms = None
+    state.pending[wl.spec.workload] = None
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
+    if e.workload in state.workloads:
+        state.ignored += 1
+        return
+    state.workloads[e.workload] = WorkloadState(spec=e, phase="pending", seq=env.offset, queued_ms=env.time_ms)
+    state.pending[e.workload] = None
+
+
+def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
+    wl = state.workloads.get(e.workload)
+    if wl is not None and wl.admission_id == env.id:
+        state.ignored += 1
+        return
+    why = admission_invalid(state, wl, e)
+    if why:
+        _supersede(state, wl, f"admission {env.id}: {why}")
+        return
+    wl.phase = "admitted"
+    wl.admission, wl.admission_id, wl.admitted_ms = e, env.id, env.time_ms
+    wl.superseded = None
+    add_into(state.usage.setdefault(e.cluster_queue, {}), e.usage)
+    del state.pending[e.workload]
+    state.active[e.workload] = None
+    state.decisions += 1
+
+
+def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted) -> str:
+    """Why this admission no longer holds ('' when it does)."""
+    if wl is None:
+        return "unknown workload"
+    if wl.phase != "pending":
+        return f"workload is {wl.phase}, not pending"
+    if state.contract is None:
+        return "no contract in force"
+    if e.cluster_queue != wl.spec.cluster_queue:
+        return f"workload belongs to {wl.spec.cluster_queue}"
+    if e.usage != total_request(wl.spec.pod_sets):
+        return "usage differs from the workload's request"
+    fits, borrowed, why = quota_fit(index_of(state.contract), state.usage, e.cluster_queue, e.usage)
+    if not fits:
+        return why
+    if borrowed != e.borrowed:
+        return "borrowing differs from the quota in force"
+    return ""
+
+
+def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
+    wl = state.workloads.get(e.workload)
+    if wl is not None and wl.placement_id == env.id:
+        state.ignored += 1
+        return
+    why = placement_invalid(state, wl, e)
+    if why:
+        _supersede(state, wl, f"placement {env.id}: {why}")
+        return
+    wl.phase = "placed"
+    wl.placement, wl.placement_id = e, env.id
+    wl.superseded = None
+    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+    for a in e.assignments:
+        add_into(state.nodes[a.node].free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+    state.decisions += 1
+
+
+def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> str:
+    if wl is None:
+        return "unknown workload"
+    if wl.phase != "admitted":
+        return f"workload is {wl.phase}, not admitted"
+    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+    placed = {name: 0 for name in per_pod}
+    taken: dict[str, dict[str, int]] = {}
+    for a in e.assignments:
+        if a.pod_set not in per_pod:
+            return f"no pod set {a.pod_set}"
+        node = state.nodes.get(a.node)
+        if node is None:
+            return f"node {a.node} is gone"
+        if a.count <= 0:
+            return "empty assignment"
+        free = taken.setdefault(a.node, dict(node.free))
+        if pods_that_fit(free, per_pod[a.pod_set]) < a.count:
+            return f"{a.count} pod(s) of {a.pod_set} no longer fit on {a.node}"
+        add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+        placed[a.pod_set] += a.count
+    for ps in wl.spec.pod_sets:
+        if placed[ps.name] != ps.count:
+            return f"pod set {ps.name}: {placed[ps.name]} of {ps.count} pods placed (a gang is all or nothing)"
+    return ""
+
+
+def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> None:
+    wl = state.workloads.get(e.workload)
+    if wl is not None and wl.eviction_id == env.id:
+        state.ignored += 1
+        return
+    if wl is None or wl.phase not in ("admitted", "placed", "bound", "running"):
+        _supersede(state, wl, f"eviction {env.id}: workload is {wl.phase if wl else 'unknown'}")
+        return
+    wl.eviction, wl.eviction_id, wl.eviction_ms = e, env.id, env.time_ms
+    if wl.phase == "admitted":
+        # Nothing runs yet: the quota goes back at once and the workload waits again.
+        _requeue(state, wl, env)
+    else:
+        wl.phase = "evicting"
+    state.decisions += 1
+
+
+def _report(state: State, wl: WorkloadState | None, attempt: int, allowed: tuple[str, ...]) -> bool:
+    """Is this binder report about the workload's current attempt and a stage it can move from?"""
+    if wl is None or wl.attempt != attempt or wl.phase not in allowed:
+        state.ignored += 1
+        return False
+    return True
+
+
+def _bound(state: State, env: ev.Envelope, e: ev.WorkloadBound) -> None:
+    wl = state.workloads.get(e.workload)
+    if _report(state, wl, e.attempt, ("placed",)):
+        wl.phase = "bound"
+
+
+def _running(state: State, env: ev.Envelope, e: ev.WorkloadRunning) -> None:
+    wl = state.workloads.get(e.workload)
+    if _report(state, wl, e.attempt, ("bound",)):
+        wl.phase = "running"
+        wl.started_ms = env.time_ms
+
+
+def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
+    wl = state.workloads.get(e.workload)
+    if _report(state, wl, e.attempt, ("bound", "running", "evicting")):
+        _release_nodes(state, wl)
+        _release_quota(state, wl)
+        wl.phase = "finished"
+        wl.finished_ms = env.time_ms
+
+
+def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
+    wl = state.workloads.get(e.workload)
+    if _report(state, wl, e.attempt, ("placed", "bound", "running", "evicting")):
+        _requeue(state, wl, env)
+
+
+def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
+    free = dict(e.allocatable)
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase in HOLDS_NODES and wl.placement is not None:
+            per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+            for a in wl.placement.assignments:
+                if a.node == e.node:
+                    add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+    state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free)
+
+
+def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
+    if e.node not in state.nodes:
+        state.ignored += 1
+        return
+    for name in list(state.active):
+        wl = state.workloads[name]
+        if wl.phase in HOLDS_NODES and wl.placement and any(a.node == e.node for a in wl.placement.assignments):
+            _requeue(state, wl, env)
+    del state.nodes[e.node]
+
+
+def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
+    state.contract = e.contract
+    state.contract_digest = e.digest
+
+
+_HANDLERS = {
+    ev.WorkloadQueued: _queued,
+    ev.WorkloadAdmitted: _admitted,
+    ev.PlacementDecided: _placed,
+    ev.EvictionOrdered: _eviction_ordered,
+    ev.WorkloadBound: _bound,
+    ev.WorkloadRunning: _running,
+    ev.WorkloadFinished: _finished,
+    ev.WorkloadEvicted: _evicted,
+    ev.NodeObserved: _node_observed,
+    ev.NodeRemoved: _node_removed,
+    ev.ConfigApplied: _config,
+}

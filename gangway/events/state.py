@@ -1,0 +1,68 @@
+"""The state every service folds from the log (mutable structs, serialisable for snapshots)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadQueued
+from gangway.events.contract import Contract
+
+Phase = Literal["pending", "admitted", "placed", "bound", "running", "evicting", "finished"]
+#: Phases in which a workload holds quota (and, from "placed" on, node resources).
+HOLDS_QUOTA = ("admitted", "placed", "bound", "running", "evicting")
+HOLDS_NODES = ("placed", "bound", "running", "evicting")
+
+
+class NodeState(msgspec.Struct):
+    name: str
+    allocatable: dict[str, int]
+    labels: dict[str, str]
+    free: dict[str, int]
+
+
+class WorkloadState(msgspec.Struct):
+    spec: WorkloadQueued
+    phase: Phase
+    #: Offset at which the workload (re)entered its queue: the FIFO tie-break.
+    seq: int
+    queued_ms: int
+    #: Number of times it was evicted; binder reports name the attempt they are about.
+    attempt: int = 0
+    admission: WorkloadAdmitted | None = None
+    admission_id: str | None = None
+    admitted_ms: int | None = None
+    placement: PlacementDecided | None = None
+    placement_id: str | None = None
+    started_ms: int | None = None
+    eviction: EvictionOrdered | None = None
+    eviction_id: str | None = None
+    eviction_ms: int | None = None
+    finished_ms: int | None = None
+    #: The most recent decision about this workload that did not hold where it landed, and why.
+    superseded: str | None = None
+
+
+class State(msgspec.Struct):
+    #: Offset of the last event folded (-1: none yet).
+    offset: int = -1
+    #: Id of that event, so a snapshot can check it still matches the log it resumes from.
+    last_id: str = ""
+    #: Cluster time: the newest event time seen (never goes back).
+    time_ms: int = 0
+    contract: Contract | None = None
+    contract_digest: str = ""
+    nodes: dict[str, NodeState] = {}
+    workloads: dict[str, WorkloadState] = {}
+    #: Workloads waiting for admission, in arrival order (values unused).
+    pending: dict[str, None] = {}
+    #: Workloads holding quota (admitted until finished or evicted), in admission order.
+    active: dict[str, None] = {}
+    #: Quota in use per ClusterQueue and resource.
+    usage: dict[str, dict[str, int]] = {}
+    #: Decisions applied, and decisions that no longer held where they landed.
+    decisions: int = 0
+    superseded: int = 0
+    #: Events ignored as re-deliveries or stale reports.
+    ignored: int = 0

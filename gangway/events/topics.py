@@ -1,0 +1,10 @@
+"""Topic names and the partition key of the log."""
+
+SUBMISSIONS = "gangway.submissions"
+LOG = "gangway.log"
+TELEMETRY = "gangway.telemetry"
+REJECTIONS = "gangway.rejections"
+INVOICES = "gangway.invoices"
+ALL = (SUBMISSIONS, LOG, TELEMETRY, REJECTIONS, INVOICES)
+#: The one cluster this deployment schedules: the log's key and its only partition.
+DEFAULT_CLUSTER = "default"

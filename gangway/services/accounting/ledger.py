@@ -1,0 +1,219 @@
+"""The usage ledger in SQL: one row per ended allocation, plus a tracking row per log.
+
+Exactly-once on top of at-least-once delivery (the eventsourcing "tracking row" habit): the usage
+rows of a batch and the new tracking position are written in ONE transaction, and a batch at or
+below the position writes nothing. A restart resumes from ``position(log_id)``.
+
+A *log id* names one log: the CloudEvents id of the event at offset 0 (the shell may prefix it
+with topic and partition). The embedded broker keeps its log in memory, so each restart starts a
+new log whose offsets count from 0 again; its first event has a new id, so it gets its own
+tracking row (position -1) and its own usage rows. Rows of older logs stay and cannot collide:
+``log_id`` is part of every key.
+
+Quantities are integers: ``gpu_milli_ms`` is milli-GPUs times milliseconds (8 GPUs for one hour
+is 8000 * 3_600_000). Hours appear only in reports.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, create_engine, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
+
+from gangway.services.accounting.policy import Interval
+
+#: milli-GPU-milliseconds in one GPU-hour.
+MILLI_GPU_MS_PER_HOUR = 1000 * 3_600_000
+DEFAULT_CONSUMER = "accounting"
+
+metadata = MetaData()
+
+usage = Table(
+    "gangway_usage",
+    metadata,
+    Column("log_id", String(512), primary_key=True),
+    Column("workload", String(255), primary_key=True),
+    Column("attempt", Integer, primary_key=True, autoincrement=False),
+    Column("team", String(255), nullable=False),
+    Column("cluster_queue", String(255), nullable=False),
+    Column("priority_class", String(255)),
+    Column("start_ms", BigInteger, nullable=False),
+    Column("end_ms", BigInteger, nullable=False),
+    Column("gpu_milli", BigInteger, nullable=False),
+    Column("cpu_milli", BigInteger, nullable=False),
+    Column("gpu_milli_ms", BigInteger, nullable=False),
+    Column("cpu_milli_ms", BigInteger, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("log_offset", BigInteger, nullable=False),
+    Index("gangway_usage_team", "team"),
+)
+
+tracking = Table(
+    "gangway_tracking",
+    metadata,
+    Column("consumer", String(255), primary_key=True),
+    Column("log_id", String(512), primary_key=True),
+    #: Last log offset whose effects are in the ledger (every offset up to it is processed).
+    Column("position", BigInteger, nullable=False),
+)
+
+
+class TeamUsage(NamedTuple):
+    team: str
+    gpu_hours: float
+    workloads: int
+
+
+class WorkloadUsage(NamedTuple):
+    log_id: str
+    workload: str
+    team: str
+    attempts: int
+    gpu_milli_ms: int
+    gpu_hours: float
+
+
+def default_url(state_dir: str) -> str:
+    """``GANGWAY_DB`` when set, else a SQLite file ``accounting.db`` in ``state_dir``."""
+    return os.environ.get("GANGWAY_DB") or "sqlite:///" + os.path.join(state_dir, "accounting.db")
+
+
+class Ledger:
+    """The usage ledger of one consumer (one tracking row per log it has read)."""
+
+    def __init__(self, url: str, consumer: str = DEFAULT_CONSUMER):
+        _ensure_sqlite_dir(url)
+        self._engine = create_engine(url)
+        self._consumer = consumer
+        metadata.create_all(self._engine)
+
+    def position(self, log_id: str) -> int:
+        """The last offset of ``log_id`` already recorded (-1: none)."""
+        with self._engine.connect() as conn:
+            found = _tracked(conn, self._consumer, log_id)
+        return -1 if found is None else found
+
+    def record(self, log_id: str, offset: int, intervals: Iterable[Interval]) -> int:
+        """Record the effects of every event up to ``offset``; returns how many rows were written.
+
+        One transaction: usage rows (those ended after the current position) and the new position.
+        An ``offset`` at or below the position writes nothing (a re-delivery or a replay).
+        """
+        intervals = list(intervals)
+        if any(iv.offset > offset for iv in intervals):
+            raise ValueError(f"an interval ends after offset {offset}, the position being recorded")
+        with self._engine.begin() as conn:
+            found = _tracked(conn, self._consumer, log_id, lock=True)
+            position = -1 if found is None else found
+            if offset <= position:
+                return 0
+            rows = [_row(log_id, iv) for iv in intervals if iv.offset > position]
+            if rows:
+                conn.execute(_insert_new(conn, usage), rows)
+            _track(conn, self._consumer, log_id, offset, exists=found is not None)
+        return len(rows)
+
+    def team_usage(self, log_id: str | None = None) -> list[TeamUsage]:
+        """GPU-hours and workloads per team (over every log unless ``log_id`` is given)."""
+        per_workload = _per_workload(log_id, None).subquery()
+        query = (
+            select(per_workload.c.team, func.sum(per_workload.c.gpu), func.count())
+            .group_by(per_workload.c.team)
+            .order_by(per_workload.c.team)
+        )
+        with self._engine.connect() as conn:
+            return [TeamUsage(team, _hours(gpu), n) for team, gpu, n in conn.execute(query)]
+
+    def workload_usage(self, log_id: str | None = None, team: str | None = None) -> list[WorkloadUsage]:
+        """Usage per workload (all its attempts), sorted by log id and workload."""
+        query = _per_workload(log_id, team).order_by(usage.c.log_id, usage.c.workload)
+        with self._engine.connect() as conn:
+            return [
+                WorkloadUsage(r.log_id, r.workload, r.team, r.attempts, int(r.gpu), _hours(r.gpu))
+                for r in conn.execute(query)
+            ]
+
+    def logs(self) -> list[tuple[str, int]]:
+        """Every log this consumer has recorded, with its position."""
+        query = (
+            select(tracking.c.log_id, tracking.c.position)
+            .where(tracking.c.consumer == self._consumer)
+            .order_by(tracking.c.log_id)
+        )
+        with self._engine.connect() as conn:
+            return [(log_id, position) for log_id, position in conn.execute(query)]
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _ensure_sqlite_dir(url: str) -> None:
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not path.startswith("file:"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _tracked(conn: Connection, consumer: str, log_id: str, lock: bool = False) -> int | None:
+    query = select(tracking.c.position).where(tracking.c.consumer == consumer, tracking.c.log_id == log_id)
+    if lock:
+        query = query.with_for_update()
+    return conn.execute(query).scalar_one_or_none()
+
+
+def _track(conn: Connection, consumer: str, log_id: str, offset: int, exists: bool) -> None:
+    if exists:
+        where = (tracking.c.consumer == consumer) & (tracking.c.log_id == log_id)
+        conn.execute(tracking.update().where(where).values(position=offset))
+    else:
+        conn.execute(tracking.insert().values(consumer=consumer, log_id=log_id, position=offset))
+
+
+def _insert_new(conn: Connection, table: Table):
+    """An INSERT that skips rows whose key is already there (a replay never double counts)."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing()
+    return table.insert()  # elsewhere a duplicate key fails the transaction: still never counted twice
+
+
+def _row(log_id: str, iv: Interval) -> dict:
+    return {
+        "log_id": log_id, "workload": iv.workload, "attempt": iv.attempt, "team": iv.team,
+        "cluster_queue": iv.cluster_queue, "priority_class": iv.priority_class,
+        "start_ms": iv.start_ms, "end_ms": iv.end_ms, "gpu_milli": iv.gpu_milli, "cpu_milli": iv.cpu_milli,
+        "gpu_milli_ms": iv.gpu_milli_ms, "cpu_milli_ms": iv.cpu_milli_ms,
+        "outcome": iv.outcome, "log_offset": iv.offset,
+    }
+
+
+def _per_workload(log_id: str | None, team: str | None):
+    query = select(
+        usage.c.log_id, usage.c.workload, usage.c.team,
+        func.count().label("attempts"), func.sum(usage.c.gpu_milli_ms).label("gpu"),
+    ).group_by(usage.c.log_id, usage.c.workload, usage.c.team)
+    if log_id is not None:
+        query = query.where(usage.c.log_id == log_id)
+    if team is not None:
+        query = query.where(usage.c.team == team)
+    return query
+
+
+def _hours(gpu_milli_ms) -> float:
+    """Exact integer total (PostgreSQL sums BIGINT as NUMERIC) to GPU-hours, converted once."""
+    return int(gpu_milli_ms) / MILLI_GPU_MS_PER_HOUR

@@ -1,0 +1,1 @@
+"""Admission: admits pending workloads under their ClusterQueue's quota, whole gangs only."""

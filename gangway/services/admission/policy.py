@@ -1,0 +1,150 @@
+"""Admission policy (pure): quota per ClusterQueue, all-or-nothing, priority then FIFO.
+
+A scheduling cycle, in Kueue's words but without its one-admission-per-queue limit:
+1. snapshot: copy quota usage and free node capacity (``Snapshot``);
+2. reserve what is already promised: admitted-but-unplaced gangs, and the room a preemptor is
+   waiting for while its victims exit;
+3. order the pending workloads: highest priority first, then oldest (queue time, then log order);
+4. admit each one whose whole request fits its quota *and* for which a placement exists on the
+   capacity left — so no workload ever holds quota it cannot use (kueue#5243) and a gang never
+   holds part of the cluster;
+5. under StrictFIFO a head that does not fit blocks its queue; under BestEffortFIFO the next one
+   is tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gangway.events.catalogue import WorkloadAdmitted
+from gangway.events.quantity import format_milli
+from gangway.events.resources import ContractIndex, add_into, index_of, quota_fit, total_request
+from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.services.placement.policy import Free, free_capacity, place_gang
+
+#: At most this many admissions per cycle.
+ADMISSIONS_PER_CYCLE_MAX = 1000
+
+
+class Snapshot:
+    """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``."""
+
+    def __init__(self, state: State, idx: ContractIndex):
+        self.state = state
+        self.idx = idx
+        self.usage = {cq: dict(res) for cq, res in state.usage.items()}
+        self.free: Free = free_capacity(state)
+
+    def fits(self, wl: WorkloadState) -> tuple[bool, dict[str, int], str]:
+        """Quota and a placement for the whole gang; on success both are taken in the snapshot."""
+        request = total_request(wl.spec.pod_sets)
+        ok, borrowed, why = quota_fit(self.idx, self.usage, wl.spec.cluster_queue, request)
+        if not ok:
+            return False, {}, why
+        if place_gang(self.free, wl.spec.pod_sets) is None:
+            return False, {}, "no placement for the whole gang on free capacity"
+        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), request)
+        return True, borrowed, ""
+
+    def reserve_admitted(self) -> None:
+        """Admitted gangs not yet placed will be: keep their room."""
+        for name in self.state.active:
+            wl = self.state.workloads[name]
+            if wl.phase == "admitted":
+                place_gang(self.free, wl.spec.pod_sets)
+
+    def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState]) -> None:
+        """Hold the room a preemptor waits for, as if its victims were gone already.
+
+        Capacity can go negative on the victims' nodes: that blocks others from the room until
+        the victims really exit and the preemptor is admitted.
+        """
+        trial = {n: dict(f) for n, f in self.free.items()}
+        for victim in victims:
+            release_nodes(trial, victim)
+        assignments = place_gang(trial, wl.spec.pod_sets)
+        if assignments is not None:
+            per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+            for a in assignments:
+                add_into(self.free[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), total_request(wl.spec.pod_sets))
+
+
+def release_nodes(free: Free, wl: WorkloadState) -> None:
+    """Give a workload's node resources back in ``free``."""
+    if wl.placement is None or wl.phase not in HOLDS_NODES:
+        return
+    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+    for a in wl.placement.assignments:
+        if a.node in free:
+            add_into(free[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()})
+
+
+def queue_order(state: State) -> list[WorkloadState]:
+    """Pending workloads, highest priority first, then oldest."""
+    pending = [state.workloads[name] for name in state.pending]
+    pending.sort(key=lambda wl: (-wl.spec.priority, wl.queued_ms, wl.seq))
+    return pending
+
+
+def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
+    """Preemptor → its victims that were ordered out and have not exited yet."""
+    waiting: dict[str, list[WorkloadState]] = {}
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase == "evicting" and wl.eviction is not None:
+            waiting.setdefault(wl.eviction.preemptor, []).append(wl)
+    return waiting
+
+
+def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[WorkloadState, bool, dict[str, int], str, Snapshot]]:
+    """Walk the queue as admission does: yields (workload, admitted?, borrowed, why-not, snapshot).
+
+    Preemption walks the same cycle, so it never evicts for a workload admission would admit.
+    """
+    snap = Snapshot(state, idx)
+    snap.reserve_admitted()
+    waiting = victims_in_flight(state)
+    blocked: set[str] = set()
+    for wl in queue_order(state):
+        cq = wl.spec.cluster_queue
+        if cq in blocked:
+            yield wl, False, {}, f"StrictFIFO: behind the head of {cq}", snap
+            continue
+        ok, borrowed, why = snap.fits(wl)
+        if not ok and wl.spec.workload in waiting:
+            snap.reserve_for_preemptor(wl, waiting[wl.spec.workload])
+            why = f"waiting for {len(waiting[wl.spec.workload])} preempted workload(s) to exit"
+        elif not ok and _strict(idx, cq):
+            blocked.add(cq)
+        yield wl, ok, borrowed, why, snap
+
+
+def _strict(idx: ContractIndex, cq: str) -> bool:
+    queue = idx.cluster_queues.get(cq)
+    return queue is not None and queue.queueing_strategy == "StrictFIFO"
+
+
+def decide_admission(state: State) -> list[WorkloadAdmitted]:
+    if state.contract is None:
+        return []
+    idx = index_of(state.contract)
+    decisions: list[WorkloadAdmitted] = []
+    for wl, ok, borrowed, _why, _snap in admission_cycle(state, idx):
+        if not ok:
+            continue
+        decisions.append(WorkloadAdmitted(
+            workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
+            usage=total_request(wl.spec.pod_sets), borrowed=borrowed, based_on=state.offset,
+            reason=_reason(wl, borrowed),
+        ))
+        if len(decisions) >= ADMISSIONS_PER_CYCLE_MAX:
+            break
+    return decisions
+
+
+def _reason(wl: WorkloadState, borrowed: dict[str, int]) -> str:
+    if borrowed:
+        parts = ", ".join(f"{format_milli(v)} {r}" for r, v in sorted(borrowed.items()))
+        return f"fits {wl.spec.cluster_queue} by borrowing from its cohort ({parts})"
+    return f"fits nominal quota of {wl.spec.cluster_queue}"

@@ -1,0 +1,1 @@
+"""Binder: applies placements and evictions to the cluster and reports what the cluster did."""

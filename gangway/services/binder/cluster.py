@@ -1,0 +1,54 @@
+"""The simulated cluster's nodes, read from Kubernetes Node objects (``kubectl get nodes -o yaml``)."""
+
+from __future__ import annotations
+
+import yaml
+
+from gangway.events.catalogue import NodeObserved
+from gangway.events.quantity import QuantityError, parse_milli
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that is not a list of Kubernetes Nodes."""
+
+
+def _nodes_in(doc) -> list[dict]:
+    if not isinstance(doc, dict):
+        raise ClusterFileError("a document is not a mapping")
+    if doc.get("kind") in ("List", "NodeList"):
+        return [item for item in doc.get("items") or []]
+    return [doc]
+
+
+def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ClusterFileError(f"{filename}: not YAML: {exc}") from exc
+    nodes: list[NodeObserved] = []
+    for doc in docs:
+        for item in _nodes_in(doc):
+            nodes.append(_node(item, filename))
+    names = [n.node for n in nodes]
+    if len(set(names)) != len(names):
+        raise ClusterFileError(f"{filename}: node names repeat")
+    return nodes
+
+
+def _node(item: dict, filename: str) -> NodeObserved:
+    if not isinstance(item, dict) or item.get("kind", "Node") != "Node":
+        raise ClusterFileError(f"{filename}: an item is not a Node")
+    meta = item.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ClusterFileError(f"{filename}: a Node has no metadata.name")
+    status = item.get("status") or {}
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    resources = {}
+    for resource, quantity in sorted(allocatable.items()):
+        try:
+            resources[str(resource)] = parse_milli(quantity)
+        except QuantityError as exc:
+            raise ClusterFileError(f"{filename}: Node {name}: status.allocatable.{resource}: {exc}") from exc
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return NodeObserved(node=name, allocatable=resources, labels=labels)

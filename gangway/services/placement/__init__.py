@@ -1,0 +1,1 @@
+"""Placement: puts each admitted gang on nodes, whole or not at all."""

@@ -1,0 +1,72 @@
+"""Placement policy (pure): a gang lands atomically on free capacity, best fit first.
+
+Best fit: for each pod set, nodes are tried from the least free (of the pod's main resource: GPUs
+when it asks for GPUs, else CPU) to the most free, so partly used nodes fill up before empty ones
+are touched and whole nodes stay whole for big gangs. Ties break by node name: deterministic.
+"""
+
+from __future__ import annotations
+
+from gangway.events.catalogue import PlacementDecided, PodAssignment, PodSet
+from gangway.events.resources import GPU, add_into, pods_that_fit
+from gangway.events.state import State
+
+Free = dict[str, dict[str, int]]
+#: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
+PLACEMENTS_PER_CYCLE_MAX = 1000
+
+
+def free_capacity(state: State) -> Free:
+    """A private copy of every node's free resources."""
+    return {name: dict(node.free) for name, node in state.nodes.items()}
+
+
+def _main_resource(per_pod: dict[str, int]) -> str:
+    return GPU if per_pod.get(GPU, 0) > 0 else "cpu"
+
+
+def place_gang(free: Free, pod_sets: list[PodSet]) -> list[PodAssignment] | None:
+    """Place every pod of every pod set, or nothing. On success ``free`` is reduced in place."""
+    trial: Free = {}
+    assignments: list[PodAssignment] = []
+    for ps in pod_sets:
+        main = _main_resource(ps.resources)
+        remaining = ps.count
+        candidates = sorted(
+            (trial.get(n, f).get(main, 0), n) for n, f in free.items() if pods_that_fit(trial.get(n, f), ps.resources)
+        )
+        for _, name in candidates:
+            node_free = trial.setdefault(name, dict(free[name]))
+            n = min(remaining, pods_that_fit(node_free, ps.resources))
+            if n <= 0:
+                continue
+            add_into(node_free, {k: v * n for k, v in ps.resources.items()}, -1)
+            assignments.append(PodAssignment(pod_set=ps.name, node=name, count=n))
+            remaining -= n
+            if remaining == 0:
+                break
+        if remaining:
+            return None
+    free.update(trial)
+    return assignments
+
+
+def decide_placement(state: State) -> list[PlacementDecided]:
+    """Place admitted workloads in admission order; one that does not fit waits, whole."""
+    free = free_capacity(state)
+    decisions: list[PlacementDecided] = []
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase != "admitted":
+            continue
+        assignments = place_gang(free, wl.spec.pod_sets)
+        if assignments is None:
+            continue
+        nodes = sorted({a.node for a in assignments})
+        decisions.append(PlacementDecided(
+            workload=name, assignments=assignments, based_on=state.offset,
+            reason=f"best fit on {len(nodes)} node(s): {', '.join(nodes[:8])}{' …' if len(nodes) > 8 else ''}",
+        ))
+        if len(decisions) >= PLACEMENTS_PER_CYCLE_MAX:
+            break
+    return decisions

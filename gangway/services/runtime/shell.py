@@ -1,0 +1,228 @@
+"""The shell of a log-following service.
+
+One loop, the same for every service:
+1. fetch what the log has past our offset and fold it (``apply``);
+2. when caught up (position = fetch high-water) and none of our proposals is still in flight,
+   ``decide`` on the state and append the proposals, each with ``based_on`` = our offset;
+3. keep those ids in flight until they come back through the log — so the next decision is
+   taken from a state that includes them, and nothing is proposed twice;
+4. now and then, snapshot (state + offset) so a restart does not refold from zero.
+
+Subclasses give ``decide`` (pure, from the policy module) and optionally ``wake_in_s`` (when to
+decide again without new events) and ``on_event`` (effects outside the log, e.g. SQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+import msgspec
+
+from gangway.adapters import kafka
+from gangway.events import codec, topics
+from gangway.events.catalogue import Envelope, JobRejected
+from gangway.events.fold import apply
+from gangway.events.state import State
+from gangway.services.deciders import propose
+from gangway.services.runtime.clock import ClusterClock
+
+log = logging.getLogger(__name__)
+#: A proposal: (event id, event time in cluster ms, event data).
+Proposal = tuple[str, int, object]
+FETCH_RECORDS_MAX = 20_000
+IDLE_WAIT_S = 1.0
+#: Proposals not seen back after this long are given up (a lost produce); decide again.
+IN_FLIGHT_TIMEOUT_S = 30.0
+SNAPSHOT_EVERY_EVENTS = 50_000
+
+
+class LogService:
+    name = "service"
+    snapshots = True
+
+    def __init__(self, bootstrap: str, state_dir: str | Path = ".gangway", clock: ClusterClock | None = None):
+        self.bootstrap = bootstrap
+        self.state_dir = Path(state_dir)
+        self.clock = clock or ClusterClock.from_env()
+        self.state = State()
+        self.in_flight: set[str] = set()
+        self.in_flight_since = 0.0
+        self.caught_up = False
+        self.decisions_appended = 0
+        self._since_snapshot = 0
+
+    # --- hooks -----------------------------------------------------------------------------
+
+    def decide(self, state: State) -> list[Proposal]:
+        return []
+
+    def wake_in_s(self, state: State) -> float:
+        """Longest wait for new events before deciding again."""
+        return IDLE_WAIT_S
+
+    def on_event(self, before: State, env: Envelope) -> None:
+        """Called with the state *before* ``env`` is folded."""
+
+    async def on_folded(self) -> None:
+        """Called after each fetched batch is folded."""
+
+    async def on_caught_up(self) -> None:
+        """Called once, the first time the service has folded the whole log."""
+
+    def input_partitions(self) -> list:
+        """Partitions read besides the log (their records go to ``on_input``)."""
+        return []
+
+    async def on_start(self, consumer) -> None:
+        """Called once the consumer is started and assigned (e.g. to seek input partitions)."""
+
+    def on_input(self, records: list) -> None:
+        """Records from ``input_partitions``, in order, as they arrive."""
+
+    async def after_append(self) -> None:
+        """Called after proposals were appended and acknowledged."""
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.state_dir / f"{self.name}.snapshot"
+
+    def save_snapshot(self) -> None:
+        if not self.snapshots or self.state.offset < 0:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.snapshot_path.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.msgpack.encode(self.state))
+        os.replace(tmp, self.snapshot_path)
+        self._since_snapshot = 0
+
+    def load_snapshot(self) -> State | None:
+        if not self.snapshots or not self.snapshot_path.exists():
+            return None
+        try:
+            return msgspec.msgpack.decode(self.snapshot_path.read_bytes(), type=State)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("%s: unreadable snapshot ignored: %s", self.name, exc)
+            return None
+
+    async def _resume(self, consumer) -> None:
+        """Start from the snapshot if the log still holds the event it ends with, else from zero."""
+        snap = self.load_snapshot()
+        if snap is not None:
+            consumer.seek(kafka.LOG_PARTITION, snap.offset)
+            batch = await consumer.getmany(kafka.LOG_PARTITION, timeout_ms=2000, max_records=1)
+            records = batch.get(kafka.LOG_PARTITION, [])
+            if records and records[0].offset == snap.offset and _record_id(records[0]) == snap.last_id:
+                self.state = snap
+                consumer.seek(kafka.LOG_PARTITION, snap.offset + 1)
+                log.info("%s: resumed from snapshot at offset %d", self.name, snap.offset)
+                return
+            log.info("%s: snapshot does not match this log; folding from zero", self.name)
+        self.state = State()
+        consumer.seek(kafka.LOG_PARTITION, 0)
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def fold(self, env: Envelope) -> None:
+        self.on_event(self.state, env)
+        apply(self.state, env)
+        self.in_flight.discard(env.id)
+        self._since_snapshot += 1
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer = kafka.log_consumer(self.bootstrap, group_id=self.group_id())
+        producer = kafka.producer(self.bootstrap)
+        await consumer.start()
+        await producer.start()
+        try:
+            consumer.assign([kafka.LOG_PARTITION, *self.input_partitions()])
+            await self.on_start(consumer)
+            await self._resume(consumer)
+            await self._loop(consumer, producer, stop)
+        finally:
+            self.save_snapshot()
+            await consumer.stop()
+            await producer.stop()
+
+    def group_id(self) -> str | None:
+        """Consumer group used only to store input offsets (the log is never committed)."""
+        return None
+
+    async def _loop(self, consumer, producer, stop: asyncio.Event) -> None:
+        wait_s = 0.0
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=int(wait_s * 1000), max_records=FETCH_RECORDS_MAX)
+            for tp in self.input_partitions():
+                if batch.get(tp):
+                    self.on_input(batch[tp])
+            records = batch.get(kafka.LOG_PARTITION, [])
+            for rec in records:
+                env = _decode(rec)
+                if env is not None:
+                    self.fold(env)
+            if records:
+                await self.on_folded()
+            if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
+                self.save_snapshot()
+            high = consumer.highwater(kafka.LOG_PARTITION)
+            if high is None or await consumer.position(kafka.LOG_PARTITION) < high:
+                wait_s = 0.0
+                continue
+            if not self.caught_up:
+                self.caught_up = True
+                await self.on_caught_up()
+            wait_s = await self._decide_and_append(producer)
+
+    async def _decide_and_append(self, producer) -> float:
+        """Decide if nothing is in flight; return how long to wait for events before trying again."""
+        if self.in_flight:
+            if time.monotonic() - self.in_flight_since < IN_FLIGHT_TIMEOUT_S:
+                return IDLE_WAIT_S
+            log.warning("%s: %d proposal(s) never came back; deciding again", self.name, len(self.in_flight))
+            self.in_flight.clear()
+        proposals = self.decide(self.state)
+        if not proposals:
+            return self.wake_in_s(self.state)
+        envelopes = [Envelope(id=pid, source=f"gangway/{self.name}", time_ms=t, data=data) for pid, t, data in proposals]
+        to_log = [e for e in envelopes if not isinstance(e.data, JobRejected)]
+        rejected = [e for e in envelopes if isinstance(e.data, JobRejected)]
+        self.in_flight = {e.id for e in to_log}
+        self.in_flight_since = time.monotonic()
+        await kafka.append(producer, to_log)
+        await kafka.append(producer, rejected, topic=topics.REJECTIONS)
+        self.decisions_appended += len(to_log)
+        await self.after_append()
+        return IDLE_WAIT_S if to_log else 0.0
+
+
+def _record_id(rec) -> str:
+    for key, value in rec.headers or ():
+        if key == "ce_id":
+            return value.decode("utf-8", "replace")
+    return ""
+
+
+def _decode(rec) -> Envelope | None:
+    try:
+        return codec.from_record(rec.value, rec.headers, rec.offset)
+    except codec.CodecError as exc:
+        # Only gangway's services write the log; a record we cannot read is a bug or a foreign
+        # writer. It is skipped by every folder alike, so all states stay equal.
+        log.error("log offset %d skipped: %s", rec.offset, exc)
+        return None
+
+
+class DecidingService(LogService):
+    """Admission, placement or preemption: the shell around one pure ``decide``."""
+
+    def __init__(self, name: str, bootstrap: str, state_dir: str | Path = ".gangway", clock: ClusterClock | None = None):
+        super().__init__(bootstrap, state_dir, clock)
+        self.name = name
+
+    def decide(self, state: State) -> list[Proposal]:
+        return propose(self.name, state)
