@@ -89,7 +89,7 @@ class WorkloadQueued(_Event, frozen=True):
 RejectionReason = Literal[
     "not_utf8", "oversized", "malformed_json", "malformed_yaml", "malformed_cloudevent",
     "wrong_event_type", "missing_field", "invalid_field", "bad_quantity", "absurd_quantity",
-    "unknown_queue", "unknown_priority_class", "duplicate_job", "no_config",
+    "unknown_queue", "unknown_priority_class", "duplicate_job", "no_config", "no_quota", "internal_error",
 ]
 
 
@@ -101,7 +101,8 @@ class JobRejected(_Event, frozen=True):
     message: str
     original: bytes
     original_key: bytes | None = None
-    original_headers: dict[str, bytes] = {}
+    #: The record's headers in their order, repeats kept.
+    original_headers: list[tuple[str, bytes]] = []
     submission: str = ""
 
 

@@ -69,6 +69,8 @@ def decode_data(type_name: str, payload: bytes | str) -> Any:
         raise CodecError(reason, f"{type_name}: {text}") from exc
     except msgspec.DecodeError as exc:
         raise CodecError("malformed_json", f"{type_name}: data is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise CodecError("malformed_json", f"{type_name}: data is JSON nested too deeply") from exc
 
 
 def to_binary(env: Envelope) -> tuple[bytes, Headers]:
@@ -135,7 +137,9 @@ def from_record(value: bytes | None, headers: Headers | None, offset: int = -1) 
     try:
         obj = msgspec.json.decode(value)
     except msgspec.DecodeError as exc:
-        raise CodecError("malformed_json", f"record is neither a binary-mode CloudEvent nor JSON: {exc}") from exc
+        raise CodecError("malformed_json", f"record value is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise CodecError("malformed_json", "record value is JSON nested too deeply") from exc
     if not isinstance(obj, dict) or "specversion" not in obj:
         raise CodecError("malformed_cloudevent", "no ce_ headers and no structured CloudEvent in the value")
     return from_structured(obj, offset)

@@ -16,7 +16,7 @@ import msgspec
 
 from gangway.events import catalogue as ev
 from gangway.events.resources import add_into, index_of, pods_that_fit, quota_fit, total_request
-from gangway.events.state import HOLDS_NODES, NodeState, State, WorkloadState
+from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState
 
 
 def copy_state(state: State) -> State:
@@ -210,7 +210,7 @@ def _running(state: State, env: ev.Envelope, e: ev.WorkloadRunning) -> None:
 
 def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
     wl = state.workloads.get(e.workload)
-    if _report(state, wl, e.attempt, ("bound", "running", "evicting")):
+    if _report(state, wl, e.attempt, FINISH_FROM):
         _release_nodes(state, wl)
         _release_quota(state, wl)
         wl.phase = "finished"
@@ -219,7 +219,7 @@ def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
 
 def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
     wl = state.workloads.get(e.workload)
-    if _report(state, wl, e.attempt, ("placed", "bound", "running", "evicting")):
+    if _report(state, wl, e.attempt, EVICT_FROM):
         _requeue(state, wl, env)
 
 

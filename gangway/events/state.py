@@ -13,6 +13,9 @@ Phase = Literal["pending", "admitted", "placed", "bound", "running", "evicting",
 #: Phases in which a workload holds quota (and, from "placed" on, node resources).
 HOLDS_QUOTA = ("admitted", "placed", "bound", "running", "evicting")
 HOLDS_NODES = ("placed", "bound", "running", "evicting")
+#: Phases from which the fold accepts the binder's end reports.
+FINISH_FROM = ("bound", "running", "evicting")
+EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
 class NodeState(msgspec.Struct):

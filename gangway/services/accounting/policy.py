@@ -21,13 +21,10 @@ import msgspec
 
 from gangway.events import catalogue as ev
 from gangway.events.resources import GPU, total_request
-from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, State, WorkloadState
 
 CPU = "cpu"
 Outcome = Literal["finished", "evicted", "node_lost", "open"]
-#: Phases from which the fold accepts each binder report (mirrors ``fold._finished``/``_evicted``).
-FINISH_FROM = ("bound", "running", "evicting")
-EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
 class Interval(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 Proposal = tuple[str, int, object]
 FETCH_RECORDS_MAX = 20_000
 IDLE_WAIT_S = 1.0
+FETCH_WAIT_S = 0.05
 #: Proposals not seen back after this long are given up (a lost produce); decide again.
 IN_FLIGHT_TIMEOUT_S = 30.0
 SNAPSHOT_EVERY_EVENTS = 50_000
@@ -170,7 +171,10 @@ class LogService:
             if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
                 self.save_snapshot()
             high = consumer.highwater(kafka.LOG_PARTITION)
-            if high is None or await consumer.position(kafka.LOG_PARTITION) < high:
+            if high is None:  # no fetch answered yet: wait for one rather than spin
+                wait_s = FETCH_WAIT_S
+                continue
+            if await consumer.position(kafka.LOG_PARTITION) < high:
                 wait_s = 0.0
                 continue
             if not self.caught_up:

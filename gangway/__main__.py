@@ -1,0 +1,3 @@
+from gangway.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,821 @@
+"""Load the contract from Kueue's own YAML objects.
+
+Operators write the objects they already know — ResourceFlavor, ClusterQueue, Cohort, LocalQueue
+and WorkloadPriorityClass, in ``kueue.x-k8s.io/v1beta1`` or ``v1beta2`` — plus one gangway
+extension for what Kueue has no object for (eviction grace periods, the default priority)::
+
+    apiVersion: gangway.io/v1alpha1
+    kind: SchedulingPolicy
+    metadata: {name: default}
+    spec:
+      defaultGracePeriodSeconds: 30
+      defaultPriority: 0
+      priorityClasses: [{name: production, gracePeriodSeconds: 30}]
+
+Loading is all or nothing: every problem in the file is collected, each located down to its field
+path, and raised together as one ConfigError. Fields Kueue does not have are errors (as
+``kubectl apply`` makes them); Kueue fields gangway does not act on yet are accepted with a
+warning, silently when they hold Kueue's neutral default. Objects of other Kubernetes kinds are
+ignored with a warning; a ``kind: List`` (``kubectl get -o yaml``) is read item by item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, get_args
+
+import msgspec
+import yaml
+
+from gangway.events.contract import (
+    ClusterQueue,
+    Contract,
+    FlavorQuotas,
+    LocalQueue,
+    Preemption,
+    PriorityClass,
+    QueueingStrategy,
+    Quota,
+    ReclaimWithinCohort,
+    ResourceFlavor,
+    WithinClusterQueue,
+)
+from gangway.events.quantity import QuantityError, parse_milli
+
+_log = logging.getLogger(__name__)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+GANGWAY_API = "gangway.io/v1alpha1"
+#: The Kueue versions that serve each kind gangway reads.
+KUEUE_VERSIONS = {
+    "ResourceFlavor": ("v1beta1", "v1beta2"),
+    "ClusterQueue": ("v1beta1", "v1beta2"),
+    "Cohort": ("v1alpha1", "v1beta1", "v1beta2"),
+    "LocalQueue": ("v1beta1", "v1beta2"),
+    "WorkloadPriorityClass": ("v1beta1", "v1beta2"),
+}
+_ANY_KUEUE_VERSION = {"v1alpha1", "v1beta1", "v1beta2"}
+_LEGACY_K8S_GROUPS = {"", "apps", "batch", "policy", "autoscaling", "extensions"}
+_K8S_VERSION = re.compile(r"v[0-9]+((alpha|beta)[0-9]+)?")
+
+_STRATEGIES: tuple[str, ...] = get_args(QueueingStrategy)
+_WITHIN: tuple[str, ...] = get_args(WithinClusterQueue)
+_RECLAIM: tuple[str, ...] = get_args(ReclaimWithinCohort)
+_INT32 = (-(2**31), 2**31 - 1)
+_GRACE_SECONDS = (0, 2**31 - 1)
+_MISSING = "required field is missing"
+
+
+# --- problems ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with (or ignored in) a config file, located down to the field."""
+
+    file: str
+    #: 1-based position of the YAML document in the file; None when it concerns the whole file.
+    document_index: int | None
+    kind: str
+    name: str
+    #: Path inside the document, as Kubernetes writes it: ``spec.resourceGroups[0].flavors[1].name``.
+    field: str
+    why: str
+    #: Only known for YAML syntax errors.
+    line: int | None = None
+    severity: Literal["error", "warning"] = "error"
+
+    def __str__(self) -> str:
+        parts = [
+            self.file,
+            "warning" if self.severity == "warning" else "",
+            f"line {self.line}" if self.line is not None else "",
+            self._subject(),
+            self.field,
+            self.why,
+        ]
+        return ": ".join(part for part in parts if part)
+
+    def _subject(self) -> str:
+        if self.name:
+            return f"{self.kind} {self.name}".strip()
+        if self.document_index is None:
+            return ""
+        return f"document {self.document_index}" + (f" ({self.kind})" if self.kind else "")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used, with every problem found in it (and its warnings, apart)."""
+
+    def __init__(self, problems: list[Problem], warnings: list[Problem] | None = None):
+        self.problems = list(problems)
+        self.warnings = list(warnings or [])
+        lines = "\n".join(str(problem) for problem in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s) in the config:\n{lines}")
+
+
+class _Report:
+    """The problems of one file."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.problems: list[Problem] = []
+
+    def of(self, severity: str) -> list[Problem]:
+        """The problems of one severity, by document (stable: in the order found within one)."""
+        found = [p for p in self.problems if p.severity == severity]
+        return sorted(found, key=lambda p: p.document_index or 0)
+
+
+@dataclass
+class _At:
+    """Where one Kubernetes object sits in the file; reports problems against its fields."""
+
+    report: _Report
+    document_index: int
+    prefix: str = ""  # "items[3]" for an item of a kind: List
+    kind: str = ""
+    name: str = ""
+    api_version: str = ""
+
+    def error(self, path: str, why: str) -> None:
+        self._add(path, why, "error")
+
+    def warn(self, path: str, why: str) -> None:
+        self._add(path, why, "warning")
+
+    def where(self) -> str:
+        """Where this object is, for "already defined in ..." messages."""
+        return f"document {self.document_index}" + (f" {self.prefix}" if self.prefix else "")
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def _add(self, path: str, why: str, severity: Literal["error", "warning"]) -> None:
+        full_path = ".".join(part for part in (self.prefix, path) if part)
+        file, index = self.report.file, self.document_index
+        self.report.problems.append(Problem(file, index, self.kind, self.name, full_path, why, severity=severity))
+
+
+# --- public API --------------------------------------------------------------------------------
+
+
+def read_contract(text: str, filename: str = "<config>") -> tuple[Contract, list[Problem]]:
+    """Parse a multi-document Kueue YAML into a Contract, with the warnings about what was ignored.
+
+    Raises ConfigError listing every problem when the config is not valid.
+    """
+    report = _Report(filename)
+    parsed = _Parsed()
+    for at, obj in _objects(report, _documents(report, text)):
+        _read_object(at, obj, parsed)
+    _check_references(parsed)
+    errors, warnings = report.of("error"), report.of("warning")
+    if errors:
+        raise ConfigError(errors, warnings)
+    return _assemble(parsed), warnings
+
+
+def load_contract(text: str, filename: str = "<config>") -> Contract:
+    """Parse a multi-document Kueue YAML into a Contract; warnings go to the log."""
+    contract, warnings = read_contract(text, filename)
+    for warning in warnings:
+        _log.warning("%s", warning)
+    return contract
+
+
+def load_contract_file(path: str | Path) -> Contract:
+    """Read and parse one contract file (see load_contract)."""
+    return load_contract(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+def contract_digest(contract: Contract) -> str:
+    """SHA-256 (hex) of the contract's canonical JSON: equal contracts, equal digests."""
+    return hashlib.sha256(msgspec.json.encode(contract, order="deterministic")).hexdigest()
+
+
+def check_file(path: str | Path) -> tuple[list[str], list[str]]:
+    """The error lines and the warning lines of one contract file (no errors: it is valid)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"{path}: cannot read: {exc}"], []
+    try:
+        _, warnings = read_contract(text, str(path))
+    except ConfigError as exc:
+        return [str(p) for p in exc.problems], [str(p) for p in exc.warnings]
+    return [], [str(w) for w in warnings]
+
+
+def validate_file(path: str | Path) -> list[str]:
+    """What ``gangway config validate FILE`` prints: one line per problem, empty when valid."""
+    return check_file(path)[0]
+
+
+# --- documents and objects ---------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing duplicate keys in a mapping as kubectl does."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {_show(key)}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _documents(report: _Report, text: str) -> list[tuple[int, Any]]:
+    """The file's YAML documents with their 1-based index; none at all on a syntax error."""
+    loader = _StrictLoader(text)
+    documents: list[tuple[int, Any]] = []
+    try:
+        while loader.check_data():
+            documents.append((len(documents) + 1, loader.get_data()))
+    except yaml.YAMLError as exc:
+        report.problems.append(_syntax_problem(report.file, exc))
+        return []
+    finally:
+        loader.dispose()
+    return [(index, doc) for index, doc in documents if doc is not None]
+
+
+def _syntax_problem(file: str, exc: yaml.YAMLError) -> Problem:
+    mark = getattr(exc, "problem_mark", None)
+    what = getattr(exc, "problem", None) or str(exc)
+    line = mark.line + 1 if mark is not None else None
+    column = f" (column {mark.column + 1})" if mark is not None else ""
+    return Problem(file, None, "", "", "", f"invalid YAML: {what}{column}", line=line)
+
+
+def _objects(report: _Report, documents: list[tuple[int, Any]]) -> Iterator[tuple[_At, dict]]:
+    """Each Kubernetes object with where it is; the items of a ``kind: List`` one by one."""
+    for index, doc in documents:
+        at = _At(report, index)
+        if not isinstance(doc, dict):
+            at.error("", f"must be a Kubernetes object (a mapping), not {_type_name(doc)}")
+        elif doc.get("apiVersion") == "v1" and doc.get("kind") == "List":
+            for i, item in enumerate(_list(at, "items", doc.get("items")) or []):
+                item_at = _At(report, index, prefix=f"items[{i}]")
+                if isinstance(item, dict):
+                    yield item_at, item
+                else:
+                    item_at.error("", f"must be a Kubernetes object (a mapping), not {_type_name(item)}")
+        else:
+            yield at, doc
+
+
+def _read_object(at: _At, obj: dict, parsed: _Parsed) -> None:
+    api_version = _string(at, "apiVersion", obj.get("apiVersion"))
+    kind = _string(at, "kind", obj.get("kind"))
+    if api_version is None or kind is None:
+        return
+    at.api_version, at.kind = api_version, kind
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
+        at.name = metadata["name"]
+    reader = _reader(at, api_version, kind)
+    if reader is not None:
+        reader(at, obj, parsed)
+
+
+def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parsed], None] | None:
+    """The function reading this kind of object, or None (ignored with a warning, or an error)."""
+    group, _, version = api_version.rpartition("/")
+    if group == KUEUE_GROUP and version in _ANY_KUEUE_VERSION:
+        if kind not in _READERS:
+            at.warn("", f"{kind} is not part of the contract; ignored")
+        elif version not in KUEUE_VERSIONS[kind]:
+            at.error("apiVersion", f"{api_version} does not serve {kind}; use {_versions(kind)}")
+        else:
+            return _READERS[kind]
+    elif api_version == GANGWAY_API:
+        if kind == "SchedulingPolicy":
+            return _read_policy
+        at.error("kind", f"{_show(kind)} is not a kind of {GANGWAY_API}; it defines SchedulingPolicy")
+    elif group in _LEGACY_K8S_GROUPS or group.endswith(".k8s.io"):
+        if _K8S_VERSION.fullmatch(version):
+            at.warn("", f"{kind} is not part of the contract; ignored")
+            return None
+        at.error("apiVersion", f"unknown apiVersion {_show(api_version)}")
+    else:
+        at.error("apiVersion", f"unknown apiVersion {_show(api_version)}; expected {KUEUE_GROUP}/v1beta1, "
+                 f"{KUEUE_GROUP}/v1beta2 or {GANGWAY_API}")
+    return None
+
+
+def _versions(kind: str) -> str:
+    return " or ".join(f"{KUEUE_GROUP}/{v}" for v in KUEUE_VERSIONS[kind])
+
+
+# --- what was read, before cross-checks --------------------------------------------------------
+
+#: A reference from one object to another: (field path, kind referred to, name referred to).
+_Ref = tuple[str, str, str]
+
+
+@dataclass
+class _Entry:
+    at: _At
+    value: Any
+    refs: list[_Ref] = field(default_factory=list)
+
+
+@dataclass
+class _Policy:
+    """What a SchedulingPolicy says (None: not said, Contract's default applies)."""
+
+    default_grace_ms: int | None = None
+    default_priority: int | None = None
+    grace_ms: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass
+class _Parsed:
+    flavors: dict[str, _Entry] = field(default_factory=dict)
+    cluster_queues: dict[str, _Entry] = field(default_factory=dict)
+    cohorts: dict[str, _Entry] = field(default_factory=dict)
+    local_queues: dict[tuple[str, str], _Entry] = field(default_factory=dict)
+    priority_classes: dict[str, _Entry] = field(default_factory=dict)
+    policies: dict[str, _Entry] = field(default_factory=dict)
+
+    def entries(self) -> Iterator[_Entry]:
+        for table in (self.flavors, self.cluster_queues, self.cohorts, self.local_queues,
+                      self.priority_classes, self.policies):
+            yield from table.values()
+
+    def defined(self, kind: str) -> dict:
+        return {"ResourceFlavor": self.flavors, "ClusterQueue": self.cluster_queues,
+                "WorkloadPriorityClass": self.priority_classes}[kind]
+
+
+def _register(at: _At, table: dict, key: Any, value: Any, refs: list[_Ref] | None = None) -> None:
+    if not at.name:
+        return
+    if key in table:
+        at.error("metadata.name", f"{at.kind} {_show(at.name)} is already defined in {table[key].at.where()}")
+        return
+    table[key] = _Entry(at, value, refs or [])
+
+
+def _check_references(parsed: _Parsed) -> None:
+    for entry in parsed.entries():
+        for path, kind, name in entry.refs:
+            if name not in parsed.defined(kind):
+                entry.at.error(path, f"{kind} {_show(name)} is not defined")
+
+
+def _assemble(parsed: _Parsed) -> Contract:
+    """The canonical Contract: objects sorted by name, so document order does not matter."""
+    policy = next(iter(parsed.policies.values())).value if parsed.policies else _Policy()
+    defaults = {"default_grace_ms": policy.default_grace_ms, "default_priority": policy.default_priority}
+    classes = [
+        msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name))
+        for name, entry in sorted(parsed.priority_classes.items())
+    ]
+    return Contract(
+        flavors=_values(parsed.flavors),
+        cluster_queues=_values(parsed.cluster_queues),
+        local_queues=_values(parsed.local_queues),
+        priority_classes=classes,
+        **{key: value for key, value in defaults.items() if value is not None},
+    )
+
+
+def _values(table: dict) -> list:
+    return [entry.value for _, entry in sorted(table.items())]
+
+
+# --- the kinds ---------------------------------------------------------------------------------
+
+_TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
+_RENAMED = {"cohort": "cohortName", "cohortName": "cohort", "parent": "parentName", "parentName": "parent"}
+
+#: Kueue fields gangway does not act on yet, with the values that mean "Kueue's default" (silent).
+_CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
+    "namespaceSelector": ({},),
+    "stopPolicy": ("None",),
+    "flavorFungibility": (
+        {},
+        {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
+        {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+    ),
+    "admissionChecks": ([],),
+    "admissionChecksStrategy": ({},),
+    "fairSharing": (),
+    "admissionScope": (),
+    "concurrentAdmissionPolicy": (),
+}
+_PREEMPTION_IGNORED: dict[str, tuple] = {"borrowWithinCohort": ({}, {"policy": "Never"})}
+_FLAVOR_IGNORED: dict[str, tuple] = {
+    "nodeTaints": ([],), "tolerations": ([],), "topologyName": (), "resourceWeights": ({},),
+}
+_LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"stopPolicy": ("None",), "fairSharing": ()}
+_COHORT_IGNORED: dict[str, tuple] = {"fairSharing": ()}
+
+
+def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
+    spec = _spec(at, obj)
+    if spec is None:
+        return
+    _check_fields(at, "spec", spec, {"nodeLabels"}, _FLAVOR_IGNORED)
+    labels = _labels(at, "spec.nodeLabels", spec.get("nodeLabels"))
+    _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels))
+
+
+def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
+    spec = _spec(at, obj)
+    if spec is None:
+        return
+    cohort_field = "cohort" if at.version == "v1beta1" else "cohortName"
+    read = {"resourceGroups", "queueingStrategy", "preemption", cohort_field}
+    _check_fields(at, "spec", spec, read, _CLUSTER_QUEUE_IGNORED)
+    cohort = _name(at, f"spec.{cohort_field}", spec.get(cohort_field), required=False)
+    no_sharing = None if cohort else f"spec.{cohort_field}"
+    flavors, refs = _resource_groups(at, "spec.resourceGroups", spec.get("resourceGroups"), no_sharing)
+    strategy = _choice(at, "spec.queueingStrategy", spec.get("queueingStrategy"), _STRATEGIES, "BestEffortFIFO")
+    preemption = _preemption(at, "spec.preemption", spec.get("preemption"))
+    queue = ClusterQueue(at.name, flavors, cohort=cohort, preemption=preemption, queueing_strategy=strategy)
+    _register(at, parsed.cluster_queues, at.name, queue, refs)
+
+
+def _read_cohort(at: _At, obj: dict, parsed: _Parsed) -> None:
+    """Validated in full; stored only as the cohort names its ClusterQueues carry (see warnings)."""
+    spec = _spec(at, obj)
+    if spec is None:
+        return
+    parent_field = "parentName" if at.version == "v1beta2" else "parent"
+    _check_fields(at, "spec", spec, {parent_field, "resourceGroups"}, _COHORT_IGNORED)
+    parent = _name(at, f"spec.{parent_field}", spec.get(parent_field), required=False)
+    no_sharing = None if parent else f"spec.{parent_field}"
+    flavors, refs = _resource_groups(at, "spec.resourceGroups", spec.get("resourceGroups"), no_sharing)
+    if parent:
+        at.warn(f"spec.{parent_field}", "hierarchical cohorts are not supported by gangway yet; ignored")
+    if flavors:
+        at.warn("spec.resourceGroups", "cohort-level quotas are not supported by gangway yet; ignored")
+    _register(at, parsed.cohorts, at.name, None, refs)
+
+
+def _read_local_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
+    spec = _spec(at, obj)
+    if spec is None:
+        return
+    namespace = _namespace(at, obj.get("metadata"))
+    name = at.name
+    at.name = f"{namespace}/{name}" if name else ""
+    _check_fields(at, "spec", spec, {"clusterQueue"}, _LOCAL_QUEUE_IGNORED)
+    cluster_queue = _name(at, "spec.clusterQueue", spec.get("clusterQueue"))
+    refs = [("spec.clusterQueue", "ClusterQueue", cluster_queue)] if cluster_queue else []
+    queue = LocalQueue(namespace=namespace, name=name, cluster_queue=cluster_queue or "")
+    _register(at, parsed.local_queues, (namespace, name), queue, refs)
+
+
+def _read_priority_class(at: _At, obj: dict, parsed: _Parsed) -> None:
+    _check_fields(at, "", obj, {"apiVersion", "kind", "metadata", "value", "description"})
+    _check_name(at, obj)
+    value = _int(at, "value", obj.get("value"), _INT32, required=True)
+    if obj.get("description") is not None:
+        _string(at, "description", obj.get("description"))
+    _register(at, parsed.priority_classes, at.name, PriorityClass(name=at.name, value=value or 0))
+
+
+def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
+    spec = _spec(at, obj)
+    if spec is None:
+        return
+    _check_fields(at, "spec", spec, {"defaultGracePeriodSeconds", "defaultPriority", "priorityClasses"})
+    grace_s = _int(at, "spec.defaultGracePeriodSeconds", spec.get("defaultGracePeriodSeconds"), _GRACE_SECONDS)
+    priority = _int(at, "spec.defaultPriority", spec.get("defaultPriority"), _INT32)
+    grace_ms, refs = _policy_classes(at, "spec.priorityClasses", spec.get("priorityClasses"))
+    policy = _Policy(None if grace_s is None else grace_s * 1000, priority, grace_ms)
+    if parsed.policies:
+        first = next(iter(parsed.policies.values())).at
+        at.error("", f"only one SchedulingPolicy is allowed; {first.name} is in {first.where()}")
+        return
+    _register(at, parsed.policies, at.name, policy, refs)
+
+
+def _policy_classes(at: _At, path: str, value: Any) -> tuple[dict[str, int | None], list[_Ref]]:
+    """Grace periods (ms) by priority class name, and the references to check."""
+    grace_ms: dict[str, int | None] = {}
+    refs: list[_Ref] = []
+    for i, item in enumerate(_list(at, path, value) or []):
+        item_path = f"{path}[{i}]"
+        item = _dict(at, item_path, item)
+        if item is None:
+            continue
+        _check_fields(at, item_path, item, {"name", "gracePeriodSeconds"})
+        name = _name(at, f"{item_path}.name", item.get("name"))
+        seconds = _int(at, f"{item_path}.gracePeriodSeconds", item.get("gracePeriodSeconds"),
+                       _GRACE_SECONDS, required=True)
+        if name in grace_ms:
+            at.error(f"{item_path}.name", f"{_show(name)} is listed twice")
+        elif name is not None:
+            grace_ms[name] = None if seconds is None else seconds * 1000
+            refs.append((f"{item_path}.name", "WorkloadPriorityClass", name))
+    return grace_ms, refs
+
+
+_READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {
+    "ResourceFlavor": _read_flavor,
+    "ClusterQueue": _read_cluster_queue,
+    "Cohort": _read_cohort,
+    "LocalQueue": _read_local_queue,
+    "WorkloadPriorityClass": _read_priority_class,
+}
+
+
+# --- resource groups and preemption ------------------------------------------------------------
+
+
+def _resource_groups(
+    at: _At, path: str, value: Any, no_sharing: str | None
+) -> tuple[list[FlavorQuotas], list[_Ref]]:
+    """The flavors of every group in order, and their references to ResourceFlavors.
+
+    ``no_sharing`` names the empty field (``spec.cohort``…) that forbids borrowing and lending
+    limits, or is None when they are allowed.
+    """
+    flavors: list[FlavorQuotas] = []
+    refs: list[_Ref] = []
+    covered_at: dict[str, str] = {}
+    for g, group in enumerate(_list(at, path, value) or []):
+        group_path = f"{path}[{g}]"
+        group = _dict(at, group_path, group)
+        if group is None:
+            continue
+        _check_fields(at, group_path, group, {"coveredResources", "flavors"})
+        covered = _covered(at, f"{group_path}.coveredResources", group.get("coveredResources"), covered_at)
+        for f, flavor in enumerate(_list(at, f"{group_path}.flavors", group.get("flavors"), required=True) or []):
+            quotas = _flavor_quotas(at, f"{group_path}.flavors[{f}]", flavor, covered, no_sharing)
+            if quotas is not None:
+                flavors.append(quotas)
+                refs.append((f"{group_path}.flavors[{f}].name", "ResourceFlavor", quotas.flavor))
+    _no_repeated_flavors(at, refs)
+    return flavors, refs
+
+
+def _covered(at: _At, path: str, value: Any, covered_at: dict[str, str]) -> set[str] | None:
+    """The group's resources (None when the list itself is unusable); each in one group only."""
+    names = _list(at, path, value, required=True)
+    if names is None:
+        return None
+    covered: set[str] = set()
+    for i, name in enumerate(names):
+        name = _resource_name(at, f"{path}[{i}]", name)
+        if name in covered_at:
+            at.error(f"{path}[{i}]", f"{_show(name)} is already covered at {covered_at[name]}")
+        elif name is not None:
+            covered_at[name] = f"{path}[{i}]"
+        if name is not None:
+            covered.add(name)
+    return covered
+
+
+def _flavor_quotas(
+    at: _At, path: str, value: Any, covered: set[str] | None, no_sharing: str | None
+) -> FlavorQuotas | None:
+    flavor = _dict(at, path, value)
+    if flavor is None:
+        return None
+    _check_fields(at, path, flavor, {"name", "resources"})
+    name = _name(at, f"{path}.name", flavor.get("name"))
+    listed: set[str] = set()
+    quotas: dict[str, Quota] = {}
+    for r, entry in enumerate(_list(at, f"{path}.resources", flavor.get("resources"), required=True) or []):
+        resource, quota = _resource_quota(at, f"{path}.resources[{r}]", entry, no_sharing)
+        if resource is None:
+            continue
+        if resource in listed:
+            at.error(f"{path}.resources[{r}].name", f"{_show(resource)} is listed twice in this flavor")
+        elif covered is not None and resource not in covered:
+            at.error(f"{path}.resources[{r}].name", f"{_show(resource)} is not in this group's coveredResources")
+        elif quota is not None:
+            quotas[resource] = quota
+        listed.add(resource)
+    missing = sorted((covered or set()) - listed)
+    if missing:
+        at.error(f"{path}.resources", f"no quota for {', '.join(map(_show, missing))}, listed in coveredResources")
+    return None if name is None else FlavorQuotas(flavor=name, resources=dict(sorted(quotas.items())))
+
+
+def _resource_quota(at: _At, path: str, value: Any, no_sharing: str | None) -> tuple[str | None, Quota | None]:
+    entry = _dict(at, path, value)
+    if entry is None:
+        return None, None
+    _check_fields(at, path, entry, {"name", "nominalQuota", "borrowingLimit", "lendingLimit"})
+    resource = _resource_name(at, f"{path}.name", entry.get("name"), required=True)
+    nominal = _quantity(at, f"{path}.nominalQuota", entry.get("nominalQuota"), required=True)
+    borrowing = _limit(at, path, "borrowingLimit", entry.get("borrowingLimit"), no_sharing)
+    lending = _limit(at, path, "lendingLimit", entry.get("lendingLimit"), no_sharing)
+    if nominal is not None and lending is not None and lending > nominal:
+        at.error(f"{path}.lendingLimit",
+                 f"{_show(entry['lendingLimit'])} is more than nominalQuota {_show(entry['nominalQuota'])}")
+    if nominal is None:
+        return resource, None
+    return resource, Quota(nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
+
+
+def _limit(at: _At, path: str, key: str, value: Any, no_sharing: str | None) -> int | None:
+    if value is not None and no_sharing:
+        partner = "borrow from" if key == "borrowingLimit" else "lend to"
+        at.error(f"{path}.{key}", f"must be unset when {no_sharing} is empty: there is no one to {partner}")
+    return _quantity(at, f"{path}.{key}", value)
+
+
+def _no_repeated_flavors(at: _At, refs: list[_Ref]) -> None:
+    """A flavor belongs to one resource group and appears once in it (Kueue's rule)."""
+    first: dict[str, str] = {}
+    for path, _, name in refs:
+        if name in first:
+            at.error(path, f"flavor {_show(name)} is already listed at {first[name].removesuffix('.name')}")
+        else:
+            first[name] = path
+
+
+def _preemption(at: _At, path: str, value: Any) -> Preemption:
+    spec = _dict(at, path, value)
+    if not spec:
+        return Preemption()
+    _check_fields(at, path, spec, {"withinClusterQueue", "reclaimWithinCohort"}, _PREEMPTION_IGNORED)
+    within = _choice(at, f"{path}.withinClusterQueue", spec.get("withinClusterQueue"), _WITHIN, "Never")
+    reclaim = _choice(at, f"{path}.reclaimWithinCohort", spec.get("reclaimWithinCohort"), _RECLAIM, "Never")
+    return Preemption(within_cluster_queue=within, reclaim_within_cohort=reclaim)
+
+
+# --- fields ------------------------------------------------------------------------------------
+
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_RESOURCE = re.compile(rf"({_SUBDOMAIN.pattern}/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_NAME_RULE = "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+_NAMESPACE_RULE = "at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+
+
+def _spec(at: _At, obj: dict) -> dict | None:
+    """Check an object's top level and name; its spec ({} when absent, None when unusable)."""
+    _check_fields(at, "", obj, _TOP_FIELDS)
+    _check_name(at, obj)
+    return _dict(at, "spec", obj.get("spec"))
+
+
+def _check_name(at: _At, obj: dict) -> None:
+    metadata = _dict(at, "metadata", obj.get("metadata"))
+    if metadata is not None:
+        _name(at, "metadata.name", metadata.get("name"))
+
+
+def _namespace(at: _At, metadata: Any) -> str:
+    """metadata.namespace, or "default" as kubectl assumes when it is left out."""
+    value = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if value is None:
+        return "default"
+    if not isinstance(value, str) or len(value) > 63 or not _LABEL.fullmatch(value):
+        at.error("metadata.namespace", f"{_show(value)} is not a valid namespace ({_NAMESPACE_RULE})")
+    return str(value)
+
+
+def _check_fields(at: _At, path: str, obj: dict, read: set[str], ignored: dict[str, tuple] | None = None) -> None:
+    """Every key is one gangway reads, or a Kueue field it ignores (warned unless at its default)."""
+    ignored = ignored or {}
+    for key, value in obj.items():
+        key_path = ".".join(part for part in (path, str(key)) if part)
+        if key in read:
+            continue
+        if key in ignored:
+            if value not in ignored[key]:
+                at.warn(key_path, "not supported by gangway yet; ignored")
+        elif _RENAMED.get(key) in read:
+            at.error(key_path, f"unknown field in {at.api_version}, which calls it {_RENAMED[key]}")
+        else:
+            at.error(key_path, "unknown field")
+
+
+def _dict(at: _At, path: str, value: Any) -> dict | None:
+    """A mapping field: {} when absent, None (reported) when it is something else."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    at.error(path, f"must be a mapping, not {_type_name(value)}")
+    return None
+
+
+def _list(at: _At, path: str, value: Any, required: bool = False) -> list | None:
+    """A list field: None when absent (reported if required) or not a list (reported)."""
+    if isinstance(value, list):
+        return value
+    if value is not None:
+        at.error(path, f"must be a list, not {_type_name(value)}")
+    elif required:
+        at.error(path, _MISSING)
+    return None
+
+
+def _string(at: _At, path: str, value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    at.error(path, _MISSING if value in (None, "") else f"must be a string, not {_type_name(value)}")
+    return None
+
+
+def _name(at: _At, path: str, value: Any, required: bool = True) -> str | None:
+    """An object name or a reference to one (a DNS subdomain, as Kubernetes requires)."""
+    if value is None or value == "":
+        if required:
+            at.error(path, _MISSING)
+        return None
+    if not isinstance(value, str) or len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
+        at.error(path, f"{_show(value)} is not a valid name ({_NAME_RULE})")
+        return None
+    return value
+
+
+def _resource_name(at: _At, path: str, value: Any, required: bool = False) -> str | None:
+    """A resource name such as ``cpu`` or ``nvidia.com/gpu``."""
+    if value is None and not required:
+        return None
+    if isinstance(value, str) and _RESOURCE.fullmatch(value):
+        return value
+    at.error(path, _MISSING if value is None else f"{_show(value)} is not a resource name")
+    return None
+
+
+def _labels(at: _At, path: str, value: Any) -> dict[str, str]:
+    labels = _dict(at, path, value) or {}
+    for key, label in labels.items():
+        if not isinstance(key, str):
+            at.error(f"{path}.{key}", f"a label key must be a string, not {_type_name(key)}")
+        elif not isinstance(label, str):
+            at.error(f"{path}.{key}", f"a label value must be a string, not {_type_name(label)}")
+    return dict(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _quantity(at: _At, path: str, value: Any, required: bool = False) -> int | None:
+    """A non-negative Kubernetes quantity in milli units (None when absent or wrong)."""
+    if value is None:
+        if required:
+            at.error(path, _MISSING)
+        return None
+    try:
+        milli = parse_milli(value)
+    except QuantityError as exc:
+        at.error(path, _quantity_why(value, exc))
+        return None
+    if milli < 0:
+        at.error(path, f"{_show(value)} is negative; quotas are zero or more")
+        return None
+    return milli
+
+
+def _quantity_why(value: Any, exc: QuantityError) -> str:
+    reason = str(exc).partition(":")[0]
+    if reason.startswith("not a"):
+        return f"{_show(value)} is not a Kubernetes quantity"
+    return f"{_show(value)}: {reason}"
+
+
+def _int(at: _At, path: str, value: Any, bounds: tuple[int, int], required: bool = False) -> int | None:
+    if value is None:
+        if required:
+            at.error(path, _MISSING)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        at.error(path, f"{_show(value)} is not an integer")
+        return None
+    low, high = bounds
+    if not low <= value <= high:
+        at.error(path, f"{value} is out of range: {low} to {high}")
+        return None
+    return value
+
+
+def _choice(at: _At, path: str, value: Any, allowed: tuple[str, ...], default: str) -> Any:
+    """One of Kueue's enumerated values; absent means Kueue's default."""
+    if value is None:
+        return default
+    if isinstance(value, str) and value in allowed:
+        return value
+    at.error(path, f"{_show(value)} is not one of {', '.join(allowed)}")
+    return default
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _type_name(value: Any) -> str:
+    names = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a number", type(None): "nothing"}
+    return names.get(type(value), type(value).__name__)

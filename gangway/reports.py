@@ -1,0 +1,88 @@
+"""What people read: one line per event, the status tables, the team usage table."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from gangway.events import catalogue as ev
+from gangway.events.quantity import format_milli
+from gangway.events.resources import GPU, total_request
+from gangway.events.state import State
+
+
+def clock(ms: int) -> str:
+    seconds = ms // 1000
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _gpus(pod_sets) -> str:
+    return format_milli(total_request(pod_sets).get(GPU, 0))
+
+
+def describe(env: ev.Envelope) -> str:
+    """The event in one line of words."""
+    d = env.data
+    if isinstance(d, ev.WorkloadQueued):
+        return f"{d.workload} queued in {d.namespace}/{d.queue} → {d.cluster_queue} (priority {d.priority}, {_gpus(d.pod_sets)} GPUs)"
+    if isinstance(d, ev.WorkloadAdmitted):
+        return f"{d.workload} admitted: {d.reason}"
+    if isinstance(d, ev.PlacementDecided):
+        return f"{d.workload} placed: {d.reason}"
+    if isinstance(d, ev.EvictionOrdered):
+        return f"{d.workload} ordered out for {d.preemptor} (grace {d.grace_ms // 1000} s): {d.reason}"
+    if isinstance(d, ev.WorkloadEvicted):
+        return f"{d.workload} evicted: {d.reason}"
+    if isinstance(d, (ev.WorkloadBound, ev.WorkloadRunning)):
+        return f"{d.workload} {'bound' if isinstance(d, ev.WorkloadBound) else 'running'} (attempt {d.attempt + 1})"
+    if isinstance(d, ev.WorkloadFinished):
+        return f"{d.workload} finished{'' if d.succeeded else ' (failed)'}"
+    if isinstance(d, ev.NodeObserved):
+        return f"node {d.node} observed: {format_milli(d.allocatable.get(GPU, 0))} GPUs"
+    if isinstance(d, ev.NodeRemoved):
+        return f"node {d.node} removed"
+    if isinstance(d, ev.ConfigApplied):
+        c = d.contract
+        return f"contract {d.digest[:12]} applied: {len(c.cluster_queues)} ClusterQueues, {len(c.local_queues)} LocalQueues"
+    if isinstance(d, ev.JobRejected):
+        return f"{d.job_id or '?'} rejected ({d.reason}): {d.message}"
+    return type(d).__name__
+
+
+def log_line(env: ev.Envelope, t0_ms: int) -> str:
+    return f"{env.offset:>6}  +{clock(env.time_ms - t0_ms)}  {type(env.data).__name__:<17} {describe(env)}"
+
+
+def status_tables(state: State) -> list[Table]:
+    queues = Table(title="ClusterQueues")
+    for column in ("queue", "pending", "admitted", "running", "GPUs in use"):
+        queues.add_column(column)
+    names = sorted({wl.spec.cluster_queue for wl in state.workloads.values()} | set(state.usage))
+    for cq in names:
+        wls = [wl for wl in state.workloads.values() if wl.spec.cluster_queue == cq]
+        count = lambda *phases: str(sum(1 for wl in wls if wl.phase in phases))  # noqa: E731
+        queues.add_row(cq, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
+                       format_milli(state.usage.get(cq, {}).get(GPU, 0)))
+    running = Table(title="Running workloads")
+    for column in ("workload", "queue", "priority", "GPUs", "phase", "nodes"):
+        running.add_column(column)
+    for name in state.active:
+        wl = state.workloads[name]
+        nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement else []
+        running.add_row(name, wl.spec.cluster_queue, str(wl.spec.priority), _gpus(wl.spec.pod_sets), wl.phase, ", ".join(nodes))
+    nodes = Table(title="Nodes")
+    for column in ("node", "GPUs free", "GPUs total"):
+        nodes.add_column(column)
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        nodes.add_row(name, format_milli(node.free.get(GPU, 0)), format_milli(node.allocatable.get(GPU, 0)))
+    return [queues, running, nodes]
+
+
+def team_table(rows) -> Table:
+    table = Table(title="GPU-hours allocated per team")
+    table.add_column("team")
+    table.add_column("GPU-hours", justify="right")
+    table.add_column("workloads", justify="right")
+    for row in rows:
+        table.add_row(row.team, f"{row.gpu_hours:.2f}", str(row.workloads))
+    return table

@@ -1,0 +1,397 @@
+"""What ``gangway submit FILE|-`` reads, and the Kafka record it writes for each job.
+
+``load_jobs`` reads one or more YAML documents (or one JSON document) holding any of:
+
+- gangway's own JobSubmitted, either bare (a mapping with ``job_id``, ``namespace``, ``queue``,
+  ``pod_sets`` … and no ``apiVersion`` — exactly the JSON a producer puts on Kafka) or wrapped as
+  ``{apiVersion: gangway.io/v1alpha1, kind: JobSubmitted, spec: <the same mapping>}``;
+- a ``batch/v1`` Job: one pod set ``main`` of ``spec.parallelism`` pods (default 1; fewer when
+  ``spec.completions`` is smaller, as Kubernetes runs no more pods than completions);
+- a ``jobset.x-k8s.io/v1alpha2`` JobSet: one pod set per replicatedJob, named after it, of
+  ``replicas`` × the Job's pod count;
+- a ``kubeflow.org/v1`` PyTorchJob: one pod set per replica type in ``pytorchReplicaSpecs``, named
+  in lower case as Kueue does (``master``, ``worker``), of ``replicas`` pods (default 1);
+- a ``kind: List`` of those (and a top-level sequence, read the same way).
+
+For the Kubernetes kinds: job_id is ``metadata.name`` (``generateName`` is refused: a job id must
+be known before it is submitted), namespace ``metadata.namespace`` or ``default``, queue the label
+``kueue.x-k8s.io/queue-name`` (required), priority class the label ``kueue.x-k8s.io/priority-class``,
+runtime the annotation ``gangway.io/runtime-seconds``; the other labels are kept. A pod's resources
+are, per resource, the sum over its containers of ``resources.requests`` (each container falling
+back to its ``limits``, as Kubernetes does); init containers are not counted. Quantities stay
+Kubernetes quantity strings — the submission service validates them — except that a resource
+requested by several containers is summed here. Kueue's TAS annotations on a pod template
+(``kueue.x-k8s.io/podset-required-topology``, ``-preferred-topology``,
+``-slice-required-topology``, ``-slice-size``) become the pod set's TopologyRequest.
+
+Anything else is a ``ManifestError`` naming the file, the document (1-based), its kind and name,
+and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Iterator
+
+import msgspec
+import yaml
+
+from gangway.events import codec
+from gangway.events.catalogue import Envelope, JobSubmitted, PodSetRequest, TopologyRequest
+from gangway.events.quantity import QuantityError, format_milli, parse_milli
+
+GANGWAY_API = "gangway.io/v1alpha1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+RUNTIME_ANNOTATION = "gangway.io/runtime-seconds"
+TOPOLOGY_ANNOTATIONS = {
+    "kueue.x-k8s.io/podset-required-topology": "required",
+    "kueue.x-k8s.io/podset-preferred-topology": "preferred",
+    "kueue.x-k8s.io/podset-slice-required-topology": "slice_required",
+    "kueue.x-k8s.io/podset-slice-size": "slice_size",
+}
+#: PyTorchJob replica types in the order their pod sets are listed (others follow, sorted).
+PYTORCH_REPLICA_ORDER = ("Master", "Worker")
+Quantity = str | int | float
+
+
+class ManifestError(Exception):
+    """A manifest gangway cannot turn into a JobSubmitted: where, and what is wrong."""
+
+    def __init__(self, filename: str, document: int, kind: str, name: str, field: str, problem: str):
+        self.filename, self.document, self.kind, self.name = filename, document, kind, name
+        self.field, self.problem = field, problem
+        what = f" ({' '.join(part for part in (kind, name) if part)})" if kind or name else ""
+        at = f"{field}: " if field else ""
+        super().__init__(f"{filename}: document {document}{what}: {at}{problem}")
+
+
+class _Where(msgspec.Struct, frozen=True):
+    """Where in the input a document is, for error messages (``prefix`` leads every field path)."""
+
+    filename: str
+    document: int
+    kind: str = ""
+    name: str = ""
+    prefix: str = ""
+
+    def at(self, **changes: Any) -> "_Where":
+        return msgspec.structs.replace(self, **changes)
+
+    def error(self, field: str, problem: str) -> ManifestError:
+        return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem)
+
+
+def load_jobs(text: str, filename: str) -> list[JobSubmitted]:
+    """Every job in a YAML (multi-document) or JSON text; raises ManifestError."""
+    jobs: list[JobSubmitted] = []
+    for index, doc in enumerate(_documents(text, filename), start=1):
+        if doc is not None:
+            jobs.extend(_jobs_of(_Where(filename, index), doc))
+    return jobs
+
+
+def to_cloudevent_record(job: JobSubmitted, source: str, now_ms: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The binary-mode CloudEvent record of a job for ``gangway.submissions``: (key, value, headers)."""
+    env = Envelope(id=f"submit/{job.job_id}/{now_ms}", source=source, time_ms=now_ms, data=job)
+    value, headers = codec.to_binary(env)
+    return job.job_id.encode(), value, headers
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+
+def _documents(text: str, filename: str) -> Iterator[Any]:
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            yield json.loads(text)
+            return
+        except ValueError:
+            pass  # not JSON after all: YAML's flow style, read below
+    index = 0
+    try:
+        for index, doc in enumerate(yaml.safe_load_all(text), start=1):
+            yield doc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ManifestError(filename, index + 1, "", "", "", f"not valid YAML{line}: {problem}") from None
+
+
+def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
+    if isinstance(doc, list):
+        return _items(where, doc)
+    if not isinstance(doc, dict):
+        raise where.error("", f"a document must be a mapping, not {_type_name(doc)}")
+    api, kind = doc.get("apiVersion"), doc.get("kind")
+    if kind == "List":
+        return _items(where.at(kind="List", prefix=where.prefix + "items"), doc.get("items"))
+    if api is None and "job_id" in doc:
+        return [_gangway_job(where.at(kind="JobSubmitted", name=_text(doc.get("job_id"))), doc)]
+    meta = doc.get("metadata")
+    where = where.at(kind=_text(kind), name=_text(meta.get("name")) if isinstance(meta, dict) else "")
+    reader = _READERS.get((api, kind))
+    if reader is None:
+        supported = ", ".join(f"{a} {k}" for a, k in _READERS)
+        raise where.error("kind", f"unsupported apiVersion {api!r} kind {kind!r} (supported: {supported}, v1 List)")
+    return [reader(where, doc)]
+
+
+def _items(where: _Where, items: Any) -> list[JobSubmitted]:
+    if not isinstance(items, list):
+        raise where.error("", f"must be a list of manifests, not {_type_name(items)}")
+    jobs: list[JobSubmitted] = []
+    for i, item in enumerate(items):
+        jobs.extend(_jobs_of(where.at(kind="", name="", prefix=f"{where.prefix}[{i}]."), item))
+    return jobs
+
+
+# --- gangway's own format ------------------------------------------------------------------------
+
+
+def _gangway_job(where: _Where, doc: dict) -> JobSubmitted:
+    try:
+        return msgspec.convert(doc, JobSubmitted)
+    except msgspec.ValidationError as exc:
+        field, problem = _split_msgspec(str(exc))
+        raise where.error(field, problem) from None
+
+
+def _wrapped_gangway_job(where: _Where, doc: dict) -> JobSubmitted:
+    spec = _mapping(where, doc, "spec", required=True)
+    return _gangway_job(where.at(name=_text(spec.get("job_id")), prefix=where.prefix + "spec."), spec)
+
+
+def _split_msgspec(message: str) -> tuple[str, str]:
+    """("pod_sets[0].count", "Expected `int`, got `str`") from msgspec's message."""
+    what, sep, path = message.rpartition(" - at `$")
+    if not sep:
+        return "", message
+    return path.rstrip("`").lstrip("."), what
+
+
+# --- Kubernetes kinds ------------------------------------------------------------------------------
+
+
+def _batch_job(where: _Where, doc: dict) -> JobSubmitted:
+    spec = _mapping(where, doc, "spec", required=True)
+    count = _job_pods(where, spec, "spec")
+    pod_set = _pod_set(where, "main", count, spec.get("template"), "spec.template")
+    return _k8s_job(where, doc, "Job", [pod_set])
+
+
+def _jobset(where: _Where, doc: dict) -> JobSubmitted:
+    spec = _mapping(where, doc, "spec", required=True)
+    replicated = _list(where, spec, "replicatedJobs", "spec.replicatedJobs")
+    pod_sets = [_replicated_job(where, f"spec.replicatedJobs[{i}]", rj) for i, rj in enumerate(replicated)]
+    return _k8s_job(where, doc, "JobSet", pod_sets)
+
+
+def _replicated_job(where: _Where, field: str, rj: Any) -> PodSetRequest:
+    if not isinstance(rj, dict):
+        raise where.error(field, f"must be a mapping, not {_type_name(rj)}")
+    name = rj.get("name")
+    if not isinstance(name, str) or not name:
+        raise where.error(f"{field}.name", "missing: every replicatedJob needs a name")
+    replicas = _count(where, rj, "replicas", f"{field}.replicas")
+    job_spec = _mapping(where, _mapping(where, rj, "template", f"{field}.template", required=True), "spec",
+                        f"{field}.template.spec", required=True)
+    count = replicas * _job_pods(where, job_spec, f"{field}.template.spec")
+    return _pod_set(where, name, count, job_spec.get("template"), f"{field}.template.spec.template")
+
+
+def _pytorch_job(where: _Where, doc: dict) -> JobSubmitted:
+    spec = _mapping(where, doc, "spec", required=True)
+    replica_specs = _mapping(where, spec, "pytorchReplicaSpecs", "spec.pytorchReplicaSpecs", required=True)
+    if not replica_specs:
+        raise where.error("spec.pytorchReplicaSpecs", "is empty: give at least a Master or a Worker")
+    order = [t for t in PYTORCH_REPLICA_ORDER if t in replica_specs]
+    order += sorted(t for t in replica_specs if t not in PYTORCH_REPLICA_ORDER)
+    pod_sets = [_pytorch_replicas(where, f"spec.pytorchReplicaSpecs.{t}", t, replica_specs[t]) for t in order]
+    return _k8s_job(where, doc, "PyTorchJob", pod_sets)
+
+
+def _pytorch_replicas(where: _Where, field: str, replica_type: str, replica_spec: Any) -> PodSetRequest:
+    if not isinstance(replica_spec, dict):
+        raise where.error(field, f"must be a mapping, not {_type_name(replica_spec)}")
+    count = _count(where, replica_spec, "replicas", f"{field}.replicas")
+    return _pod_set(where, str(replica_type).lower(), count, replica_spec.get("template"), f"{field}.template")
+
+
+def _job_pods(where: _Where, job_spec: dict, field: str) -> int:
+    """Pods a batch/v1 Job runs at once: parallelism (default 1), at most its completions."""
+    parallelism = _count(where, job_spec, "parallelism", f"{field}.parallelism")
+    if job_spec.get("completions") is None:
+        return parallelism
+    return min(parallelism, _count(where, job_spec, "completions", f"{field}.completions"))
+
+
+def _k8s_job(where: _Where, doc: dict, kind: str, pod_sets: list[PodSetRequest]) -> JobSubmitted:
+    meta = _mapping(where, doc, "metadata", required=True)
+    labels = _strings(where, meta, "labels", "metadata.labels")
+    annotations = _strings(where, meta, "annotations", "metadata.annotations")
+    if QUEUE_LABEL not in labels:
+        raise where.error(f"metadata.labels[{QUEUE_LABEL!r}]", "missing: name the LocalQueue to submit to")
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        raise where.error("metadata.namespace", f"must be a string, not {_type_name(namespace)}")
+    return JobSubmitted(
+        job_id=_job_name(where, meta),
+        namespace=namespace,
+        queue=labels[QUEUE_LABEL],
+        pod_sets=pod_sets,
+        kind=kind,
+        priority_class=labels.get(PRIORITY_LABEL),
+        runtime_seconds=_runtime(where, annotations),
+        labels={k: v for k, v in labels.items() if k not in (QUEUE_LABEL, PRIORITY_LABEL)},
+    )
+
+
+def _job_name(where: _Where, meta: dict) -> str:
+    name = meta.get("name")
+    if isinstance(name, str) and name:
+        return name
+    if meta.get("generateName"):
+        raise where.error(
+            "metadata.name", "missing: generateName is not supported (a job id must be known before submission)"
+        )
+    raise where.error("metadata.name", "missing")
+
+
+def _runtime(where: _Where, annotations: dict[str, str]) -> float | None:
+    text = annotations.get(RUNTIME_ANNOTATION)
+    if text is None:
+        return None
+    field = f"metadata.annotations[{RUNTIME_ANNOTATION!r}]"
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise where.error(field, f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds):
+        raise where.error(field, f"{text!r} is not a finite number of seconds")
+    return seconds
+
+
+# --- pod templates -----------------------------------------------------------------------------------
+
+
+def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) -> PodSetRequest:
+    if not isinstance(template, dict):
+        raise where.error(field, f"missing pod template (found {_type_name(template)})")
+    meta = _mapping(where, template, "metadata", f"{field}.metadata")
+    annotations = _strings(where, meta, "annotations", f"{field}.metadata.annotations")
+    spec = _mapping(where, template, "spec", f"{field}.spec", required=True)
+    return PodSetRequest(
+        name=name,
+        count=count,
+        resources=_pod_resources(where, spec, f"{field}.spec"),
+        topology=_topology(where, annotations, f"{field}.metadata.annotations"),
+    )
+
+
+def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quantity]:
+    found: dict[str, list[tuple[str, Quantity]]] = {}
+    for i, container in enumerate(_list(where, pod_spec, "containers", f"{field}.containers")):
+        where_c = f"{field}.containers[{i}]"
+        for resource, (amount_field, amount) in _container_requests(where, container, where_c).items():
+            found.setdefault(resource, []).append((amount_field, amount))
+    if not found:
+        raise where.error(f"{field}.containers", "no container requests any resource (set resources.requests)")
+    return {resource: _sum(where, amounts) for resource, amounts in found.items()}
+
+
+def _container_requests(where: _Where, container: Any, field: str) -> dict[str, tuple[str, Quantity]]:
+    """A container's request per resource, falling back to its limit, with the field it came from."""
+    if not isinstance(container, dict):
+        raise where.error(field, f"must be a mapping, not {_type_name(container)}")
+    resources = _mapping(where, container, "resources", f"{field}.resources")
+    merged: dict[str, tuple[str, Quantity]] = {}
+    for part in ("limits", "requests"):
+        for resource, amount in _mapping(where, resources, part, f"{field}.resources.{part}").items():
+            amount_field = f"{field}.resources.{part}[{resource!r}]"
+            if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
+                raise where.error(amount_field, f"must be a Kubernetes quantity, not {_type_name(amount)}")
+            merged[str(resource)] = (amount_field, amount)
+    return merged
+
+
+def _sum(where: _Where, amounts: list[tuple[str, Quantity]]) -> Quantity:
+    if len(amounts) == 1:
+        return amounts[0][1]
+    total = 0
+    for field, amount in amounts:
+        try:
+            total += parse_milli(amount)
+        except QuantityError as exc:
+            raise where.error(field, str(exc)) from None
+    return format_milli(total)
+
+
+def _topology(where: _Where, annotations: dict[str, str], field: str) -> TopologyRequest | None:
+    found = {attr: annotations[key] for key, attr in TOPOLOGY_ANNOTATIONS.items() if key in annotations}
+    if not found:
+        return None
+    if "slice_size" in found:
+        text = found["slice_size"]
+        try:
+            found["slice_size"] = int(text)
+        except ValueError:
+            slice_field = f"{field}[{'kueue.x-k8s.io/podset-slice-size'!r}]"
+            raise where.error(slice_field, f"{text!r} is not an integer") from None
+    return TopologyRequest(**found)
+
+
+# --- small readers -----------------------------------------------------------------------------------
+
+
+def _mapping(where: _Where, obj: dict, key: str, field: str | None = None, required: bool = False) -> dict:
+    value = obj.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        problem = "missing" if value is None else f"must be a mapping, not {_type_name(value)}"
+        raise where.error(field or key, problem)
+    return value
+
+
+def _list(where: _Where, obj: dict, key: str, field: str) -> list:
+    value = obj.get(key)
+    if not isinstance(value, list) or not value:
+        problem = "missing or empty" if not value else f"must be a list, not {_type_name(value)}"
+        raise where.error(field, problem)
+    return value
+
+
+def _strings(where: _Where, obj: dict, key: str, field: str) -> dict[str, str]:
+    values = _mapping(where, obj, key, field)
+    for name, value in values.items():
+        if not isinstance(value, str):
+            raise where.error(f"{field}[{name!r}]", f"must be a string (quote it), not {_type_name(value)}")
+    return {str(name): value for name, value in values.items()}
+
+
+def _count(where: _Where, obj: dict, key: str, field: str) -> int:
+    value = obj.get(key)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise where.error(field, f"must be a whole number of pods, not {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _type_name(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+_READERS: dict[tuple[str, str], Callable[[_Where, dict], JobSubmitted]] = {
+    ("batch/v1", "Job"): _batch_job,
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): _jobset,
+    ("kubeflow.org/v1", "PyTorchJob"): _pytorch_job,
+    (GANGWAY_API, "JobSubmitted"): _wrapped_gangway_job,
+}

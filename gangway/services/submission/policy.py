@@ -1,0 +1,467 @@
+"""The submission decision: one record of ``gangway.submissions`` in, one event out.
+
+``decide_submission`` reads a record in any of three forms:
+
+1. a binary-mode CloudEvent (``ce_*`` headers, ``ce_type: io.gangway.job.submitted.v1``, the
+   JobSubmitted as JSON in the value) — what ``gangway submit`` writes;
+2. a structured-mode CloudEvent (the value is one JSON object with ``specversion`` and ``data``);
+3. plain JSON of the JobSubmitted data (no ``ce_`` header, no ``specversion``), so that any Kafka
+   client can submit without knowing CloudEvents.
+
+A valid job becomes a ``WorkloadQueued``; every bad input becomes a ``JobRejected`` that carries a
+reason code, a message naming the field, and the original value, key and headers — never an
+exception. ``None`` means the record is a re-delivery of a submission already in the state.
+
+Pure: no I/O, no clock, no randomness; imports only the standard library, msgspec and
+``gangway.events``. Checks run in a fixed order (size, encoding, envelope, fields, duplicates,
+contract), so one record always gets the same answer against the same state.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import msgspec
+
+from gangway.events import codec
+from gangway.events.catalogue import (
+    EVENT_TYPES, JobRejected, JobSubmitted, PodSet, PodSetRequest, TopologyRequest, WorkloadQueued,
+)
+from gangway.events.contract import Contract, LocalQueue
+from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
+from gangway.events.resources import GPU, ContractIndex, index_of
+from gangway.events.state import State
+
+JOB_TYPE = EVENT_TYPES[JobSubmitted]
+MAX_BYTES = 1_048_576
+POD_SETS_MAX = 100
+POD_COUNT_MAX = 10_000
+JOB_PODS_MAX = 100_000
+GPUS_PER_POD_MAX = 64
+RUNTIME_SECONDS_MAX = 366 * 86_400
+JOB_ID_CHARS_MAX = 253
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: Reason for a resource the ClusterQueue has no quota for (a dedicated code may replace it).
+NO_QUOTA_REASON = "no_quota"
+Headers = list[tuple[str, bytes]]
+
+
+class Invalid(Exception):
+    """Bad input found while deciding: a JobRejected reason code and a message naming the field."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def decide_submission(
+    value: bytes | None,
+    key: bytes | None,
+    headers: Headers,
+    state: State,
+    in_flight: set[str],
+    submission: str,
+    max_bytes: int = MAX_BYTES,
+) -> WorkloadQueued | JobRejected | None:
+    """Decide what one submission record becomes.
+
+    ``submission`` is the record's ``topic/partition/offset``; ``in_flight`` holds the job ids this
+    service has queued but not yet seen folded into ``state``. Returns None for a re-delivery of
+    a record already turned into a workload (``state.workloads[job_id].spec.submission``).
+    """
+    try:
+        job = read_job(value, headers, max_bytes)
+    except Invalid as bad:
+        return _rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
+    known = state.workloads.get(workload_id(job))
+    if known is not None and known.spec.submission == submission:
+        return None
+    try:
+        return queue_job(job, state, in_flight, submission)
+    except Invalid as bad:
+        return _rejected(bad, job.job_id, value, key, headers, submission)
+
+
+def rejection_for_error(
+    value: bytes | None, key: bytes | None, headers: Headers, submission: str, exc: BaseException
+) -> JobRejected:
+    """A JobRejected for an exception met while handling a record (for the shell's last resort)."""
+    if isinstance(exc, Invalid):
+        bad = exc
+    elif isinstance(exc, codec.CodecError):
+        bad = Invalid(exc.reason, str(exc))
+    elif isinstance(exc, QuantityError):
+        bad = Invalid("bad_quantity", str(exc))
+    elif isinstance(exc, UnicodeDecodeError):
+        bad = Invalid("not_utf8", str(exc))
+    elif isinstance(exc, msgspec.DecodeError):
+        bad = Invalid("malformed_json", str(exc))
+    else:
+        bad = Invalid("internal_error", f"the record could not be processed: {type(exc).__name__}: {exc}")
+    return _rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
+
+
+def _rejected(
+    bad: Invalid, job_id: str, value: bytes | None, key: bytes | None, headers: Headers, submission: str
+) -> JobRejected:
+    return JobRejected(
+        job_id=job_id,
+        reason=bad.reason,
+        message=bad.message,
+        original=value if value is not None else b"",
+        original_key=key,
+        original_headers=[(name, header if header is not None else b"") for name, header in headers or ()],
+        submission=submission,
+    )
+
+
+# --- reading the record: size, encoding, envelope ----------------------------------------------
+
+
+class _Probe(msgspec.Struct):
+    """The few members of a JSON object that tell the input mode (everything else is skipped)."""
+
+    specversion: msgspec.Raw = msgspec.Raw(b"")
+    type: msgspec.Raw = msgspec.Raw(b"")
+    job_id: msgspec.Raw = msgspec.Raw(b"")
+    subject: msgspec.Raw = msgspec.Raw(b"")
+    data: msgspec.Raw = msgspec.Raw(b"")
+
+
+def read_job(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> JobSubmitted:
+    """The JobSubmitted in a record, in any of the three input modes; raises Invalid."""
+    if value is None:
+        raise Invalid("malformed_json", "the record has no value (a tombstone); expected a JobSubmitted")
+    if len(value) > max_bytes:
+        raise Invalid("oversized", f"the record value is {len(value)} bytes, over the limit of {max_bytes}")
+    _check_utf8(value)
+    ce_headers = {name.lower(): header for name, header in headers or () if name.lower().startswith("ce_")}
+    if ce_headers:
+        return _binary(value, headers, ce_headers)
+    probe = _probe(value)
+    if bytes(probe.specversion):
+        return _structured(value, headers, probe)
+    return _guarded(codec.decode_data, JOB_TYPE, value)
+
+
+def _check_utf8(value: bytes) -> None:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = value[exc.start:exc.start + 1]
+        raise Invalid("not_utf8", f"the record value is not UTF-8: {exc.reason} at byte {exc.start} ({bad!r})") from None
+
+
+def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None]) -> JobSubmitted:
+    if not ce_headers.get("ce_specversion"):
+        raise Invalid(
+            "malformed_cloudevent", "header ce_specversion is missing (ce_ headers make a binary-mode CloudEvent)"
+        )
+    ce_type = ce_headers.get("ce_type")
+    if ce_type is not None and ce_type != JOB_TYPE.encode():
+        shown = ce_type.decode("utf-8", "replace")
+        raise Invalid("wrong_event_type", f"header ce_type is {shown!r}; {_ONLY_JOBS}")
+    return _guarded(codec.from_record, value, headers).data
+
+
+def _structured(value: bytes, headers: Headers, probe: _Probe) -> JobSubmitted:
+    ce_type = _json_value(probe.type)
+    if isinstance(ce_type, str) and ce_type != JOB_TYPE:
+        raise Invalid("wrong_event_type", f"CloudEvent attribute type is {ce_type!r}; {_ONLY_JOBS}")
+    return _guarded(codec.from_record, value, headers).data
+
+
+_ONLY_JOBS = f"gangway.submissions takes only {JOB_TYPE}"
+
+
+def _probe(value: bytes) -> _Probe:
+    try:
+        return msgspec.json.decode(value, type=_Probe)
+    except msgspec.ValidationError as exc:
+        raise Invalid(
+            "invalid_field", f"the record value must be a JSON object (a JobSubmitted or a CloudEvent): {exc}"
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise Invalid("malformed_json", f"the record value is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise Invalid("malformed_json", "the record value is JSON nested too deeply") from None
+
+
+def _guarded(decode, *args):
+    """Run a codec function, turning every decoding failure into Invalid."""
+    try:
+        return decode(*args)
+    except codec.CodecError as exc:
+        raise Invalid(exc.reason, _tidy(str(exc))) from None
+    except msgspec.ValidationError as exc:
+        raise Invalid("invalid_field", _tidy(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise Invalid("malformed_json", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise Invalid("malformed_json", "JSON nested too deeply") from None
+
+
+_AT = re.compile(r"^(?P<what>.*) - at `\$\.?(?P<path>[^`]*)`$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
+
+
+def _tidy(message: str) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.pod_sets[0].count`" as "pod_sets[0].count: ..."."""
+    message = message.removeprefix(f"{JOB_TYPE}: ")
+    match = _AT.match(message)
+    path, what = (match["path"], match["what"]) if match else ("", message)
+    if path.startswith("["):
+        path = ""  # a path into untyped JSON ("[...][...]") names nothing
+    within = f"{path}." if path else ""
+    missing, unknown = _MISSING.match(what), _UNKNOWN.match(what)
+    if missing:
+        return f"{within}{missing['field']}: missing (required)"
+    if unknown:
+        return f"{within}{unknown['field']}: unknown field"
+    return f"{path}: {what}" if path else what
+
+
+#: What decoding a stray piece of JSON may raise (msgspec.Raw is not checked for UTF-8).
+_UNREADABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError)
+
+
+def _json_value(raw: msgspec.Raw) -> object:
+    try:
+        return msgspec.json.decode(raw) if bytes(raw) else None
+    except _UNREADABLE:
+        return None
+
+
+def recover_job_id(value: bytes | None, headers: Headers, reason: str = "") -> str:
+    """The best job id a bad record names: data.job_id, else the CloudEvent subject, else ''."""
+    if value is not None and reason != "oversized":
+        try:
+            probe = msgspec.json.decode(value, type=_Probe)
+        except _UNREADABLE:
+            probe = _Probe()
+        for found in (_json_value(probe.job_id), _data_job_id(probe.data), _json_value(probe.subject)):
+            if isinstance(found, str) and found:
+                return found
+    for name, header in headers or ():
+        if name.lower() == "ce_subject" and header:
+            return header.decode("utf-8", "replace")
+    return ""
+
+
+def _data_job_id(raw: msgspec.Raw) -> object:
+    if not bytes(raw):
+        return None
+    try:
+        return _json_value(msgspec.json.decode(raw, type=_Probe).job_id)
+    except _UNREADABLE:
+        return None
+
+
+# --- validating the job --------------------------------------------------------------------------
+
+
+def queue_job(job: JobSubmitted, state: State, in_flight: set[str], submission: str) -> WorkloadQueued:
+    """The workload a valid job becomes; raises Invalid for the first thing wrong with it."""
+    _check_names(job)
+    pod_sets = _pod_sets(job.pod_sets)
+    runtime_ms = _runtime_ms(job.runtime_seconds)
+    _check_unique(workload_id(job), state, in_flight)
+    idx = _index(state.contract)
+    local_queue = _local_queue(idx, job)
+    priority = _priority(idx, job.priority_class)
+    _check_quota_covers(idx, local_queue.cluster_queue, pod_sets)
+    return WorkloadQueued(
+        workload=workload_id(job),
+        namespace=job.namespace,
+        queue=job.queue,
+        cluster_queue=local_queue.cluster_queue,
+        priority_class=job.priority_class,
+        priority=priority,
+        kind=job.kind,
+        pod_sets=pod_sets,
+        runtime_ms=runtime_ms,
+        labels=dict(job.labels),
+        submission=submission,
+    )
+
+
+def _check_names(job: JobSubmitted) -> None:
+    for field in ("job_id", "namespace", "queue"):
+        if not getattr(job, field):
+            raise Invalid("invalid_field", f"{field} is empty")
+    if len(job.job_id) > JOB_ID_CHARS_MAX:
+        raise Invalid("invalid_field", f"job_id is {len(job.job_id)} characters long, over {JOB_ID_CHARS_MAX}")
+    if not _DNS1123_SUBDOMAIN.fullmatch(job.job_id):
+        raise Invalid(
+            "invalid_field",
+            f"job_id {job.job_id!r} is not a valid Kubernetes name (DNS-1123 subdomain: lower-case letters, "
+            "digits, '-' and '.', starting and ending with a letter or digit)",
+        )
+    if job.priority_class is not None and not job.priority_class:
+        raise Invalid("invalid_field", "priority_class is empty (leave it out for the default priority)")
+
+
+def _pod_sets(requests: list[PodSetRequest]) -> list[PodSet]:
+    if not requests:
+        raise Invalid("invalid_field", "pod_sets is empty: a job needs at least one pod set")
+    if len(requests) > POD_SETS_MAX:
+        raise Invalid("absurd_quantity", f"pod_sets has {len(requests)} pod sets, over {POD_SETS_MAX}")
+    pod_sets = [_pod_set(f"pod_sets[{i}]", request) for i, request in enumerate(requests)]
+    seen: set[str] = set()
+    for i, ps in enumerate(pod_sets):
+        if ps.name in seen:
+            raise Invalid("invalid_field", f"pod_sets[{i}].name {ps.name!r} is used by an earlier pod set")
+        seen.add(ps.name)
+    _check_totals(pod_sets)
+    return pod_sets
+
+
+def _pod_set(where: str, request: PodSetRequest) -> PodSet:
+    if not request.name:
+        raise Invalid("invalid_field", f"{where}.name is empty")
+    if not 1 <= request.count <= POD_COUNT_MAX:
+        raise Invalid("absurd_quantity", f"{where}.count is {request.count}: a pod set has 1 to {POD_COUNT_MAX} pods")
+    if request.min_count is not None and not 1 <= request.min_count <= request.count:
+        raise Invalid(
+            "absurd_quantity", f"{where}.min_count is {request.min_count}: it must be 1 to count ({request.count})"
+        )
+    if not request.resources:
+        raise Invalid("invalid_field", f"{where}.resources is empty: a pod must request at least one resource")
+    resources = {
+        name: _quantity(f"{where}.resources[{name!r}]", name, amount)
+        for name, amount in sorted(request.resources.items())
+    }
+    _check_topology(f"{where}.topology", request.topology, request.count)
+    return PodSet(
+        name=request.name, count=request.count, resources=resources,
+        topology=request.topology, min_count=request.min_count,
+    )
+
+
+def _quantity(field: str, resource: str, amount: str | int | float) -> int:
+    if not resource:
+        raise Invalid("invalid_field", f"{field}: the resource name is empty")
+    try:
+        milli = parse_milli(amount)
+    except QuantityError as exc:
+        raise Invalid("bad_quantity", f"{field} is {amount!r}: {exc}") from None
+    if milli <= 0:
+        raise Invalid("absurd_quantity", f"{field} is {amount!r}: a request must be more than zero")
+    if resource == GPU and milli > GPUS_PER_POD_MAX * MILLI:
+        raise Invalid("absurd_quantity", f"{field} is {amount!r}: a pod asks for at most {GPUS_PER_POD_MAX} GPUs")
+    return milli
+
+
+def _check_topology(where: str, topology: TopologyRequest | None, count: int) -> None:
+    if topology is None:
+        return
+    for level in ("required", "preferred", "slice_required"):
+        if getattr(topology, level) == "":
+            raise Invalid("invalid_field", f"{where}.{level} is empty (leave it out instead)")
+    if topology.required is not None and topology.preferred is not None:
+        raise Invalid("invalid_field", f"{where}: required and preferred are exclusive (give one)")
+    if topology.slice_size is None:
+        return
+    if topology.slice_required is None:
+        raise Invalid("invalid_field", f"{where}.slice_size is given without slice_required")
+    if not 1 <= topology.slice_size <= count:
+        raise Invalid(
+            "absurd_quantity", f"{where}.slice_size is {topology.slice_size}: it must be 1 to count ({count})"
+        )
+
+
+def _check_totals(pod_sets: list[PodSet]) -> None:
+    pods = sum(ps.count for ps in pod_sets)
+    if pods > JOB_PODS_MAX:
+        raise Invalid("absurd_quantity", f"pod_sets: {pods} pods in all, over {JOB_PODS_MAX} for one job")
+    totals: dict[str, int] = {}
+    for ps in pod_sets:
+        for name, amount in ps.resources.items():
+            totals[name] = totals.get(name, 0) + amount * ps.count
+    for name, total in sorted(totals.items()):
+        if total > MILLI_MAX:
+            raise Invalid(
+                "absurd_quantity", f"pod_sets: the job asks for {total} milli {name} in all, over {MILLI_MAX}"
+            )
+
+
+def _runtime_ms(runtime_seconds: float | None) -> int | None:
+    if runtime_seconds is None:
+        return None
+    if not (math.isfinite(runtime_seconds) and 0 < runtime_seconds <= RUNTIME_SECONDS_MAX):
+        raise Invalid(
+            "absurd_quantity",
+            f"runtime_seconds is {runtime_seconds!r}: it must be over 0 and at most {RUNTIME_SECONDS_MAX} (366 days)",
+        )
+    runtime_ms = round(runtime_seconds * 1000)
+    if runtime_ms == 0:
+        raise Invalid("absurd_quantity", f"runtime_seconds is {runtime_seconds!r}: under one millisecond")
+    return runtime_ms
+
+
+def workload_id(job: JobSubmitted) -> str:
+    """Workloads are named ``namespace/job_id``: job names are unique per namespace, as in Kubernetes."""
+    return f"{job.namespace}/{job.job_id}"
+
+
+def _check_unique(workload: str, state: State, in_flight: set[str]) -> None:
+    known = state.workloads.get(workload)
+    if known is not None:
+        raise Invalid(
+            "duplicate_job",
+            f"job {workload!r} is already a workload (submitted as {known.spec.submission or 'unknown'})",
+        )
+    if workload in in_flight:
+        raise Invalid("duplicate_job", f"job {workload!r} is already being queued")
+
+
+# --- checking against the contract ---------------------------------------------------------------
+
+
+def _index(contract: Contract | None) -> ContractIndex:
+    if contract is None:
+        raise Invalid("no_config", "no contract in force: the platform has not published its queues yet")
+    return index_of(contract)
+
+
+def _local_queue(idx: ContractIndex, job: JobSubmitted) -> LocalQueue:
+    local_queue = idx.local_queues.get((job.namespace, job.queue))
+    if local_queue is None:
+        offered = sorted(name for namespace, name in idx.local_queues if namespace == job.namespace)
+        raise Invalid(
+            "unknown_queue",
+            f"queue: no LocalQueue {job.queue!r} in namespace {job.namespace!r} "
+            f"(there: {', '.join(offered) or 'none'})",
+        )
+    if local_queue.cluster_queue not in idx.quotas:
+        raise Invalid(
+            "unknown_queue",
+            f"queue: LocalQueue {job.namespace}/{job.queue} points at ClusterQueue "
+            f"{local_queue.cluster_queue!r}, which the contract does not define",
+        )
+    return local_queue
+
+
+def _priority(idx: ContractIndex, priority_class: str | None) -> int:
+    if priority_class is None:
+        return idx.contract.default_priority
+    found = idx.priority_classes.get(priority_class)
+    if found is None:
+        offered = ", ".join(sorted(idx.priority_classes)) or "none"
+        raise Invalid("unknown_priority_class", f"priority_class: no class {priority_class!r} (defined: {offered})")
+    return found.value
+
+
+def _check_quota_covers(idx: ContractIndex, cluster_queue: str, pod_sets: list[PodSet]) -> None:
+    covered = idx.quotas[cluster_queue]
+    for i, ps in enumerate(pod_sets):
+        for name in ps.resources:
+            if name not in covered:
+                raise Invalid(
+                    NO_QUOTA_REASON,
+                    f"pod_sets[{i}].resources[{name!r}]: ClusterQueue {cluster_queue!r} has no quota for "
+                    f"{name!r} (it covers: {', '.join(sorted(covered)) or 'nothing'})",
+                )

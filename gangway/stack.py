@@ -1,0 +1,180 @@
+"""Running gangway: one service in this process, or the whole stack as supervised processes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from gangway.adapters import kafka
+from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap
+from gangway.events.catalogue import ConfigApplied, Envelope
+from gangway.events.contract import Contract
+from gangway.services.runtime.clock import ClusterClock
+
+SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
+RESTARTS_MAX = 5
+log = logging.getLogger(__name__)
+
+
+class NoBrokerError(RuntimeError):
+    """No Kafka to talk to: neither GANGWAY_KAFKA nor a running `gangway up`."""
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway"))
+
+
+def bootstrap_of_running_stack() -> str:
+    """GANGWAY_KAFKA, else the embedded broker of the `gangway up` using this state directory."""
+    configured = configured_bootstrap()
+    if configured:
+        return configured
+    path = state_dir() / "bootstrap"
+    if path.exists():
+        return path.read_text().strip()
+    raise NoBrokerError("no Kafka: set GANGWAY_KAFKA or start the stack with `gangway up`")
+
+
+def build_service(name: str, bootstrap: str, cluster_file: str | None, default_runtime_ms: int | None):
+    """The service object for a name (imports only what that service needs)."""
+    sdir = state_dir()
+    if name == "submission":
+        from gangway.services.submission.service import SubmissionService
+        return SubmissionService(bootstrap, sdir)
+    if name == "accounting":
+        from gangway.services.accounting.ledger import default_url
+        from gangway.services.accounting.service import AccountingService
+        return AccountingService(bootstrap, default_url(str(sdir)), sdir)
+    if name == "binder":
+        from gangway.services.binder.cluster import load_nodes
+        from gangway.services.binder.policy import DEFAULT_RUNTIME_MS
+        from gangway.services.binder.service import SimulatedBinder
+        nodes = load_nodes(Path(cluster_file).read_text(), cluster_file) if cluster_file else []
+        return SimulatedBinder(bootstrap, nodes, sdir, default_runtime_ms=default_runtime_ms or DEFAULT_RUNTIME_MS)
+    if name in ("admission", "placement", "preemption"):
+        from gangway.services.runtime.shell import DecidingService
+        return DecidingService(name, bootstrap, sdir)
+    raise ValueError(f"unknown service {name!r}; one of {', '.join(SERVICES)}")
+
+
+def run_service(service) -> None:
+    """Run a service until SIGINT or SIGTERM."""
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await service.run(stop)
+    asyncio.run(main())
+
+
+async def current_digest(bootstrap: str) -> str:
+    digest = ""
+    async for env in kafka.read_log(bootstrap, idle_ms=200):
+        if isinstance(env.data, ConfigApplied):
+            digest = env.data.digest
+    return digest
+
+
+async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms: int) -> bool:
+    """Append ConfigApplied unless the same contract is already in force. True if appended."""
+    digest = hashlib.sha256(msgspec.json.encode(contract)).hexdigest()
+    if await current_digest(bootstrap) == digest:
+        return False
+    env = Envelope(id=f"config/{digest[:16]}/{now_ms}", source="gangway/config", time_ms=now_ms,
+                   data=ConfigApplied(contract=contract, digest=digest, source=source))
+    prod = kafka.producer(bootstrap)
+    await prod.start()
+    try:
+        await kafka.append(prod, [env])
+    finally:
+        await prod.stop()
+    return True
+
+
+@dataclass
+class Stack:
+    """The embedded broker (unless GANGWAY_KAFKA) and the six services as child processes."""
+
+    cluster_file: str | None = None
+    time_scale: float = 1.0
+    default_runtime_ms: int | None = None
+    broker: EmbeddedBroker | None = None
+    bootstrap: str = ""
+    clock: ClusterClock = field(default_factory=ClusterClock.starting_now)
+    children: dict[str, subprocess.Popen] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+
+    def start(self) -> str:
+        sdir = state_dir()
+        (sdir / "logs").mkdir(parents=True, exist_ok=True)
+        self.clock = ClusterClock.starting_now(self.time_scale)
+        self.bootstrap = configured_bootstrap() or ""
+        if not self.bootstrap:
+            self.broker = EmbeddedBroker(log_path=str(sdir / "logs" / "broker.log")).start()
+            self.bootstrap = self.broker.bootstrap
+        asyncio.run(kafka.ensure_topics(self.bootstrap))
+        (sdir / "bootstrap").write_text(self.bootstrap + "\n")
+        for name in SERVICES:
+            self._spawn(name)
+        return self.bootstrap
+
+    def _spawn(self, name: str) -> None:
+        sdir = state_dir()
+        env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, GANGWAY_CLOCK=self.clock.to_env(),
+                   GANGWAY_STATE_DIR=str(sdir), PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "gangway", "service", name]
+        if name == "binder" and self.cluster_file:
+            cmd += ["--cluster", self.cluster_file]
+        if name == "binder" and self.default_runtime_ms:
+            cmd += ["--default-runtime", str(self.default_runtime_ms / 1000)]
+        with open(sdir / "logs" / f"{name}.log", "ab") as out:
+            self.children[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def supervise_once(self) -> None:
+        """Restart a service that died (at most RESTARTS_MAX times each)."""
+        for name, proc in list(self.children.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            count = self.restarts.get(name, 0)
+            if count >= RESTARTS_MAX:
+                raise RuntimeError(f"service {name} keeps dying (exit {code}); see {state_dir() / 'logs' / (name + '.log')}")
+            self.restarts[name] = count + 1
+            log.warning("service %s exited with %s; restarting", name, code)
+            self._spawn(name)
+
+    def stop(self) -> None:
+        for proc in self.children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.children.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.children.clear()
+        if self.broker is not None:
+            self.broker.stop()
+        path = state_dir() / "bootstrap"
+        if path.exists() and self.broker is not None:
+            path.unlink()
+
+    def __enter__(self) -> "Stack":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

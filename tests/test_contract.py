@@ -1,0 +1,497 @@
+"""The contract loader: Kueue's own YAML in, the canonical Contract (or every problem) out."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+import gangway
+from gangway.contract import ConfigError, contract_digest, load_contract, read_contract, validate_file
+from gangway.events.contract import Preemption, Quota
+
+DEMO = Path(gangway.__file__).parent / "demo"
+GI = 2**30 * 1000  # one Gi in milli units
+
+
+def y(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def problems_of(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_contract(text, "config.yaml")
+    return [str(p) for p in caught.value.problems]
+
+
+def warnings_of(text: str) -> list[str]:
+    return [str(w) for w in read_contract(text, "config.yaml")[1]]
+
+
+FLAVOR = y("""
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ResourceFlavor
+    metadata:
+      name: default-flavor
+    """)
+
+
+def cluster_queue(name: str = "team-a", resources: str = "", cohort: str = "team-ab", extra: str = "") -> str:
+    """A v1beta1 ClusterQueue in one group covering cpu and memory, as Kueue's docs write them."""
+    resources = resources or """
+          - name: "cpu"
+            nominalQuota: 9
+          - name: "memory"
+            nominalQuota: 36Gi"""
+    text = f"""
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata:
+  name: "{name}"
+spec:
+  namespaceSelector: {{}}
+  cohort: "{cohort}"
+  resourceGroups:
+  - coveredResources: ["cpu", "memory"]
+    flavors:
+    - name: "default-flavor"
+      resources:{textwrap.indent(textwrap.dedent(resources), "      ")}
+{extra}"""
+    return text.lstrip("\n")
+
+
+def docs(*parts: str) -> str:
+    return "---\n".join(parts)
+
+
+# --- what loads --------------------------------------------------------------------------------
+
+
+def test_the_demo_contract_loads_without_warnings():
+    contract, warnings = read_contract((DEMO / "contract.yaml").read_text(), "contract.yaml")
+    assert warnings == []
+    gpus = {cq.name: cq.quota("nvidia.com/gpu") for cq in contract.cluster_queues}
+    assert gpus == {
+        "batch": Quota(nominal=8000),
+        "research": Quota(nominal=24000),
+        "serving": Quota(nominal=32000, borrowing_limit=0),
+    }
+    assert {cq.cohort for cq in contract.cluster_queues} == {"org"}
+    assert all(cq.preemption == Preemption("LowerPriority", "Any") for cq in contract.cluster_queues)
+    assert [(lq.namespace, lq.name, lq.cluster_queue) for lq in contract.local_queues] == [
+        ("batch", "default", "batch"), ("research", "default", "research"), ("serving", "default", "serving"),
+    ]
+    classes = {pc.name: (pc.value, pc.grace_ms) for pc in contract.priority_classes}
+    assert classes == {"production": (1000, 30_000), "research": (100, 60_000), "best-effort": (10, 10_000)}
+    assert (contract.default_grace_ms, contract.default_priority) == (30_000, 0)
+
+
+def test_the_demo_quotas_fit_the_demo_cluster():
+    nodes = yaml.safe_load((DEMO / "cluster.yaml").read_text())["items"]
+    contract = load_contract((DEMO / "contract.yaml").read_text())
+    assert len(nodes) == 8
+    assert {n["status"]["allocatable"]["memory"] for n in nodes} == {"1073741824Ki"}
+    assert [n["metadata"]["labels"]["cloud.provider.com/topology-rack"] for n in nodes] == ["rack-0"] * 4 + ["rack-1"] * 4
+    for resource, per_node in (("nvidia.com/gpu", 8_000), ("cpu", 96_000), ("memory", 1024 * GI)):
+        total = sum(cq.quota(resource).nominal for cq in contract.cluster_queues)
+        assert total == 8 * per_node, resource
+
+
+KUEUE_DOCS_CLUSTER_QUEUE = y("""
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ClusterQueue
+    metadata:
+      name: "team-a-cq"
+    spec:
+      namespaceSelector: {} # match all.
+      cohort: "team-ab"
+      queueingStrategy: StrictFIFO
+      resourceGroups:
+      - coveredResources: ["cpu", "memory", "pods"]
+        flavors:
+        - name: "default-flavor"
+          resources:
+          - name: "cpu"
+            nominalQuota: 9
+            borrowingLimit: 1
+            lendingLimit: 500m
+          - name: "memory"
+            nominalQuota: 36Gi
+          - name: "pods"
+            nominalQuota: 5
+      - coveredResources: ["nvidia.com/gpu"]
+        flavors:
+        - name: "vendor1"
+          resources:
+          - name: "nvidia.com/gpu"
+            nominalQuota: 10
+            lendingLimit: 2
+      preemption:
+        reclaimWithinCohort: Any
+        borrowWithinCohort:
+          policy: LowerPriority
+          maxPriorityThreshold: 100
+        withinClusterQueue: LowerPriority
+    """)
+
+
+def test_a_cluster_queue_from_kueues_documentation_loads_in_milli_units():
+    vendor1 = FLAVOR.replace("default-flavor", "vendor1")
+    contract, warnings = read_contract(docs(FLAVOR, vendor1, KUEUE_DOCS_CLUSTER_QUEUE), "config.yaml")
+    cq = contract.cluster_queue("team-a-cq")
+    assert cq.cohort == "team-ab"
+    assert cq.queueing_strategy == "StrictFIFO"
+    assert cq.preemption == Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any")
+    assert [f.flavor for f in cq.flavors] == ["default-flavor", "vendor1"]
+    assert cq.flavors[0].resources == {
+        "cpu": Quota(nominal=9_000, borrowing_limit=1_000, lending_limit=500),
+        "memory": Quota(nominal=36 * GI),
+        "pods": Quota(nominal=5_000),
+    }
+    assert cq.quota("nvidia.com/gpu") == Quota(nominal=10_000, lending_limit=2_000)
+    assert [str(w) for w in warnings] == [
+        "config.yaml: warning: ClusterQueue team-a-cq: spec.preemption.borrowWithinCohort: "
+        "not supported by gangway yet; ignored"
+    ]
+
+
+LOADS = [
+    pytest.param(
+        docs(FLAVOR, cluster_queue().replace("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
+             .replace("cohort:", "cohortName:")),
+        {"team-a": "team-ab"},
+        id="a v1beta2 ClusterQueue names its cohort with cohortName",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(cohort="")),
+        {"team-a": None},
+        id="an empty cohort means no cohort",
+    ),
+    pytest.param(
+        y("""
+            apiVersion: v1
+            kind: List
+            items:
+            - apiVersion: kueue.x-k8s.io/v1beta1
+              kind: ResourceFlavor
+              metadata: {name: default-flavor, uid: 1234, resourceVersion: "7"}
+            - apiVersion: kueue.x-k8s.io/v1beta1
+              kind: ClusterQueue
+              metadata: {name: exported}
+              spec: {cohort: org, stopPolicy: None, flavorFungibility: {whenCanBorrow: Borrow, whenCanPreempt: TryNextFlavor}}
+              status: {pendingWorkloads: 3}
+            """),
+        {"exported": "org"},
+        id="a kind List exported by kubectl get -o yaml loads item by item",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, cohorts", LOADS)
+def test_valid_configs_load(text, cohorts):
+    contract, warnings = read_contract(text, "config.yaml")
+    assert {cq.name: cq.cohort for cq in contract.cluster_queues} == cohorts
+    assert warnings == []
+
+
+WARNINGS = [
+    pytest.param(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml\n",
+        "config.yaml: warning: Namespace ml: Namespace is not part of the contract; ignored",
+        id="a Namespace is ignored with a warning",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata:\n  name: gpus\nspec:\n  levels: []\n",
+        "config.yaml: warning: Topology gpus: Topology is not part of the contract; ignored",
+        id="a Kueue kind outside the contract is ignored with a warning",
+    ),
+    pytest.param(
+        y("""
+            apiVersion: kueue.x-k8s.io/v1beta2
+            kind: Cohort
+            metadata:
+              name: team-ab
+            spec:
+              parentName: org
+            """),
+        "config.yaml: warning: Cohort team-ab: spec.parentName: hierarchical cohorts are not supported by gangway yet; ignored",
+        id="a hierarchical Cohort is accepted with a warning",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(extra="  stopPolicy: Hold\n")),
+        "config.yaml: warning: ClusterQueue team-a: spec.stopPolicy: not supported by gangway yet; ignored",
+        id="a Kueue field gangway does not enforce is ignored with a warning",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, warning", WARNINGS)
+def test_what_gangway_ignores_is_said(text, warning):
+    assert warnings_of(text) == [warning]
+
+
+# --- what is refused, with its precise field path ----------------------------------------------
+
+ERRORS = [
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: 9
+            - name: memory
+              nominalQuota: abc""")),
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[1].nominalQuota: '
+        '"abc" is not a Kubernetes quantity',
+        id="a malformed quantity names its field",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: -4
+            - name: memory
+              nominalQuota: 36Gi""")),
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: "
+        "-4 is negative; quotas are zero or more",
+        id="a negative quota is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: 0.0001
+            - name: memory
+              nominalQuota: 36Gi""")),
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: "
+        "0.0001: finer than one thousandth",
+        id="a quota finer than a milli unit is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(), cluster_queue()),
+        'config.yaml: ClusterQueue team-a: metadata.name: ClusterQueue "team-a" is already defined in document 2',
+        id="a duplicate ClusterQueue name is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(), y("""
+            apiVersion: kueue.x-k8s.io/v1beta1
+            kind: LocalQueue
+            metadata:
+              namespace: team-a
+              name: main
+            spec:
+              clusterQueue: team-x
+            """)),
+        'config.yaml: LocalQueue team-a/main: spec.clusterQueue: ClusterQueue "team-x" is not defined',
+        id="a LocalQueue pointing at a missing ClusterQueue is refused",
+    ),
+    pytest.param(
+        cluster_queue(),
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].name: '
+        'ResourceFlavor "default-flavor" is not defined',
+        id="a flavor not defined as a ResourceFlavor is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: 9
+            - name: memory
+              nominalQuota: 36Gi
+            - name: nvidia.com/gpu
+              nominalQuota: 8""")),
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[2].name: '
+        '"nvidia.com/gpu" is not in this group\'s coveredResources',
+        id="a resource listed in a flavor but not in coveredResources is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: 9""")),
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources: '
+        'no quota for "memory", listed in coveredResources',
+        id="a covered resource without a quota in a flavor is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(extra="  preemption:\n    withinClusterQueue: Sometimes\n")),
+        'config.yaml: ClusterQueue team-a: spec.preemption.withinClusterQueue: '
+        '"Sometimes" is not one of Never, LowerPriority, LowerOrNewerEqualPriority',
+        id="an unknown preemption policy is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(extra="  preemption:\n    reclaimWithinCohort: LowerOrNewerEqualPriority\n")),
+        'config.yaml: ClusterQueue team-a: spec.preemption.reclaimWithinCohort: '
+        '"LowerOrNewerEqualPriority" is not one of Never, LowerPriority, Any',
+        id="a policy valid only within the ClusterQueue is refused for reclaiming",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata:\n  name: [oops\n",
+        "config.yaml: line 5: invalid YAML: expected ',' or ']', but got '<stream end>' (column 1)",
+        id="a YAML syntax error gives its line",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nkind: ClusterQueue\nmetadata: {name: a}\n",
+        'config.yaml: line 3: invalid YAML: duplicate key "kind" (column 1)',
+        id="a key repeated in a mapping is refused as kubectl does",
+    ),
+    pytest.param(
+        docs(FLAVOR, "- just\n- a list\n"),
+        "config.yaml: document 2: must be a Kubernetes object (a mapping), not a list",
+        id="a document that is not a mapping is refused",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata:\n  labels: {a: b}\n",
+        "config.yaml: document 1 (ResourceFlavor): metadata.name: required field is missing",
+        id="a missing metadata.name is refused",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata:\n  name: Team_A\n",
+        "config.yaml: ResourceFlavor Team_A: metadata.name: \"Team_A\" is not a valid name "
+        "(lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)",
+        id="a name Kubernetes would refuse is refused",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v2\nkind: ClusterQueue\nmetadata:\n  name: a\n",
+        'config.yaml: ClusterQueue a: apiVersion: unknown apiVersion "kueue.x-k8s.io/v2"; expected '
+        "kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2 or gangway.io/v1alpha1",
+        id="an unknown apiVersion is refused",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: ClusterQueue\nmetadata:\n  name: a\n",
+        "config.yaml: ClusterQueue a: apiVersion: kueue.x-k8s.io/v1alpha1 does not serve ClusterQueue; "
+        "use kueue.x-k8s.io/v1beta1 or kueue.x-k8s.io/v1beta2",
+        id="a Kueue version that does not serve the kind is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: 9
+              borowingLimit: 2
+            - name: memory
+              nominalQuota: 36Gi""")),
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].borowingLimit: unknown field",
+        id="a misspelt field is refused rather than silently dropped",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue().replace("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")),
+        "config.yaml: ClusterQueue team-a: spec.cohort: unknown field in kueue.x-k8s.io/v1beta2, "
+        "which calls it cohortName",
+        id="a v1beta1 field name in a v1beta2 object says what it is called now",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(cohort="", resources="""
+            - name: cpu
+              nominalQuota: 9
+              borrowingLimit: 1
+            - name: memory
+              nominalQuota: 36Gi""")),
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit: "
+        "must be unset when spec.cohort is empty: there is no one to borrow from",
+        id="a borrowing limit without a cohort is refused as Kueue does",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(resources="""
+            - name: cpu
+              nominalQuota: 9
+              lendingLimit: 10
+            - name: memory
+              nominalQuota: 36Gi""")),
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: "
+        "10 is more than nominalQuota 9",
+        id="lending more than the nominal quota is refused",
+    ),
+    pytest.param(
+        y("""
+            apiVersion: kueue.x-k8s.io/v1beta1
+            kind: WorkloadPriorityClass
+            metadata:
+              name: urgent
+            value: 3000000000
+            """),
+        "config.yaml: WorkloadPriorityClass urgent: value: 3000000000 is out of range: -2147483648 to 2147483647",
+        id="a priority beyond 32 bits is refused",
+    ),
+    pytest.param(
+        y("""
+            apiVersion: gangway.io/v1alpha1
+            kind: SchedulingPolicy
+            metadata:
+              name: default
+            spec:
+              priorityClasses:
+              - name: production
+                gracePeriodSeconds: 30
+            """),
+        'config.yaml: SchedulingPolicy default: spec.priorityClasses[0].name: '
+        'WorkloadPriorityClass "production" is not defined',
+        id="a grace period for an undefined priority class is refused",
+    ),
+    pytest.param(
+        "apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\n"
+        "spec: {defaultGracePeriodSeconds: -1}\n",
+        "config.yaml: SchedulingPolicy p: spec.defaultGracePeriodSeconds: -1 is out of range: 0 to 2147483647",
+        id="a negative grace period is refused",
+    ),
+    pytest.param(
+        docs(FLAVOR, "apiVersion: v1\nkind: List\nitems:\n- apiVersion: kueue.x-k8s.io/v1beta1\n"
+             "  kind: LocalQueue\n  metadata: {name: main}\n  spec: {clusterQueue: nowhere}\n"),
+        'config.yaml: LocalQueue default/main: items[0].spec.clusterQueue: ClusterQueue "nowhere" is not defined',
+        id="a problem inside a kind List names the item",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, problem", ERRORS)
+def test_each_problem_is_reported_at_its_field(text, problem):
+    assert problems_of(text) == [problem]
+
+
+def test_every_problem_is_reported_not_just_the_first():
+    bad_queue = cluster_queue(resources="""
+        - name: cpu
+          nominalQuota: lots
+        - name: memory
+          nominalQuota: 36Gi""", extra="  preemption:\n    withinClusterQueue: Always\n")
+    local_queue = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q}\nspec: {clusterQueue: gone}\n"
+    found = problems_of(docs(bad_queue, bad_queue, local_queue, "42\n"))
+    assert found == [
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: '
+        '"lots" is not a Kubernetes quantity',
+        'config.yaml: ClusterQueue team-a: spec.preemption.withinClusterQueue: '
+        '"Always" is not one of Never, LowerPriority, LowerOrNewerEqualPriority',
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].name: '
+        'ResourceFlavor "default-flavor" is not defined',
+        'config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: '
+        '"lots" is not a Kubernetes quantity',
+        'config.yaml: ClusterQueue team-a: spec.preemption.withinClusterQueue: '
+        '"Always" is not one of Never, LowerPriority, LowerOrNewerEqualPriority',
+        'config.yaml: ClusterQueue team-a: metadata.name: ClusterQueue "team-a" is already defined in document 1',
+        'config.yaml: LocalQueue default/q: spec.clusterQueue: ClusterQueue "gone" is not defined',
+        "config.yaml: document 4: must be a Kubernetes object (a mapping), not an integer",
+    ]
+
+
+def test_validate_file_prints_one_line_per_problem_and_nothing_when_valid(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cluster_queue())
+    assert validate_file(DEMO / "contract.yaml") == []
+    assert validate_file(bad) == [
+        f'{bad}: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].name: '
+        'ResourceFlavor "default-flavor" is not defined'
+    ]
+    assert validate_file(tmp_path / "missing.yaml")[0].startswith(f"{tmp_path / 'missing.yaml'}: cannot read:")
+
+
+# --- the digest --------------------------------------------------------------------------------
+
+
+def test_the_digest_is_stable_and_ignores_document_order():
+    text = docs(FLAVOR, cluster_queue("team-a"), cluster_queue("team-b"))
+    reordered = docs(cluster_queue("team-b"), FLAVOR, cluster_queue("team-a"))
+    first = contract_digest(load_contract(text))
+    assert first == contract_digest(load_contract(text))
+    assert first == contract_digest(load_contract(reordered))
+    assert len(first) == 64 and int(first, 16) >= 0
+
+
+def test_the_digest_changes_when_a_quota_changes():
+    before = load_contract(docs(FLAVOR, cluster_queue()))
+    after = load_contract(docs(FLAVOR, cluster_queue().replace("nominalQuota: 9", "nominalQuota: 10")))
+    assert contract_digest(before) != contract_digest(after)

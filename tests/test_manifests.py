@@ -1,0 +1,338 @@
+"""What ``gangway submit`` reads: Kubernetes Jobs, JobSets, PyTorchJobs, Lists and gangway's own format."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from msgspec.structs import replace
+
+from gangway.events import codec
+from gangway.events.catalogue import (
+    ConfigApplied, Envelope, JobSubmitted, PodSetRequest, TopologyRequest, WorkloadQueued,
+)
+from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
+from gangway.events.fold import apply
+from gangway.events.state import State
+from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record
+from gangway.services.submission.policy import decide_submission
+
+
+def yaml_text(text: str) -> str:
+    return textwrap.dedent(text).lstrip()
+
+
+BATCH_JOB = yaml_text("""
+    apiVersion: batch/v1
+    kind: Job
+    metadata:
+      name: sample-job
+      namespace: team-a
+      labels:
+        kueue.x-k8s.io/queue-name: training
+        kueue.x-k8s.io/priority-class: high
+        team: vision
+      annotations:
+        gangway.io/runtime-seconds: "3600"
+    spec:
+      parallelism: 3
+      completions: 3
+      suspend: true
+      template:
+        metadata:
+          annotations:
+            kueue.x-k8s.io/podset-preferred-topology: cloud.google.com/gce-topology-block
+        spec:
+          containers:
+          - name: trainer
+            image: registry.k8s.io/e2e-test-images/agnhost:2.53
+            args: ["entrypoint-tester", "hello", "world"]
+            resources:
+              requests:
+                cpu: 1
+                memory: "200Mi"
+              limits:
+                nvidia.com/gpu: 8
+          - name: sidecar
+            image: busybox
+            resources:
+              requests:
+                cpu: 500m
+                memory: 100Mi
+          restartPolicy: Never
+""")
+
+JOBSET = yaml_text("""
+    apiVersion: jobset.x-k8s.io/v1alpha2
+    kind: JobSet
+    metadata:
+      name: llm-pretrain
+      labels:
+        kueue.x-k8s.io/queue-name: user-queue
+    spec:
+      network:
+        enableDNSHostnames: true
+      replicatedJobs:
+      - name: workers
+        replicas: 2
+        template:
+          spec:
+            parallelism: 4
+            completions: 4
+            backoffLimit: 0
+            template:
+              metadata:
+                annotations:
+                  kueue.x-k8s.io/podset-required-topology: topology.gangway.io/block
+                  kueue.x-k8s.io/podset-slice-required-topology: topology.gangway.io/rack
+                  kueue.x-k8s.io/podset-slice-size: "4"
+              spec:
+                containers:
+                - name: trainer
+                  image: python:3.11
+                  resources:
+                    limits:
+                      nvidia.com/gpu: 8
+                      cpu: 96
+                      memory: 1Ti
+      - name: driver
+        template:
+          spec:
+            template:
+              spec:
+                containers:
+                - name: driver
+                  image: python:3.11
+                  resources:
+                    requests:
+                      cpu: 2
+                      memory: 8Gi
+""")
+
+PYTORCH_JOB = yaml_text("""
+    apiVersion: "kubeflow.org/v1"
+    kind: PyTorchJob
+    metadata:
+      name: pytorch-simple
+      namespace: kubeflow
+      labels:
+        kueue.x-k8s.io/queue-name: user-queue
+    spec:
+      pytorchReplicaSpecs:
+        Worker:
+          replicas: 3
+          restartPolicy: OnFailure
+          template:
+            spec:
+              containers:
+                - name: pytorch
+                  image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
+                  imagePullPolicy: Always
+                  command: ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"]
+                  resources:
+                    requests:
+                      cpu: 1
+                      memory: "200Mi"
+                      nvidia.com/gpu: 1
+        Master:
+          replicas: 1
+          restartPolicy: OnFailure
+          template:
+            spec:
+              containers:
+                - name: pytorch
+                  image: docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727
+                  resources:
+                    requests:
+                      cpu: 1
+                      memory: "200Mi"
+""")
+
+GANGWAY_JOB = yaml_text("""
+    job_id: notebook-42
+    namespace: team-a
+    queue: training
+    kind: Job
+    runtime_seconds: 600
+    pod_sets:
+    - name: main
+      count: 1
+      resources: {cpu: 4, nvidia.com/gpu: 1}
+""")
+
+WRAPPED_GANGWAY_JOB = yaml_text("""
+    apiVersion: gangway.io/v1alpha1
+    kind: JobSubmitted
+    spec:
+      job_id: notebook-43
+      namespace: team-a
+      queue: training
+      priority_class: low
+      pod_sets:
+      - name: main
+        count: 2
+        resources: {cpu: 500m}
+        topology: {required: topology.gangway.io/rack}
+""")
+
+
+def indent(text: str, spaces: int) -> str:
+    return textwrap.indent(text, " " * spaces)
+
+
+LIST = "apiVersion: v1\nkind: List\nitems:\n- " + indent(BATCH_JOB, 2).lstrip() + "- " + indent(PYTORCH_JOB, 2).lstrip()
+
+
+# --- what each kind becomes ------------------------------------------------------------------------
+
+SAMPLE_JOB = JobSubmitted(
+    job_id="sample-job", namespace="team-a", queue="training", kind="Job", priority_class="high",
+    runtime_seconds=3600.0, labels={"team": "vision"},
+    pod_sets=[PodSetRequest(
+        name="main", count=3,
+        resources={"cpu": "1500m", "memory": str(300 * 2**20), "nvidia.com/gpu": 8},
+        topology=TopologyRequest(preferred="cloud.google.com/gce-topology-block"),
+    )],
+)
+LLM_PRETRAIN = JobSubmitted(
+    job_id="llm-pretrain", namespace="default", queue="user-queue", kind="JobSet",
+    pod_sets=[
+        PodSetRequest(
+            name="workers", count=8, resources={"nvidia.com/gpu": 8, "cpu": 96, "memory": "1Ti"},
+            topology=TopologyRequest(required="topology.gangway.io/block",
+                                     slice_required="topology.gangway.io/rack", slice_size=4),
+        ),
+        PodSetRequest(name="driver", count=1, resources={"cpu": 2, "memory": "8Gi"}),
+    ],
+)
+PYTORCH_SIMPLE = JobSubmitted(
+    job_id="pytorch-simple", namespace="kubeflow", queue="user-queue", kind="PyTorchJob",
+    pod_sets=[
+        PodSetRequest(name="master", count=1, resources={"cpu": 1, "memory": "200Mi"}),
+        PodSetRequest(name="worker", count=3, resources={"cpu": 1, "memory": "200Mi", "nvidia.com/gpu": 1}),
+    ],
+)
+NOTEBOOK_42 = JobSubmitted(
+    job_id="notebook-42", namespace="team-a", queue="training", runtime_seconds=600.0,
+    pod_sets=[PodSetRequest(name="main", count=1, resources={"cpu": 4, "nvidia.com/gpu": 1})],
+)
+NOTEBOOK_43 = JobSubmitted(
+    job_id="notebook-43", namespace="team-a", queue="training", priority_class="low",
+    pod_sets=[PodSetRequest(name="main", count=2, resources={"cpu": "500m"},
+                            topology=TopologyRequest(required="topology.gangway.io/rack"))],
+)
+
+LOADS = [
+    ("a batch/v1 Job sums its containers' requests, falling back to limits", BATCH_JOB, [SAMPLE_JOB]),
+    ("a JobSet has one pod set per replicatedJob of replicas times parallelism", JOBSET, [LLM_PRETRAIN]),
+    ("a PyTorchJob has a master and a worker pod set", PYTORCH_JOB, [PYTORCH_SIMPLE]),
+    ("a List yields each of its items in order", LIST, [SAMPLE_JOB, PYTORCH_SIMPLE]),
+    ("gangway's own JobSubmitted is read as it is", GANGWAY_JOB, [NOTEBOOK_42]),
+    ("gangway's JobSubmitted wrapped in apiVersion and kind is read from spec", WRAPPED_GANGWAY_JOB, [NOTEBOOK_43]),
+    ("several YAML documents yield every job, empty documents skipped",
+     "---\n" + BATCH_JOB + "---\n---\n" + GANGWAY_JOB + "...\n", [SAMPLE_JOB, NOTEBOOK_42]),
+    ("a JSON document is read too", json.dumps({
+        "job_id": "notebook-42", "namespace": "team-a", "queue": "training", "runtime_seconds": 600,
+        "pod_sets": [{"name": "main", "count": 1, "resources": {"cpu": 4, "nvidia.com/gpu": 1}}]}), [NOTEBOOK_42]),
+    ("a top-level sequence is read like a List", "- " + indent(GANGWAY_JOB, 2).lstrip(), [NOTEBOOK_42]),
+    ("a Job's completions below its parallelism bound its pod count",
+     BATCH_JOB.replace("completions: 3", "completions: 2"),
+     [replace(SAMPLE_JOB, pod_sets=[replace(SAMPLE_JOB.pod_sets[0], count=2)])]),
+    ("an empty file has no jobs", "", []),
+]
+
+
+@pytest.mark.parametrize("text, expected", [case[1:] for case in LOADS], ids=[case[0] for case in LOADS])
+def test_manifests_become_jobs(text, expected):
+    assert load_jobs(text, "jobs.yaml") == expected
+
+
+# --- what is refused, and where ------------------------------------------------------------------
+
+
+ERRORS = [
+    ("a Job without the queue label names the label", BATCH_JOB.replace("kueue.x-k8s.io/queue-name: training", "a: b"),
+     1, "Job", "sample-job", "metadata.labels['kueue.x-k8s.io/queue-name']"),
+    ("a Job with only generateName is refused", BATCH_JOB.replace("name: sample-job", "generateName: sample-job-"),
+     1, "Job", "", "metadata.name"),
+    ("a Job without any name is refused", BATCH_JOB.replace("  name: sample-job\n", ""), 1, "Job", "", "metadata.name"),
+    ("an unsupported kind is refused", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
+     1, "Deployment", "web", "kind"),
+    ("a JobSet of another API version is refused", JOBSET.replace("v1alpha2", "v1alpha1"), 1, "JobSet", "llm-pretrain",
+     "kind"),
+    ("a document that is not a mapping is refused", "---\n" + GANGWAY_JOB + "---\njust a string\n", 2, "", "", ""),
+    ("YAML that does not parse is refused with its document", GANGWAY_JOB + "---\nkey: [unclosed\n", 2, "", "", ""),
+    ("a label that is not a string is refused", BATCH_JOB.replace("team: vision", "gpu: true"),
+     1, "Job", "sample-job", "metadata.labels['gpu']"),
+    ("a runtime annotation that is not a number is refused",
+     BATCH_JOB.replace('gangway.io/runtime-seconds: "3600"', 'gangway.io/runtime-seconds: "an hour"'),
+     1, "Job", "sample-job", "metadata.annotations['gangway.io/runtime-seconds']"),
+    ("a slice size that is not an integer is refused", JOBSET.replace('podset-slice-size: "4"', 'podset-slice-size: "four"'),
+     1, "JobSet", "llm-pretrain",
+     "spec.replicatedJobs[0].template.spec.template.metadata.annotations['kueue.x-k8s.io/podset-slice-size']"),
+    ("a Job without a pod template is refused", "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n"
+     "  labels: {kueue.x-k8s.io/queue-name: q}\nspec: {parallelism: 1}\n", 1, "Job", "j", "spec.template"),
+    ("a pod that requests nothing is refused",
+     "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  labels: {kueue.x-k8s.io/queue-name: q}\n"
+     "spec:\n  template:\n    spec:\n      containers: [{name: c, image: busybox}]\n",
+     1, "Job", "j", "spec.template.spec.containers"),
+    ("a negative replica count is refused", JOBSET.replace("replicas: 2", "replicas: -2"),
+     1, "JobSet", "llm-pretrain", "spec.replicatedJobs[0].replicas"),
+    ("a resource that is not a quantity is refused", BATCH_JOB.replace("memory: 100Mi", "memory: [100]"),
+     1, "Job", "sample-job", "spec.template.spec.containers[1].resources.requests['memory']"),
+    ("a bad quantity summed over containers is refused", BATCH_JOB.replace("cpu: 500m", "cpu: half"),
+     1, "Job", "sample-job", "spec.template.spec.containers[1].resources.requests['cpu']"),
+    ("a PyTorchJob without replica specs is refused", PYTORCH_JOB.split("  pytorchReplicaSpecs:")[0]
+     + "  pytorchReplicaSpecs: {}\n", 1, "PyTorchJob", "pytorch-simple", "spec.pytorchReplicaSpecs"),
+    ("a gangway job with a wrongly typed field names it", GANGWAY_JOB.replace("count: 1", "count: one"),
+     1, "JobSubmitted", "notebook-42", "pod_sets[0].count"),
+    ("a wrapped gangway job with a wrongly typed field names it under spec",
+     WRAPPED_GANGWAY_JOB.replace("count: 2", "count: two"), 1, "JobSubmitted", "notebook-43", "spec.pod_sets[0].count"),
+    ("a List whose items are not a list is refused", "apiVersion: v1\nkind: List\nitems: {}\n", 1, "List", "", "items"),
+    ("an error inside a List names the item", LIST.replace("kueue.x-k8s.io/queue-name: user-queue", "x: y"),
+     1, "PyTorchJob", "pytorch-simple", "items[1].metadata.labels['kueue.x-k8s.io/queue-name']"),
+]
+
+
+@pytest.mark.parametrize("text, document, kind, name, field", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_bad_manifests_are_refused_with_where_and_why(text, document, kind, name, field):
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "jobs.yaml")
+
+    error = caught.value
+    assert (error.filename, error.document, error.kind, error.name, error.field) == ("jobs.yaml", document, kind, name, field)
+    assert str(error).startswith(f"jobs.yaml: document {document}")
+    assert error.problem and error.problem in str(error)
+
+
+# --- the record gangway submit writes ----------------------------------------------------------------
+
+
+def test_a_job_becomes_a_binary_mode_cloudevent_record():
+    key, value, headers = to_cloudevent_record(SAMPLE_JOB, "gangway-cli/alice", 1_735_689_600_000)
+
+    env = codec.from_record(value, headers)
+    names = dict(headers)
+    assert key == b"sample-job"
+    assert env.data == SAMPLE_JOB
+    assert (env.id, env.source, env.time_ms) == ("submit/sample-job/1735689600000", "gangway-cli/alice", 1_735_689_600_000)
+    assert names["ce_type"] == b"io.gangway.job.submitted.v1" and names["ce_subject"] == b"sample-job"
+
+
+def test_every_manifest_kind_is_queued_by_the_submission_service():
+    contract = Contract(
+        cluster_queues=[ClusterQueue(name="cq", flavors=[FlavorQuotas(flavor="f", resources={
+            "cpu": Quota(nominal=10**9), "memory": Quota(nominal=2**62), "nvidia.com/gpu": Quota(nominal=10**6)})])],
+        local_queues=[LocalQueue(namespace="team-a", name="training", cluster_queue="cq"),
+                      LocalQueue(namespace="default", name="user-queue", cluster_queue="cq"),
+                      LocalQueue(namespace="kubeflow", name="user-queue", cluster_queue="cq")],
+    )
+    state = apply(State(), Envelope(id="c", source="t", time_ms=1, data=ConfigApplied(contract=contract, digest="d"), offset=0))
+    jobs = load_jobs("---\n".join([JOBSET, PYTORCH_JOB, GANGWAY_JOB]), "jobs.yaml")
+
+    for offset, job in enumerate(jobs):
+        key, value, headers = to_cloudevent_record(job, "test", 5)
+        result = decide_submission(value, key, headers, state, set(), f"gangway.submissions/0/{offset}")
+        assert isinstance(result, WorkloadQueued), result
+        assert [ps.name for ps in result.pod_sets] == [ps.name for ps in job.pod_sets]

@@ -1,0 +1,150 @@
+"""schemas/ is generated from the code: it must not drift, and its schemas must fit real events.
+
+Fix a drift with `make schemas` (or `python -m gangway.schemas --write`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import yaml
+
+from gangway import schemas
+from gangway.events import catalogue as ev
+from gangway.events import topics
+from gangway.events.codec import encode_data
+from gangway.events.contract import (
+    ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota, ResourceFlavor,
+)
+
+TOPOLOGY = ev.TopologyRequest(
+    required="topology.kubernetes.io/rack", slice_required="kubernetes.io/hostname", slice_size=2,
+)
+POD_SET = ev.PodSet(
+    name="workers", count=4, resources={"nvidia.com/gpu": 8000, "cpu": 500}, topology=TOPOLOGY, min_count=2,
+)
+CONTRACT = Contract(
+    flavors=[ResourceFlavor(name="h100", node_labels={"gpu": "h100"})],
+    cluster_queues=[ClusterQueue(
+        name="research", cohort="all", preemption=Preemption(within_cluster_queue="LowerPriority"),
+        flavors=[FlavorQuotas(flavor="h100", resources={"nvidia.com/gpu": Quota(nominal=64000, borrowing_limit=8000)})],
+    )],
+    local_queues=[LocalQueue(namespace="ml", name="default", cluster_queue="research")],
+    priority_classes=[PriorityClass(name="high", value=1000, grace_ms=60_000)],
+)
+
+#: One event of every type, with optional fields filled in so that every part of a schema is used.
+SAMPLES: dict[type, object] = {
+    ev.JobSubmitted: ev.JobSubmitted(
+        job_id="j-1", namespace="ml", queue="default", kind="PyTorchJob", priority_class="high",
+        runtime_seconds=90.5, labels={"team": "vision"},
+        pod_sets=[ev.PodSetRequest(
+            name="workers", count=4, resources={"nvidia.com/gpu": 8, "memory": "16Gi", "cpu": 0.5},
+            topology=TOPOLOGY, min_count=2,
+        )],
+    ),
+    ev.WorkloadQueued: ev.WorkloadQueued(
+        workload="ml/j-1", namespace="ml", queue="default", cluster_queue="research", priority_class=None,
+        priority=0, kind="Job", pod_sets=[POD_SET], runtime_ms=90_500, submission="gangway.submissions/0/7",
+    ),
+    ev.JobRejected: ev.JobRejected(
+        job_id="j-2", reason="bad_quantity", message="cpu: not a quantity", original=b"\x00{bad",
+        original_key=b"j-2", original_headers=[("ce_type", b"io.gangway.job.submitted.v1")],
+    ),
+    ev.WorkloadAdmitted: ev.WorkloadAdmitted(
+        workload="ml/j-1", cluster_queue="research", usage={"nvidia.com/gpu": 32000},
+        borrowed={"nvidia.com/gpu": 8000}, based_on=41, reason="fits with borrowing",
+    ),
+    ev.PlacementDecided: ev.PlacementDecided(
+        workload="ml/j-1", assignments=[ev.PodAssignment(pod_set="workers", node="n-1", count=4)], based_on=42,
+    ),
+    ev.EvictionOrdered: ev.EvictionOrdered(workload="ml/j-0", preemptor="ml/j-1", based_on=43, grace_ms=30_000),
+    ev.WorkloadBound: ev.WorkloadBound(workload="ml/j-1", attempt=0),
+    ev.WorkloadRunning: ev.WorkloadRunning(workload="ml/j-1", attempt=0),
+    ev.WorkloadFinished: ev.WorkloadFinished(workload="ml/j-1", attempt=0, succeeded=False),
+    ev.WorkloadEvicted: ev.WorkloadEvicted(workload="ml/j-0", attempt=1, preemptor="ml/j-1", reason="preempted"),
+    ev.NodeObserved: ev.NodeObserved(node="n-1", allocatable={"nvidia.com/gpu": 8000}, labels={"gpu": "h100"}),
+    ev.NodeRemoved: ev.NodeRemoved(node="n-1"),
+    ev.ConfigApplied: ev.ConfigApplied(contract=CONTRACT, digest="ab" * 32, source="infra/contract.yaml"),
+}
+
+def errors(schema: dict, value: object) -> list[str]:
+    """Why ``value`` does not fit ``schema`` (empty: it fits), by the jsonschema library."""
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    return sorted(e.message for e in validator.iter_errors(value))
+
+
+def _schema_of(cls: type) -> dict:
+    return json.loads((schemas.ROOT / schemas.schema_path(cls)).read_text())
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+
+def test_schemas_on_disk_match_the_code():
+    drifted = schemas.drift(schemas.render())
+    assert not drifted, f"schemas/ drifted from the code (run `make schemas`): {drifted}"
+
+
+def test_the_drift_check_reports_a_stray_file(tmp_path):
+    expected = schemas.render()
+    for path, text in expected.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(text)
+    (tmp_path / "schemas" / "io.gangway.old.v1.json").write_text("{}")
+    assert schemas.drift(expected, root=tmp_path) == ["schemas/io.gangway.old.v1.json"]
+
+
+def test_there_is_a_sample_of_every_event_type():
+    assert set(SAMPLES) == set(ev.EVENT_TYPES)
+
+
+@pytest.mark.parametrize("cls", list(ev.EVENT_TYPES), ids=lambda cls: cls.__name__)
+def test_the_schema_accepts_an_encoded_event(cls):
+    schema = _schema_of(cls)
+    assert schema["$id"].endswith(ev.EVENT_TYPES[cls]) and schema["title"] == cls.__name__
+    assert errors(schema, json.loads(encode_data(SAMPLES[cls]))) == []
+
+
+@pytest.mark.parametrize("cls", list(ev.EVENT_TYPES), ids=lambda cls: cls.__name__)
+def test_the_schema_refuses_an_unknown_field_and_a_missing_one(cls):
+    schema = _schema_of(cls)
+    data = json.loads(encode_data(SAMPLES[cls]))
+    assert any("surprise" in e for e in errors(schema, {**data, "surprise": 1}))
+    first_required = schema["$defs"][cls.__name__]["required"][0]
+    del data[first_required]
+    assert errors(schema, data) == [f"'{first_required}' is a required property"]
+
+
+def test_asyncapi_lists_the_five_topics_and_their_messages():
+    doc = yaml.safe_load((schemas.ROOT / schemas.ASYNCAPI).read_text())
+    assert doc["asyncapi"] == "3.0.0"
+    channels = doc["channels"]
+    assert sorted(ch["address"] for ch in channels.values()) == sorted(topics.ALL)
+    on_log = [name for name in channels["log"]["messages"]]
+    assert on_log == ["WorkloadQueued", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
+                      "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
+                      "ConfigApplied"]
+    assert list(channels["submissions"]["messages"]) == ["JobSubmitted"]
+    assert list(channels["rejections"]["messages"]) == ["JobRejected"]
+    assert channels["telemetry"]["messages"] == channels["invoices"]["messages"] == {}
+
+
+def test_asyncapi_messages_point_at_existing_schemas_and_cloudevents_headers():
+    doc = yaml.safe_load((schemas.ROOT / schemas.ASYNCAPI).read_text())
+    headers = doc["components"]["schemas"]["CloudEventHeaders"]["properties"]
+    assert set(headers) == {"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "ce_subject", "content-type"}
+    for name, message in doc["components"]["messages"].items():
+        assert (schemas.ROOT / schemas.OUT_DIR / message["payload"]["$ref"]).is_file(), name
+        assert message["headers"]["allOf"][0] == {"$ref": "#/components/schemas/CloudEventHeaders"}
+
+
+def test_every_asyncapi_operation_names_a_channel_and_its_messages():
+    doc = yaml.safe_load((schemas.ROOT / schemas.ASYNCAPI).read_text())
+    for name, op in doc["operations"].items():
+        channel = op["channel"]["$ref"].removeprefix("#/channels/")
+        assert op["action"] in ("send", "receive") and channel in doc["channels"], name
+        for ref in op.get("messages", []):
+            assert ref["$ref"].removeprefix(f"#/channels/{channel}/messages/") in doc["channels"][channel]["messages"]

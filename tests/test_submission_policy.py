@@ -1,0 +1,400 @@
+"""The submission decision: every bad input a precise JobRejected, every good one a WorkloadQueued."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gangway.events import codec
+from gangway.events.catalogue import (
+    ConfigApplied, Envelope, JobRejected, PodSet, TopologyRequest, WorkloadQueued,
+)
+from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, PriorityClass, Quota
+from gangway.events.fold import apply
+from gangway.events.state import State
+from gangway.services.submission.policy import JOB_TYPE, decide_submission, rejection_for_error
+
+SUBMISSION = "gangway.submissions/0/42"
+KEY = b"train-1"
+
+CONTRACT = Contract(
+    cluster_queues=[
+        ClusterQueue(
+            name="gpu-cq",
+            flavors=[FlavorQuotas(flavor="h100", resources={
+                "cpu": Quota(nominal=512_000), "memory": Quota(nominal=2**42 * 1000),
+                "nvidia.com/gpu": Quota(nominal=64_000),
+            })],
+        ),
+    ],
+    local_queues=[
+        LocalQueue(namespace="team-a", name="training", cluster_queue="gpu-cq"),
+        LocalQueue(namespace="team-a", name="orphan", cluster_queue="gone-cq"),
+    ],
+    priority_classes=[PriorityClass(name="high", value=1000), PriorityClass(name="low", value=10)],
+    default_priority=100,
+)
+
+
+# --- builders ------------------------------------------------------------------------------------
+
+
+def make_state(contract: Contract | None = CONTRACT, queued: list[WorkloadQueued] = ()) -> State:
+    state = State()
+    offset = 0
+    if contract is not None:
+        state = apply(state, Envelope(id="config/1", source="test", time_ms=1_000,
+                                      data=ConfigApplied(contract=contract, digest="d1"), offset=offset))
+    for wl in queued:
+        offset += 1
+        state = apply(state, Envelope(id=f"queued/{offset}", source="test", time_ms=2_000, data=wl, offset=offset))
+    return state
+
+
+def pod_set(**changes) -> dict:
+    return {"name": "main", "count": 2, "resources": {"cpu": "500m", "memory": "16Gi", "nvidia.com/gpu": 8}} | changes
+
+
+def job(**changes) -> dict:
+    return {
+        "job_id": "train-1", "namespace": "team-a", "queue": "training",
+        "pod_sets": [pod_set()], "runtime_seconds": 90.5, "labels": {"team": "vision"},
+    } | changes
+
+
+def without(doc: dict, name: str) -> dict:
+    return {k: v for k, v in doc.items() if k != name}
+
+
+def ce_headers(*, drop: str = "", **replace: bytes) -> list[tuple[str, bytes]]:
+    headers = [
+        ("ce_specversion", b"1.0"), ("ce_id", b"submit/train-1/1"), ("ce_source", b"test"),
+        ("ce_type", JOB_TYPE.encode()), ("ce_time", b"2025-01-01T00:00:00.000Z"), ("content-type", b"application/json"),
+    ]
+    return [(k, replace.get(k, v)) for k, v in headers if k != drop]
+
+
+def structured(data: dict, **attrs) -> bytes:
+    event = {"specversion": "1.0", "id": "submit/train-1/1", "source": "test", "type": JOB_TYPE,
+             "time": "2025-01-01T00:00:00.000Z", "datacontenttype": "application/json", "data": data} | attrs
+    return json.dumps(event).encode()
+
+
+def plain(data: dict) -> bytes:
+    return json.dumps(data).encode()
+
+
+def queued(workload: str = "team-a/train-1", submission: str = "gangway.submissions/0/7") -> WorkloadQueued:
+    return WorkloadQueued(
+        workload=workload, namespace="team-a", queue="training", cluster_queue="gpu-cq", priority_class=None,
+        priority=100, kind="Job", pod_sets=[PodSet(name="main", count=1, resources={"cpu": 1000})],
+        submission=submission,
+    )
+
+
+# --- every bad input --------------------------------------------------------------------------------
+
+
+@dataclass
+class Bad:
+    name: str
+    value: bytes | None
+    reason: str
+    #: Words the message must contain (the field it is about).
+    names: tuple[str, ...]
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    job_id: str = "train-1"
+    state: State | None = None
+    in_flight: frozenset[str] = frozenset()
+    max_bytes: int = 1_048_576
+
+
+BAD = [
+    # size, encoding, JSON
+    Bad("a payload over max_bytes is rejected before it is even decoded", b"\xff" * 2_000, "oversized",
+        ("2000 bytes", "1000"), job_id="", max_bytes=1_000),
+    Bad("a payload that is not UTF-8 is rejected as not_utf8", b'{"job_id": "train-\xff"}', "not_utf8",
+        ("UTF-8", "byte 18"), job_id=""),
+    Bad("a CloudEvent header that is not UTF-8 is rejected as not_utf8", plain(job()), "not_utf8", ("ce_id",),
+        headers=ce_headers(ce_id=b"\xfe\xff")),
+    Bad("truncated JSON is malformed_json", b'{"job_id": "train-1", "pod_sets": [', "malformed_json", ("JSON",), job_id=""),
+    Bad("an empty value is malformed_json", b"", "malformed_json", ("JSON",), job_id=""),
+    Bad("a tombstone (no value) is malformed_json", None, "malformed_json", ("no value",), job_id=""),
+    Bad("JSON nested too deeply is malformed_json", b'{"labels": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "malformed_json",
+        ("nested too deeply",), job_id=""),
+    Bad("a structured event nested too deeply is malformed_json",
+        b'{"specversion": "1.0", "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "malformed_json",
+        ("nested too deeply",), job_id=""),
+    Bad("a JSON array instead of an object is an invalid_field", b"[1, 2]", "invalid_field", ("JSON object",), job_id=""),
+    # CloudEvents
+    Bad("a binary-mode event without ce_id is a malformed_cloudevent", plain(job()), "malformed_cloudevent", ("'id'",),
+        headers=ce_headers(drop="ce_id")),
+    Bad("ce_ headers without ce_specversion are a malformed_cloudevent", plain(job()), "malformed_cloudevent",
+        ("ce_specversion",), headers=ce_headers(drop="ce_specversion")),
+    Bad("a binary-mode event with a bad ce_time is a malformed_cloudevent", plain(job()), "malformed_cloudevent",
+        ("time",), headers=ce_headers(ce_time=b"yesterday")),
+    Bad("a structured event of specversion 0.3 is a malformed_cloudevent", structured(job(), specversion="0.3"),
+        "malformed_cloudevent", ("specversion",)),
+    Bad("a structured event without data is a malformed_cloudevent", json.dumps({
+        "specversion": "1.0", "id": "x", "source": "s", "type": JOB_TYPE, "job_id": "train-1"}).encode(),
+        "malformed_cloudevent", ("data",)),
+    Bad("a binary-mode event of another type is wrong_event_type", plain(job()), "wrong_event_type", ("ce_type", "queued"),
+        headers=ce_headers(ce_type=b"io.gangway.workload.queued.v1")),
+    Bad("a structured event of another type is wrong_event_type", structured(job(), type="com.example.order.v1"),
+        "wrong_event_type", ("type", "com.example.order.v1")),
+    # shapes and types
+    Bad("a count given as a string is an invalid_field", plain(job(pod_sets=[pod_set(count="2")])), "invalid_field",
+        ("pod_sets[0].count",)),
+    Bad("a resource given as a boolean is an invalid_field", plain(job(pod_sets=[pod_set(resources={"cpu": True})])),
+        "invalid_field", ("pod_sets[0].resources",)),
+    Bad("an unknown field is an invalid_field", plain(job(gpus=8)), "invalid_field", ("gpus: unknown field",)),
+    Bad("a number out of range in a structured event is malformed_json",
+        structured(job()).replace(b'"runtime_seconds": 90.5', b'"runtime_seconds": 1e400'), "malformed_json",
+        ("out of range",)),
+    Bad("a number out of range is an invalid_field naming it", b'{"job_id": "train-1", "runtime_seconds": 1e400}',
+        "invalid_field", ("runtime_seconds",)),
+    Bad("a job without a queue is a missing_field", plain(without(job(), "queue")), "missing_field", ("queue",)),
+    Bad("a pod set without a name is a missing_field", plain(job(pod_sets=[without(pod_set(), "name")])),
+        "missing_field", ("pod_sets[0].name",)),
+    Bad("a missing field in a structured event is a missing_field", structured(without(job(), "namespace")),
+        "missing_field", ("namespace",)),
+    Bad("an unknown kind is an invalid_field", plain(job(kind="Deployment")), "invalid_field", ("kind",)),
+    # quantities
+    Bad("a resource that is not a Kubernetes quantity is a bad_quantity",
+        plain(job(pod_sets=[pod_set(resources={"cpu": "lots"})])), "bad_quantity", ("pod_sets[0].resources['cpu']", "lots")),
+    Bad("a resource finer than a thousandth is a bad_quantity",
+        plain(job(pod_sets=[pod_set(resources={"cpu": "0.0001"})])), "bad_quantity", ("pod_sets[0].resources['cpu']",)),
+    Bad("a zero resource is an absurd_quantity", plain(job(pod_sets=[pod_set(resources={"cpu": "0"})])),
+        "absurd_quantity", ("pod_sets[0].resources['cpu']",)),
+    Bad("a negative resource is an absurd_quantity", plain(job(pod_sets=[pod_set(resources={"memory": "-1Gi"})])),
+        "absurd_quantity", ("pod_sets[0].resources['memory']",)),
+    Bad("more than 64 GPUs in one pod is an absurd_quantity",
+        plain(job(pod_sets=[pod_set(resources={"nvidia.com/gpu": 65})])), "absurd_quantity",
+        ("pod_sets[0].resources['nvidia.com/gpu']", "64")),
+    Bad("a pod set of zero pods is an absurd_quantity", plain(job(pod_sets=[pod_set(count=0)])), "absurd_quantity",
+        ("pod_sets[0].count",)),
+    Bad("a pod set of 10001 pods is an absurd_quantity", plain(job(pod_sets=[pod_set(count=10_001)])),
+        "absurd_quantity", ("pod_sets[0].count", "10000")),
+    Bad("more than 100000 pods in one job is an absurd_quantity",
+        plain(job(pod_sets=[pod_set(name=f"p{i}", count=10_000) for i in range(11)])), "absurd_quantity",
+        ("pod_sets", "110000")),
+    Bad("more than 100 pod sets is an absurd_quantity",
+        plain(job(pod_sets=[pod_set(name=f"p{i}", count=1) for i in range(101)])), "absurd_quantity", ("pod_sets", "101")),
+    Bad("a min_count above count is an absurd_quantity", plain(job(pod_sets=[pod_set(min_count=3)])),
+        "absurd_quantity", ("pod_sets[0].min_count",)),
+    Bad("a runtime of zero seconds is an absurd_quantity", plain(job(runtime_seconds=0)), "absurd_quantity",
+        ("runtime_seconds",)),
+    Bad("a runtime over 366 days is an absurd_quantity", plain(job(runtime_seconds=367 * 86_400)), "absurd_quantity",
+        ("runtime_seconds", "366 days")),
+    Bad("a slice larger than its pod set is an absurd_quantity",
+        plain(job(pod_sets=[pod_set(topology={"slice_required": "rack", "slice_size": 3})])), "absurd_quantity",
+        ("pod_sets[0].topology.slice_size",)),
+    # names
+    Bad("two pod sets of one name are an invalid_field", plain(job(pod_sets=[pod_set(), pod_set()])), "invalid_field",
+        ("pod_sets[1].name", "main")),
+    Bad("no pod sets at all is an invalid_field", plain(job(pod_sets=[])), "invalid_field", ("pod_sets",)),
+    Bad("a pod asking for nothing is an invalid_field", plain(job(pod_sets=[pod_set(resources={})])), "invalid_field",
+        ("pod_sets[0].resources",)),
+    Bad("an empty job_id is an invalid_field", plain(job(job_id="")), "invalid_field", ("job_id",), job_id=""),
+    Bad("an empty namespace is an invalid_field", plain(job(namespace="")), "invalid_field", ("namespace",)),
+    Bad("an empty queue is an invalid_field", plain(job(queue="")), "invalid_field", ("queue",)),
+    Bad("a job_id that is not a Kubernetes name is an invalid_field", plain(job(job_id="Train_1")), "invalid_field",
+        ("job_id", "DNS-1123"), job_id="Train_1"),
+    Bad("a job_id over 253 characters is an invalid_field", plain(job(job_id="a" * 254)), "invalid_field",
+        ("job_id", "253"), job_id="a" * 254),
+    Bad("required and preferred topology together are an invalid_field",
+        plain(job(pod_sets=[pod_set(topology={"required": "rack", "preferred": "block"})])), "invalid_field",
+        ("pod_sets[0].topology",)),
+    # the contract
+    Bad("a job before any contract is published is no_config", plain(job()), "no_config", ("contract",),
+        state=make_state(contract=None)),
+    Bad("a queue the namespace does not have is unknown_queue", plain(job(queue="inference")), "unknown_queue",
+        ("queue", "inference", "team-a")),
+    Bad("a queue of another namespace is unknown_queue", plain(job(namespace="team-b")), "unknown_queue",
+        ("queue", "team-b")),
+    Bad("a LocalQueue pointing at a missing ClusterQueue is unknown_queue", plain(job(queue="orphan")),
+        "unknown_queue", ("queue", "gone-cq")),
+    Bad("a priority class nobody defined is unknown_priority_class", plain(job(priority_class="urgent")),
+        "unknown_priority_class", ("priority_class", "urgent")),
+    Bad("a resource the ClusterQueue has no quota for is no_quota",
+        plain(job(pod_sets=[pod_set(resources={"cpu": 1, "example.com/fpga": 1})])), "no_quota",
+        ("pod_sets[0].resources['example.com/fpga']", "gpu-cq", "no quota")),
+    # duplicates
+    Bad("a job id already in the state is duplicate_job", plain(job()), "duplicate_job", ("job", "team-a/train-1"),
+        state=make_state(queued=[queued()])),
+    Bad("a job id still in flight is duplicate_job", plain(job()), "duplicate_job", ("job", "team-a/train-1"),
+        in_flight=frozenset({"team-a/train-1"})),
+    Bad("a duplicate in binary mode is duplicate_job too", plain(job()), "duplicate_job", ("job",),
+        headers=ce_headers(), in_flight=frozenset({"team-a/train-1"})),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[case.name for case in BAD])
+def test_bad_input_is_rejected_with_its_reason_and_original_record(case: Bad):
+    headers = case.headers + [("traceparent", b"00-abc-01"), ("x-binary", b"\x00\xff")]
+    state = case.state if case.state is not None else make_state()
+
+    result = decide_submission(case.value, KEY, headers, state, set(case.in_flight), SUBMISSION, case.max_bytes)
+
+    assert isinstance(result, JobRejected), result
+    assert result.reason == case.reason, result.message
+    for word in case.names:
+        assert word in result.message, result.message
+    assert result.original == (case.value if case.value is not None else b"")
+    assert result.original_key == KEY
+    assert result.original_headers == list(headers)
+    assert result.submission == SUBMISSION
+    assert result.job_id == case.job_id
+
+
+def test_a_rejection_survives_the_wire_with_the_original_bytes_intact():
+    value = b'{"job_id": "train-1", \xff\x00}'
+    rejected = decide_submission(value, None, [("x", b"\x80")], make_state(), set(), SUBMISSION)
+    env = Envelope(id="reject/1", source="test", time_ms=1, data=rejected)
+
+    decoded = codec.from_record(*codec.to_binary(env)).data
+
+    assert decoded == rejected
+    assert decoded.original == value and decoded.original_headers == [("x", b"\x80")]
+
+
+def test_rejection_for_error_keeps_the_record_and_recovers_the_job_id():
+    value = plain(job())
+    rejected = rejection_for_error(value, KEY, [("h", b"v")], SUBMISSION, RuntimeError("boom"))
+
+    assert rejected.job_id == "train-1"
+    assert "RuntimeError: boom" in rejected.message
+    assert (rejected.original, rejected.original_key, rejected.original_headers) == (value, KEY, [("h", b"v")])
+
+
+# --- valid jobs ----------------------------------------------------------------------------------
+
+
+EXPECTED = WorkloadQueued(
+    workload="team-a/train-1", namespace="team-a", queue="training", cluster_queue="gpu-cq", priority_class=None,
+    priority=100, kind="Job",
+    pod_sets=[PodSet(name="main", count=2, resources={"cpu": 500, "memory": 16 * 2**30 * 1000, "nvidia.com/gpu": 8000})],
+    runtime_ms=90_500, labels={"team": "vision"}, submission=SUBMISSION,
+)
+
+MODES = [
+    ("a binary-mode CloudEvent", plain(job()), ce_headers()),
+    ("a binary-mode CloudEvent with upper-case header names", plain(job()),
+     [(k.upper(), v) for k, v in ce_headers()]),
+    ("a structured-mode CloudEvent", structured(job()), [("content-type", b"application/cloudevents+json")]),
+    ("plain JSON of the JobSubmitted", plain(job()), []),
+]
+
+
+@pytest.mark.parametrize("value, headers", [m[1:] for m in MODES], ids=[m[0] for m in MODES])
+def test_a_valid_job_becomes_a_workload_in_every_input_mode(value, headers):
+    assert decide_submission(value, KEY, headers, make_state(), set(), SUBMISSION) == EXPECTED
+
+
+VALID = [
+    ("a named priority class gives its value", job(priority_class="high"),
+     {"priority_class": "high", "priority": 1000}),
+    ("no runtime gives no runtime_ms", without(job(), "runtime_seconds"), {"runtime_ms": None}),
+    ("runtime is rounded to the millisecond", job(runtime_seconds=1.0005), {"runtime_ms": 1000}),
+    ("a PyTorchJob keeps its kind", job(kind="PyTorchJob"), {"kind": "PyTorchJob"}),
+    ("topology passes through", job(pod_sets=[pod_set(topology={"slice_required": "rack", "slice_size": 2})]),
+     {"pod_sets": [PodSet(name="main", count=2, resources=EXPECTED.pod_sets[0].resources,
+                          topology=TopologyRequest(slice_required="rack", slice_size=2))]}),
+    ("64 GPUs in a pod is allowed", job(pod_sets=[pod_set(count=1, resources={"nvidia.com/gpu": "64"})]),
+     {"pod_sets": [PodSet(name="main", count=1, resources={"nvidia.com/gpu": 64_000})]}),
+    ("a dotted job id is a valid Kubernetes name", job(job_id="team-a.train-1"), {"workload": "team-a/team-a.train-1"}),
+]
+
+
+@pytest.mark.parametrize("doc, changes", [v[1:] for v in VALID], ids=[v[0] for v in VALID])
+def test_valid_job_details(doc, changes):
+    result = decide_submission(plain(doc), KEY, [], make_state(), set(), SUBMISSION)
+    assert result == msgspec.structs.replace(EXPECTED, **changes)
+
+
+def test_a_redelivered_submission_that_is_already_a_workload_gives_nothing():
+    state = make_state(queued=[queued(submission=SUBMISSION)])
+    assert decide_submission(plain(job()), KEY, [], state, set(), SUBMISSION) is None
+
+
+def test_the_same_job_from_another_record_is_a_duplicate_not_a_redelivery():
+    state = make_state(queued=[queued(submission="gangway.submissions/0/7")])
+    result = decide_submission(plain(job()), KEY, [], state, set(), SUBMISSION)
+    assert isinstance(result, JobRejected) and result.reason == "duplicate_job"
+    assert "gangway.submissions/0/7" in result.message
+
+
+# --- properties -----------------------------------------------------------------------------------
+
+
+HEADER_NAMES = st.one_of(
+    st.sampled_from(["ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "ce_subject", "content-type"]),
+    st.text(max_size=12),
+)
+HEADER_VALUES = st.one_of(
+    st.sampled_from([b"1.0", JOB_TYPE.encode(), b"2025-01-01T00:00:00Z", b"application/json"]),
+    st.binary(max_size=24),
+)
+HEADERS = st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=6)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(value=st.binary(max_size=600) | st.just(b"{}"), headers=HEADERS, key=st.none() | st.binary(max_size=8))
+def test_arbitrary_bytes_and_headers_are_rejected_never_raised(value, headers, key):
+    result = decide_submission(value, key, headers, make_state(), set(), SUBMISSION)
+
+    assert isinstance(result, JobRejected)
+    assert result.original == value and result.original_key == key
+    assert result.original_headers == list(headers)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    where=st.sampled_from(["job_id", "namespace", "queue", "kind", "priority_class", "runtime_seconds", "labels",
+                           "pod_sets", "name", "count", "resources", "topology", "min_count", "cpu"]),
+    junk=JSON_VALUES,
+    mode=st.sampled_from(["binary", "structured", "plain"]),
+)
+def test_any_json_in_any_field_is_decided_never_raised(where, junk, mode):
+    doc = job()
+    if where in ("name", "count", "resources", "topology", "min_count"):
+        doc["pod_sets"] = [pod_set(**{where: junk})]
+    elif where == "cpu":
+        doc["pod_sets"] = [pod_set(resources={"cpu": junk})]
+    else:
+        doc[where] = junk
+    value = structured(doc) if mode == "structured" else plain(doc)
+    headers = ce_headers() if mode == "binary" else []
+
+    result = decide_submission(value, KEY, headers, make_state(), set(), SUBMISSION)
+
+    assert isinstance(result, (WorkloadQueued, JobRejected))
+    if isinstance(result, JobRejected):
+        assert result.original == value and result.message
+
+
+def test_the_policy_imports_only_the_standard_library_msgspec_and_gangway_events():
+    import ast
+    import sys
+
+    from gangway.services.submission import policy
+
+    tree = ast.parse(open(policy.__file__, encoding="utf-8").read())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    foreign = {
+        m for m in modules
+        if m.split(".")[0] not in sys.stdlib_module_names and m != "msgspec" and not m.startswith("gangway.events")
+    }
+    assert foreign == set()
