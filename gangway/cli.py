@@ -175,7 +175,7 @@ async def _print_log(bootstrap: str, follow: bool, line) -> None:
     while True:
         async for env in kafka.read_log(bootstrap, start=start):
             t0 = env.time_ms if t0 is None else t0
-            console.print(line(env, t0), markup=False)
+            print(line(env, t0), flush=True)
             start = env.offset + 1
         if not follow:
             return

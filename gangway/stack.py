@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from gangway.adapters import kafka
-from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap
+from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap, die_with_parent
 from gangway.events.catalogue import ConfigApplied, Envelope
 from gangway.events.contract import Contract
 from gangway.services.runtime.clock import ClusterClock
@@ -139,7 +139,8 @@ class Stack:
         if name == "binder" and self.default_runtime_ms:
             cmd += ["--default-runtime", str(self.default_runtime_ms / 1000)]
         with open(sdir / "logs" / f"{name}.log", "ab") as out:
-            self.children[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.children[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                   stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
 
     def supervise_once(self) -> None:
         """Restart a service that died (at most RESTARTS_MAX times each)."""

@@ -7,6 +7,7 @@ names an outside Kafka instead, and then nothing is started here.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -17,6 +18,16 @@ BROKER_START_TIMEOUT_S = 20.0
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be found or did not start."""
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when the process that started it dies (Linux), so a
+    killed test or CLI never leaves an orphan broker or service behind."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: best effort only
+        pass
 
 
 def free_port() -> int:
@@ -63,6 +74,7 @@ class EmbeddedBroker:
             [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         if out is not subprocess.DEVNULL:
             out.close()

@@ -44,6 +44,9 @@ def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) 
         if until(state, envs):
             return state, envs
         if time.monotonic() > deadline:
+            from gangway.reports import status_tables
+            for table in status_tables(state):
+                Console(stderr=True).print(table)
             raise TimeoutError(f"demo: timed out waiting for {what}")
         time.sleep(0.5)
 
@@ -82,7 +85,7 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
     console.rule("timeline (cluster time)")
     for env in envs:
         if isinstance(env.data, TIMELINE):
-            console.print(log_line(env, envs[0].time_ms), markup=False)
+            print(log_line(env, envs[0].time_ms))
     console.print(team_table(rows))
     from gangway.services.audit.replay import verify
     report = verify(envs)

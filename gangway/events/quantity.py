@@ -72,3 +72,14 @@ def format_milli(milli: int) -> str:
     if milli % MILLI == 0:
         return str(milli // MILLI)
     return f"{milli}m"
+
+
+def format_resource(name: str, milli: int) -> str:
+    """An amount of a named resource as people write it: ``8 nvidia.com/gpu``, ``256Gi memory``."""
+    if name == "memory" or name.endswith("-storage"):
+        units = milli // MILLI
+        for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if units >= size and units % size == 0:
+                return f"{units // size}{suffix} {name}"
+        return f"{units} {name}"
+    return f"{format_milli(milli)} {name}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gangway.events.catalogue import WorkloadAdmitted
-from gangway.events.quantity import format_milli
+from gangway.events.quantity import format_resource
 from gangway.events.resources import ContractIndex, add_into, index_of, quota_fit, total_request
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.services.placement.policy import Free, free_capacity, place_gang
@@ -100,24 +100,42 @@ def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
 def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[WorkloadState, bool, dict[str, int], str, Snapshot]]:
     """Walk the queue as admission does: yields (workload, admitted?, borrowed, why-not, snapshot).
 
+    As in Kueue, workloads that fit their queue's nominal quota go before those that would have
+    to borrow: a team reclaiming its guarantee is never beaten to the room by a borrower, even one
+    of higher priority (which would otherwise be preempted again at once — a preemption cycle).
     Preemption walks the same cycle, so it never evicts for a workload admission would admit.
     """
     snap = Snapshot(state, idx)
     snap.reserve_admitted()
     waiting = victims_in_flight(state)
     blocked: set[str] = set()
+    borrowers: list[WorkloadState] = []
     for wl in queue_order(state):
-        cq = wl.spec.cluster_queue
-        if cq in blocked:
-            yield wl, False, {}, f"StrictFIFO: behind the head of {cq}", snap
+        if _needs_borrowing(snap, idx, wl):
+            borrowers.append(wl)
             continue
-        ok, borrowed, why = snap.fits(wl)
-        if not ok and wl.spec.workload in waiting:
-            snap.reserve_for_preemptor(wl, waiting[wl.spec.workload])
-            why = f"waiting for {len(waiting[wl.spec.workload])} preempted workload(s) to exit"
-        elif not ok and _strict(idx, cq):
-            blocked.add(cq)
-        yield wl, ok, borrowed, why, snap
+        yield _try(snap, idx, wl, waiting, blocked)
+    for wl in borrowers:
+        yield _try(snap, idx, wl, waiting, blocked)
+
+
+def _needs_borrowing(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> bool:
+    ok, borrowed, _ = quota_fit(idx, snap.usage, wl.spec.cluster_queue, total_request(wl.spec.pod_sets))
+    return ok and bool(borrowed)
+
+
+def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[str, list[WorkloadState]],
+         blocked: set[str]) -> tuple[WorkloadState, bool, dict[str, int], str, Snapshot]:
+    cq = wl.spec.cluster_queue
+    if cq in blocked:
+        return wl, False, {}, f"StrictFIFO: behind the head of {cq}", snap
+    ok, borrowed, why = snap.fits(wl)
+    if not ok and wl.spec.workload in waiting:
+        snap.reserve_for_preemptor(wl, waiting[wl.spec.workload])
+        why = f"waiting for {len(waiting[wl.spec.workload])} preempted workload(s) to exit"
+    elif not ok and _strict(idx, cq):
+        blocked.add(cq)
+    return wl, ok, borrowed, why, snap
 
 
 def _strict(idx: ContractIndex, cq: str) -> bool:
@@ -145,6 +163,6 @@ def decide_admission(state: State) -> list[WorkloadAdmitted]:
 
 def _reason(wl: WorkloadState, borrowed: dict[str, int]) -> str:
     if borrowed:
-        parts = ", ".join(f"{format_milli(v)} {r}" for r, v in sorted(borrowed.items()))
+        parts = ", ".join(format_resource(r, v) for r, v in sorted(borrowed.items()))
         return f"fits {wl.spec.cluster_queue} by borrowing from its cohort ({parts})"
     return f"fits nominal quota of {wl.spec.cluster_queue}"

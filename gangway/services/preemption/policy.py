@@ -31,11 +31,12 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
     idx = index_of(state.contract)
     waiting = victims_in_flight(state)
     orders: list[EvictionOrdered] = []
+    ordered_out: set[str] = set()
     served = 0
     for wl, admitted, _borrowed, _why, snap in admission_cycle(state, idx):
         if admitted or wl.spec.workload in waiting:
             continue
-        victims = _choose_victims(state, idx, snap, wl)
+        victims = _choose_victims(state, idx, snap, wl, ordered_out)
         if not victims:
             continue
         for victim, rule in victims:
@@ -43,6 +44,7 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
                 grace_ms=idx.grace_ms(victim.spec.priority_class), reason=rule,
             ))
+        ordered_out.update(v.spec.workload for v, _ in victims)
         _commit(snap, wl, [v for v, _ in victims])
         served += 1
         if served >= PREEMPTORS_PER_CYCLE_MAX:
@@ -50,7 +52,8 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
     return orders
 
 
-def _candidates(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState) -> list[tuple[WorkloadState, str]]:
+def _candidates(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
+                ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
     cq_name = wl.spec.cluster_queue
     cq = idx.cluster_queues.get(cq_name)
     if cq is None:
@@ -64,7 +67,7 @@ def _candidates(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSt
     found: list[tuple[tuple, WorkloadState, str]] = []
     for name in state.active:
         victim = state.workloads[name]
-        if victim.phase == "evicting" or victim.admission is None:
+        if victim.phase == "evicting" or victim.admission is None or name in ordered_out:
             continue
         vq = victim.spec.cluster_queue
         rule = ""
@@ -109,8 +112,9 @@ def _fits_without(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, victims
     return ok and place_gang(free, wl.spec.pod_sets) is not None
 
 
-def _choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState) -> list[tuple[WorkloadState, str]]:
-    candidates = _candidates(state, idx, snap, wl)
+def _choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
+                    ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
+    candidates = _candidates(state, idx, snap, wl, ordered_out)
     chosen: list[tuple[WorkloadState, str]] = []
     for candidate in candidates:
         chosen.append(candidate)
