@@ -220,6 +220,19 @@ def cmd_demo(args) -> int:
     return run_demo(console, time_scale=args.time_scale, out=args.out)
 
 
+def cmd_bench(args) -> int:
+    from gangway import bench
+    if args.what == "pipeline":
+        result = bench.bench_pipeline(jobs=args.jobs, rate=args.rate)
+    else:
+        result = bench.bench_replay(workloads=args.workloads)
+    bench.print_json(result)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(bench.to_json(result))
+    return 0
+
+
 def cmd_schemas(args) -> int:
     from gangway import schemas
     return schemas.main(write=args.write)
@@ -261,6 +274,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-scale", type=float, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.set_defaults(func=cmd_demo)
+    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline through the broker; replay)")
+    s.add_argument("what", choices=("pipeline", "replay"))
+    s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
+    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
+    s.add_argument("--workloads", type=int, default=20_000, help="replay: workloads in the generated log")
+    s.add_argument("--out", help="also write the figures as JSON to this file")
+    s.set_defaults(func=cmd_bench)
     s = sub.add_parser("schemas", help="check (or --write) the JSON Schemas and AsyncAPI document")
     s.add_argument("--write", action="store_true")
     s.set_defaults(func=cmd_schemas)

@@ -83,7 +83,9 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
     if e.workload in state.workloads:
         state.ignored += 1
         return
-    state.workloads[e.workload] = WorkloadState(spec=e, phase="pending", seq=env.offset, queued_ms=env.time_ms)
+    state.workloads[e.workload] = WorkloadState(
+        spec=e, phase="pending", seq=env.offset, queued_ms=env.time_ms, request=total_request(e.pod_sets),
+    )
     state.pending[e.workload] = None
 
 
@@ -115,7 +117,7 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
         return "no contract in force"
     if e.cluster_queue != wl.spec.cluster_queue:
         return f"workload belongs to {wl.spec.cluster_queue}"
-    if e.usage != total_request(wl.spec.pod_sets):
+    if e.usage != wl.request:
         return "usage differs from the workload's request"
     fits, borrowed, why = quota_fit(index_of(state.contract), state.usage, e.cluster_queue, e.usage)
     if not fits:

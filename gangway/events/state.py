@@ -31,6 +31,8 @@ class WorkloadState(msgspec.Struct):
     #: Offset at which the workload (re)entered its queue: the FIFO tie-break.
     seq: int
     queued_ms: int
+    #: The whole gang's request (sum over pod sets), computed once when queued.
+    request: dict[str, int] = {}
     #: Number of times it was evicted; binder reports name the attempt they are about.
     attempt: int = 0
     admission: WorkloadAdmitted | None = None

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from gangway.events.catalogue import WorkloadAdmitted
 from gangway.events.quantity import format_resource
-from gangway.events.resources import ContractIndex, add_into, index_of, quota_fit, total_request
+from gangway.events.resources import ContractIndex, add_into, index_of, quota_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.services.placement.policy import Free, free_capacity, place_gang
 
@@ -34,16 +34,22 @@ class Snapshot:
         self.idx = idx
         self.usage = {cq: dict(res) for cq, res in state.usage.items()}
         self.free: Free = free_capacity(state)
+        #: Shapes that did not fit, and why. Room only shrinks within a cycle, so an identical
+        #: gang in the same queue fails the same way; whoever gives room back clears this.
+        self.failed: dict[tuple, str] = {}
 
     def fits(self, wl: WorkloadState) -> tuple[bool, dict[str, int], str]:
         """Quota and a placement for the whole gang; on success both are taken in the snapshot."""
-        request = total_request(wl.spec.pod_sets)
-        ok, borrowed, why = quota_fit(self.idx, self.usage, wl.spec.cluster_queue, request)
+        key = shape_key(wl)
+        if key in self.failed:
+            return False, {}, self.failed[key]
+        ok, borrowed, why = quota_fit(self.idx, self.usage, wl.spec.cluster_queue, wl.request)
+        if ok and place_gang(self.free, wl.spec.pod_sets) is None:
+            ok, why = False, "no placement for the whole gang on free capacity"
         if not ok:
+            self.failed[key] = why
             return False, {}, why
-        if place_gang(self.free, wl.spec.pod_sets) is None:
-            return False, {}, "no placement for the whole gang on free capacity"
-        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), request)
+        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), wl.request)
         return True, borrowed, ""
 
     def reserve_admitted(self) -> None:
@@ -67,7 +73,12 @@ class Snapshot:
             per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
             for a in assignments:
                 add_into(self.free[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
-        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), total_request(wl.spec.pod_sets))
+        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), wl.request)
+
+
+def shape_key(wl: WorkloadState) -> tuple:
+    """What decides whether a gang fits: its queue and the shape of its pod sets."""
+    return (wl.spec.cluster_queue, tuple((ps.count, tuple(sorted(ps.resources.items()))) for ps in wl.spec.pod_sets))
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:
@@ -120,7 +131,7 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Workload
 
 
 def _needs_borrowing(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> bool:
-    ok, borrowed, _ = quota_fit(idx, snap.usage, wl.spec.cluster_queue, total_request(wl.spec.pod_sets))
+    ok, borrowed, _ = quota_fit(idx, snap.usage, wl.spec.cluster_queue, wl.request)
     return ok and bool(borrowed)
 
 
@@ -153,7 +164,7 @@ def decide_admission(state: State) -> list[WorkloadAdmitted]:
             continue
         decisions.append(WorkloadAdmitted(
             workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
-            usage=total_request(wl.spec.pod_sets), borrowed=borrowed, based_on=state.offset,
+            usage=wl.request, borrowed=borrowed, based_on=state.offset,
             reason=_reason(wl, borrowed),
         ))
         if len(decisions) >= ADMISSIONS_PER_CYCLE_MAX:

@@ -16,9 +16,9 @@ A preemptor whose victims are still exiting is not given new ones.
 from __future__ import annotations
 
 from gangway.events.catalogue import EvictionOrdered
-from gangway.events.resources import ContractIndex, add_into, index_of, is_borrowing, quota_fit, total_request
+from gangway.events.resources import ContractIndex, add_into, index_of, is_borrowing, quota_fit
 from gangway.events.state import State, WorkloadState
-from gangway.services.admission.policy import Snapshot, admission_cycle, release_nodes, victims_in_flight
+from gangway.services.admission.policy import Snapshot, admission_cycle, release_nodes, shape_key, victims_in_flight
 from gangway.services.placement.policy import place_gang
 
 #: At most this many preemptors are served per cycle.
@@ -32,13 +32,21 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
     waiting = victims_in_flight(state)
     orders: list[EvictionOrdered] = []
     ordered_out: set[str] = set()
+    hopeless: set[tuple] = set()
     served = 0
     for wl, admitted, _borrowed, _why, snap in admission_cycle(state, idx):
         if admitted or wl.spec.workload in waiting:
             continue
+        key = _preemptor_key(idx, wl)
+        if key in hopeless:
+            continue
         victims = _choose_victims(state, idx, snap, wl, ordered_out)
         if not victims:
+            # Nothing changes in the snapshot until a preemption succeeds: an identical
+            # preemptor (same queue, shape, priority and age) would find no victims either.
+            hopeless.add(key)
             continue
+        hopeless.clear()
         for victim, rule in victims:
             orders.append(EvictionOrdered(
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
@@ -52,13 +60,20 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
     return orders
 
 
+def _preemptor_key(idx: ContractIndex, wl: WorkloadState) -> tuple:
+    """Preemptors with equal keys find the same victims (age matters only under LowerOrNewerEqualPriority)."""
+    cq = idx.cluster_queues.get(wl.spec.cluster_queue)
+    newer = cq is not None and cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
+    return (shape_key(wl), wl.spec.priority, wl.queued_ms if newer else None)
+
+
 def _candidates(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
                 ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
     cq_name = wl.spec.cluster_queue
     cq = idx.cluster_queues.get(cq_name)
     if cq is None:
         return []
-    request = total_request(wl.spec.pod_sets)
+    request = wl.request
     own_usage = snap.usage.get(cq_name, {})
     within_nominal = all(
         own_usage.get(r, 0) + v <= (idx.quotas[cq_name][r].nominal if r in idx.quotas[cq_name] else -1)
@@ -108,7 +123,7 @@ def _fits_without(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, victims
     for victim in victims:
         add_into(usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
         release_nodes(free, victim)
-    ok, _, _ = quota_fit(idx, usage, wl.spec.cluster_queue, total_request(wl.spec.pod_sets))
+    ok, _, _ = quota_fit(idx, usage, wl.spec.cluster_queue, wl.request)
     return ok and place_gang(free, wl.spec.pod_sets) is not None
 
 
@@ -134,4 +149,5 @@ def _commit(snap: Snapshot, wl: WorkloadState, victims: list[WorkloadState]) -> 
     for victim in victims:
         add_into(snap.usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
         release_nodes(snap.free, victim)
+    snap.failed.clear()
     snap.fits(wl)

@@ -175,7 +175,10 @@ class LogService:
                 wait_s = FETCH_WAIT_S
                 continue
             if await consumer.position(kafka.LOG_PARTITION) < high:
-                wait_s = 0.0
+                # More to fetch. Ask again at once only if this fetch gave records: an await that
+                # completes without suspending never lets aiokafka's fetcher task run, so
+                # polling with a zero timeout and nothing buffered would spin forever.
+                wait_s = 0.0 if records else FETCH_WAIT_S
                 continue
             if not self.caught_up:
                 self.caught_up = True

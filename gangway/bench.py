@@ -1,0 +1,176 @@
+"""Benchmarks that print figures: the pipeline through the real broker, and the auditor's speed.
+
+They are commands (`gangway bench pipeline`, `gangway bench replay`), never timed unit tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from gangway import stack
+from gangway.events import catalogue as ev
+from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
+
+GPU_MILLI = 1000
+
+
+def bench_contract(gpus: int) -> Contract:
+    quota = {"nvidia.com/gpu": Quota(nominal=gpus * GPU_MILLI), "cpu": Quota(nominal=gpus * 8 * GPU_MILLI)}
+    return Contract(
+        cluster_queues=[ClusterQueue(name="bench", flavors=[FlavorQuotas(flavor="default", resources=quota)])],
+        local_queues=[LocalQueue(namespace="bench", name="default", cluster_queue="bench")],
+    )
+
+
+def cluster_yaml(nodes: int) -> str:
+    items = [{
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i:04d}", "labels": {}},
+        "status": {"allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8", "pods": "110"}},
+    } for i in range(nodes)]
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def job(i: int, runtime_s: float) -> ev.JobSubmitted:
+    return ev.JobSubmitted(
+        job_id=f"job-{i:06d}", namespace="bench", queue="default", runtime_seconds=runtime_s,
+        pod_sets=[ev.PodSetRequest(name="main", count=1, resources={"nvidia.com/gpu": 1, "cpu": "4"})],
+    )
+
+
+async def _publish(bootstrap: str, jobs: list[ev.JobSubmitted], rate_per_s: float | None) -> dict[str, int]:
+    """Publish jobs (at ``rate_per_s`` or all at once); returns job id → wall ms when sent."""
+    from gangway.adapters import kafka
+    from gangway.events import topics
+    from gangway.services.submission.manifests import to_cloudevent_record
+    prod = kafka.producer(bootstrap)
+    await prod.start()
+    sent: dict[str, int] = {}
+    started = time.monotonic()
+    try:
+        futures = []
+        for i, j in enumerate(jobs):
+            if rate_per_s:
+                delay = started + i / rate_per_s - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            now = int(time.time() * 1000)
+            key, value, headers = to_cloudevent_record(j, "gangway/bench", now)
+            sent[f"{j.namespace}/{j.job_id}"] = now
+            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
+        await asyncio.gather(*futures)
+    finally:
+        await prod.stop()
+    return sent
+
+
+async def _wait_running(bootstrap: str, expected: set[str], deadline_s: float) -> dict[str, int]:
+    """Cluster time at which each expected workload was first reported running."""
+    from gangway.adapters import kafka
+    running: dict[str, int] = {}
+    start = 0
+    deadline = time.monotonic() + deadline_s
+    while len(running) < len(expected):
+        async for env in kafka.read_log(bootstrap, start=start, idle_ms=100):
+            start = env.offset + 1
+            if isinstance(env.data, ev.WorkloadRunning) and env.data.workload in expected:
+                running.setdefault(env.data.workload, env.time_ms)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(running)} of {len(expected)} workloads ran in {deadline_s} s")
+    return running
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _phase(bootstrap: str, jobs: list[ev.JobSubmitted], rate: float | None) -> dict[str, float]:
+    sent = asyncio.run(_publish(bootstrap, jobs, rate))
+    running = asyncio.run(_wait_running(bootstrap, set(sent), 300))
+    ids = list(sent)
+    latencies = [running[w] - sent[w] for w in ids]
+    span_s = (max(running[w] for w in ids) - min(sent[w] for w in ids)) / 1000
+    return {"jobs": len(ids), "p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99),
+            "max_ms": max(latencies), "mean_ms": statistics.fmean(latencies), "workloads_per_s": len(ids) / span_s}
+
+
+def bench_pipeline(jobs: int = 1000, rate: float = 100.0) -> dict:
+    """JobSubmitted → WorkloadRunning through the real broker and the six services (time scale 1)."""
+    gpus = 2 * jobs
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["GANGWAY_STATE_DIR"] = tmp
+        cluster = Path(tmp) / "cluster.yaml"
+        cluster.write_text(cluster_yaml(gpus // 8))
+        with stack.Stack(cluster_file=str(cluster), time_scale=1.0) as running:
+            asyncio.run(stack.publish_config(running.bootstrap, bench_contract(gpus), "bench", running.clock.now_ms()))
+            paced = _phase(running.bootstrap, [job(i, 3600) for i in range(jobs)], rate)
+            burst = _phase(running.bootstrap, [job(jobs + i, 3600) for i in range(jobs)], None)
+            from gangway.cli import _fold_log
+            state, envs = asyncio.run(_fold_log(running.bootstrap))
+    replay = _replay_speed(envs)
+    return {"paced": paced, "burst": burst, "rate_per_s": rate, "log_events": len(envs),
+            "superseded": state.superseded, "replay": replay}
+
+
+def _replay_speed(envs: list[ev.Envelope]) -> dict:
+    from gangway.services.audit.replay import verify
+    started = time.perf_counter()
+    report = verify(envs)
+    elapsed = time.perf_counter() - started
+    return {"events": report.events, "decisions": report.decisions, "verified": report.verified,
+            "seconds": elapsed, "events_per_s": report.events / elapsed if elapsed else 0.0}
+
+
+def simulated_log(workloads: int, seed: int = 42) -> list[ev.Envelope]:
+    """A realistic log from the in-memory pipeline: 3 teams in a cohort, mixed gangs, preemption."""
+    from gangway.events.catalogue import NodeObserved, PodSet, WorkloadQueued
+    from gangway.events.contract import Preemption
+    from gangway.sim import Simulation
+    rng = random.Random(seed)
+    teams = {"serving": (1000, 128), "research": (100, 96), "batch": (10, 32)}
+    sim = Simulation()
+    sim.configure(Contract(
+        cluster_queues=[ClusterQueue(
+            name=t, cohort="org", preemption=Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any"),
+            flavors=[FlavorQuotas(flavor="default", resources={"nvidia.com/gpu": Quota(nominal=n * GPU_MILLI)})],
+        ) for t, (_, n) in teams.items()],
+        local_queues=[LocalQueue(namespace=t, name="default", cluster_queue=t) for t in teams],
+    ))
+    sim.add_nodes([NodeObserved(node=f"n{i:03d}", allocatable={"nvidia.com/gpu": 8 * GPU_MILLI}) for i in range(32)])
+    for i in range(workloads):
+        team = rng.choice(list(teams))
+        pods, gpus = rng.choice([(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8)])
+        sim.submit(WorkloadQueued(
+            workload=f"{team}/w{i}", namespace=team, queue="default", cluster_queue=team, priority_class=None,
+            priority=teams[team][0], kind="Job", runtime_ms=rng.randint(60, 3600) * 1000,
+            pod_sets=[PodSet(name="main", count=pods, resources={"nvidia.com/gpu": gpus * GPU_MILLI})],
+        ))
+        sim.run(until_ms=sim.now_ms + rng.randint(0, 120_000))
+    sim.run()
+    return sim.log
+
+
+def bench_replay(workloads: int = 20_000) -> dict:
+    started = time.perf_counter()
+    envs = simulated_log(workloads)
+    generated = time.perf_counter() - started
+    result = _replay_speed(envs)
+    result["generate_seconds"] = generated
+    return result
+
+
+def to_json(result: dict) -> str:
+    return msgspec.json.format(msgspec.json.encode(result), indent=2).decode() + "\n"
+
+
+def print_json(result: dict) -> None:
+    print(to_json(result), end="")

@@ -1,0 +1,398 @@
+"""Integration fixtures: the REAL embedded broker and the six REAL services as OS processes.
+
+One stack is shared by the whole session (``gangway`` fixture): it is started with the demo's
+8 × 8-GPU cluster at ``TIME_SCALE`` cluster seconds per wall second, the demo contract is published,
+and the fixture yields once the binder's 8 nodes are on the log. Tests share it with unique job
+names and wait for their own jobs to finish, so they do not interfere.
+
+Every wait has a deadline and fails with the log lines that matter (``Harness.wait_until``);
+teardown asserts that no process of the stack survives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from gangway import stack as stack_mod
+from gangway.adapters import kafka
+from gangway.contract.kueue import load_contract
+from gangway.demo import demo_file
+from gangway.events import codec, topics
+from gangway.events import catalogue as ev
+from gangway.events.fold import apply
+from gangway.events.state import State
+from gangway.reports import log_line
+
+#: Cluster seconds per wall second: a 60 s job runs for 0.1 s of wall time.
+TIME_SCALE = 600.0
+NODES = 8
+CLUSTER_FILE = demo_file("cluster.yaml")
+CONTRACT_FILE = demo_file("contract.yaml")
+STARTUP_TIMEOUT_S = 60.0
+PG_ADMIN_URL = os.environ.get("GANGWAY_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+VENV_BIN = Path(sys.executable).parent
+#: librdkafka settings shared by the outside client's producer and consumers.
+_RDKAFKA_QUIET = {"log.connection.close": False, "log_level": 3}
+
+
+def uid() -> str:
+    """A short random suffix for job names (DNS-1123 safe)."""
+    return secrets.token_hex(3)
+
+
+def make_job(job_id: str, namespace: str = "research", gpus: int = 1, count: int = 1, runtime_s: float = 60.0,
+        **extra) -> dict:
+    """A JobSubmitted as the plain JSON object a producer writes."""
+    doc = {
+        "job_id": job_id,
+        "namespace": namespace,
+        "queue": "default",
+        "pod_sets": [{"name": "main", "count": count,
+                      "resources": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": gpus}}],
+        "runtime_seconds": runtime_s,
+    }
+    doc.update(extra)
+    return doc
+
+
+@dataclass
+class Record:
+    """One Kafka record as the outside client read it."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+class Harness:
+    """The running stack and what tests do with it: produce, read the log, wait."""
+
+    def __init__(self, running: stack_mod.Stack, state_dir: Path):
+        self.stack = running
+        self.bootstrap = running.bootstrap
+        self.state_dir = state_dir
+        self.envs: list[ev.Envelope] = []
+        self.state = State()
+        #: Every service pid this harness has seen (restarts included), for the orphan check.
+        self.pids_seen: set[int] = set()
+        self._producer: Producer | None = None
+        self._rejections: Consumer | None = None
+        self.rejected: list[tuple[Record, ev.Envelope]] = []
+        self._note_children()
+
+    uid = staticmethod(uid)
+    job = staticmethod(make_job)
+
+    @staticmethod
+    def pid_alive(pid: int) -> bool:
+        return pid_alive(pid)
+
+    def service_process(self, name: str, state_dir: Path, env: dict[str, str]) -> "ServiceProcess":
+        """One more ``gangway service NAME`` process on this stack's broker (not supervised by it)."""
+        return ServiceProcess(name, self.bootstrap, state_dir, env)
+
+    # --- the log ---------------------------------------------------------------------------
+
+    def log(self) -> list[ev.Envelope]:
+        """The whole log so far, read with gangway's own reader (incrementally), and folded."""
+        start = self.envs[-1].offset + 1 if self.envs else 0
+
+        async def read() -> list[ev.Envelope]:
+            return [env async for env in kafka.read_log(self.bootstrap, start=start, idle_ms=100)]
+
+        for env in asyncio.run(read()):
+            assert env.offset == (self.envs[-1].offset + 1 if self.envs else 0), f"log offset gap before {env.offset}"
+            self.envs.append(env)
+            apply(self.state, env)
+        return self.envs
+
+    def about(self, workloads: Iterable[str]) -> list[ev.Envelope]:
+        wanted = set(workloads)
+        return [env for env in self.envs if env.subject() in wanted]
+
+    def lines(self, envs: Iterable[ev.Envelope]) -> str:
+        t0 = self.envs[0].time_ms if self.envs else 0
+        return "\n".join(log_line(env, t0) for env in envs)
+
+    # --- waiting ---------------------------------------------------------------------------
+
+    def wait_until(self, what: str, done: Callable[[State, list[ev.Envelope]], object], timeout_s: float,
+                   about: Iterable[str] = (), tick: Callable[[], None] | None = None, poll_s: float = 0.1):
+        """Poll the log until ``done(state, envs)`` is truthy (returned); fail at the deadline."""
+        about = list(about)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if tick is not None:
+                tick()
+            else:
+                self.assert_services_alive()
+            self._note_children()
+            self.log()
+            result = done(self.state, self.envs)
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{self.diagnosis(about)}")
+            time.sleep(poll_s)  # polling interval of a deadline-bounded wait
+
+    def wait_finished(self, workloads: Iterable[str], timeout_s: float = 30.0, tick=None) -> State:
+        names = sorted(workloads)
+
+        def finished(state: State, _envs) -> bool:
+            return all(name in state.workloads and state.workloads[name].phase == "finished" for name in names)
+
+        self.wait_until(f"{', '.join(names)} to finish", finished, timeout_s, about=names, tick=tick)
+        return self.state
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Until no workload is pending or holds quota (earlier tests' jobs are done)."""
+        self.wait_until("the cluster to be idle", lambda s, _e: not s.pending and not s.active, timeout_s)
+
+    def diagnosis(self, about: list[str] = ()) -> str:
+        envs = self.about(about) if about else self.envs[-40:]
+        parts = [f"--- log lines{' about ' + ', '.join(about) if about else ' (last 40)'} ---", self.lines(envs)]
+        pending = ", ".join(f"{n} ({self.state.workloads[n].superseded or 'waiting'})" for n in self.state.pending)
+        parts.append(f"--- pending: {pending or 'none'}; active: {', '.join(self.state.active) or 'none'}")
+        for name in stack_mod.SERVICES:
+            parts.append(f"--- {name}.log (tail) ---\n{self.service_log(name, 8)}")
+        return "\n".join(parts)
+
+    def service_log(self, name: str, lines: int = 20) -> str:
+        path = self.state_dir / "logs" / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    # --- the services as processes ---------------------------------------------------------
+
+    def _note_children(self) -> None:
+        self.pids_seen.update(proc.pid for proc in self.stack.children.values())
+
+    def assert_services_alive(self) -> None:
+        for name, proc in self.stack.children.items():
+            code = proc.poll()
+            if code is not None:
+                pytest.fail(f"service {name} (pid {proc.pid}) exited with {code}\n{self.service_log(name, 40)}")
+
+    def supervise(self) -> None:
+        self.stack.supervise_once()
+        self._note_children()
+
+    # --- the outside client (confluent-kafka / librdkafka) -----------------------------------
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
+                                       "enable.idempotence": False, "message.max.bytes": 4_000_000,
+                                       "linger.ms": 2, **_RDKAFKA_QUIET})
+        return self._producer
+
+    def produce(self, records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]],
+                topic: str = topics.SUBMISSIONS) -> list[int]:
+        """Produce (key, value, headers) records in order; return their offsets once acknowledged."""
+        results: list = []
+
+        def delivered(err, msg) -> None:
+            results.append((err, msg.offset() if err is None else None))
+
+        count = 0
+        for key, value, headers in records:
+            self.producer.produce(topic, value=value, key=key, headers=headers, partition=0, on_delivery=delivered)
+            count += 1
+        left = self.producer.flush(15)
+        assert left == 0, f"{left} record(s) not delivered to {topic} within 15 s"
+        errors = [err for err, _ in results if err is not None]
+        assert not errors and len(results) == count, f"delivery failed: {errors}"
+        return [offset for _, offset in results]
+
+    def produce_jobs(self, docs: Iterable[dict]) -> list[int]:
+        """Jobs as plain JSON (the simplest producer), keyed by job id."""
+        return self.produce((d["job_id"].encode(), msgspec.json.encode(d), None) for d in docs)
+
+    def rejections(self) -> list[tuple[Record, ev.Envelope]]:
+        """Every JobRejected on ``gangway.rejections`` so far, read with confluent-kafka."""
+        if self._rejections is None:
+            self._rejections = Consumer({
+                "bootstrap.servers": self.bootstrap, "group.id": f"it-rejections-{uid()}",
+                "enable.auto.commit": False, "max.partition.fetch.bytes": 16_000_000,
+                "fetch.max.bytes": 32_000_000, "receive.message.max.bytes": 40_000_000, **_RDKAFKA_QUIET,
+            })
+            self._rejections.assign([TopicPartition(topics.REJECTIONS, 0, OFFSET_BEGINNING)])
+        while True:
+            msgs = self._rejections.consume(num_messages=1000, timeout=0.2)
+            if not msgs:
+                return self.rejected
+            for msg in msgs:
+                assert msg.error() is None, f"reading {topics.REJECTIONS}: {msg.error()}"
+                rec = Record(msg.offset(), msg.key(), msg.value(), list(msg.headers() or []))
+                self.rejected.append((rec, codec.from_record(rec.value, rec.headers, rec.offset)))
+
+    def wait_rejections(self, keys: Iterable[bytes], timeout_s: float = 20.0) -> dict[bytes, list[ev.JobRejected]]:
+        """Until each original key has a JobRejected; returns them all, by original key."""
+        keys = list(keys)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.assert_services_alive()
+            by_key: dict[bytes, list[ev.JobRejected]] = {}
+            for _rec, env in self.rejections():
+                by_key.setdefault(env.data.original_key, []).append(env.data)
+            missing = [k for k in keys if k not in by_key]
+            if not missing:
+                return by_key
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout_s} s waiting for rejections of {missing}; "
+                            f"rejected so far: {[(d.original_key, d.reason) for _r, e in self.rejected for d in [e.data]]}"
+                            f"\n{self.diagnosis()}")
+            time.sleep(0.1)  # polling interval of a deadline-bounded wait
+
+    # --- the gangway CLI as a subprocess -----------------------------------------------------
+
+    def cli(self, *args: str, timeout_s: float = 60.0, state_dir: Path | None = None) -> subprocess.CompletedProcess:
+        env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, COLUMNS="1000", NO_COLOR="1",
+                   GANGWAY_STATE_DIR=str(state_dir or self.state_dir / "cli"))
+        return subprocess.run([str(VENV_BIN / "gangway"), *args], env=env, capture_output=True, text=True,
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(5)
+            self._producer = None
+        if self._rejections is not None:
+            self._rejections.close()
+            self._rejections = None
+
+
+def processes_with_env(name: str, value: str) -> list[tuple[int, str]]:
+    """Live processes (not zombies) whose environment holds ``name=value``: (pid, command line)."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(entry.name), cmd))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not reaped, counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.fixture(scope="session")
+def gw(tmp_path_factory):
+    """The stack, running the demo cluster and contract; yields a Harness (``gw.bootstrap``)."""
+    state_dir = tmp_path_factory.mktemp("gangway-state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GANGWAY_STATE_DIR", str(state_dir))
+        for name in ("GANGWAY_KAFKA", "GANGWAY_DB", "GANGWAY_CLOCK"):
+            mp.delenv(name, raising=False)
+        running = stack_mod.Stack(cluster_file=CLUSTER_FILE, time_scale=TIME_SCALE)
+        harness = None
+        try:
+            running.start()
+            harness = Harness(running, state_dir)
+            contract = load_contract(Path(CONTRACT_FILE).read_text(), CONTRACT_FILE)
+            asyncio.run(stack_mod.publish_config(running.bootstrap, contract, "gangway/demo/contract.yaml",
+                                                 running.clock.now_ms()))
+            harness.wait_until(f"the binder's {NODES} nodes and the contract on the log",
+                               lambda s, _e: len(s.nodes) == NODES and s.contract is not None, STARTUP_TIMEOUT_S)
+            yield harness
+        finally:
+            broker_pid = running.broker.proc.pid if running.broker and running.broker.proc else None
+            pids = set(harness.pids_seen) if harness else set()
+            pids.update(proc.pid for proc in running.children.values())
+            if harness is not None:
+                harness.close()
+            running.stop()
+    alive = [pid for pid in sorted(pids | ({broker_pid} if broker_pid else set())) if pid_alive(pid)]
+    assert not alive, f"processes of the stack outlived it: {alive}"
+    orphans = processes_with_env("GANGWAY_STATE_DIR", str(state_dir))
+    assert not orphans, f"orphan processes of the stack: {orphans}"
+    assert not (state_dir / "bootstrap").exists(), "stop() left the bootstrap file behind"
+
+
+@pytest.fixture(scope="session")
+def bootstrap(gw) -> str:
+    """The bootstrap address of the running stack's embedded broker."""
+    return gw.bootstrap
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    """A fresh PostgreSQL database ``gangway_it_<random>``, dropped afterwards."""
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"gangway_it_{secrets.token_hex(6)}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL unreachable at {PG_ADMIN_URL}: {exc.orig}")
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+class ServiceProcess:
+    """One extra gangway service as an OS process (``gangway service NAME``), outside the stack."""
+
+    def __init__(self, name: str, bootstrap: str, state_dir: Path, env: dict[str, str]):
+        self.name, self.bootstrap, self.state_dir, self.extra = name, bootstrap, state_dir, env
+        self.proc: subprocess.Popen | None = None
+        self.log_path = state_dir / f"{name}.log"
+
+    def start(self) -> "ServiceProcess":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, GANGWAY_STATE_DIR=str(self.state_dir),
+                   PYTHONUNBUFFERED="1", **self.extra)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "gangway", "service", self.name], env=env,
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:]) if self.log_path.exists() else ""
