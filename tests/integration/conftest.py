@@ -149,6 +149,10 @@ class Harness:
             if result:
                 return result
             if time.monotonic() > deadline:
+                if os.environ.get("GW_DEBUG_TASKS"):
+                    for proc in self.stack.children.values():
+                        proc.send_signal(signal.SIGUSR1)
+                    time.sleep(2)
                 pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{self.diagnosis(about)}")
             time.sleep(poll_s)  # polling interval of a deadline-bounded wait
 
