@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(BIN)/gangway demo
 
 test: $(STAMP)
+	$(BIN)/ruff check gangway tests
 	$(BIN)/python -m pytest -q
 
 schemas: $(STAMP)

@@ -145,7 +145,6 @@ def cmd_status(args) -> int:
 
 
 def cmd_log(args) -> int:
-    from gangway.events import codec
     from gangway.reports import log_line
     bootstrap = _kafka()
     if args.export:

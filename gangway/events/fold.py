@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
-from gangway.events.resources import add_into, index_of, pods_that_fit, quota_fit, total_request
+from gangway.events.resources import add_into, assignment_use, index_of, pods_that_fit, quota_fit, total_request
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState
 
 
@@ -48,11 +48,10 @@ def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:
 def _release_nodes(state: State, wl: WorkloadState) -> None:
     if wl.placement is None or wl.phase not in HOLDS_NODES:
         return
-    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
-    for a in wl.placement.assignments:
-        node = state.nodes.get(a.node)
+    for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
+        node = state.nodes.get(name)
         if node is not None:
-            add_into(node.free, {k: v * a.count for k, v in per_pod[a.pod_set].items()})
+            add_into(node.free, used)
 
 
 def _release_quota(state: State, wl: WorkloadState) -> None:
@@ -72,7 +71,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
-    wl.admitted_ms = wl.started_ms = wl.eviction_ms = None
+    wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = None
     state.pending[wl.spec.workload] = None
 
 
@@ -99,7 +98,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
         _supersede(state, wl, f"admission {env.id}: {why}")
         return
     wl.phase = "admitted"
-    wl.admission, wl.admission_id, wl.admitted_ms = e, env.id, env.time_ms
+    wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
     wl.superseded = None
     add_into(state.usage.setdefault(e.cluster_queue, {}), e.usage)
     del state.pending[e.workload]
@@ -113,6 +112,8 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
         return "unknown workload"
     if wl.phase != "pending":
         return f"workload is {wl.phase}, not pending"
+    if e.based_on < wl.seq:
+        return f"decided at offset {e.based_on}, before the workload (re)entered its queue at {wl.seq}"
     if state.contract is None:
         return "no contract in force"
     if e.cluster_queue != wl.spec.cluster_queue:
@@ -139,9 +140,8 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     wl.phase = "placed"
     wl.placement, wl.placement_id = e, env.id
     wl.superseded = None
-    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
-    for a in e.assignments:
-        add_into(state.nodes[a.node].free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+    for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
+        add_into(state.nodes[name].free, used, -1)
     state.decisions += 1
 
 
@@ -150,6 +150,8 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
         return "unknown workload"
     if wl.phase != "admitted":
         return f"workload is {wl.phase}, not admitted"
+    if e.based_on < wl.admitted_at:
+        return f"decided at offset {e.based_on}, before the admission in force (offset {wl.admitted_at})"
     per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
     placed = {name: 0 for name in per_pod}
     taken: dict[str, dict[str, int]] = {}
@@ -179,6 +181,9 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
         return
     if wl is None or wl.phase not in ("admitted", "placed", "bound", "running"):
         _supersede(state, wl, f"eviction {env.id}: workload is {wl.phase if wl else 'unknown'}")
+        return
+    if e.based_on < wl.admitted_at:
+        _supersede(state, wl, f"eviction {env.id}: decided before the admission in force (offset {wl.admitted_at})")
         return
     wl.eviction, wl.eviction_id, wl.eviction_ms = e, env.id, env.time_ms
     if wl.phase == "admitted":
@@ -230,10 +235,9 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
     for name in state.active:
         wl = state.workloads[name]
         if wl.phase in HOLDS_NODES and wl.placement is not None:
-            per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
-            for a in wl.placement.assignments:
-                if a.node == e.node:
-                    add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+            for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
+                if name == e.node:
+                    add_into(free, used, -1)
     state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free)
 
 

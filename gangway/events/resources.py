@@ -5,7 +5,7 @@ All functions are pure; dictionaries map resource names to integer milli units.
 
 from __future__ import annotations
 
-from gangway.events.catalogue import PodSet
+from gangway.events.catalogue import PodAssignment, PodSet
 from gangway.events.contract import ClusterQueue, Contract, Quota
 
 GPU = "nvidia.com/gpu"
@@ -19,6 +19,12 @@ def total_request(pod_sets: list[PodSet]) -> Resources:
         for name, amount in ps.resources.items():
             total[name] = total.get(name, 0) + amount * ps.count
     return total
+
+
+def assignment_use(pod_sets: list[PodSet], assignments: list[PodAssignment]) -> list[tuple[str, Resources]]:
+    """(node, resources) that each assignment of a placement takes on its node."""
+    per_pod = {ps.name: ps.resources for ps in pod_sets}
+    return [(a.node, {k: v * a.count for k, v in per_pod[a.pod_set].items()}) for a in assignments]
 
 
 def add_into(target: Resources, delta: Resources, sign: int = 1) -> None:
@@ -86,9 +92,11 @@ def quota_fit(
 ) -> tuple[bool, Resources, str]:
     """Would ``request`` fit ``cq_name``'s quota given current ``usage``?
 
-    Returns (fits, borrowed, reason). Within nominal quota always fits; above it, a queue in a
-    cohort borrows what other members leave unused (up to their lending limits), never more than
-    its own borrowing limit. ``borrowed`` is how much of this request sits above nominal.
+    Returns (fits, borrowed, reason). Without a cohort a queue has its nominal quota and nothing
+    more. In a cohort, the members' lendable quota (nominal, or the lending limit) is one pool:
+    a queue may use more than its nominal (borrow) up to its borrowing limit while the pool has
+    room — and even within its nominal it can be short while others borrow what it lent, until
+    preemption reclaims it. ``borrowed`` is how much of this request sits above nominal.
     """
     cq: ClusterQueue | None = idx.cluster_queues.get(cq_name)
     if cq is None:
@@ -104,28 +112,39 @@ def quota_fit(
             return False, {}, f"ClusterQueue {cq_name} has no quota for {resource}"
         used = own.get(resource, 0)
         after = used + amount
-        if after <= quota.nominal:
-            continue
         if cq.cohort is None:
-            return False, {}, f"{resource}: {after} over nominal quota {quota.nominal} of {cq_name}"
+            if after > quota.nominal:
+                return False, {}, f"{resource}: {after} over nominal quota {quota.nominal} of {cq_name}"
+            continue
         if quota.borrowing_limit is not None and after > quota.nominal + quota.borrowing_limit:
             return False, {}, (
                 f"{resource}: {after} over nominal {quota.nominal} + borrowing limit "
                 f"{quota.borrowing_limit} of {cq_name}"
             )
-        pool = pool_used = 0
-        for member in idx.cohort_members[cq.cohort]:
-            q = idx.quotas[member].get(resource)
-            if q is None:
-                continue
-            guaranteed = q.nominal - _lendable(q)
-            pool += _lendable(q)
-            member_used = after if member == cq_name else usage.get(member, {}).get(resource, 0)
-            pool_used += max(0, member_used - guaranteed)
+        pool, pool_used = _cohort_pool(idx, usage, cq.cohort, cq_name, resource, after)
         if pool_used > pool:
-            return False, {}, f"{resource}: cohort {cq.cohort} has {pool - (pool_used - amount)} left to lend, needs {amount}"
+            if after <= quota.nominal:
+                return False, {}, (f"{resource}: within the nominal quota of {cq_name}, but cohort {cq.cohort} "
+                                   f"lent it to queues that borrow (to be reclaimed)")
+            left = pool - _cohort_pool(idx, usage, cq.cohort, cq_name, resource, used)[1]
+            return False, {}, f"{resource}: cohort {cq.cohort} has {max(0, left)} left to lend, {cq_name} needs {amount}"
         borrowed[resource] = max(0, after - quota.nominal) - max(0, used - quota.nominal)
     return True, {k: v for k, v in borrowed.items() if v}, ""
+
+
+def _cohort_pool(idx: ContractIndex, usage: dict[str, Resources], cohort: str, cq_name: str,
+                 resource: str, after: int) -> tuple[int, int]:
+    """(lendable pool, pool in use) of one resource in a cohort, with ``cq_name`` using ``after``."""
+    pool = pool_used = 0
+    for member in idx.cohort_members[cohort]:
+        q = idx.quotas[member].get(resource)
+        if q is None:
+            continue
+        guaranteed = q.nominal - _lendable(q)
+        pool += _lendable(q)
+        member_used = after if member == cq_name else usage.get(member, {}).get(resource, 0)
+        pool_used += max(0, member_used - guaranteed)
+    return pool, pool_used
 
 
 def is_borrowing(idx: ContractIndex, usage: dict[str, Resources], cq_name: str) -> bool:

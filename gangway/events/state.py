@@ -38,6 +38,8 @@ class WorkloadState(msgspec.Struct):
     admission: WorkloadAdmitted | None = None
     admission_id: str | None = None
     admitted_ms: int | None = None
+    #: Offset of the admission in force: placements and evictions decided before it are stale.
+    admitted_at: int | None = None
     placement: PlacementDecided | None = None
     placement_id: str | None = None
     started_ms: int | None = None

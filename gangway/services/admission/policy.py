@@ -19,8 +19,10 @@ from collections.abc import Iterator
 from gangway.events.catalogue import WorkloadAdmitted
 from gangway.events.quantity import format_resource
 from gangway.events.resources import ContractIndex, add_into, index_of, quota_fit
-from gangway.events.state import HOLDS_NODES, State, WorkloadState
-from gangway.services.placement.policy import Free, free_capacity, place_gang
+from gangway.events.state import State, WorkloadState
+from gangway.services.placement.policy import (
+    Free, free_capacity, place_gang, reserve_room, victims_in_flight,
+)
 
 #: At most this many admissions per cycle.
 ADMISSIONS_PER_CYCLE_MAX = 1000
@@ -62,33 +64,18 @@ class Snapshot:
     def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState]) -> None:
         """Hold the room a preemptor waits for, as if its victims were gone already.
 
-        Capacity can go negative on the victims' nodes: that blocks others from the room until
-        the victims really exit and the preemptor is admitted.
+        Their quota moves to the preemptor now. Node capacity can go negative on the victims'
+        nodes: that keeps others out of the room until the victims really exit.
         """
-        trial = {n: dict(f) for n, f in self.free.items()}
         for victim in victims:
-            release_nodes(trial, victim)
-        assignments = place_gang(trial, wl.spec.pod_sets)
-        if assignments is not None:
-            per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
-            for a in assignments:
-                add_into(self.free[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+            add_into(self.usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
+        reserve_room(self.free, wl, victims)
         add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), wl.request)
 
 
 def shape_key(wl: WorkloadState) -> tuple:
     """What decides whether a gang fits: its queue and the shape of its pod sets."""
     return (wl.spec.cluster_queue, tuple((ps.count, tuple(sorted(ps.resources.items()))) for ps in wl.spec.pod_sets))
-
-
-def release_nodes(free: Free, wl: WorkloadState) -> None:
-    """Give a workload's node resources back in ``free``."""
-    if wl.placement is None or wl.phase not in HOLDS_NODES:
-        return
-    per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
-    for a in wl.placement.assignments:
-        if a.node in free:
-            add_into(free[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()})
 
 
 def queue_order(state: State) -> list[WorkloadState]:
@@ -98,35 +85,38 @@ def queue_order(state: State) -> list[WorkloadState]:
     return pending
 
 
-def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
-    """Preemptor → its victims that were ordered out and have not exited yet."""
-    waiting: dict[str, list[WorkloadState]] = {}
-    for name in state.active:
-        wl = state.workloads[name]
-        if wl.phase == "evicting" and wl.eviction is not None:
-            waiting.setdefault(wl.eviction.preemptor, []).append(wl)
-    return waiting
-
-
 def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[WorkloadState, bool, dict[str, int], str, Snapshot]]:
     """Walk the queue as admission does: yields (workload, admitted?, borrowed, why-not, snapshot).
 
-    As in Kueue, workloads that fit their queue's nominal quota go before those that would have
-    to borrow: a team reclaiming its guarantee is never beaten to the room by a borrower, even one
-    of higher priority (which would otherwise be preempted again at once — a preemption cycle).
+    1. preemptors whose victims are leaving first: they already won their room;
+    2. then, as in Kueue, the queues whose next workload fits their nominal quota, before any
+       workload that would borrow — a team reclaiming its guarantee is never beaten to the room
+       by a borrower, even one of higher priority (which would be preempted again at once: a
+       preemption cycle). A queue whose next workload would borrow keeps its order: everything
+       after it in that queue waits for the second pass too;
+    3. then the rest, in queue order.
     Preemption walks the same cycle, so it never evicts for a workload admission would admit.
     """
     snap = Snapshot(state, idx)
     snap.reserve_admitted()
     waiting = victims_in_flight(state)
     blocked: set[str] = set()
-    borrowers: list[WorkloadState] = []
-    for wl in queue_order(state):
-        if _needs_borrowing(snap, idx, wl):
-            borrowers.append(wl)
+    order = queue_order(state)
+    for wl in order:
+        if wl.spec.workload in waiting:
+            yield _try(snap, idx, wl, waiting, blocked)
+    later: list[WorkloadState] = []
+    borrowing_queues: set[str] = set()
+    for wl in order:
+        if wl.spec.workload in waiting:
+            continue
+        cq = wl.spec.cluster_queue
+        if cq in borrowing_queues or _needs_borrowing(snap, idx, wl):
+            borrowing_queues.add(cq)
+            later.append(wl)
             continue
         yield _try(snap, idx, wl, waiting, blocked)
-    for wl in borrowers:
+    for wl in later:
         yield _try(snap, idx, wl, waiting, blocked)
 
 

@@ -8,8 +8,8 @@ are touched and whole nodes stay whole for big gangs. Ties break by node name: d
 from __future__ import annotations
 
 from gangway.events.catalogue import PlacementDecided, PodAssignment, PodSet
-from gangway.events.resources import GPU, add_into, pods_that_fit
-from gangway.events.state import State
+from gangway.events.resources import GPU, add_into, assignment_use, pods_that_fit
+from gangway.events.state import HOLDS_NODES, State, WorkloadState
 
 Free = dict[str, dict[str, int]]
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -51,9 +51,49 @@ def place_gang(free: Free, pod_sets: list[PodSet]) -> list[PodAssignment] | None
     return assignments
 
 
+def release_nodes(free: Free, wl: WorkloadState) -> None:
+    """Give a workload's node resources back in ``free``."""
+    if wl.placement is None or wl.phase not in HOLDS_NODES:
+        return
+    for node, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
+        if node in free:
+            add_into(free[node], used)
+
+
+def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
+    """Preemptor → its victims that were ordered out and have not exited yet."""
+    waiting: dict[str, list[WorkloadState]] = {}
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase == "evicting" and wl.eviction is not None:
+            waiting.setdefault(wl.eviction.preemptor, []).append(wl)
+    return waiting
+
+
+def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) -> None:
+    """Take from ``free`` the room a preemptor will have once its victims are gone.
+
+    Capacity goes negative on the victims' nodes until they exit: nobody else is put there.
+    """
+    trial = {n: dict(f) for n, f in free.items()}
+    for victim in victims:
+        release_nodes(trial, victim)
+    assignments = place_gang(trial, wl.spec.pod_sets)
+    if assignments is not None:
+        for node, used in assignment_use(wl.spec.pod_sets, assignments):
+            add_into(free[node], used, -1)
+
+
 def decide_placement(state: State) -> list[PlacementDecided]:
-    """Place admitted workloads in admission order; one that does not fit waits, whole."""
+    """Place admitted workloads in admission order; one that does not fit waits, whole.
+
+    The room a preemptor waits for (its victims are leaving) is kept for it, as admission does.
+    """
     free = free_capacity(state)
+    for preemptor, victims in sorted(victims_in_flight(state).items()):
+        wl = state.workloads.get(preemptor)
+        if wl is not None and wl.phase == "pending":
+            reserve_room(free, wl, victims)
     decisions: list[PlacementDecided] = []
     for name in state.active:
         wl = state.workloads[name]

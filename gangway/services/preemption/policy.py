@@ -18,8 +18,8 @@ from __future__ import annotations
 from gangway.events.catalogue import EvictionOrdered
 from gangway.events.resources import ContractIndex, add_into, index_of, is_borrowing, quota_fit
 from gangway.events.state import State, WorkloadState
-from gangway.services.admission.policy import Snapshot, admission_cycle, release_nodes, shape_key, victims_in_flight
-from gangway.services.placement.policy import place_gang
+from gangway.services.admission.policy import Snapshot, admission_cycle, shape_key
+from gangway.services.placement.policy import place_gang, release_nodes, victims_in_flight
 
 #: At most this many preemptors are served per cycle.
 PREEMPTORS_PER_CYCLE_MAX = 64
