@@ -73,6 +73,19 @@ async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str =
         await asyncio.gather(*futures)
 
 
+def decode_log_record(rec) -> Envelope | None:
+    """The envelope of a log record, or None for a record no gangway service wrote.
+
+    Only gangway's services write the log; a record that is not one of our CloudEvents (a bug, a
+    foreign writer) is skipped — by every reader alike, so every folded state stays the same.
+    """
+    try:
+        return codec.from_record(rec.value, rec.headers, rec.offset)
+    except codec.CodecError as exc:
+        log.error("log offset %d skipped: %s", rec.offset, exc)
+        return None
+
+
 async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
     """Yield every envelope of the log from ``start`` up to its current end (the auditor's input).
 
@@ -87,7 +100,9 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
             batch = await consumer.getmany(LOG_PARTITION, timeout_ms=idle_ms, max_records=10_000)
             records = batch.get(LOG_PARTITION, [])
             for rec in records:
-                yield codec.from_record(rec.value, rec.headers, rec.offset)
+                env = decode_log_record(rec)
+                if env is not None:
+                    yield env
             high = consumer.highwater(LOG_PARTITION)
             if high is not None and await consumer.position(LOG_PARTITION) >= high and not records:
                 return

@@ -1,9 +1,10 @@
 """Integration fixtures: the REAL embedded broker and the six REAL services as OS processes.
 
-One stack is shared by the whole session (``gangway`` fixture): it is started with the demo's
-8 × 8-GPU cluster at ``TIME_SCALE`` cluster seconds per wall second, the demo contract is published,
-and the fixture yields once the binder's 8 nodes are on the log. Tests share it with unique job
-names and wait for their own jobs to finish, so they do not interfere.
+One stack is shared by the whole session (the ``gw`` fixture, a Harness; ``bootstrap`` is its
+address): it is started with the demo's 8 × 8-GPU cluster at ``TIME_SCALE`` cluster seconds per
+wall second, the demo contract is published, and the fixture yields once the binder's 8 nodes are
+on the log. Tests share it with unique job names and wait for their own jobs to finish, so they do
+not interfere.
 
 Every wait has a deadline and fails with the log lines that matter (``Harness.wait_until``);
 teardown asserts that no process of the stack survives it.
@@ -56,8 +57,8 @@ def uid() -> str:
     return secrets.token_hex(3)
 
 
-def make_job(job_id: str, namespace: str = "research", gpus: int = 1, count: int = 1, runtime_s: float = 60.0,
-        **extra) -> dict:
+def make_job(job_id: str, namespace: str = "research", gpus: int = 1, count: int = 1,
+             runtime_s: float = 60.0, **extra) -> dict:
     """A JobSubmitted as the plain JSON object a producer writes."""
     doc = {
         "job_id": job_id,
@@ -149,10 +150,6 @@ class Harness:
             if result:
                 return result
             if time.monotonic() > deadline:
-                if os.environ.get("GW_DEBUG_TASKS"):
-                    for proc in self.stack.children.values():
-                        proc.send_signal(signal.SIGUSR1)
-                    time.sleep(2)
                 pytest.fail(f"timed out after {timeout_s} s waiting for {what}\n{self.diagnosis(about)}")
             time.sleep(poll_s)  # polling interval of a deadline-bounded wait
 
@@ -175,7 +172,11 @@ class Harness:
         pending = ", ".join(f"{n} ({self.state.workloads[n].superseded or 'waiting'})" for n in self.state.pending)
         parts.append(f"--- pending: {pending or 'none'}; active: {', '.join(self.state.active) or 'none'}")
         for name in stack_mod.SERVICES:
-            parts.append(f"--- {name}.log (tail) ---\n{self.service_log(name, 8)}")
+            proc = self.stack.children.get(name)
+            how = "not started" if proc is None else (
+                f"pid {proc.pid}, exited {proc.returncode}" if proc.poll() is not None
+                else f"pid {proc.pid}, running, {cpu_seconds(proc.pid):.1f} s CPU")
+            parts.append(f"--- {name} ({how}); {name}.log (tail) ---\n{self.service_log(name, 8)}")
         return "\n".join(parts)
 
     def service_log(self, name: str, lines: int = 20) -> str:
@@ -189,9 +190,12 @@ class Harness:
     def _note_children(self) -> None:
         self.pids_seen.update(proc.pid for proc in self.stack.children.values())
 
-    def assert_services_alive(self) -> None:
+    def assert_services_alive(self, *down: str) -> None:
+        """Fail at once, with its log, if a service other than those ``down`` on purpose has exited."""
         for name, proc in self.stack.children.items():
             code = proc.poll()
+            if name in down:
+                continue
             if code is not None:
                 pytest.fail(f"service {name} (pid {proc.pid}) exited with {code}\n{self.service_log(name, 40)}")
 
@@ -262,9 +266,9 @@ class Harness:
             if not missing:
                 return by_key
             if time.monotonic() > deadline:
+                so_far = [(env.data.original_key, env.data.reason) for _rec, env in self.rejected]
                 pytest.fail(f"timed out after {timeout_s} s waiting for rejections of {missing}; "
-                            f"rejected so far: {[(d.original_key, d.reason) for _r, e in self.rejected for d in [e.data]]}"
-                            f"\n{self.diagnosis()}")
+                            f"rejected so far: {so_far}\n{self.diagnosis()}")
             time.sleep(0.1)  # polling interval of a deadline-bounded wait
 
     # --- the gangway CLI as a subprocess -----------------------------------------------------
@@ -300,6 +304,15 @@ def processes_with_env(name: str, value: str) -> list[tuple[int, str]]:
     return found
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (a service spinning shows up in a failure message)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pid_alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, dead but not reaped, counts as gone)."""
     try:
@@ -327,6 +340,9 @@ def gw(tmp_path_factory):
                                                  running.clock.now_ms()))
             harness.wait_until(f"the binder's {NODES} nodes and the contract on the log",
                                lambda s, _e: len(s.nodes) == NODES and s.contract is not None, STARTUP_TIMEOUT_S)
+            # The orphan check below finds the stack's processes by their environment: it must see them now.
+            seen = {pid for pid, _cmd in processes_with_env("GANGWAY_STATE_DIR", str(state_dir))}
+            assert seen >= {proc.pid for proc in running.children.values()} | {running.broker.proc.pid}, seen
             yield harness
         finally:
             broker_pid = running.broker.proc.pid if running.broker and running.broker.proc else None
@@ -399,4 +415,6 @@ class ServiceProcess:
                 self.proc.wait(10)
 
     def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:]) if self.log_path.exists() else ""
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -66,11 +66,13 @@ def applied_decisions(envs: list[ev.Envelope]) -> list[tuple[ev.Envelope, int]]:
     """Each decision the fold applied (not superseded, not a re-delivery), with the workload's attempt."""
     state, out = State(), []
     for env in envs:
-        before = state.decisions
-        attempt = state.workloads[env.data.workload].attempt if isinstance(env.data, ev.DECISION_TYPES) \
-            and env.data.workload in state.workloads else None
+        if not isinstance(env.data, ev.DECISION_TYPES):
+            apply(state, env)
+            continue
+        wl = state.workloads.get(env.data.workload)
+        attempt, applied_before = (wl.attempt if wl is not None else None), state.decisions
         apply(state, env)
-        if isinstance(env.data, ev.DECISION_TYPES) and state.decisions > before:
+        if state.decisions > applied_before:
             out.append((env, attempt))
     return out
 
@@ -163,7 +165,7 @@ def test_jobs_from_an_outside_client_run_in_binary_structured_and_plain_json_mod
     gw.wait_finished(docs, timeout_s=30)
 
     envs = gw.envs
-    for (workload, doc), offset in zip(docs.items(), offsets):
+    for (workload, doc), offset in zip(docs.items(), offsets, strict=True):
         assert first_of_each(envs, workload) == PIPELINE, gw.lines(gw.about([workload]))
         queued = one(envs, ev.WorkloadQueued, workload).data
         assert queued.submission == f"{topics.SUBMISSIONS}/0/{offset}"
@@ -231,18 +233,20 @@ def test_every_bad_input_is_rejected_once_with_its_original_bytes_and_submission
     offsets = gw.produce([(b"dup-original", msgspec.json.encode(original), None)]
                          + [(key, value, headers) for _reason, key, value, headers in cases]
                          + [(b"after-bad", msgspec.json.encode(after), None)])
+    # Not here: malformed_yaml (the CLI's manifests, not Kafka records), no_config (the contract is in
+    # force) and internal_error (the shell's last resort for a bug).
     reasons_known = set(ev.RejectionReason.__args__) - {"malformed_yaml", "no_config", "internal_error"}
     assert {reason for reason, *_ in cases} == reasons_known, "a bad-input kind is not covered"
 
-    by_key = gw.wait_rejections([key for _r, key, _v, _h in cases])
+    gw.wait_rejections([key for _r, key, _v, _h in cases])
     gw.wait_finished([f"research/dup-{u}", f"research/after-bad-{u}"], timeout_s=30)
-    gw.rejections()  # anything late would show up now
-    by_key = {}
-    records = {}
+    gw.rejections()  # a second rejection of any record would show up by now
+    by_key: dict[bytes, list[ev.JobRejected]] = {}
+    records: dict[bytes, list] = {}
     for rec, env in gw.rejected:
         by_key.setdefault(env.data.original_key, []).append(env.data)
         records.setdefault(env.data.original_key, []).append(rec)
-    for (reason, key, value, headers), offset in zip(cases, offsets[1:]):
+    for (reason, key, value, headers), offset in zip(cases, offsets[1:-1], strict=True):
         found = by_key.get(key, [])
         assert len(found) == 1, f"{key!r}: expected one JobRejected, got {[(r.reason, r.message) for r in found]}"
         rejected = found[0]
@@ -324,7 +328,7 @@ def test_the_cloudevents_sdk_reads_every_event_on_the_log_and_the_structured_exp
     assert {ev.EvictionOrdered, ev.WorkloadEvicted} <= types_on_log, \
         f"the demo-like run did not preempt:\n{gw.lines(gw.about(demo_run))}"
     sdk_types = set()
-    for msg, env in zip(raw_log_records(gw.bootstrap, len(envs)), envs):
+    for msg, env in zip(raw_log_records(gw.bootstrap, len(envs)), envs, strict=True):
         assert msg.offset() == env.offset
         message = KafkaMessage(headers=dict(msg.headers()), key=msg.key(), value=msg.value())
         legacy = from_binary(message)  # cloudevents.v1.kafka: the SDK's Kafka binding
@@ -349,7 +353,7 @@ def test_the_cloudevents_sdk_reads_every_event_on_the_log_and_the_structured_exp
     write_export(envs, str(export))
     lines = export.read_bytes().splitlines()
     assert len(lines) == len(envs)
-    for line, env in zip(lines, envs):
+    for line, env in zip(lines, envs, strict=True):
         structured = JSONFormat().read(None, line)  # the SDK's structured JSON reader
         assert (structured.get_id(), structured.get_type(), structured.get_source(), structured.get_subject()) == \
             (env.id, env.type, env.source, env.subject())
@@ -412,25 +416,32 @@ def test_a_killed_service_restarts_and_the_pipeline_goes_on_without_duplicate_de
     names = [f"research/{j['job_id']}" for j in batch_a] + [f"batch/{j['job_id']}" for j in batch_b]
     gw.wait_finished(names, timeout_s=40, tick=gw.supervise)
 
-    # A graceful stop snapshots; the restarted service resumes from its snapshot.
+    # A graceful stop snapshots. While placement is down the log grows past its snapshot (jobs are
+    # queued and admitted, not placed); restarted, it resumes from the snapshot and places them.
     placement = gw.stack.children["placement"]
     log_before = (gw.state_dir / "logs" / "placement.log").stat().st_size
     placement.send_signal(signal.SIGTERM)
     assert placement.wait(15) == 0
-    assert (gw.state_dir / "placement.snapshot").exists()
-    gw.supervise()
+    snapshot = msgspec.msgpack.decode((gw.state_dir / "placement.snapshot").read_bytes(), type=State)
     batch_c = [gw.job(f"restart-c{i}-{u}", gpus=2, runtime_s=60) for i in range(2)]
     gw.produce_jobs(batch_c)
-    names += [f"research/{j['job_id']}" for j in batch_c]
+    names_c = [f"research/{j['job_id']}" for j in batch_c]
+    gw.wait_until("the jobs to be admitted while placement is down", lambda st, _e: all(
+        n in st.workloads and st.workloads[n].phase == "admitted" for n in names_c), 20, about=names_c,
+        tick=lambda: gw.assert_services_alive("placement"))
+    assert gw.state.offset > snapshot.offset
+    gw.supervise()
+    assert gw.stack.restarts["placement"] == 1
+    names += names_c
     gw.wait_finished(names, timeout_s=30, tick=gw.supervise)
     resumed = (gw.state_dir / "logs" / "placement.log").read_bytes()[log_before:].decode(errors="replace")
-    assert "resumed from snapshot at offset" in resumed, resumed
+    assert f"resumed from snapshot at offset {snapshot.offset}" in resumed, resumed
+    assert gw.stack.restarts == {"admission": 1, "submission": 1, "placement": 1}, "a service died on its own"
 
     envs = gw.envs
     for name in names:
-        assert [e.offset for e in envs if isinstance(e.data, ev.WorkloadQueued) and e.data.workload == name] \
-            and len([e for e in envs if isinstance(e.data, ev.WorkloadQueued) and e.data.workload == name]) == 1, \
-            f"{name} queued other than once"
+        queued = [e.offset for e in envs if isinstance(e.data, ev.WorkloadQueued) and e.data.workload == name]
+        assert len(queued) == 1, f"{name} queued at offsets {queued}: a re-delivered submission counted twice"
     assert not [rec for rec, env in gw.rejections() if u in env.data.job_id], "a re-delivered job was rejected"
     applied = applied_decisions(envs)
     keys = [(type(env.data).__name__, env.data.workload, attempt) for env, attempt in applied]
@@ -441,7 +452,12 @@ def test_a_killed_service_restarts_and_the_pipeline_goes_on_without_duplicate_de
     assert report.ok and report.verified == report.decisions, "\n".join(map(str, report.mismatches))
 
 
-def test_accounting_bills_runtime_times_gpus_exactly_once_in_sqlite_and_postgresql(gw, pg_url, tmp_path):
+@pytest.mark.postgres
+def test_accounting_bills_runtime_times_gpus_exactly_once_in_sqlite_and_postgresql(gw, request, tmp_path):
+    try:
+        pg_url = request.getfixturevalue("pg_url")
+    except pytest.skip.Exception as exc:  # SQLite is still checked; the test reports the skip at the end
+        pg_url, pg_missing = None, str(exc)
     gw.wait_idle()
     u = gw.uid()
     jobs = [gw.job(f"bill-r-{u}", namespace="research", gpus=3, count=2, runtime_s=150),
@@ -450,47 +466,54 @@ def test_accounting_bills_runtime_times_gpus_exactly_once_in_sqlite_and_postgres
     gw.produce_jobs(jobs)
     mine = {f"{j['namespace']}/{j['job_id']}": j for j in jobs}
     gw.wait_finished(mine, timeout_s=30)
-    pg_accounting = gw.service_process("accounting", tmp_path / "pg-accounting", {"GANGWAY_DB": pg_url})
-    sqlite = Ledger(default_url(str(gw.state_dir)))
-    postgres = Ledger(pg_url)
+    ledgers = {"sqlite": Ledger(default_url(str(gw.state_dir)))}
+    pg_accounting = None
     try:
-        pg_accounting.start()
-        _check_ledgers(gw, {"sqlite": sqlite, "postgresql": postgres}, mine, pg_accounting)
+        if pg_url:
+            ledgers["postgresql"] = Ledger(pg_url)
+            pg_accounting = gw.service_process("accounting", tmp_path / "pg-accounting", {"GANGWAY_DB": pg_url})
+            pg_accounting.start()
+        _check_ledgers(gw, ledgers, mine, pg_accounting)
 
-        # Restart both accounting services (kill -9): they refold the whole log, count nothing twice.
+        # Restart the accounting services (kill -9): they refold the whole log and count nothing twice.
         stack_accounting = gw.stack.children["accounting"]
         stack_accounting.send_signal(signal.SIGKILL)
         stack_accounting.wait(10)
         gw.supervise()
         assert gw.stack.children["accounting"].pid != stack_accounting.pid
-        pg_accounting.kill()
-        pg_accounting.start()
+        if pg_accounting is not None:
+            pg_accounting.kill()
+            pg_accounting.start()
         late = gw.job(f"bill-late-{u}", namespace="research", gpus=1, runtime_s=120)
         gw.produce_jobs([late])
         mine[f"research/bill-late-{u}"] = late
         gw.wait_finished(mine, timeout_s=30)
-        _check_ledgers(gw, {"sqlite": sqlite, "postgresql": postgres}, mine, pg_accounting)
+        _check_ledgers(gw, ledgers, mine, pg_accounting)
     finally:
-        pg_accounting.stop()
-        sqlite.close()
-        postgres.close()
+        if pg_accounting is not None:
+            pg_accounting.stop()
+        for ledger in ledgers.values():
+            ledger.close()
+    if not pg_url:
+        pytest.skip(f"SQLite checked; PostgreSQL not: {pg_missing}")
 
 
 def _check_ledgers(gw, ledgers: dict[str, Ledger], mine: dict[str, dict], pg_accounting) -> None:
     envs = list(gw.log())
     log_id, end = envs[0].id, envs[-1].offset
     for name, ledger in ledgers.items():
-        gw.wait_until(f"the {name} ledger to reach offset {end}", lambda _s, _e: ledger.position(log_id) >= end, 30,
-                      tick=lambda: (gw.assert_services_alive(), _alive(pg_accounting)))
+        gw.wait_until(f"the {name} ledger to reach offset {end}",
+                      lambda _s, _e, ledger=ledger: ledger.position(log_id) >= end, 30,
+                      tick=lambda: (gw.assert_services_alive(), pg_accounting and _alive(pg_accounting)))
     allocations = ended_allocations(envs)
     for workload, doc in mine.items():
         ps = doc["pod_sets"][0]
         runtime_ms = round(doc["runtime_seconds"] * 1000)
-        assert [(s, e) for _t, _g, s, e in allocations[workload]] and \
-            all(e - s == runtime_ms for _t, _g, s, e in allocations[workload]), f"{workload} did not run once, whole"
+        assert [stop - begin for _t, _g, begin, stop in allocations.get(workload, [])] == [runtime_ms], \
+            f"{workload} did not run once for its whole runtime:\n{gw.lines(gw.about([workload]))}"
         assert gpu_milli_ms(allocations[workload]) == runtime_ms * ps["count"] * ps["resources"][GPU] * MILLI
     expected_team: dict[str, int] = {}
-    for workload, allocs in allocations.items():
+    for allocs in allocations.values():
         expected_team[allocs[0][0]] = expected_team.get(allocs[0][0], 0) + gpu_milli_ms(allocs)
     for name, ledger in ledgers.items():
         rows = {r.workload: r for r in ledger.workload_usage(log_id)}

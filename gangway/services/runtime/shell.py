@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from gangway.adapters import kafka
-from gangway.events import codec, topics
+from gangway.events import topics
 from gangway.events.catalogue import Envelope, JobRejected
 from gangway.events.fold import apply
 from gangway.events.state import State
@@ -163,7 +163,7 @@ class LogService:
                     self.on_input(batch[tp])
             records = batch.get(kafka.LOG_PARTITION, [])
             for rec in records:
-                env = _decode(rec)
+                env = kafka.decode_log_record(rec)
                 if env is not None:
                     self.fold(env)
             if records:
@@ -212,16 +212,6 @@ def _record_id(rec) -> str:
         if key == "ce_id":
             return value.decode("utf-8", "replace")
     return ""
-
-
-def _decode(rec) -> Envelope | None:
-    try:
-        return codec.from_record(rec.value, rec.headers, rec.offset)
-    except codec.CodecError as exc:
-        # Only gangway's services write the log; a record we cannot read is a bug or a foreign
-        # writer. It is skipped by every folder alike, so all states stay equal.
-        log.error("log offset %d skipped: %s", rec.offset, exc)
-        return None
 
 
 class DecidingService(LogService):
