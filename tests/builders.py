@@ -278,7 +278,6 @@ class LogBuilder:
         self.envelopes: list[ev.Envelope] = []
         self.now_ms = start_ms
         self.step_ms = step_ms
-        self._specs: dict[str, ev.WorkloadQueued] = {}
 
     # raw appends
 
@@ -331,7 +330,6 @@ class LogBuilder:
     def queue(self, *wls: WorkloadBuilder | ev.WorkloadQueued) -> LogBuilder:
         for w in wls:
             spec = w.obj() if isinstance(w, WorkloadBuilder) else w
-            self._specs[spec.workload] = spec
             self.add(spec, event_id=f"queued/{spec.workload}")
         return self
 
@@ -403,13 +401,6 @@ def fold(events: Iterable, start_ms: int = START_MS, step_ms: int = 1000) -> Sta
         else:
             log.add(item)
     return log.state
-
-
-def envelopes(events: Iterable, start_ms: int = START_MS, step_ms: int = 1000) -> list[ev.Envelope]:
-    log = LogBuilder(start_ms, step_ms)
-    for item in events:
-        log.add(item)
-    return log.envelopes
 
 
 # --- reading a state ----------------------------------------------------------------------------

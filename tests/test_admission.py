@@ -95,7 +95,8 @@ CASES: list[tuple[str, Setup, list[tuple[str, float]]]] = [
      lambda: with_nodes(two_teams(), 8).queue(wl("first", "solo", 8), wl("second", "solo", 8)),
      [("first", 0)]),
     ("many are admitted in one cycle, in priority then arrival order",
-     lambda: with_nodes(two_teams(), 8).queue(wl("w1", "solo", 2), wl("w2", "solo", 2, priority=5), wl("w3", "solo", 2)),
+     lambda: with_nodes(two_teams(), 8).queue(
+         wl("w1", "solo", 2), wl("w2", "solo", 2, priority=5), wl("w3", "solo", 2)),
      [("w2", 0), ("w1", 0), ("w3", 0)]),
     ("BestEffortFIFO: a head that does not fit lets the next one in",
      lambda: with_nodes(two_teams(), 8, 8).queue(wl("big", "solo", 8, pods=2), wl("small", "solo", 2)),
@@ -104,7 +105,8 @@ CASES: list[tuple[str, Setup, list[tuple[str, float]]]] = [
      lambda: with_nodes(two_teams(), 8, 8).queue(wl("big", "strict", 8, pods=2), wl("small", "strict", 2)),
      []),
     ("StrictFIFO: a blocked head blocks only its own queue",
-     lambda: with_nodes(two_teams(), 8, 8, 8).queue(wl("big", "strict", 8, pods=2), wl("small", "strict", 2), wl("other", "solo", 2)),
+     lambda: with_nodes(two_teams(), 8, 8, 8).queue(
+         wl("big", "strict", 8, pods=2), wl("small", "strict", 2), wl("other", "solo", 2)),
      [("other", 0)]),
     ("StrictFIFO: a head with no placement blocks its queue too",
      lambda: with_nodes(two_teams(), 4, 4).queue(wl("big", "strict", 8), wl("small", "strict", 2)),
@@ -143,6 +145,24 @@ CASES: list[tuple[str, Setup, list[tuple[str, float]]]] = [
      .queue(wl("preemptor", "solo", 4, pods=2, priority=10), wl("other", "solo", 4, priority=5))
      .order_eviction("victim", "preemptor"),
      []),
+    ("a preemptor in a cohort waiting for its victims keeps its room from a queue that fits nominal",
+     lambda: with_nodes(two_teams(), 8).running(wl("victim", "a", 4, priority=0))
+     .queue(wl("preemptor", "a", 8, priority=10), wl("other", "b", 4, priority=5))
+     .order_eviction("victim", "preemptor"),
+     []),
+    ("StrictFIFO: a head that must borrow is not overtaken by its own queue",
+     lambda: with_nodes(two_teams(a_gpus=4, b_gpus=4, strict_a=True), 16).queue(
+         wl("head", "a", 8, priority=10), wl("behind", "a", 4, priority=0)),
+     [("head", 4)]),
+    ("within one queue priority beats fitting nominal",
+     lambda: with_nodes(two_teams(a_gpus=4, b_gpus=4), 16).queue(wl("hi", "a", 8, priority=10), wl("lo", "a", 4)),
+     [("hi", 4)]),
+    ("a queue's nominal quota lent to a borrower of its cohort is not admitted twice (reclaim instead)",
+     lambda: with_nodes(two_teams(), 8, 8, 8, 8).running(wl("borrower", "b", 6, pods=2)).queue(wl("w", "a", 8)),
+     []),
+    ("within nominal quota and the cohort's room: admitted beside a borrower",
+     lambda: with_nodes(two_teams(), 8, 8, 8, 8).running(wl("borrower", "b", 6, pods=2)).queue(wl("w", "a", 4)),
+     [("w", 0)]),
     ("a workload of an unknown ClusterQueue waits",
      lambda: with_nodes(two_teams(), 8).queue(wl("w", "nowhere", 1)),
      []),
@@ -203,42 +223,14 @@ def test_every_admission_of_a_cycle_holds_when_folded_in_order():
 # --- known defects ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: admission.policy.admission_cycle moves every workload that would borrow behind every "
-    "workload that fits nominal, even within one ClusterQueue, so a lower-priority workload of the "
-    "same queue overtakes its StrictFIFO head"))
-def test_strict_fifo_head_that_borrows_is_not_overtaken_by_its_own_queue():
-    log = with_nodes(two_teams(a_gpus=4, b_gpus=4, strict_a=True), 16).queue(
-        wl("head", "a", 8, priority=10), wl("behind", "a", 4, priority=0))
-    assert [d.workload for d in decide_pure(decide_admission, log.state)] == ["head"]
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: admission.policy.admission_cycle defers borrowers within their own ClusterQueue too: a "
-    "priority-0 workload that fits nominal takes the room its queue's priority-10 borrower needed"))
-def test_within_one_queue_priority_beats_fitting_nominal():
-    log = with_nodes(two_teams(a_gpus=4, b_gpus=4), 16).queue(
-        wl("hi", "a", 8, priority=10), wl("lo", "a", 4, priority=0))
-    assert [d.workload for d in decide_pure(decide_admission, log.state)] == ["hi"]
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: resources.quota_fit lets a request that stays within its queue's nominal quota in "
-    "without checking the cohort, so when another member already borrowed that nominal quota the "
-    "cohort ends up lending more than it has (Kueue counts the lent quota as used and asks for "
-    "reclaim instead)"))
-def test_nominal_quota_lent_to_the_cohort_is_not_admitted_twice():
-    log = with_nodes(two_teams(), 8, 8, 8, 8).running(wl("borrower", "b", 6, pods=2)).queue(wl("w", "a", 8))
-    assert decide_pure(decide_admission, log.state) == []
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: admission.policy.admission_cycle classifies a preemptor in a cohort as a borrower "
-    "because its in-flight victims still count in its queue's usage, so it is deferred behind "
-    "every workload that fits nominal and Snapshot.reserve_for_preemptor runs too late: the room "
-    "its victims free goes to a lower-priority workload and the eviction was for nothing"))
-def test_a_preemptor_in_a_cohort_waiting_for_its_victims_keeps_its_room():
-    log = with_nodes(two_teams(), 8).running(wl("victim", "a", 4, priority=0))
-    log.queue(wl("preemptor", "a", 8, priority=10), wl("other", "b", 4, priority=5))
+def test_admissions_beside_a_preemptor_waiting_for_its_victims_hold_when_folded():
+    """The victims still hold their quota in the fold until they exit: nobody else may count on it."""
+    log = two_teams().nodes(node("n1").gpus(8).cpu(2048))
+    log.running(workload("victim").queue("a").priority(0).pod_set("main", 1, gpus=6, cpu=600).obj())
+    log.queue(workload("preemptor").queue("a").priority(10).pod_set("main", 1, gpus=4).obj(),
+              workload("w").queue("a").priority(0).pod_set("main", 1, cpu=500).obj())
     log.order_eviction("victim", "preemptor")
-    assert decide_pure(decide_admission, log.state) == []
+    decisions = decide_pure(decide_admission, log.state)
+    for d in decisions:
+        log.add(d)
+    assert log.state.superseded == 0, [wl.superseded for wl in log.state.workloads.values() if wl.superseded]

@@ -21,7 +21,8 @@ T = 1_700_000_000_123
 SAMPLES: list[object] = [
     ev.JobSubmitted(job_id="j1", namespace="ns", queue="main", priority_class="high", runtime_seconds=1.5,
                     kind="PyTorchJob", labels={"team": "a"},
-                    pod_sets=[ev.PodSetRequest(name="workers", count=4, resources={GPU: 8, "memory": "16Gi", "cpu": 1.5},
+                    pod_sets=[ev.PodSetRequest(name="workers", count=4,
+                                               resources={GPU: 8, "memory": "16Gi", "cpu": 1.5},
                                                topology=ev.TopologyRequest(required="rack", slice_size=2),
                                                min_count=2)]),
     workload("w1").queue("cq", "main").priority(100, "high").pod_set("driver", 1, cpu=2, memory_gi=8)
@@ -147,9 +148,6 @@ def test_time_round_trip(ms: int):
     assert parse_time(format_time(ms)) == ms
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (minor): codec.format_time uses strftime('%Y'), which does not pad years before 1000 to "
-    "four digits on glibc, so the text is not RFC 3339 and parse_time rejects it"))
 def test_time_before_year_1000_round_trips():
     ms = -30_610_224_000_001  # 0999-12-31T23:59:59.999Z
     assert format_time(ms) == "0999-12-31T23:59:59.999Z"
@@ -191,11 +189,13 @@ ERRORS = [
     ("a time that is not RFC 3339", GOOD_VALUE, headers_with(ce_time=b"yesterday"), "malformed_cloudevent",
      "not RFC 3339"),
     ("no ce_ headers and a value that is not JSON", b"hello", [], "malformed_json", "record value is not valid JSON"),
-    ("no ce_ headers and JSON that is not an object", b"[1, 2]", [], "malformed_cloudevent", "no structured CloudEvent"),
+    ("no ce_ headers and JSON that is not an object", b"[1, 2]", [], "malformed_cloudevent",
+     "no structured CloudEvent"),
     ("no ce_ headers and an object that is not a CloudEvent", b'{"node": "n1"}', [], "malformed_cloudevent",
      "no structured CloudEvent"),
     ("structured without data", structured(data=...), [], "malformed_cloudevent", "has no data"),
-    ("structured with data_base64 only", structured(data=..., data_base64="AAAA"), [], "malformed_cloudevent", "has no data"),
+    ("structured with data_base64 only", structured(data=..., data_base64="AAAA"), [], "malformed_cloudevent",
+     "has no data"),
     ("structured with a log offset that is not an integer", structured(**{OFFSET_EXT: "7"}), [], "malformed_cloudevent",
      "logoffset is not an integer"),
     ("structured with a boolean log offset", structured(**{OFFSET_EXT: True}), [], "malformed_cloudevent",
@@ -218,10 +218,6 @@ def test_codec_error(value, headers, reason: str, message: str):
     assert caught.value.reason == reason
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: codec.from_record builds binary-mode attributes from ce_* headers only, so the "
-    "content-type header (the binding's datacontenttype) never reaches _envelope's JSON check: a "
-    "binary record declared text/plain or application/avro is decoded as JSON"))
 def test_binary_record_with_a_content_type_that_is_not_json_is_refused():
     with pytest.raises(CodecError, match="is not JSON") as caught:
         from_record(GOOD_VALUE, headers_with(**{"content-type": b"text/plain"}))

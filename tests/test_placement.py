@@ -94,6 +94,11 @@ CASES: list[tuple[str, Setup, dict[str, list[tuple[str, str, int]]]]] = [
     ("pending, placed and running workloads are left alone",
      lambda: gpu_nodes(8, 8).running(wl("r", 2)).admitted(wl("a", 2)).place("a").queue(wl("p", 2)),
      {}),
+    ("the room a preemptor waits for while its victims exit is kept for it",
+     lambda: gpu_nodes(8, 4).running(wl("victim", 4), on=[("main", "n1", 1)])
+     .queue(workload("preemptor").queue("q").priority(10).gpus(8)).order_eviction("victim", "preemptor")
+     .admitted(wl("w", 4, queue="b")),
+     {"w": [("main", "n2", 1)]}),
     ("resources held by an evicting workload are not free",
      lambda: gpu_nodes(8).running(wl("v", 6)).order_eviction("v", "x").admitted(wl("w", 4, queue="b")),
      {}),
@@ -130,7 +135,8 @@ def test_every_placement_of_a_cycle_holds_when_folded_in_order():
 
 def test_place_gang_leaves_free_untouched_when_the_gang_does_not_fit():
     free = {"n1": {GPU: 8000}, "n2": {GPU: 2000}}
-    pod_sets = [ev.PodSet(name="a", count=1, resources={GPU: 4000}), ev.PodSet(name="b", count=1, resources={GPU: 8000})]
+    pod_sets = [ev.PodSet(name="a", count=1, resources={GPU: 4000}),
+                ev.PodSet(name="b", count=1, resources={GPU: 8000})]
     assert place_gang(free, pod_sets) is None
     assert free == {"n1": {GPU: 8000}, "n2": {GPU: 2000}}
 
@@ -140,17 +146,3 @@ def test_place_gang_takes_what_it_places():
     assignments = place_gang(free, [ev.PodSet(name="a", count=3, resources={GPU: 4000})])
     assert [(a.node, a.count) for a in assignments] == [("n2", 1), ("n1", 2)]
     assert free == {"n1": {GPU: 0}, "n2": {GPU: 0}}
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: placement.policy.decide_placement ignores the room admission holds for a preemptor "
-    "waiting for its victims (Snapshot.reserve_for_preemptor only checks that *some* placement "
-    "exists): a workload admitted meanwhile is best-fitted into the preemptor's room, and the "
-    "eviction was for nothing"))
-def test_placement_keeps_out_of_the_room_a_preemptor_waits_for():
-    log = gpu_nodes(8, 4)
-    log.running(wl("victim", 4), on=[("main", "n1", 1)])
-    log.queue(workload("preemptor").queue("q").priority(10).gpus(8)).order_eviction("victim", "preemptor")
-    log.admitted(wl("w", 4, queue="b"))
-    [decision] = decide_pure(decide_placement, log.state)
-    assert [(a.node, a.count) for a in decision.assignments] == [("n2", 1)]

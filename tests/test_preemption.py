@@ -19,7 +19,8 @@ from gangway.sim import Simulation
 Setup = Callable[[], LogBuilder]
 
 
-def wl(name: str, queue: str, gpus: float, pods: int = 1, priority: int = 0, pc: str | None = None) -> ev.WorkloadQueued:
+def wl(name: str, queue: str, gpus: float, pods: int = 1, priority: int = 0,
+       pc: str | None = None) -> ev.WorkloadQueued:
     return workload(name).queue(queue).priority(priority, pc).pod_set("main", count=pods, gpus=gpus).obj()
 
 
@@ -108,7 +109,8 @@ CASES: list[tuple[str, Setup, list[tuple[str, str]]]] = [
      lambda: standalone(gpus=64).running(wl("low", "q", 8, priority=0)).queue(wl("p", "q", 4, priority=1)),
      [("low", "p")]),
     ("a victim whose eviction frees no room on a usable node is not taken",
-     lambda: standalone(gpus=64, node_gpus=(8, 4)).running(wl("small-node", "q", 4, priority=-5), on=[("main", "n2", 1)])
+     lambda: standalone(gpus=64, node_gpus=(8, 4))
+     .running(wl("small-node", "q", 4, priority=-5), on=[("main", "n2", 1)])
      .running(wl("big-node", "q", 8, priority=0), on=[("main", "n1", 1)])
      .queue(wl("p", "q", 8, priority=1)),
      [("big-node", "p")]),
@@ -202,17 +204,12 @@ def test_preemption_then_exit_admits_the_preemptor():
     sim.run(until_ms=sim.now_ms + 1000)
     sim.submit(wl("p", "q", 8, priority=1))
     sim.run(until_ms=sim.now_ms + 60_000)
-    assert [e.id.split("/")[0] + "/" + e.data.workload for e in sim.log if isinstance(e.data, ev.EvictionOrdered | ev.WorkloadEvicted)] \
-        == ["evict/v", "evicted/v"]
+    exits = [e.id for e in sim.log if isinstance(e.data, ev.EvictionOrdered | ev.WorkloadEvicted)]
+    assert [i.split("/")[0] + "/" + i.split("/")[1] for i in exits] == ["evict/v", "evicted/v"]
     assert sim.state.workloads["p"].phase == "running"
     assert sim.state.workloads["v"].phase == "pending"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: admission.policy.admission_cycle admits a lower-priority workload of the same queue that "
-    "fits nominal before a higher-priority one that must borrow; preemption (LowerPriority) then "
-    "evicts it for the borrower, it is requeued and re-admitted first again: a livelock in which "
-    "the borrower never runs and the simulation never settles"))
 def test_a_borrower_does_not_evict_the_same_victim_forever():
     sim = Simulation()
     sim.configure(contract(cluster_queue("a").cohort("all").gpus(4).preemption(within="LowerPriority"),
@@ -229,12 +226,33 @@ def test_a_borrower_does_not_evict_the_same_victim_forever():
     assert sim.state.workloads["hi"].phase == "finished"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: admission.policy.Snapshot.reserve_for_preemptor adds the waiting preemptor's usage and "
-    "takes its room while its evicting victims' usage and nodes still count in the snapshot, so the "
-    "victims' room is counted twice and a second preemptor is given more victims than it needs"))
 def test_victims_in_flight_are_not_counted_twice():
     log = standalone().running(wl("a", "q", 2, priority=-1), wl("b", "q", 2, priority=-1),
                                wl("c", "q", 2, priority=0), wl("d", "q", 2, priority=9))
     log.queue(wl("p", "q", 2, priority=5), wl("p2", "q", 2, priority=5)).order_eviction("a", "p")
     assert [(o.workload, o.preemptor) for o in decide_pure(decide_preemption, log.state)] == [("b", "p2")]
+
+
+def test_a_preemptor_gets_the_room_before_its_victims_can_take_it_back():
+    """Found by the property test: queue b's head borrows and cannot be placed, which once deferred
+    all of b behind c's borrower; b's within-nominal workload reclaimed the borrower's room, the
+    borrower took it back first, and the two evicted each other forever. A preemptor is now
+    *nominated* once its victims are ordered out and goes first until admitted."""
+    sim = Simulation()
+    sim.configure(contract(
+        cluster_queue("a").cohort("lab").gpus(16),
+        cluster_queue("b").cohort("lab").gpus(16).preemption(within="LowerPriority", reclaim="Any"),
+        cluster_queue("c").cohort("lab").gpus(4, borrowing=4),
+    ).obj())
+    sim.add_nodes([node("n4").gpus(8).obj()])
+    # b's head: within quota by borrowing, but no node can hold its 4-GPU pods alongside w9
+    sim.submit(workload("w3").queue("b").priority(200).pod_set(count=5, gpus=4).obj())
+    sim.submit(workload("w9").queue("c").priority(100).pod_set(count=3, gpus=2).runtime_s(3600).obj())
+    sim.run(until_ms=sim.now_ms + 60_000)
+    assert sim.state.workloads["w9"].phase == "running"
+    sim.submit(workload("w18").queue("b").priority(0).pod_set(count=3, gpus=2).runtime_s(600).obj())
+    sim.run(until_ms=sim.now_ms + 30 * 60_000, rounds_max=500)
+    evictions = [e.data for e in sim.log if isinstance(e.data, ev.EvictionOrdered)]
+    assert [(o.workload, o.preemptor) for o in evictions] == [("w9", "w18")]
+    admitted = [e.data.workload for e in sim.log if isinstance(e.data, ev.WorkloadAdmitted)]
+    assert admitted == ["w9", "w18", "w9"], "w18 first into the room it reclaimed, then w9 again"

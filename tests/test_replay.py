@@ -160,7 +160,8 @@ def sim_with_a_stale_admission() -> tuple[Simulation, int]:
     sim.submit(workload("w2").queue("q").gpus(4).runtime_ms(MINUTE).obj())
     sim.run(until_ms=sim.now_ms + 1_000)
     [stale] = decide_admission(old)
-    env = sim.append(decision_id("admit", stale.workload, stale.based_on), old.time_ms, stale, "gangway/admission-standby")
+    stale_id = decision_id("admit", stale.workload, stale.based_on)
+    env = sim.append(stale_id, old.time_ms, stale, "gangway/admission-standby")
     sim.run()
     return sim, env.offset
 

@@ -39,8 +39,9 @@ class CodecError(ValueError):
 
 
 def format_time(time_ms: int) -> str:
-    moment = _EPOCH + dt.timedelta(milliseconds=time_ms)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = _EPOCH + dt.timedelta(milliseconds=time_ms)
+    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+            f".{m.microsecond // 1000:03d}Z")
 
 
 def parse_time(text: str) -> int:
@@ -133,6 +134,8 @@ def from_record(value: bytes | None, headers: Headers | None, offset: int = -1) 
     hmap = _header_map(headers)
     if "ce_type" in hmap or "ce_specversion" in hmap:
         attrs = {k[3:]: _text(v, k) for k, v in hmap.items() if k.startswith("ce_")}
+        if "content-type" in hmap:  # the binding maps datacontenttype to the content-type header
+            attrs["datacontenttype"] = _text(hmap["content-type"], "content-type")
         return _envelope(attrs, value, offset)
     try:
         obj = msgspec.json.decode(value)

@@ -88,10 +88,20 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
     state.pending[e.workload] = None
 
 
+def _seen(state: State, wl: WorkloadState | None, env: ev.Envelope) -> bool:
+    """Was this decision folded before? (If not, it is remembered now.)"""
+    if wl is None:
+        return False
+    if env.id in wl.decided:
+        state.ignored += 1
+        return True
+    wl.decided.append(env.id)
+    return False
+
+
 def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl = state.workloads.get(e.workload)
-    if wl is not None and wl.admission_id == env.id:
-        state.ignored += 1
+    if _seen(state, wl, env):
         return
     why = admission_invalid(state, wl, e)
     if why:
@@ -100,6 +110,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.phase = "admitted"
     wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
     wl.superseded = None
+    wl.nominated = False
     add_into(state.usage.setdefault(e.cluster_queue, {}), e.usage)
     del state.pending[e.workload]
     state.active[e.workload] = None
@@ -130,8 +141,7 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
 
 def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     wl = state.workloads.get(e.workload)
-    if wl is not None and wl.placement_id == env.id:
-        state.ignored += 1
+    if _seen(state, wl, env):
         return
     why = placement_invalid(state, wl, e)
     if why:
@@ -176,8 +186,7 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
 
 def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> None:
     wl = state.workloads.get(e.workload)
-    if wl is not None and wl.eviction_id == env.id:
-        state.ignored += 1
+    if _seen(state, wl, env):
         return
     if wl is None or wl.phase not in ("admitted", "placed", "bound", "running"):
         _supersede(state, wl, f"eviction {env.id}: workload is {wl.phase if wl else 'unknown'}")
@@ -186,6 +195,9 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
         _supersede(state, wl, f"eviction {env.id}: decided before the admission in force (offset {wl.admitted_at})")
         return
     wl.eviction, wl.eviction_id, wl.eviction_ms = e, env.id, env.time_ms
+    preemptor = state.workloads.get(e.preemptor)
+    if preemptor is not None and preemptor.phase == "pending":
+        preemptor.nominated = True
     if wl.phase == "admitted":
         # Nothing runs yet: the quota goes back at once and the workload waits again.
         _requeue(state, wl, env)

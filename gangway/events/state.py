@@ -47,6 +47,12 @@ class WorkloadState(msgspec.Struct):
     eviction_id: str | None = None
     eviction_ms: int | None = None
     finished_ms: int | None = None
+    #: Victims were ordered out for this workload: it goes first until it is admitted, so the
+    #: room made for it is never taken by the very workloads that were evicted (no cycles).
+    nominated: bool = False
+    #: Ids of every decision about this workload folded so far (applied or superseded): a
+    #: decision delivered again, however late, changes nothing.
+    decided: list[str] = []
     #: The most recent decision about this workload that did not hold where it landed, and why.
     superseded: str | None = None
 

@@ -29,29 +29,50 @@ ADMISSIONS_PER_CYCLE_MAX = 1000
 
 
 class Snapshot:
-    """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``."""
+    """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``.
+
+    ``usage`` is the quota in use now (what the fold will check an admission against);
+    ``later`` is how usage will change once the victims of waiting preemptors are gone and the
+    preemptors are in. A workload is admitted only if it fits both now and later, so it neither
+    lands over quota nor takes a preemptor's room.
+    """
 
     def __init__(self, state: State, idx: ContractIndex):
         self.state = state
         self.idx = idx
         self.usage = {cq: dict(res) for cq, res in state.usage.items()}
+        self.later: dict[str, dict[str, int]] = {}
         self.free: Free = free_capacity(state)
         #: Shapes that did not fit, and why. Room only shrinks within a cycle, so an identical
-        #: gang in the same queue fails the same way; whoever gives room back clears this.
+        #: gang in the same queue fails the same way.
         self.failed: dict[tuple, str] = {}
+
+    def binding_usage(self) -> dict[str, dict[str, int]]:
+        """Usage to fit under: the larger of now and later, per queue and resource."""
+        if not self.later:
+            return self.usage
+        binding = {cq: dict(res) for cq, res in self.usage.items()}
+        for cq, deltas in self.later.items():
+            for resource, delta in deltas.items():
+                if delta > 0:
+                    binding.setdefault(cq, {})[resource] = binding.get(cq, {}).get(resource, 0) + delta
+        return binding
 
     def fits(self, wl: WorkloadState) -> tuple[bool, dict[str, int], str]:
         """Quota and a placement for the whole gang; on success both are taken in the snapshot."""
         key = shape_key(wl)
         if key in self.failed:
             return False, {}, self.failed[key]
-        ok, borrowed, why = quota_fit(self.idx, self.usage, wl.spec.cluster_queue, wl.request)
+        cq = wl.spec.cluster_queue
+        ok, borrowed, why = quota_fit(self.idx, self.binding_usage(), cq, wl.request)
+        if ok and self.later:  # what it borrows is counted, as the fold counts it, from usage now
+            ok, borrowed, why = quota_fit(self.idx, self.usage, cq, wl.request)
         if ok and place_gang(self.free, wl.spec.pod_sets) is None:
             ok, why = False, "no placement for the whole gang on free capacity"
         if not ok:
             self.failed[key] = why
             return False, {}, why
-        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), wl.request)
+        add_into(self.usage.setdefault(cq, {}), wl.request)
         return True, borrowed, ""
 
     def reserve_admitted(self) -> None:
@@ -62,15 +83,11 @@ class Snapshot:
                 place_gang(self.free, wl.spec.pod_sets)
 
     def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState]) -> None:
-        """Hold the room a preemptor waits for, as if its victims were gone already.
-
-        Their quota moves to the preemptor now. Node capacity can go negative on the victims'
-        nodes: that keeps others out of the room until the victims really exit.
-        """
+        """Hold the room a preemptor waits for: its victims' quota and nodes will be its own."""
         for victim in victims:
-            add_into(self.usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
+            add_into(self.later.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
+        add_into(self.later.setdefault(wl.spec.cluster_queue, {}), wl.request)
         reserve_room(self.free, wl, victims)
-        add_into(self.usage.setdefault(wl.spec.cluster_queue, {}), wl.request)
 
 
 def shape_key(wl: WorkloadState) -> tuple:
@@ -88,7 +105,7 @@ def queue_order(state: State) -> list[WorkloadState]:
 def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[WorkloadState, bool, dict[str, int], str, Snapshot]]:
     """Walk the queue as admission does: yields (workload, admitted?, borrowed, why-not, snapshot).
 
-    1. preemptors whose victims are leaving first: they already won their room;
+    1. preemptors first (victims were ordered out for them; ``nominated``): they won their room;
     2. then, as in Kueue, the queues whose next workload fits their nominal quota, before any
        workload that would borrow — a team reclaiming its guarantee is never beaten to the room
        by a borrower, even one of higher priority (which would be preempted again at once: a
@@ -103,12 +120,12 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Workload
     blocked: set[str] = set()
     order = queue_order(state)
     for wl in order:
-        if wl.spec.workload in waiting:
+        if wl.nominated or wl.spec.workload in waiting:
             yield _try(snap, idx, wl, waiting, blocked)
     later: list[WorkloadState] = []
     borrowing_queues: set[str] = set()
     for wl in order:
-        if wl.spec.workload in waiting:
+        if wl.nominated or wl.spec.workload in waiting:
             continue
         cq = wl.spec.cluster_queue
         if cq in borrowing_queues or _needs_borrowing(snap, idx, wl):

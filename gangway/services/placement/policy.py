@@ -71,17 +71,19 @@ def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
 
 
 def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) -> None:
-    """Take from ``free`` the room a preemptor will have once its victims are gone.
+    """Keep the room a preemptor will have once its victims are gone out of ``free``.
 
-    Capacity goes negative on the victims' nodes until they exit: nobody else is put there.
+    Each node keeps the smaller of what is free now and what will be free once the victims left
+    and the preemptor came in: whoever is placed meanwhile fits now and never takes that room.
     """
-    trial = {n: dict(f) for n, f in free.items()}
+    later = {n: dict(f) for n, f in free.items()}
     for victim in victims:
-        release_nodes(trial, victim)
-    assignments = place_gang(trial, wl.spec.pod_sets)
-    if assignments is not None:
-        for node, used in assignment_use(wl.spec.pod_sets, assignments):
-            add_into(free[node], used, -1)
+        release_nodes(later, victim)
+    if place_gang(later, wl.spec.pod_sets) is None:
+        return
+    for name, now in free.items():
+        for resource, amount in later[name].items():
+            now[resource] = min(now.get(resource, 0), amount)
 
 
 def decide_placement(state: State) -> list[PlacementDecided]:

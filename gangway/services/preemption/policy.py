@@ -74,7 +74,7 @@ def _candidates(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSt
     if cq is None:
         return []
     request = wl.request
-    own_usage = snap.usage.get(cq_name, {})
+    own_usage = snap.binding_usage().get(cq_name, {})
     within_nominal = all(
         own_usage.get(r, 0) + v <= (idx.quotas[cq_name][r].nominal if r in idx.quotas[cq_name] else -1)
         for r, v in request.items() if v > 0
@@ -118,7 +118,7 @@ def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str
 
 
 def _fits_without(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, victims: list[WorkloadState]) -> bool:
-    usage = {cq: dict(res) for cq, res in snap.usage.items()}
+    usage = {cq: dict(res) for cq, res in snap.binding_usage().items()}
     free = {n: dict(f) for n, f in snap.free.items()}
     for victim in victims:
         add_into(usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
@@ -145,9 +145,5 @@ def _choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Worklo
 
 
 def _commit(snap: Snapshot, wl: WorkloadState, victims: list[WorkloadState]) -> None:
-    """Later preemptors in this cycle see these victims gone and this preemptor's room taken."""
-    for victim in victims:
-        add_into(snap.usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
-        release_nodes(snap.free, victim)
-    snap.failed.clear()
-    snap.fits(wl)
+    """Later preemptors in this cycle see this preemptor's room taken, as the next cycle will."""
+    snap.reserve_for_preemptor(wl, victims)

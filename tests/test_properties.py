@@ -1,0 +1,395 @@
+"""Invariants of the whole pipeline under random runs (hypothesis stateful machines over Simulation).
+
+Runs are derandomized (the same examples every time); a failure prints the steps that reproduce it.
+After every step:
+- no node's free resources are negative, and free + allocated == allocatable (no GPU double-booked);
+- each ClusterQueue's usage is the sum of its admitted workloads' usage and never exceeds nominal +
+  borrowing limit, and no cohort lends more than its members' lendable quota (checked on the state
+  after every event, not only after every step);
+- a workload is placed whole or not at all; a workload holding nodes holds quota;
+- folding the log again gives the same state;
+and at the end the auditor re-derives every decision, none was superseded (each service decides
+from the newest state, so whatever it proposes must hold where it lands), and no two workloads
+preempted each other. Other properties fold random logs again, with events delivered twice.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
+from gangway.events import catalogue as ev
+from gangway.events.fold import apply
+from gangway.events.resources import add_into, index_of, total_request
+from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State
+from gangway.services.audit.replay import verify
+from gangway.sim import Simulation
+
+MINUTE = 60_000
+ROUNDS_MAX = 500
+#: Node name → (GPUs, CPUs): a name always comes back with the same size.
+NODE_POOL = {"n1": (8, 64), "n2": (8, 64), "n3": (4, 32), "n4": (8, 128), "n5": (2, 16), "cpu1": (0, 64)}
+QUEUES = ("a", "b", "c", "solo")
+#: Policies vary between contract versions; quotas do not (a smaller quota would not evict anyone).
+POLICIES = [
+    {"a": ("LowerPriority", "Any", False), "b": ("Never", "LowerPriority", False),
+     "c": ("LowerOrNewerEqualPriority", "Never", False), "solo": ("LowerPriority", "Never", True)},
+    {"a": ("Never", "Never", True), "b": ("LowerPriority", "Any", False),
+     "c": ("Never", "Any", False), "solo": ("LowerOrNewerEqualPriority", "Never", False)},
+    {q: ("Never", "Never", False) for q in QUEUES},
+]
+
+
+def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
+    """The contract of one policy variant; ``grace_ms`` for the low and the high priority class."""
+    policy = POLICIES[variant]
+
+    def cq(name: str):
+        within, reclaim, strict = policy[name]
+        b = cluster_queue(name).preemption(within, reclaim)
+        return b.strict_fifo() if strict else b
+
+    return (contract(
+        cq("a").cohort("lab").gpus(8, borrowing=8).cpu(64),
+        cq("b").cohort("lab").gpus(8).cpu(64),
+        cq("c").cohort("lab").gpus(4, borrowing=4, lending=2).cpu(32, lending=16),
+        cq("solo").gpus(8).cpu(64),
+    ).priority_class("low", 0, grace_ms=grace_ms[0]).priority_class("high", 100, grace_ms=grace_ms[1])
+     .default_grace_ms(grace_ms[0]).obj())
+
+
+def node_obj(name: str) -> ev.NodeObserved:
+    gpus, cpus = NODE_POOL[name]
+    b = node(name).cpu(cpus).memory_gi(256)
+    return (b.gpus(gpus) if gpus else b).obj()
+
+
+pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]))
+#: (queue, high priority?, pod sets as (count, GPUs, CPUs), runtime in minutes)
+job = st.tuples(st.sampled_from(QUEUES), st.booleans(), st.lists(pod_set, min_size=1, max_size=2), st.integers(1, 30))
+
+
+def make_workload(name: str, queue: str, high: bool, pod_sets, runtime_min: int) -> ev.WorkloadQueued:
+    b = workload(name).queue(queue).priority(100 if high else 0, "high" if high else "low")
+    for i, (count, gpus, cpus) in enumerate(pod_sets):
+        b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus)
+    return b.runtime_ms(runtime_min * MINUTE).obj()
+
+
+# --- invariants, as plain functions (also used by the other properties) ---------------------------
+
+
+def allocated(state: State) -> dict[str, dict[str, int]]:
+    """Per node, what the workloads holding nodes were placed there with."""
+    taken: dict[str, dict[str, int]] = {name: {} for name in state.nodes}
+    for wl in state.workloads.values():
+        if wl.phase in HOLDS_NODES:
+            per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
+            for a in wl.placement.assignments:
+                if a.node in taken:
+                    add_into(taken[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()})
+    return taken
+
+
+def check_nodes(state: State) -> None:
+    taken = allocated(state)
+    for name, n in state.nodes.items():
+        assert all(v >= 0 for v in n.free.values()), f"{name} overbooked: {n.free}"
+        resources = set(n.free) | set(n.allocatable) | set(taken[name])
+        for r in resources:
+            assert n.free.get(r, 0) + taken[name].get(r, 0) == n.allocatable.get(r, 0), (name, r)
+
+
+def nonzero(d: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in d.items() if v}
+
+
+def check_quota(state: State) -> None:
+    expected: dict[str, dict[str, int]] = {}
+    for wl in state.workloads.values():
+        if wl.phase in HOLDS_QUOTA:
+            assert wl.admission is not None and wl.spec.workload in state.active
+            assert wl.admission.usage == total_request(wl.spec.pod_sets)
+            add_into(expected.setdefault(wl.admission.cluster_queue, {}), wl.admission.usage)
+        else:
+            assert wl.spec.workload not in state.active
+        assert (wl.phase == "pending") == (wl.spec.workload in state.pending)
+    assert {cq: nonzero(u) for cq, u in state.usage.items() if nonzero(u)} == \
+        {cq: nonzero(u) for cq, u in expected.items() if nonzero(u)}
+    if state.contract is None:
+        return
+    idx = index_of(state.contract)
+    for cq_name, usage in state.usage.items():
+        for r, used in usage.items():
+            quota = idx.quotas[cq_name][r]
+            if quota.borrowing_limit is not None:
+                assert used <= quota.nominal + quota.borrowing_limit, f"{cq_name} uses {used} {r}"
+            if idx.cluster_queues[cq_name].cohort is None:
+                assert used <= quota.nominal, f"{cq_name} has no cohort and uses {used} {r}"
+    check_cohorts(state)
+
+
+def check_cohorts(state: State) -> None:
+    """Members use no more than their guarantees plus what the cohort has to lend."""
+    idx = index_of(state.contract)
+    for cohort, members in idx.cohort_members.items():
+        resources = {r for m in members for r in idx.quotas[m]}
+        for r in resources:
+            pool = used = 0
+            for m in members:
+                q = idx.quotas[m].get(r)
+                if q is None:
+                    continue
+                lendable = q.nominal if q.lending_limit is None else min(q.lending_limit, q.nominal)
+                pool += lendable
+                used += max(0, state.usage.get(m, {}).get(r, 0) - (q.nominal - lendable))
+            assert used <= pool, f"cohort {cohort} lends {used} {r} of the {pool} it has"
+
+
+def check_gangs(state: State) -> None:
+    for wl in state.workloads.values():
+        if wl.phase in HOLDS_NODES:
+            placed = {ps.name: 0 for ps in wl.spec.pod_sets}
+            for a in wl.placement.assignments:
+                placed[a.pod_set] += a.count
+                assert a.count > 0
+            assert placed == {ps.name: ps.count for ps in wl.spec.pod_sets}, f"{wl.spec.workload} placed in part"
+            assert wl.phase in HOLDS_QUOTA and wl.admission is not None, f"{wl.spec.workload} holds nodes, no quota"
+
+
+def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
+    """Pairs (A, B) where A preempted B and later B preempted A."""
+    seen: set[tuple[str, str]] = set()
+    cycles = []
+    for env in log:
+        if isinstance(env.data, ev.EvictionOrdered):
+            pair = (env.data.preemptor, env.data.workload)
+            if (pair[1], pair[0]) in seen:
+                cycles.append((pair[1], pair[0]))
+            seen.add(pair)
+    return cycles
+
+
+def fold(envelopes) -> State:
+    state = State()
+    for env in envelopes:
+        apply(state, env)
+    return state
+
+
+# --- the machine ---------------------------------------------------------------------------------
+
+
+class PipelineMachine(RuleBasedStateMachine):
+    """Random submissions, nodes coming and going, time passing and contracts changing."""
+
+    #: Grace periods of evicted pods (low, high priority): while they run out, victims are in flight.
+    grace_ms = (2_000, 500)
+
+    def __init__(self):
+        super().__init__()
+        self.sim = Simulation(default_runtime_ms=10 * MINUTE)
+        self.sim.configure(make_contract(0, self.grace_ms))
+        self.present: list[str] = ["n1", "n2", "n4"]
+        self.sim.add_nodes([node_obj(n) for n in self.present])
+        self.shadow = State()
+        self.checked = 0
+        self.count = 0
+
+    def settle(self, until_ms: int) -> None:
+        try:
+            self.sim.run(until_ms=until_ms, rounds_max=ROUNDS_MAX)
+        except RuntimeError as exc:
+            last = self.sim.log[-1]
+            note = self.sim.state.workloads.get(getattr(last.data, "workload", ""))
+            raise AssertionError(f"the pipeline does not settle ({exc}); it keeps appending {last.id}, "
+                                 f"superseded: {note.superseded if note else None}") from exc
+
+    @rule(jobs=st.lists(job, min_size=1, max_size=4))
+    def submit(self, jobs):
+        for queue, high, pod_sets, runtime_min in jobs:
+            self.count += 1
+            self.sim.submit(make_workload(f"w{self.count}", queue, high, pod_sets, runtime_min))
+        self.settle(self.sim.now_ms)
+
+    @precondition(lambda self: len(self.present) < len(NODE_POOL))
+    @rule(data=st.data())
+    def add_node(self, data):
+        name = data.draw(st.sampled_from(sorted(set(NODE_POOL) - set(self.present))))
+        self.present.append(name)
+        self.sim.add_nodes([node_obj(n) for n in self.present])
+        self.settle(self.sim.now_ms)
+
+    @precondition(lambda self: len(self.present) > 1)
+    @rule(data=st.data())
+    def remove_node(self, data):
+        name = data.draw(st.sampled_from(sorted(self.present)))
+        self.present.remove(name)
+        self.sim.add_nodes([node_obj(n) for n in self.present])
+        self.settle(self.sim.now_ms)
+
+    @rule(minutes=st.integers(0, 40))
+    def advance(self, minutes):
+        self.settle(self.sim.now_ms + minutes * MINUTE + 1)
+
+    @rule(variant=st.integers(0, len(POLICIES) - 1))
+    def apply_config(self, variant):
+        self.sim.configure(make_contract(variant, self.grace_ms))
+        self.settle(self.sim.now_ms)
+
+    @invariant()
+    def every_event_keeps_quota_and_nodes_sound(self):
+        """Fold the new events one by one (a second fold of the log) and check each state."""
+        for env in self.sim.log[self.checked:]:
+            apply(self.shadow, env)
+            check_nodes(self.shadow)
+            check_quota(self.shadow)
+            check_gangs(self.shadow)
+        self.checked = len(self.sim.log)
+
+    @invariant()
+    def folding_again_gives_the_same_state(self):
+        assert state_bytes(self.shadow) == state_bytes(self.sim.state)
+
+    def teardown(self):
+        kinds = {type(e.data).__name__ for e in self.sim.log}
+        for kind in ("EvictionOrdered", "WorkloadEvicted", "NodeRemoved", "WorkloadFinished"):
+            event(f"{kind} in the log: {kind in kinds}")
+        event(f"borrowed: {any(e.data.borrowed for e in self.sim.log if isinstance(e.data, ev.WorkloadAdmitted))}")
+        report = verify(self.sim.log)
+        assert report.mismatches == [], [str(m) for m in report.mismatches[:5]]
+        assert report.superseded == 0
+        assert preemption_cycles(self.sim.log) == []
+
+
+#: Derandomized: the same runs every time. No shrinking: a failure prints the whole run, at once
+#: (shrinking a long stateful run can take minutes).
+SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None, derandomize=True,
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+class ImmediateEvictionMachine(PipelineMachine):
+    """Evicted pods leave at once: preemption without victims in flight."""
+
+    grace_ms = (0, 0)
+
+
+TestPipelineWithImmediateEvictions = ImmediateEvictionMachine.TestCase
+TestPipelineWithImmediateEvictions.settings = SETTINGS
+
+TestPipeline = PipelineMachine.TestCase
+TestPipeline.settings = SETTINGS
+
+
+# --- folding the log again, with re-delivered events ----------------------------------------------
+
+submit_action = st.tuples(st.just("submit"), job)
+advance_action = st.tuples(st.just("advance"), st.integers(0, 40))
+node_action = st.tuples(st.just("nodes"), st.sets(st.sampled_from(sorted(NODE_POOL)), min_size=1))
+config_action = st.tuples(st.just("config"), st.integers(0, len(POLICIES) - 1))
+actions = st.lists(st.one_of(submit_action, submit_action, advance_action, node_action, config_action),
+                   min_size=3, max_size=30)
+
+
+def random_run(steps) -> Simulation:
+    sim = Simulation(default_runtime_ms=10 * MINUTE)
+    sim.configure(make_contract(0))
+    sim.add_nodes([node_obj("n1"), node_obj("n2")])
+    for i, step in enumerate(steps):
+        if step[0] == "submit":
+            sim.submit(make_workload(f"w{i}", *step[1]))
+        elif step[0] == "advance":
+            sim.run(until_ms=sim.now_ms + step[1] * MINUTE, rounds_max=ROUNDS_MAX)
+        elif step[0] == "nodes":
+            sim.add_nodes([node_obj(n) for n in sorted(step[1])])
+        else:
+            sim.configure(make_contract(step[1]))
+        sim.run(until_ms=sim.now_ms, rounds_max=ROUNDS_MAX)
+    sim.run(rounds_max=ROUNDS_MAX)
+    return sim
+
+
+def with_duplicates(log: list[ev.Envelope], copies: list[tuple[int, int]]) -> tuple[list[ev.Envelope], dict[int, int]]:
+    """The log with event ``i`` delivered again ``lag`` events later, for each (i, lag).
+
+    Offsets are renumbered, and so are the ``based_on`` of decisions (a decision made after the
+    duplicate landed names the offset its state had in the log with the duplicate). Returns the
+    new log and where each original offset went.
+    """
+    late: dict[int, list[ev.Envelope]] = {}
+    for i, lag in copies:
+        late.setdefault(min(i % len(log) + lag, len(log) - 1), []).append(log[i % len(log)])
+    moved: dict[int, int] = {-1: -1}
+    position = 0
+    for env in log:
+        moved[env.offset] = position
+        position += 1 + len(late.get(env.offset, []))
+    out: list[ev.Envelope] = []
+
+    def renumber(env: ev.Envelope) -> ev.Envelope:
+        data = env.data
+        if isinstance(data, ev.DECISION_TYPES):
+            data = msgspec.structs.replace(data, based_on=moved[data.based_on])
+        return msgspec.structs.replace(env, offset=len(out), data=data)
+
+    for env in log:
+        out.append(renumber(env))
+        for dup in late.get(env.offset, []):
+            out.append(renumber(dup))
+    return out, moved
+
+
+def renumbered(state: State, moved: dict[int, int]) -> State:
+    """The state with the offsets it keeps moved as the events they name were."""
+    for wl in state.workloads.values():
+        wl.seq = moved[wl.seq]
+        if getattr(wl, "admitted_at", None) is not None:
+            wl.admitted_at = moved[wl.admitted_at]
+        for field in ("admission", "placement", "eviction"):
+            decision = getattr(wl, field)
+            if decision is not None:
+                setattr(wl, field, msgspec.structs.replace(decision, based_on=moved[decision.based_on]))
+    return state
+
+
+def assert_same_state(with_duplicates: State, without: State) -> None:
+    """Equal but for the fold's position and its count of ignored events (a readable diff first)."""
+    readable = lambda s: (s.decisions, s.superseded, {w: (x.phase, x.attempt, x.superseded)  # noqa: E731
+                                                      for w, x in s.workloads.items()})
+    assert readable(with_duplicates) == readable(without)
+    assert state_bytes(with_duplicates, REDELIVERY_FIELDS) == state_bytes(without, REDELIVERY_FIELDS)
+
+
+FOLD_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
+                         phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@FOLD_SETTINGS
+@given(actions)
+def test_folding_a_log_twice_gives_the_same_state(steps):
+    sim = random_run(steps)
+    assert state_bytes(fold(sim.log)) == state_bytes(fold(sim.log)) == state_bytes(sim.state)
+
+
+@FOLD_SETTINGS
+@given(actions, st.lists(st.integers(0, 10_000), max_size=20))
+def test_events_delivered_twice_in_a_row_change_nothing(steps, which):
+    sim = random_run(steps)
+    log, moved = with_duplicates(sim.log, [(i, 0) for i in which])
+    assert_same_state(fold(log), renumbered(fold(sim.log), moved))
+
+
+@FOLD_SETTINGS
+@given(actions, st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 60)), max_size=20))
+def test_decisions_delivered_again_later_change_nothing(steps, copies):
+    sim = random_run(steps)
+    decisions = [e.offset for e in sim.log if isinstance(e.data, ev.DECISION_TYPES)]
+    if not decisions:
+        return
+    log, moved = with_duplicates(sim.log, [(decisions[i % len(decisions)], lag) for i, lag in copies])
+    assert_same_state(fold(log), renumbered(fold(sim.log), moved))
