@@ -46,32 +46,6 @@ def job(i: int, runtime_s: float) -> ev.JobSubmitted:
     )
 
 
-async def _publish(bootstrap: str, jobs: list[ev.JobSubmitted], rate_per_s: float | None) -> dict[str, int]:
-    """Publish jobs (at ``rate_per_s`` or all at once); returns job id → wall ms when sent."""
-    from gangway.adapters import kafka
-    from gangway.events import topics
-    from gangway.services.submission.manifests import to_cloudevent_record
-    prod = kafka.producer(bootstrap)
-    await prod.start()
-    sent: dict[str, int] = {}
-    started = time.monotonic()
-    try:
-        futures = []
-        for i, j in enumerate(jobs):
-            if rate_per_s:
-                delay = started + i / rate_per_s - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            now = int(time.time() * 1000)
-            key, value, headers = to_cloudevent_record(j, "gangway/bench", now)
-            sent[f"{j.namespace}/{j.job_id}"] = now
-            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
-        await asyncio.gather(*futures)
-    finally:
-        await prod.stop()
-    return sent
-
-
 async def _wait_running(bootstrap: str, expected: set[str], deadline_s: float) -> dict[str, int]:
     """Cluster time at which each expected workload was first reported running."""
     from gangway.adapters import kafka
@@ -94,7 +68,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _phase(bootstrap: str, jobs: list[ev.JobSubmitted], rate: float | None) -> dict[str, float]:
-    sent = asyncio.run(_publish(bootstrap, jobs, rate))
+    sent = asyncio.run(stack.publish_jobs(bootstrap, jobs, rate))
     running = asyncio.run(_wait_running(bootstrap, set(sent), 300))
     ids = list(sent)
     latencies = [running[w] - sent[w] for w in ids]
@@ -114,8 +88,7 @@ def bench_pipeline(jobs: int = 1000, rate: float = 100.0) -> dict:
             asyncio.run(stack.publish_config(running.bootstrap, bench_contract(gpus), "bench", running.clock.now_ms()))
             paced = _phase(running.bootstrap, [job(i, 3600) for i in range(jobs)], rate)
             burst = _phase(running.bootstrap, [job(jobs + i, 3600) for i in range(jobs)], None)
-            from gangway.cli import _fold_log
-            state, envs = asyncio.run(_fold_log(running.bootstrap))
+            state, envs = asyncio.run(stack.read_state(running.bootstrap))
     replay = _replay_speed(envs)
     return {"paced": paced, "burst": burst, "rate_per_s": rate, "log_events": len(envs),
             "superseded": state.superseded, "replay": replay}

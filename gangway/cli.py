@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from gangway import stack
+from gangway.logfile import LogFileError, read_export, write_export
 
 console = Console(highlight=False)
 
@@ -100,43 +101,14 @@ def cmd_submit(args) -> int:
     except ManifestError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
-    asyncio.run(_publish_jobs(_kafka(), jobs))
+    asyncio.run(stack.publish_jobs(_kafka(), jobs))
     for job in jobs:
         console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}")
     return 0
 
 
-async def _publish_jobs(bootstrap: str, jobs) -> None:
-    import gangway.adapters.kafka as kafka
-    from gangway.events import topics
-    from gangway.services.runtime.clock import ClusterClock
-    from gangway.services.submission.manifests import to_cloudevent_record
-    prod = kafka.producer(bootstrap)
-    await prod.start()
-    try:
-        now = ClusterClock.from_env().now_ms()
-        futures = []
-        for job in jobs:
-            key, value, headers = to_cloudevent_record(job, "gangway/cli", now)
-            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
-        await asyncio.gather(*futures)
-    finally:
-        await prod.stop()
-
-
-async def _fold_log(bootstrap: str):
-    import gangway.adapters.kafka as kafka
-    from gangway.events.fold import apply
-    from gangway.events.state import State
-    state, envs = State(), []
-    async for env in kafka.read_log(bootstrap):
-        apply(state, env)
-        envs.append(env)
-    return state, envs
-
-
 def cmd_status(args) -> int:
-    state, _ = asyncio.run(_fold_log(_kafka()))
+    state, _ = asyncio.run(stack.read_state(_kafka()))
     from gangway.reports import status_tables
     for table in status_tables(state):
         console.print(table)
@@ -148,7 +120,7 @@ def cmd_log(args) -> int:
     from gangway.reports import log_line
     bootstrap = _kafka()
     if args.export:
-        _, envs = asyncio.run(_fold_log(bootstrap))
+        _, envs = asyncio.run(stack.read_state(bootstrap))
         write_export(envs, args.export)
         console.print(f"{len(envs)} events written to {args.export}")
         return 0
@@ -157,14 +129,6 @@ def cmd_log(args) -> int:
     except KeyboardInterrupt:
         pass
     return 0
-
-
-def write_export(envs, path: str) -> None:
-    from gangway.events import codec
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as out:
-        for env in envs:
-            out.write(codec.structured_line(env) + b"\n")
 
 
 async def _print_log(bootstrap: str, follow: bool, line) -> None:
@@ -181,33 +145,21 @@ async def _print_log(bootstrap: str, follow: bool, line) -> None:
         await asyncio.sleep(0.5)
 
 
-def read_export(path: str):
-    import msgspec
-
-    from gangway.events import codec
-    envs = []
-    with open(path, "rb") as src:
-        for number, raw in enumerate(src, 1):
-            if raw.strip():
-                try:
-                    envs.append(codec.from_structured(msgspec.json.decode(raw)))
-                except (msgspec.DecodeError, codec.CodecError) as exc:
-                    raise SystemExit(f"gangway: {path}:{number}: {exc}")
-    return envs
-
-
 def cmd_replay(args) -> int:
     from rich.progress import Progress
 
     from gangway.services.audit.replay import verify
-    envs = read_export(args.file) if args.file else asyncio.run(_fold_log(_kafka()))[1]
+    try:
+        envs = read_export(args.file) if args.file else asyncio.run(stack.read_state(_kafka()))[1]
+    except LogFileError as exc:
+        raise SystemExit(f"gangway: {exc}")
     with Progress(console=console, transient=True, disable=len(envs) < 20_000) as progress:
         task = progress.add_task("replaying", total=len(envs))
         started = time.perf_counter()
         report = verify(envs, progress=lambda n: progress.advance(task, n))
         elapsed = time.perf_counter() - started
     for mismatch in report.mismatches:
-        console.print(f"[red]NOT REPRODUCED[/red] {mismatch}", markup=True)
+        print(f"NOT REPRODUCED {mismatch}")
     rate = report.events / elapsed if elapsed > 0 else 0.0
     console.print(f"{report.events} events replayed in {elapsed:.2f} s ({rate:,.0f} events/s); "
                   f"{report.verified} of {report.decisions} decisions reproduced; {report.superseded} superseded")

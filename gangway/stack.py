@@ -17,8 +17,11 @@ import msgspec
 
 from gangway.adapters import kafka
 from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap, die_with_parent
-from gangway.events.catalogue import ConfigApplied, Envelope
+from gangway.events import topics
+from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
 from gangway.events.contract import Contract
+from gangway.events.fold import apply
+from gangway.events.state import State
 from gangway.services.runtime.clock import ClusterClock
 
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
@@ -100,6 +103,38 @@ async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms
     finally:
         await prod.stop()
     return True
+
+
+async def read_state(bootstrap: str) -> tuple[State, list[Envelope]]:
+    """The whole log, and the state it folds to."""
+    state, envs = State(), []
+    async for env in kafka.read_log(bootstrap):
+        apply(state, env)
+        envs.append(env)
+    return state, envs
+
+
+async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: float | None = None) -> dict[str, int]:
+    """Publish jobs as a producer does (binary-mode CloudEvents on gangway.submissions), all at
+    once or ``rate_per_s`` a second. Returns workload id → wall-clock ms when it was sent."""
+    from gangway.services.submission.manifests import to_cloudevent_record
+    prod = kafka.producer(bootstrap)
+    await prod.start()
+    sent: dict[str, int] = {}
+    started = time.monotonic()
+    try:
+        futures = []
+        for i, job in enumerate(jobs):
+            if rate_per_s:
+                await asyncio.sleep(max(0.0, started + i / rate_per_s - time.monotonic()))
+            now = int(time.time() * 1000)
+            key, value, headers = to_cloudevent_record(job, "gangway/cli", now)
+            sent[f"{job.namespace}/{job.job_id}"] = now
+            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
+        await asyncio.gather(*futures)
+    finally:
+        await prod.stop()
+    return sent
 
 
 @dataclass

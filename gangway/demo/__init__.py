@@ -27,11 +27,6 @@ def demo_file(name: str) -> str:
     return str(resources.files("gangway.demo") / name)
 
 
-async def _read(bootstrap: str) -> tuple[State, list[ev.Envelope]]:
-    from gangway.cli import _fold_log
-    return await _fold_log(bootstrap)
-
-
 def _all_done(state: State, expected: int) -> bool:
     done = [wl for wl in state.workloads.values() if wl.phase == "finished"]
     return len(state.workloads) >= expected and len(done) == len(state.workloads)
@@ -40,7 +35,7 @@ def _all_done(state: State, expected: int) -> bool:
 def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) -> tuple[State, list[ev.Envelope]]:
     while True:
         tick()
-        state, envs = asyncio.run(_read(bootstrap))
+        state, envs = asyncio.run(stack.read_state(bootstrap))
         if until(state, envs):
             return state, envs
         if time.monotonic() > deadline:
@@ -52,7 +47,8 @@ def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) 
 
 
 def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-log.jsonl") -> int:
-    from gangway.cli import _load_contract, _publish_jobs, write_export
+    from gangway.contract import load_contract_file
+    from gangway.logfile import write_export
     from gangway.services.submission.manifests import load_jobs
 
     sdir = Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway")) / "demo"
@@ -60,7 +56,7 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
     os.environ["GANGWAY_STATE_DIR"] = str(sdir)
     night = load_jobs(Path(demo_file("jobs-night.yaml")).read_text(), "jobs-night.yaml")
     morning = load_jobs(Path(demo_file("jobs-morning.yaml")).read_text(), "jobs-morning.yaml")
-    contract = _load_contract(demo_file("contract.yaml"))
+    contract = load_contract_file(demo_file("contract.yaml"))
     started = time.monotonic()
     deadline = started + WALL_TIMEOUT_S
     console.print(f"[bold]gangway demo[/bold]: 8 nodes × 8 GPUs, teams serving / research / batch, time × {time_scale:g}")
@@ -69,10 +65,10 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         t0 = running.clock.now_ms()
         asyncio.run(stack.publish_config(bootstrap, contract, "gangway/demo/contract.yaml", t0))
         _wait(bootstrap, lambda s, e: len(s.nodes) == 8, deadline, "the binder's nodes", running.supervise_once)
-        asyncio.run(_publish_jobs(bootstrap, night))
+        asyncio.run(stack.publish_jobs(bootstrap, night))
         console.print(f"submitted {len(night)} jobs for the night; the morning's canary comes 10 minutes later (cluster time)")
         time.sleep(running.clock.wall_seconds_until(t0 + MORNING_AFTER_MS))
-        asyncio.run(_publish_jobs(bootstrap, morning))
+        asyncio.run(stack.publish_jobs(bootstrap, morning))
         expected = len(night) + len(morning)
         state, envs = _wait(bootstrap, lambda s, e: _all_done(s, expected), deadline, "every job to finish",
                             running.supervise_once)

@@ -22,7 +22,7 @@ from cloudevents.v1 import http as ce_http
 from cloudevents.v1.kafka import KafkaMessage, from_binary
 from confluent_kafka import Consumer, TopicPartition
 
-from gangway.cli import read_export, write_export
+from gangway.logfile import read_export, write_export
 from gangway.demo import demo_file
 from gangway.events import codec, topics
 from gangway.events import catalogue as ev
