@@ -58,7 +58,11 @@ async def _wait_running(bootstrap: str, expected: set[str], deadline_s: float) -
             if isinstance(env.data, ev.WorkloadRunning) and env.data.workload in expected:
                 running.setdefault(env.data.workload, env.time_ms)
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(running)} of {len(expected)} workloads ran in {deadline_s} s")
+            state, _ = await stack.read_state(bootstrap)
+            stuck = {w: (state.workloads[w].phase, state.workloads[w].superseded) if w in state.workloads else "not queued"
+                     for w in sorted(expected - set(running))[:10]}
+            raise TimeoutError(f"only {len(running)} of {len(expected)} workloads ran in {deadline_s} s; "
+                               f"stuck: {stuck}")
     return running
 
 
@@ -69,7 +73,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def _phase(bootstrap: str, jobs: list[ev.JobSubmitted], rate: float | None) -> dict[str, float]:
     sent = asyncio.run(stack.publish_jobs(bootstrap, jobs, rate))
-    running = asyncio.run(_wait_running(bootstrap, set(sent), 300))
+    running = asyncio.run(_wait_running(bootstrap, set(sent), 120))
     ids = list(sent)
     latencies = [running[w] - sent[w] for w in ids]
     span_s = (max(running[w] for w in ids) - min(sent[w] for w in ids)) / 1000

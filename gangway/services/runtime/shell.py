@@ -52,6 +52,9 @@ class LogService:
         self.state = State()
         self.in_flight: set[str] = set()
         self.in_flight_since = 0.0
+        self.order = kafka.InOrder(0)
+        #: Input partition → its reader in offset order (``on_start`` seeks and sets these).
+        self.input_order: dict = {}
         self.caught_up = False
         self.decisions_appended = 0
         self._since_snapshot = 0
@@ -79,7 +82,8 @@ class LogService:
         return []
 
     async def on_start(self, consumer) -> None:
-        """Called once the consumer is started and assigned (e.g. to seek input partitions)."""
+        """Called once the consumer is started and assigned: seek the input partitions and set
+        ``input_order`` for each."""
 
     def on_input(self, records: list) -> None:
         """Records from ``input_partitions``, in order, as they arrive."""
@@ -120,11 +124,13 @@ class LogService:
             records = batch.get(kafka.LOG_PARTITION, [])
             if records and records[0].offset == snap.offset and _record_id(records[0]) == snap.last_id:
                 self.state = snap
+                self.order = kafka.InOrder(snap.offset + 1)
                 consumer.seek(kafka.LOG_PARTITION, snap.offset + 1)
                 log.info("%s: resumed from snapshot at offset %d", self.name, snap.offset)
                 return
             log.info("%s: snapshot does not match this log; folding from zero", self.name)
         self.state = State()
+        self.order = kafka.InOrder(0)
         consumer.seek(kafka.LOG_PARTITION, 0)
 
     # --- the loop --------------------------------------------------------------------------
@@ -159,9 +165,12 @@ class LogService:
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=int(wait_s * 1000), max_records=FETCH_RECORDS_MAX)
             for tp in self.input_partitions():
-                if batch.get(tp):
-                    self.on_input(batch[tp])
-            records = batch.get(kafka.LOG_PARTITION, [])
+                inputs, input_hole = self.input_order[tp].take(batch.get(tp, []))
+                if inputs:
+                    self.on_input(inputs)
+                if input_hole:
+                    consumer.seek(tp, self.input_order[tp].next)
+            records, hole = self.order.take(batch.get(kafka.LOG_PARTITION, []))
             for rec in records:
                 env = kafka.decode_log_record(rec)
                 if env is not None:
@@ -170,6 +179,10 @@ class LogService:
                 await self.on_folded()
             if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
                 self.save_snapshot()
+            if hole:  # a later batch showed up before an earlier one: fetch the earlier one again
+                consumer.seek(kafka.LOG_PARTITION, self.order.next)
+                wait_s = FETCH_WAIT_S
+                continue
             high = consumer.highwater(kafka.LOG_PARTITION)
             if high is None:  # no fetch answered yet: wait for one rather than spin
                 wait_s = FETCH_WAIT_S

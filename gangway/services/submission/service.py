@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
+from gangway.adapters import kafka
 from gangway.events import topics
 from gangway.events.catalogue import JobRejected, WorkloadQueued
 from gangway.events.state import State
@@ -38,8 +39,9 @@ class SubmissionService(LogService):
 
     async def on_start(self, consumer) -> None:
         self.consumer = consumer
-        committed = await consumer.committed(SUBMISSIONS_PARTITION)
-        consumer.seek(SUBMISSIONS_PARTITION, committed or 0)
+        committed = await consumer.committed(SUBMISSIONS_PARTITION) or 0
+        consumer.seek(SUBMISSIONS_PARTITION, committed)
+        self.input_order[SUBMISSIONS_PARTITION] = kafka.InOrder(committed)
 
     def on_input(self, records: list) -> None:
         self.inputs.extend(records)
