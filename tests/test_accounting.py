@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import create_engine
 
 from gangway.events import catalogue as ev
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota, ResourceFlavor
@@ -22,7 +18,6 @@ from gangway.events.state import HOLDS_NODES, State
 from gangway.services.accounting.ledger import MILLI_GPU_MS_PER_HOUR, Ledger, default_url, metadata
 from gangway.services.accounting.policy import Interval, open_allocations, usage_effects
 
-PG_ADMIN_URL = os.environ.get("GANGWAY_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 CONTRACT = Contract(
     flavors=[ResourceFlavor(name="h100")],
@@ -243,29 +238,12 @@ def test_open_allocations_report_running_workloads_up_to_now() -> None:
 # --- the ledger ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def pg_database():
-    """A fresh PostgreSQL database for this test run, dropped afterwards."""
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"gangway_test_{secrets.token_hex(6)}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL unreachable at {PG_ADMIN_URL}: {exc.orig}")
-    yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/state/accounting.db"
         return
-    url = request.getfixturevalue("pg_database")
+    url = request.getfixturevalue("pg_url")
     yield url
     engine = create_engine(url)
     metadata.drop_all(engine)

@@ -26,9 +26,6 @@ from pathlib import Path
 import msgspec
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
 
 from gangway import stack as stack_mod
 from gangway.adapters import kafka
@@ -46,7 +43,6 @@ NODES = 8
 CLUSTER_FILE = demo_file("cluster.yaml")
 CONTRACT_FILE = demo_file("contract.yaml")
 STARTUP_TIMEOUT_S = 60.0
-PG_ADMIN_URL = os.environ.get("GANGWAY_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 VENV_BIN = Path(sys.executable).parent
 #: librdkafka settings shared by the outside client's producer and consumers.
 _RDKAFKA_QUIET = {"log.connection.close": False, "log_level": 3}
@@ -362,25 +358,6 @@ def gw(tmp_path_factory):
 def bootstrap(gw) -> str:
     """The bootstrap address of the running stack's embedded broker."""
     return gw.bootstrap
-
-
-@pytest.fixture(scope="session")
-def pg_url():
-    """A fresh PostgreSQL database ``gangway_it_<random>``, dropped afterwards."""
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"gangway_it_{secrets.token_hex(6)}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL unreachable at {PG_ADMIN_URL}: {exc.orig}")
-    try:
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 class ServiceProcess:
