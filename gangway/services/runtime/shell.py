@@ -56,7 +56,6 @@ class LogService:
         #: Input partition → its reader in offset order (``on_start`` seeks and sets these).
         self.input_order: dict = {}
         self.caught_up = False
-        self.decisions_appended = 0
         self._since_snapshot = 0
 
     # --- hooks -----------------------------------------------------------------------------
@@ -215,7 +214,6 @@ class LogService:
         self.in_flight_since = time.monotonic()
         await kafka.append(producer, to_log)
         await kafka.append(producer, rejected, topic=topics.REJECTIONS)
-        self.decisions_appended += len(to_log)
         await self.after_append()
         return IDLE_WAIT_S if to_log else 0.0
 
