@@ -44,14 +44,18 @@ SNAPSHOT_EVERY_EVENTS = 50_000
 class LogService:
     name = "service"
     snapshots = True
+    #: Decide only from a state that includes our last proposals (the deciders must: their
+    #: ``based_on`` state alone explains each decision). Submission does not need to: it knows
+    #: which jobs it has in flight and validates each record on its own.
+    waits_for_own_writes = True
 
     def __init__(self, bootstrap: str, state_dir: str | Path = ".gangway", clock: ClusterClock | None = None):
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
         self.clock = clock or ClusterClock.from_env()
         self.state = State()
-        self.in_flight: set[str] = set()
-        self.in_flight_since = 0.0
+        #: Our proposals not yet seen back in the log: event id → when it was appended (monotonic s).
+        self.in_flight: dict[str, float] = {}
         self.order = kafka.InOrder(0)
         #: Input partition → its reader in offset order (``on_start`` seeks and sets these).
         self.input_order: dict = {}
@@ -137,7 +141,7 @@ class LogService:
     def fold(self, env: Envelope) -> None:
         self.on_event(self.state, env)
         apply(self.state, env)
-        self.in_flight.discard(env.id)
+        self.in_flight.pop(env.id, None)
         self._since_snapshot += 1
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -199,19 +203,21 @@ class LogService:
 
     async def _decide_and_append(self, producer) -> float:
         """Decide if nothing is in flight; return how long to wait for events before trying again."""
-        if self.in_flight:
-            if time.monotonic() - self.in_flight_since < IN_FLIGHT_TIMEOUT_S:
-                return IDLE_WAIT_S
-            log.warning("%s: %d proposal(s) never came back; deciding again", self.name, len(self.in_flight))
-            self.in_flight.clear()
+        now = time.monotonic()
+        lost = [pid for pid, since in self.in_flight.items() if now - since >= IN_FLIGHT_TIMEOUT_S]
+        if lost:
+            log.warning("%s: %d proposal(s) never came back (%s…); deciding again", self.name, len(lost), lost[0])
+            for pid in lost:
+                del self.in_flight[pid]
+        if self.in_flight and self.waits_for_own_writes:
+            return IDLE_WAIT_S
         proposals = self.decide(self.state)
         if not proposals:
             return self.wake_in_s(self.state)
         envelopes = [Envelope(id=pid, source=f"gangway/{self.name}", time_ms=t, data=data) for pid, t, data in proposals]
         to_log = [e for e in envelopes if not isinstance(e.data, JobRejected)]
         rejected = [e for e in envelopes if isinstance(e.data, JobRejected)]
-        self.in_flight = {e.id for e in to_log}
-        self.in_flight_since = time.monotonic()
+        self.in_flight.update((e.id, now) for e in to_log)
         await kafka.append(producer, to_log)
         await kafka.append(producer, rejected, topic=topics.REJECTIONS)
         await self.after_append()

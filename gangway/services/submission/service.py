@@ -23,6 +23,7 @@ SUBMISSIONS_PER_CYCLE_MAX = 5_000
 
 class SubmissionService(LogService):
     name = "submission"
+    waits_for_own_writes = False
 
     def __init__(self, *args, max_bytes: int = 1_048_576, **kwargs):
         super().__init__(*args, **kwargs)
@@ -49,7 +50,8 @@ class SubmissionService(LogService):
     def decide(self, state: State) -> list[Proposal]:
         batch, self.inputs = self.inputs[:SUBMISSIONS_PER_CYCLE_MAX], self.inputs[SUBMISSIONS_PER_CYCLE_MAX:]
         proposals: list[Proposal] = []
-        taken: set[str] = set()
+        # Jobs queued but not folded yet are taken too (ids "queued/<workload>").
+        taken = {pid.removeprefix("queued/") for pid in self.in_flight}
         now = self.clock.now_ms()
         for rec in batch:
             where = f"{topics.SUBMISSIONS}/{rec.partition}/{rec.offset}"
