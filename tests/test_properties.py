@@ -160,6 +160,14 @@ def check_gangs(state: State) -> None:
             assert wl.phase in HOLDS_QUOTA and wl.admission is not None, f"{wl.spec.workload} holds nodes, no quota"
 
 
+def check_indexes(state: State) -> None:
+    """The phase indexes hold exactly the workloads in those phases, in the order they entered."""
+    assert set(state.unplaced) == {n for n, wl in state.workloads.items() if wl.phase == "admitted"}
+    assert set(state.leaving) == {n for n, wl in state.workloads.items() if wl.phase == "evicting"}
+    assert set(state.pending) == {n for n, wl in state.workloads.items() if wl.phase == "pending"}
+    assert set(state.active) == {n for n, wl in state.workloads.items() if wl.phase in HOLDS_QUOTA}
+
+
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     """Pairs (A, B) where A preempted B and later B preempted A."""
     seen: set[tuple[str, str]] = set()
@@ -248,6 +256,7 @@ class PipelineMachine(RuleBasedStateMachine):
             check_nodes(self.shadow)
             check_quota(self.shadow)
             check_gangs(self.shadow)
+            check_indexes(self.shadow)
         self.checked = len(self.sim.log)
 
     @invariant()

@@ -39,6 +39,20 @@ def apply(state: State, env: ev.Envelope) -> State:
 # --- helpers -----------------------------------------------------------------------------------
 
 
+def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
+    """Every phase change goes through here, keeping the phase indexes true."""
+    name = wl.spec.workload
+    if wl.phase == "admitted":
+        state.unplaced.pop(name, None)
+    elif wl.phase == "evicting":
+        state.leaving.pop(name, None)
+    if phase == "admitted":
+        state.unplaced[name] = None
+    elif phase == "evicting":
+        state.leaving[name] = None
+    wl.phase = phase
+
+
 def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:
     state.superseded += 1
     if wl is not None:
@@ -65,7 +79,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     """An evicted workload goes back to its queue (Kueue's default: ordered by eviction time)."""
     _release_nodes(state, wl)
     _release_quota(state, wl)
-    wl.phase = "pending"
+    _set_phase(state, wl, "pending")
     wl.seq = env.offset
     wl.queued_ms = env.time_ms
     wl.attempt += 1
@@ -107,7 +121,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     if why:
         _supersede(state, wl, f"admission {env.id}: {why}")
         return
-    wl.phase = "admitted"
+    _set_phase(state, wl, "admitted")
     wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
     wl.superseded = None
     wl.nominated = False
@@ -147,7 +161,7 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     if why:
         _supersede(state, wl, f"placement {env.id}: {why}")
         return
-    wl.phase = "placed"
+    _set_phase(state, wl, "placed")
     wl.placement, wl.placement_id = e, env.id
     wl.superseded = None
     for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
@@ -202,7 +216,7 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
         # Nothing runs yet: the quota goes back at once and the workload waits again.
         _requeue(state, wl, env)
     else:
-        wl.phase = "evicting"
+        _set_phase(state, wl, "evicting")
     state.decisions += 1
 
 
@@ -217,13 +231,13 @@ def _report(state: State, wl: WorkloadState | None, attempt: int, allowed: tuple
 def _bound(state: State, env: ev.Envelope, e: ev.WorkloadBound) -> None:
     wl = state.workloads.get(e.workload)
     if _report(state, wl, e.attempt, ("placed",)):
-        wl.phase = "bound"
+        _set_phase(state, wl, "bound")
 
 
 def _running(state: State, env: ev.Envelope, e: ev.WorkloadRunning) -> None:
     wl = state.workloads.get(e.workload)
     if _report(state, wl, e.attempt, ("bound",)):
-        wl.phase = "running"
+        _set_phase(state, wl, "running")
         wl.started_ms = env.time_ms
 
 
@@ -232,7 +246,7 @@ def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
     if _report(state, wl, e.attempt, FINISH_FROM):
         _release_nodes(state, wl)
         _release_quota(state, wl)
-        wl.phase = "finished"
+        _set_phase(state, wl, "finished")
         wl.finished_ms = env.time_ms
 
 

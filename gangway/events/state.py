@@ -72,6 +72,10 @@ class State(msgspec.Struct):
     pending: dict[str, None] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
+    #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for
+    #: a placement (admission order), and workloads ordered out but not gone yet.
+    unplaced: dict[str, None] = {}
+    leaving: dict[str, None] = {}
     #: Quota in use per ClusterQueue and resource.
     usage: dict[str, dict[str, int]] = {}
     #: Decisions applied, and decisions that no longer held where they landed.

@@ -77,10 +77,8 @@ class Snapshot:
 
     def reserve_admitted(self) -> None:
         """Admitted gangs not yet placed will be: keep their room."""
-        for name in self.state.active:
-            wl = self.state.workloads[name]
-            if wl.phase == "admitted":
-                place_gang(self.free, wl.spec.pod_sets)
+        for name in self.state.unplaced:
+            place_gang(self.free, self.state.workloads[name].spec.pod_sets)
 
     def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState]) -> None:
         """Hold the room a preemptor waits for: its victims' quota and nodes will be its own."""

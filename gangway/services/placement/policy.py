@@ -7,6 +7,8 @@ are touched and whole nodes stay whole for big gangs. Ties break by node name: d
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from gangway.events.catalogue import PlacementDecided, PodAssignment, PodSet
 from gangway.events.resources import GPU, add_into, assignment_use, pods_that_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
@@ -31,15 +33,16 @@ def place_gang(free: Free, pod_sets: list[PodSet]) -> list[PodAssignment] | None
     assignments: list[PodAssignment] = []
     for ps in pod_sets:
         main = _main_resource(ps.resources)
+        need = ps.resources.get(main, 0)
         remaining = ps.count
-        candidates = sorted(
-            (trial.get(n, f).get(main, 0), n) for n, f in free.items() if pods_that_fit(trial.get(n, f), ps.resources)
-        )
-        for _, name in candidates:
-            node_free = trial.setdefault(name, dict(free[name]))
-            n = min(remaining, pods_that_fit(node_free, ps.resources))
+        # Best fit: least free of the main resource first. Sorting on that alone is cheap; whether
+        # the other resources fit is checked only for the few nodes actually tried.
+        candidates = sorted((trial.get(n, f).get(main, 0), n) for n, f in free.items())
+        for _, name in candidates[bisect_left(candidates, (need, "")):]:
+            n = min(remaining, pods_that_fit(trial.get(name, free[name]), ps.resources))
             if n <= 0:
                 continue
+            node_free = trial.setdefault(name, dict(free[name]))
             add_into(node_free, {k: v * n for k, v in ps.resources.items()}, -1)
             assignments.append(PodAssignment(pod_set=ps.name, node=name, count=n))
             remaining -= n
@@ -63,9 +66,9 @@ def release_nodes(free: Free, wl: WorkloadState) -> None:
 def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
     """Preemptor → its victims that were ordered out and have not exited yet."""
     waiting: dict[str, list[WorkloadState]] = {}
-    for name in state.active:
+    for name in state.leaving:
         wl = state.workloads[name]
-        if wl.phase == "evicting" and wl.eviction is not None:
+        if wl.eviction is not None:
             waiting.setdefault(wl.eviction.preemptor, []).append(wl)
     return waiting
 
@@ -97,10 +100,8 @@ def decide_placement(state: State) -> list[PlacementDecided]:
         if wl is not None and wl.phase == "pending":
             reserve_room(free, wl, victims)
     decisions: list[PlacementDecided] = []
-    for name in state.active:
+    for name in state.unplaced:
         wl = state.workloads[name]
-        if wl.phase != "admitted":
-            continue
         assignments = place_gang(free, wl.spec.pod_sets)
         if assignments is None:
             continue
