@@ -29,7 +29,7 @@ def describe(env: ev.Envelope) -> str:
     if isinstance(d, ev.PlacementDecided):
         return f"{d.workload} placed: {d.reason}"
     if isinstance(d, ev.EvictionOrdered):
-        return f"{d.workload} ordered out for {d.preemptor} (grace {d.grace_ms // 1000} s): {d.reason}"
+        return f"{d.workload} ordered out for {d.preemptor} (grace {d.grace_ms / 1000:g} s): {d.reason}"
     if isinstance(d, ev.WorkloadEvicted):
         return f"{d.workload} evicted: {d.reason}"
     if isinstance(d, (ev.WorkloadBound, ev.WorkloadRunning)):
