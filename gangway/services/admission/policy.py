@@ -46,6 +46,17 @@ class Snapshot:
         #: Shapes that did not fit, and why. Room only shrinks within a cycle, so an identical
         #: gang in the same queue fails the same way.
         self.failed: dict[tuple, str] = {}
+        #: quota_fit answers until usage next changes (deep queues ask the same question often).
+        self._quota_memo: dict[tuple, tuple[bool, dict[str, int], str]] = {}
+
+    def quota(self, cq: str, request: dict[str, int], binding: bool = False) -> tuple[bool, dict[str, int], str]:
+        """``quota_fit`` against usage now (or the binding usage), remembered until usage changes."""
+        key = (cq, tuple(sorted(request.items())), binding)
+        answer = self._quota_memo.get(key)
+        if answer is None:
+            usage = self.binding_usage() if binding else self.usage
+            answer = self._quota_memo[key] = quota_fit(self.idx, usage, cq, request)
+        return answer
 
     def binding_usage(self) -> dict[str, dict[str, int]]:
         """Usage to fit under: the larger of now and later, per queue and resource."""
@@ -64,15 +75,16 @@ class Snapshot:
         if key in self.failed:
             return False, {}, self.failed[key]
         cq = wl.spec.cluster_queue
-        ok, borrowed, why = quota_fit(self.idx, self.binding_usage(), cq, wl.request)
+        ok, borrowed, why = self.quota(cq, wl.request, binding=True)
         if ok and self.later:  # what it borrows is counted, as the fold counts it, from usage now
-            ok, borrowed, why = quota_fit(self.idx, self.usage, cq, wl.request)
+            ok, borrowed, why = self.quota(cq, wl.request)
         if ok and place_gang(self.free, wl.spec.pod_sets) is None:
             ok, why = False, "no placement for the whole gang on free capacity"
         if not ok:
             self.failed[key] = why
             return False, {}, why
         add_into(self.usage.setdefault(cq, {}), wl.request)
+        self._quota_memo.clear()
         return True, borrowed, ""
 
     def reserve_admitted(self) -> None:
@@ -85,6 +97,7 @@ class Snapshot:
         for victim in victims:
             add_into(self.later.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
         add_into(self.later.setdefault(wl.spec.cluster_queue, {}), wl.request)
+        self._quota_memo.clear()
         reserve_room(self.free, wl, victims)
 
 
@@ -136,7 +149,7 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Workload
 
 
 def _needs_borrowing(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> bool:
-    ok, borrowed, _ = quota_fit(idx, snap.usage, wl.spec.cluster_queue, wl.request)
+    ok, borrowed, _ = snap.quota(wl.spec.cluster_queue, wl.request)
     return ok and bool(borrowed)
 
 
