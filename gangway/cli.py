@@ -66,6 +66,7 @@ def cmd_up(args) -> int:
     with stack.Stack(cluster_file=args.cluster, time_scale=args.time_scale) as running:
         if contract is not None:
             asyncio.run(stack.publish_config(running.bootstrap, contract, args.config, running.clock.now_ms()))
+        running.wait_ready()
         console.print(f"gangway is up: GANGWAY_KAFKA={running.bootstrap}  (logs in {stack.state_dir() / 'logs'})")
         stopped = []
         for sig in (signal.SIGINT, signal.SIGTERM):

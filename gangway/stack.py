@@ -171,8 +171,20 @@ class Stack:
         asyncio.run(kafka.ensure_topics(self.bootstrap))
         (sdir / "bootstrap").write_text(self.bootstrap + "\n")
         for name in SERVICES:
+            (sdir / f"{name}.ready").unlink(missing_ok=True)
             self._spawn(name)
         return self.bootstrap
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every service has folded the whole log once (supervising meanwhile)."""
+        deadline = time.monotonic() + timeout_s
+        while not all((state_dir() / f"{name}.ready").exists() for name in SERVICES):
+            if time.monotonic() > deadline:
+                missing = [n for n in SERVICES if not (state_dir() / f"{n}.ready").exists()]
+                raise TimeoutError(f"services not ready after {timeout_s} s: {', '.join(missing)}; "
+                                   f"see {state_dir() / 'logs'}")
+            self.supervise_once()
+            time.sleep(0.1)
 
     def _spawn(self, name: str) -> None:
         sdir = state_dir()

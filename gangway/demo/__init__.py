@@ -62,6 +62,7 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
     console.print(f"[bold]gangway demo[/bold]: 8 nodes × 8 GPUs, teams serving / research / batch, time × {time_scale:g}")
     with stack.Stack(cluster_file=demo_file("cluster.yaml"), time_scale=time_scale) as running:
         bootstrap = running.bootstrap
+        running.wait_ready()
         t0 = running.clock.now_ms()
         asyncio.run(stack.publish_config(bootstrap, contract, "gangway/demo/contract.yaml", t0))
         _wait(bootstrap, lambda s, e: len(s.nodes) == 8, deadline, "the binder's nodes", running.supervise_once)

@@ -80,6 +80,11 @@ class LogService:
     async def on_caught_up(self) -> None:
         """Called once, the first time the service has folded the whole log."""
 
+    @property
+    def ready_path(self) -> Path:
+        """Exists while the service runs and has folded the whole log once (``gangway up`` waits for it)."""
+        return self.state_dir / f"{self.name}.ready"
+
     def input_partitions(self) -> list:
         """Partitions read besides the log (their records go to ``on_input``)."""
         return []
@@ -155,6 +160,7 @@ class LogService:
             await self._resume(consumer)
             await self._loop(consumer, producer, stop)
         finally:
+            self.ready_path.unlink(missing_ok=True)
             self.save_snapshot()
             await consumer.stop()
             await producer.stop()
@@ -199,6 +205,8 @@ class LogService:
             if not self.caught_up:
                 self.caught_up = True
                 await self.on_caught_up()
+                self.state_dir.mkdir(parents=True, exist_ok=True)
+                self.ready_path.touch()
             wait_s = await self._decide_and_append(producer)
 
     async def _decide_and_append(self, producer) -> float:
