@@ -78,3 +78,25 @@ def test_config_validate_reports_problems_and_exit_codes(env, tmp_path):
     result = run(["config", "validate", str(bad)], env, timeout=30)
     assert result.returncode == 1
     assert "missing" in result.stdout
+
+
+def test_up_reports_ready_only_when_every_service_folded_the_log_and_stops_cleanly(env):
+    state = Path(env["GANGWAY_STATE_DIR"])
+    proc = subprocess.Popen(GANGWAY + ["up", "--config", "gangway/demo/contract.yaml",
+                                       "--cluster", "gangway/demo/cluster.yaml"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "gangway is up: GANGWAY_KAFKA=" in line, line + proc.stdout.read() if proc.poll() is not None else line
+        services = ("submission", "admission", "placement", "preemption", "accounting", "binder")
+        assert all((state / f"{name}.ready").exists() for name in services)
+        deadline = time.monotonic() + 20
+        status = run(["status"], env, timeout=60)
+        while "gpu-node-7" not in status.stdout and time.monotonic() < deadline:  # the binder's nodes
+            status = run(["status"], env, timeout=60)
+        assert status.returncode == 0 and "gpu-node-7" in status.stdout, status.stdout + status.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    assert not list(state.glob("*.ready")), "ready files outlive the services"
+    assert not (state / "bootstrap").exists()
