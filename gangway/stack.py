@@ -72,7 +72,7 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
 
 
 def run_service(service) -> None:
-    """Run a service until SIGINT or SIGTERM.
+    """Run a service until SIGINT or SIGTERM, as the active instance or a standby of it.
 
     The state is a large, long-lived object graph the fold keeps adding to; with CPython's default
     thresholds the cyclic collector walks all of it every few thousand allocations, stalling a
@@ -87,7 +87,7 @@ def run_service(service) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await service.run(stop)
+        await service.run(stop, standby=True)
     asyncio.run(main())
 
 

@@ -71,3 +71,66 @@ async def test_a_snapshot_of_another_log_is_refused(tmp_path):
         service = DecidingService("placement", fresh.bootstrap, tmp_path)
         await run_until(service, 5)
         assert sorted(service.state.nodes) == [f"n{i}" for i in range(10, 16)]
+
+
+async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_path):
+    from gangway.events.catalogue import ConfigApplied, WorkloadAdmitted, WorkloadQueued
+    from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
+    from gangway.events.catalogue import PodSet
+
+    contract = Contract(
+        cluster_queues=[ClusterQueue(name="q", flavors=[FlavorQuotas(flavor="f", resources={
+            "nvidia.com/gpu": Quota(nominal=64_000)})])],
+        local_queues=[LocalQueue(namespace="t", name="q", cluster_queue="q")],
+    )
+
+    def queued(i: int) -> Envelope:
+        return Envelope(id=f"queued/t/w{i}", source="test", time_ms=2_000 + i, data=WorkloadQueued(
+            workload=f"t/w{i}", namespace="t", queue="q", cluster_queue="q", priority_class=None, priority=0,
+            kind="Job", pod_sets=[PodSet(name="main", count=1, resources={"nvidia.com/gpu": 1000})]))
+
+    async def admitted(bootstrap: str) -> list[str]:
+        return [e.data.workload async for e in kafka.read_log(bootstrap, idle_ms=50)
+                if isinstance(e.data, WorkloadAdmitted)]
+
+    async def until(condition, what: str, deadline_s: float = 20) -> None:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_s
+        while not await condition():
+            assert loop.time() < end, f"timed out: {what}"
+            await asyncio.sleep(0.1)
+
+    with EmbeddedBroker() as broker:
+        await kafka.ensure_topics(broker.bootstrap)
+        await append(broker.bootstrap, [Envelope(id="config", source="test", time_ms=1_000,
+                                                 data=ConfigApplied(contract=contract, digest="d"))] + nodes(2))
+        stops = {name: asyncio.Event() for name in ("a", "b")}
+        services = {name: DecidingService("admission", broker.bootstrap, tmp_path / name) for name in stops}
+        tasks = {name: asyncio.create_task(services[name].run(stops[name], standby=True)) for name in stops}
+        try:
+            await append(broker.bootstrap, [queued(i) for i in range(3)])
+            await until(lambda: _len_at_least(admitted(broker.bootstrap), 3), "the first jobs admitted")
+
+            async def one_active() -> bool:
+                return sum(bool(s.lease and s.lease.active) for s in services.values()) == 1
+            await until(one_active, "exactly one active instance")
+            first = next(n for n, s in services.items() if s.lease.active)
+            other = "b" if first == "a" else "a"
+            stops[first].set()
+            await tasks[first]
+            await until(lambda: _true(services[other].lease.active), "the standby taking over")
+            await append(broker.bootstrap, [queued(i) for i in range(3, 6)])
+            await until(lambda: _len_at_least(admitted(broker.bootstrap), 6), "jobs admitted by the new active")
+            assert sorted(await admitted(broker.bootstrap)) == [f"t/w{i}" for i in range(6)], "each admitted once"
+        finally:
+            for name in stops:
+                stops[name].set()
+            await asyncio.gather(*tasks.values())
+
+
+async def _len_at_least(items, n: int) -> bool:
+    return len(await items) >= n
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
@@ -147,3 +147,52 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
                 return
     finally:
         await consumer.stop()
+
+
+class ActiveLease:
+    """Which instance of a service is the active one: Kafka's consumer group decides.
+
+    Every instance of a service joins one group (``gangway-<service>-active``) on the log's one
+    partition, and never reads through it (the partition is paused at once): the member Kafka
+    assigns the partition to is the active instance; the others stand by, folding the log like it,
+    and one of them takes over when the active one leaves or stops heartbeating (session timeout).
+    Two instances that both believe they are active for a moment are harmless: their decisions
+    carry deterministic ids and are validated where they land.
+    """
+
+    #: Tansu answers a JoinGroup after half the session timeout: 2 s joins in 1 s.
+    SESSION_TIMEOUT_MS = 2_000
+
+    def __init__(self, bootstrap: str, group: str):
+        self.active = False
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+            session_timeout_ms=self.SESSION_TIMEOUT_MS, heartbeat_interval_ms=500,
+            rebalance_timeout_ms=self.SESSION_TIMEOUT_MS,
+        )
+
+    async def start(self) -> None:
+        await self.consumer.start()
+        self.consumer.subscribe([topics.LOG], listener=_LeaseListener(self))
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        """Take part in the group until ``stop`` (heartbeats run in aiokafka's own task)."""
+        while not stop.is_set():
+            await self.consumer.getmany(timeout_ms=200)
+
+    async def stop(self) -> None:
+        self.active = False
+        await self.consumer.stop()
+
+
+class _LeaseListener(ConsumerRebalanceListener):
+    def __init__(self, lease: ActiveLease):
+        self.lease = lease
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        self.lease.active = False
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        if assigned:
+            self.lease.consumer.pause(*assigned)
+        self.lease.active = LOG_PARTITION in assigned

@@ -8,6 +8,7 @@ identified by the id of its first event: a fresh embedded broker is a new log.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 from gangway.events.catalogue import Envelope
@@ -25,10 +26,15 @@ class AccountingService(LogService):
 
     def __init__(self, bootstrap: str, db_url: str, state_dir: str | Path = ".gangway", clock: ClusterClock | None = None):
         super().__init__(bootstrap, state_dir, clock)
+        self.db_url = db_url
         self.ledger = Ledger(db_url)
         self.log_id = ""
         self.position = -1
         self.pending: list[Interval] = []
+
+    def lease_group(self) -> str:
+        """Accounting services writing different ledgers are not standbys of each other."""
+        return f"gangway-accounting-{hashlib.sha256(self.db_url.encode()).hexdigest()[:12]}-active"
 
     def on_event(self, before: State, env: Envelope) -> None:
         if env.offset == 0:
@@ -40,12 +46,16 @@ class AccountingService(LogService):
     async def on_folded(self) -> None:
         if not self.log_id or self.state.offset <= self.position:
             return
+        if not self.was_active:  # a standby keeps only what the active instance has not recorded yet
+            self.position = await asyncio.to_thread(self.ledger.position, self.log_id)
+            self.pending = [iv for iv in self.pending if iv.offset > self.position]
+            return
         intervals, self.pending = self.pending, []
         await asyncio.to_thread(self.ledger.record, self.log_id, self.state.offset, intervals)
         self.position = self.state.offset
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         try:
-            await super().run(stop)
+            await super().run(stop, standby)
         finally:
             self.ledger.close()

@@ -60,6 +60,9 @@ class LogService:
         #: Input partition → its reader in offset order (``on_start`` seeks and sets these).
         self.input_order: dict = {}
         self.caught_up = False
+        self.lease: kafka.ActiveLease | None = None
+        #: Whether the service was active at the last turn of the loop (None: not known yet).
+        self.was_active: bool | None = None
         self._since_snapshot = 0
 
     # --- hooks -----------------------------------------------------------------------------
@@ -90,8 +93,8 @@ class LogService:
         return []
 
     async def on_start(self, consumer) -> None:
-        """Called once the consumer is started and assigned: seek the input partitions and set
-        ``input_order`` for each."""
+        """Called each time the service becomes the active instance (at once without standby):
+        seek the input partitions and set ``input_order`` for each."""
 
     def on_input(self, records: list) -> None:
         """Records from ``input_partitions``, in order, as they arrive."""
@@ -149,21 +152,56 @@ class LogService:
         self.in_flight.pop(env.id, None)
         self._since_snapshot += 1
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
+        """Fold, decide and append until ``stop``. With ``standby``, several instances may run:
+        all fold, and only the one holding the ``ActiveLease`` decides and appends."""
         consumer = kafka.log_consumer(self.bootstrap, group_id=self.group_id())
         producer = kafka.producer(self.bootstrap)
         await consumer.start()
         await producer.start()
+        self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
+        keeper = None
         try:
+            if self.lease is not None:
+                await self.lease.start()
+                keeper = asyncio.create_task(self.lease.keep(stop))
             consumer.assign([kafka.LOG_PARTITION, *self.input_partitions()])
-            await self.on_start(consumer)
             await self._resume(consumer)
             await self._loop(consumer, producer, stop)
         finally:
             self.ready_path.unlink(missing_ok=True)
             self.save_snapshot()
+            if keeper is not None:
+                stop.set()
+                await keeper
+                await self.lease.stop()
             await consumer.stop()
             await producer.stop()
+
+    async def _follow_lease(self, consumer) -> None:
+        """Read inputs only while active; on becoming active, take them up where they were left.
+
+        ``was_active`` is what the rest of the loop goes by, so a lease won in the middle of a
+        turn takes effect at the next one, after ``on_start``."""
+        inputs = self.input_partitions()
+        active = self.lease is None or self.lease.active
+        before, self.was_active = self.was_active, active
+        if active and not before:
+            if inputs:
+                consumer.resume(*inputs)
+            await self.on_start(consumer)
+            if self.state.offset >= 0:
+                await self.on_folded()  # act on what was folded while standing by
+            log.info("%s: active", self.name)
+        elif not active and (before or before is None):
+            if inputs:
+                consumer.pause(*inputs)
+            if before:
+                log.info("%s: standing by", self.name)
+
+    def lease_group(self) -> str:
+        """Instances in one lease group stand in for each other: one of them is active."""
+        return f"gangway-{self.name}-active"
 
     def group_id(self) -> str | None:
         """Consumer group used only to store input offsets (the log is never committed)."""
@@ -172,8 +210,9 @@ class LogService:
     async def _loop(self, consumer, producer, stop: asyncio.Event) -> None:
         wait_s = 0.0
         while not stop.is_set():
+            await self._follow_lease(consumer)
             batch = await consumer.getmany(timeout_ms=int(wait_s * 1000), max_records=FETCH_RECORDS_MAX)
-            for tp in self.input_partitions():
+            for tp in self.input_partitions() if self.was_active else ():
                 inputs, input_hole = self.input_order[tp].take(batch.get(tp, []))
                 if inputs:
                     self.on_input(inputs)
@@ -211,6 +250,8 @@ class LogService:
 
     async def _decide_and_append(self, producer) -> float:
         """Decide if nothing is in flight; return how long to wait for events before trying again."""
+        if not self.was_active:
+            return IDLE_WAIT_S
         now = time.monotonic()
         lost = [pid for pid, since in self.in_flight.items() if now - since >= IN_FLIGHT_TIMEOUT_S]
         if lost:

@@ -40,6 +40,7 @@ class SubmissionService(LogService):
 
     async def on_start(self, consumer) -> None:
         self.consumer = consumer
+        self.inputs = []  # whatever a standby period left here, the active instance handled
         committed = await consumer.committed(SUBMISSIONS_PARTITION) or 0
         consumer.seek(SUBMISSIONS_PARTITION, committed)
         self.input_order[SUBMISSIONS_PARTITION] = kafka.InOrder(committed)
