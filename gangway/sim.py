@@ -8,11 +8,10 @@ property tests and benchmarks use it; the auditor verifies its logs like any oth
 
 from __future__ import annotations
 
-import hashlib
 
-import msgspec
 
 from gangway.events.catalogue import ConfigApplied, Envelope, NodeObserved, WorkloadQueued
+from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
@@ -36,7 +35,7 @@ class Simulation:
         return env
 
     def configure(self, contract: Contract) -> None:
-        digest = hashlib.sha256(msgspec.json.encode(contract)).hexdigest()
+        digest = contract_digest(contract)
         self.append(f"config/{digest[:12]}", self.now_ms, ConfigApplied(contract=contract, digest=digest), "gangway/config")
 
     def add_nodes(self, nodes: list[NodeObserved]) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
-import hashlib
 import logging
 import os
 import signal
@@ -14,12 +12,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
 
 from gangway.adapters import kafka
 from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap, die_with_parent
 from gangway.events import topics
 from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
+from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
@@ -72,16 +70,7 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
 
 
 def run_service(service) -> None:
-    """Run a service until SIGINT or SIGTERM, as the active instance or a standby of it.
-
-    The state is a large, long-lived object graph the fold keeps adding to; with CPython's default
-    thresholds the cyclic collector walks all of it every few thousand allocations, stalling a
-    service for hundreds of milliseconds. Collections are made rarer (the state has no cycles to
-    collect), and what exists at start is frozen out of the collector's view.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)
+    """Run a service until SIGINT or SIGTERM, as the active instance or a standby of it."""
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -101,7 +90,7 @@ async def current_digest(bootstrap: str) -> str:
 
 async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms: int) -> bool:
     """Append ConfigApplied unless the same contract is already in force. True if appended."""
-    digest = hashlib.sha256(msgspec.json.encode(contract)).hexdigest()
+    digest = contract_digest(contract)
     if await current_digest(bootstrap) == digest:
         return False
     env = Envelope(id=f"config/{digest[:16]}/{now_ms}", source="gangway/config", time_ms=now_ms,
