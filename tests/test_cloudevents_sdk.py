@@ -3,37 +3,20 @@
 
 from __future__ import annotations
 
-import time
 
 import msgspec
 import pytest
 from cloudevents.v1.kafka import KafkaMessage, from_binary
-from confluent_kafka import Consumer, TopicPartition
 
 from gangway.adapters import kafka
 from gangway.adapters.broker import EmbeddedBroker
 from gangway.events import catalogue as ev
 from gangway.events import codec, topics
+from outside_client import read_records
 from test_schemas import SAMPLES
 
 pytestmark = pytest.mark.broker
 TOPIC_OF = {ev.JobSubmitted: topics.SUBMISSIONS, ev.JobRejected: topics.REJECTIONS}
-
-
-def read_back(bootstrap: str, topic: str, count: int) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sdk-test", "enable.auto.commit": False,
-                         "log_level": 3})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        records, deadline = [], time.monotonic() + 20
-        while len(records) < count:
-            assert time.monotonic() < deadline, f"read {len(records)} of {count} records of {topic}"
-            for msg in consumer.consume(num_messages=100, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                records.append(msg)
-        return records
-    finally:
-        consumer.close()
 
 
 async def test_the_cloudevents_sdk_parses_every_event_type_read_back_from_kafka():
@@ -51,7 +34,7 @@ async def test_the_cloudevents_sdk_parses_every_event_type_read_back_from_kafka(
         parsed = []
         for topic in (topics.LOG, topics.SUBMISSIONS, topics.REJECTIONS):
             expected = [e for e in envs if TOPIC_OF.get(type(e.data), topics.LOG) == topic]
-            for msg, env in zip(read_back(broker.bootstrap, topic, len(expected)), expected, strict=True):
+            for msg, env in zip(read_records(broker.bootstrap, topic, len(expected)), expected, strict=True):
                 event = from_binary(KafkaMessage(headers=dict(msg.headers()), key=msg.key(), value=msg.value()))
                 assert (event["id"], event["type"], event["source"]) == (env.id, env.type, env.source)
                 assert event["time"] == codec.format_time(env.time_ms)

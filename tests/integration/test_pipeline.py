@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from datetime import timezone
 from pathlib import Path
 
@@ -20,9 +19,9 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from cloudevents.v1 import http as ce_http
 from cloudevents.v1.kafka import KafkaMessage, from_binary
-from confluent_kafka import Consumer, TopicPartition
 
 from gangway.logfile import read_export, write_export
+from outside_client import read_records
 from gangway.demo import demo_file
 from gangway.events import codec, topics
 from gangway.events import catalogue as ev
@@ -102,23 +101,6 @@ def ended_allocations(envs: list[ev.Envelope]) -> dict[str, list[tuple[str, int,
 
 def gpu_milli_ms(allocations: list[tuple[str, int, int, int]]) -> int:
     return sum(gpu * (end - start) for _team, gpu, start, end in allocations)
-
-
-def raw_log_records(bootstrap: str, count: int) -> list:
-    """The first ``count`` records of the log as confluent-kafka reads them."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "it-raw-log", "enable.auto.commit": False,
-                         "log.connection.close": False, "log_level": 3})
-    try:
-        consumer.assign([TopicPartition(topics.LOG, 0, 0)])
-        records, deadline = [], time.monotonic() + 20
-        while len(records) < count:
-            assert time.monotonic() < deadline, f"read {len(records)} of {count} log records in 20 s"
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                records.append(msg)
-        return records[:count]
-    finally:
-        consumer.close()
 
 
 # --- a demo-like run, shared by the CloudEvents and replay tests --------------------------------
@@ -328,7 +310,7 @@ def test_the_cloudevents_sdk_reads_every_event_on_the_log_and_the_structured_exp
     assert {ev.EvictionOrdered, ev.WorkloadEvicted} <= types_on_log, \
         f"the demo-like run did not preempt:\n{gw.lines(gw.about(demo_run))}"
     sdk_types = set()
-    for msg, env in zip(raw_log_records(gw.bootstrap, len(envs)), envs, strict=True):
+    for msg, env in zip(read_records(gw.bootstrap, topics.LOG, len(envs)), envs, strict=True):
         assert msg.offset() == env.offset
         message = KafkaMessage(headers=dict(msg.headers()), key=msg.key(), value=msg.value())
         legacy = from_binary(message)  # cloudevents.v1.kafka: the SDK's Kafka binding
