@@ -135,15 +135,9 @@ def cmd_log(args) -> int:
 async def _print_log(bootstrap: str, follow: bool, line) -> None:
     import gangway.adapters.kafka as kafka
     t0 = None
-    start = 0
-    while True:
-        async for env in kafka.read_log(bootstrap, start=start):
-            t0 = env.time_ms if t0 is None else t0
-            print(line(env, t0), flush=True)
-            start = env.offset + 1
-        if not follow:
-            return
-        await asyncio.sleep(0.5)
+    async for env in kafka.read_log(bootstrap, follow=follow):
+        t0 = env.time_ms if t0 is None else t0
+        print(line(env, t0), flush=True)
 
 
 def cmd_replay(args) -> int:

@@ -100,3 +100,33 @@ def test_up_reports_ready_only_when_every_service_folded_the_log_and_stops_clean
         assert proc.wait(timeout=30) == 0
     assert not list(state.glob("*.ready")), "ready files outlive the services"
     assert not (state / "bootstrap").exists()
+
+
+def test_log_follow_prints_events_as_they_arrive(env):
+    import asyncio
+
+    from gangway.adapters import kafka
+    from gangway.adapters.broker import EmbeddedBroker
+    from gangway.events.catalogue import Envelope, NodeRemoved
+
+    async def append(bootstrap: str, names: list[str]) -> None:
+        prod = kafka.producer(bootstrap)
+        await prod.start()
+        try:
+            await kafka.append(prod, [Envelope(id=n, source="test", time_ms=1, data=NodeRemoved(node=n)) for n in names])
+        finally:
+            await prod.stop()
+
+    with EmbeddedBroker() as broker:
+        asyncio.run(kafka.ensure_topics(broker.bootstrap))
+        asyncio.run(append(broker.bootstrap, ["a", "b"]))
+        proc = subprocess.Popen(GANGWAY + ["log", "--follow"], env=dict(env, GANGWAY_KAFKA=broker.bootstrap),
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            lines = [proc.stdout.readline(), proc.stdout.readline()]
+            asyncio.run(append(broker.bootstrap, ["c"]))
+            lines.append(proc.stdout.readline())
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert [line.split()[-2] for line in lines] == ["a", "b", "c"], lines

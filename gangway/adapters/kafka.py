@@ -121,8 +121,9 @@ def decode_log_record(rec) -> Envelope | None:
         return None
 
 
-async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
-    """Yield every envelope of the log from ``start`` up to its current end (the auditor's input).
+async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: bool = False):
+    """Yield every envelope of the log from ``start`` up to its current end (the auditor's input),
+    or, with ``follow``, on and on as the log grows.
 
     The end is the fetch high-water mark (ListOffsets(latest) is unreliable on Tansu).
     """
@@ -143,7 +144,9 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
                 if env is not None:
                     yield env
             high = consumer.highwater(LOG_PARTITION)
-            if not hole and high is not None and await consumer.position(LOG_PARTITION) >= high and not records:
+            if follow or hole or records or high is None:
+                continue
+            if await consumer.position(LOG_PARTITION) >= high:
                 return
     finally:
         await consumer.stop()
