@@ -6,7 +6,7 @@ from rich.table import Table
 
 from gangway.events import catalogue as ev
 from gangway.events.quantity import format_milli
-from gangway.events.resources import GPU, total_request
+from gangway.events.resources import GPU, by_resource, total_request
 from gangway.events.state import State
 
 
@@ -61,7 +61,7 @@ def status_tables(state: State) -> list[Table]:
         wls = [wl for wl in state.workloads.values() if wl.spec.cluster_queue == cq]
         count = lambda *phases: str(sum(1 for wl in wls if wl.phase in phases))  # noqa: E731
         queues.add_row(cq, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
-                       format_milli(state.usage.get(cq, {}).get(GPU, 0)))
+                       format_milli(by_resource(state.usage.get(cq, {})).get(GPU, 0)))
     running = Table(title="Running workloads")
     for column in ("workload", "queue", "priority", "GPUs", "phase", "nodes"):
         running.add_column(column)

@@ -24,7 +24,8 @@ from gangway.events.contract import (
 )
 from gangway.events.fold import apply
 from gangway.events.quantity import MILLI
-from gangway.events.resources import GPU, index_of, quota_fit, total_request
+from gangway.events.fold import quota_view
+from gangway.events.resources import GPU, by_flavor, by_resource, index_of, total_request
 from gangway.events.state import State
 from gangway.services.placement.policy import free_capacity, place_gang
 
@@ -337,9 +338,11 @@ class LogBuilder:
         """A faithful admission of ``name`` (borrowing computed from the current usage)."""
         spec = self.state.workloads[name].spec
         request = total_request(spec.pod_sets)
-        _, borrowed, _ = quota_fit(index_of(self.state.contract), self.state.usage, spec.cluster_queue, request)
+        flavors = index_of(self.state.contract).default_flavors(spec.cluster_queue, request)
+        _, borrowed, _ = quota_view(self.state).fit(spec.cluster_queue, by_flavor(request, flavors))
         return ev.WorkloadAdmitted(workload=name, cluster_queue=spec.cluster_queue, usage=request,
-                                   borrowed=borrowed, based_on=self.offset if based_on is None else based_on)
+                                   borrowed=by_resource(borrowed), based_on=self.offset if based_on is None else based_on,
+                                   flavors=flavors)
 
     def admit(self, *names: str) -> LogBuilder:
         for name in names:
@@ -417,7 +420,7 @@ def summary(state: State) -> dict:
         "phases": {name: wl.phase for name, wl in state.workloads.items()},
         "pending": list(state.pending),
         "active": list(state.active),
-        "usage_gpus": {cq: whole(res.get(GPU, 0)) for cq, res in state.usage.items() if any(res.values())},
+        "usage_gpus": {cq: whole(by_resource(res).get(GPU, 0)) for cq, res in state.usage.items() if any(res.values())},
         "free_gpus": {name: whole(n.free.get(GPU, 0)) for name, n in state.nodes.items()},
         "decisions": state.decisions,
         "superseded": state.superseded,

@@ -22,8 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
 from gangway.events import catalogue as ev
-from gangway.events.fold import apply
-from gangway.events.resources import add_into, index_of, total_request
+from gangway.events.fold import apply, held_quota, quota_view
+from gangway.events.resources import add_into, admitted_pod_sets, total_request
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
@@ -112,8 +112,8 @@ def check_quota(state: State) -> None:
     for wl in state.workloads.values():
         if wl.phase in HOLDS_QUOTA:
             assert wl.admission is not None and wl.spec.workload in state.active
-            assert wl.admission.usage == total_request(wl.spec.pod_sets)
-            add_into(expected.setdefault(wl.admission.cluster_queue, {}), wl.admission.usage)
+            assert wl.admission.usage == total_request(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts))
+            add_into(expected.setdefault(wl.admission.cluster_queue, {}), held_quota(state, wl.admission))
         else:
             assert wl.spec.workload not in state.active
         assert (wl.phase == "pending") == (wl.spec.workload in state.pending)
@@ -121,32 +121,24 @@ def check_quota(state: State) -> None:
         {cq: nonzero(u) for cq, u in expected.items() if nonzero(u)}
     if state.contract is None:
         return
-    idx = index_of(state.contract)
+    check_tree(state)
+
+
+def check_tree(state: State) -> None:
+    """No queue or cohort holds more than the tree gives it: nothing is left to take below zero,
+    nothing is over a borrowing limit, and a queue without a cohort stays within its nominal quota."""
+    view = quota_view(state)
     for cq_name, usage in state.usage.items():
-        for r, used in usage.items():
-            quota = idx.quotas[cq_name][r]
-            if quota.borrowing_limit is not None:
-                assert used <= quota.nominal + quota.borrowing_limit, f"{cq_name} uses {used} {r}"
-            if idx.cluster_queues[cq_name].cohort is None:
-                assert used <= quota.nominal, f"{cq_name} has no cohort and uses {used} {r}"
-    check_cohorts(state)
-
-
-def check_cohorts(state: State) -> None:
-    """Members use no more than their guarantees plus what the cohort has to lend."""
-    idx = index_of(state.contract)
-    for cohort, members in idx.cohort_members.items():
-        resources = {r for m in members for r in idx.quotas[m]}
-        for r in resources:
-            pool = used = 0
-            for m in members:
-                q = idx.quotas[m].get(r)
-                if q is None:
-                    continue
-                lendable = q.nominal if q.lending_limit is None else min(q.lending_limit, q.nominal)
-                pool += lendable
-                used += max(0, state.usage.get(m, {}).get(r, 0) - (q.nominal - lendable))
-            assert used <= pool, f"cohort {cohort} lends {used} {r} of the {pool} it has"
+        node = view.structure.queues.get(cq_name)
+        if node is None:
+            continue
+        for fr, used in usage.items():
+            assert view.available(cq_name, fr) >= 0, f"{cq_name} overcommits {fr}: uses {used}"
+            limit = node.borrowing_limit.get(fr)
+            if limit is not None:
+                assert used <= node.nominal.get(fr, 0) + limit, f"{cq_name} uses {used} {fr}"
+            if node.parent is None:
+                assert used <= node.nominal.get(fr, 0), f"{cq_name} has no cohort and uses {used} {fr}"
 
 
 def check_gangs(state: State) -> None:
@@ -156,7 +148,8 @@ def check_gangs(state: State) -> None:
             for a in wl.placement.assignments:
                 placed[a.pod_set] += a.count
                 assert a.count > 0
-            assert placed == {ps.name: ps.count for ps in wl.spec.pod_sets}, f"{wl.spec.workload} placed in part"
+            admitted = admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts)
+            assert placed == {ps.name: ps.count for ps in admitted}, f"{wl.spec.workload} placed in part"
             assert wl.phase in HOLDS_QUOTA and wl.admission is not None, f"{wl.spec.workload} holds nodes, no quota"
 
 
