@@ -15,6 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
+from gangway.events.decay import bring_up_to_date
 from gangway.events.quota import QuotaView
 from gangway.events.resources import (
     add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
@@ -86,6 +87,7 @@ def _release_quota(state: State, wl: WorkloadState) -> None:
     if wl.admission is None:
         return
     view = quota_view(state)
+    bring_up_to_date(state, wl.admission.cluster_queue)
     if wl.admission.cluster_queue in view.structure.queues:
         view.add(wl.admission.cluster_queue, held_quota(state, wl.admission), -1)
     else:  # its queue left the contract: only its own usage row remains to give back
@@ -143,6 +145,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
     wl.superseded = None
     wl.nominated = False
+    bring_up_to_date(state, e.cluster_queue)
     quota_view(state).add(e.cluster_queue, held_quota(state, e))
     del state.pending[e.workload]
     state.active[e.workload] = None

@@ -130,10 +130,12 @@ def _finish(node: QuotaNode, lent: dict[str, int]) -> None:
 class QuotaView:
     """Available quota and usage updates over one set of usage dictionaries (not copied)."""
 
-    def __init__(self, structure: QuotaStructure, usage: Usage, cohort_usage: Usage):
+    def __init__(self, structure: QuotaStructure, usage: Usage, cohort_usage: Usage, history: Usage | None = None):
         self.structure = structure
         self.usage = usage
         self.cohort_usage = cohort_usage
+        #: Queues' decayed average usage (usage-based fair share): shares count the larger of the two.
+        self.history = history or {}
 
     def used(self, node: QuotaNode, fr: str) -> int:
         table = self.cohort_usage if node.is_cohort else self.usage
@@ -224,8 +226,10 @@ class QuotaView:
         if parent is None:
             return 0
         worst = 0
+        past = {} if node.is_cohort else self.history.get(node.name, {})
         for fr in sorted({*extra, *node.subtree}):
-            above = self.used(node, fr) + extra.get(fr, 0) - node.subtree.get(fr, 0)
+            used = max(self.used(node, fr), past.get(fr, 0))
+            above = used + extra.get(fr, 0) - node.subtree.get(fr, 0)
             if above <= 0:
                 continue
             lendable = parent.subtree.get(fr, 0)

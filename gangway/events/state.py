@@ -86,6 +86,9 @@ class State(msgspec.Struct):
     usage: dict[str, dict[str, int]] = {}
     #: Per Cohort, what its members use above their guaranteed quota (Kueue's cohort usage).
     cohort_usage: dict[str, dict[str, int]] = {}
+    #: Usage-based fair share (decay.py): each queue's decayed average usage, and when it was updated.
+    usage_average: dict[str, dict[str, int]] = {}
+    usage_average_ms: dict[str, int] = {}
     #: Decisions applied, and decisions that no longer held where they landed.
     decisions: int = 0
     superseded: int = 0

@@ -25,6 +25,7 @@ from itertools import product
 import msgspec
 
 from gangway.events.catalogue import PodSet, WorkloadAdmitted
+from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaView
@@ -79,7 +80,7 @@ class Snapshot:
     def __init__(self, state: State, idx: ContractIndex):
         self.state = state
         self.idx = idx
-        self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage))
+        self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage), averages(state))
         self.later: dict[str, dict[str, int]] = {}
         self._bound: QuotaView | None = None
         self.free: Free = free_capacity(state)
