@@ -40,25 +40,40 @@ POLICIES = [
     {"a": ("Never", "Never", True), "b": ("LowerPriority", "Any", False),
      "c": ("Never", "Any", False), "solo": ("LowerOrNewerEqualPriority", "Never", False)},
     {q: ("Never", "Never", False) for q in QUEUES},
+    {"a": ("LowerPriority", "Any", False), "b": ("LowerPriority", "Any", False),
+     "c": ("LowerPriority", "LowerPriority", False), "solo": ("LowerPriority", "Never", False)},
+]
+#: What else each variant turns on: fair sharing, borrowWithinCohort for a, a minimum runtime for "low".
+EXTRAS = [
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None},
+    {"fair": False, "borrow_within": True, "min_runtime_ms": 5 * 60_000},
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None},
+    {"fair": True, "borrow_within": False, "min_runtime_ms": 60_000},
 ]
 
 
 def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
     """The contract of one policy variant; ``grace_ms`` for the low and the high priority class."""
-    policy = POLICIES[variant]
+    policy, extras = POLICIES[variant], EXTRAS[variant]
 
     def cq(name: str):
         within, reclaim, strict = policy[name]
         b = cluster_queue(name).preemption(within, reclaim)
+        if name == "a" and extras["borrow_within"]:
+            b.borrow_within_cohort("LowerPriority", max_priority=50)
         return b.strict_fifo() if strict else b
 
-    return (contract(
+    c = (contract(
         cq("a").cohort("lab").gpus(8, borrowing=8).cpu(64),
         cq("b").cohort("lab").gpus(8).cpu(64),
         cq("c").cohort("lab").gpus(4, borrowing=4, lending=2).cpu(32, lending=16),
         cq("solo").gpus(8).cpu(64),
-    ).priority_class("low", 0, grace_ms=grace_ms[0]).priority_class("high", 100, grace_ms=grace_ms[1])
-     .default_grace_ms(grace_ms[0]).obj())
+    ).priority_class("low", 0, grace_ms=grace_ms[0], min_runtime_ms=extras["min_runtime_ms"])
+     .priority_class("high", 100, grace_ms=grace_ms[1]).default_grace_ms(grace_ms[0])
+     .cohort("org", gpus=4).cohort("lab", parent="org"))  # the same tree in every variant
+    if extras["fair"]:
+        c.fair_sharing()
+    return c.obj()
 
 
 def node_obj(name: str) -> ev.NodeObserved:
@@ -67,16 +82,21 @@ def node_obj(name: str) -> ev.NodeObserved:
     return (b.gpus(gpus) if gpus else b).obj()
 
 
-pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]))
+#: (count, GPUs, CPUs, partially admissible?)
+pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]),
+                    st.booleans())
 #: (queue, high priority?, pod sets as (count, GPUs, CPUs), runtime in minutes)
 job = st.tuples(st.sampled_from(QUEUES), st.booleans(), st.lists(pod_set, min_size=1, max_size=2), st.integers(1, 30))
 
 
 def make_workload(name: str, queue: str, high: bool, pod_sets, runtime_min: int) -> ev.WorkloadQueued:
     b = workload(name).queue(queue).priority(100 if high else 0, "high" if high else "low")
-    for i, (count, gpus, cpus) in enumerate(pod_sets):
+    for i, (count, gpus, cpus, _) in enumerate(pod_sets):
         b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus)
-    return b.runtime_ms(runtime_min * MINUTE).obj()
+    spec = b.runtime_ms(runtime_min * MINUTE).obj()
+    partial = [msgspec.structs.replace(ps, min_count=1) if flexible and ps.count > 1 else ps
+               for ps, (*_, flexible) in zip(spec.pod_sets, pod_sets)]
+    return msgspec.structs.replace(spec, pod_sets=partial)
 
 
 # --- invariants, as plain functions (also used by the other properties) ---------------------------

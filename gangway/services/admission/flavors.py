@@ -17,7 +17,6 @@ nodes is passed over for the next one (no head-of-line blocking across flavors, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 from gangway.events.contract import ClusterQueue, FlavorQuotas
 from gangway.events.quota import QuotaView, fr_key
@@ -37,14 +36,17 @@ class Option:
     why: str = ""
 
 
-def group_options(view: QuotaView, cq: ClusterQueue, group: list[FlavorQuotas],
-                  request: dict[str, int]) -> tuple[list[Option], list[Option]]:
-    """(options that fit now, in the order to try them; options where preemption would make room)."""
+def group_options(view: QuotaView, cq: ClusterQueue, group: list[FlavorQuotas], request: dict[str, int],
+                  fair_sharing: bool = False) -> tuple[list[Option], list[Option]]:
+    """(options that fit now, in the order to try them; options where preemption would make room).
+
+    A queue may preempt while borrowing under ``borrowWithinCohort`` or fair sharing (as in Kueue).
+    """
     now: list[Option] = []
     preempts: list[Option] = []
     fungibility = cq.flavor_fungibility
     for fq in group:
-        option = _classify(view, cq, fq, request)
+        option = _classify(view, cq, fq, request, fair_sharing)
         if option.mode in (FIT, BORROW):
             now.append(option)
         elif option.mode == PREEMPT:
@@ -56,24 +58,25 @@ def group_options(view: QuotaView, cq: ClusterQueue, group: list[FlavorQuotas],
     return now, preempts
 
 
-def _classify(view: QuotaView, cq: ClusterQueue, fq: FlavorQuotas, request: dict[str, int]) -> Option:
+def _classify(view: QuotaView, cq: ClusterQueue, fq: FlavorQuotas, request: dict[str, int],
+              fair_sharing: bool) -> Option:
     resources = tuple(sorted(r for r in fq.resources if request.get(r, 0) > 0))
     amounts = {fr_key(fq.flavor, r): request[r] for r in resources}
     ok, borrowed, why = view.fit(cq.name, amounts)
     if ok:
         return Option(fq.flavor, resources, BORROW if borrowed else FIT, tuple(sorted(borrowed.items())))
     node = view.structure.queues[cq.name]
-    room = _preemptible_room(view, cq, node)
+    room = _preemptible_room(view, cq, node, fair_sharing or cq.preemption.borrow_within_cohort.policy != "Never")
     if all(amount <= room(fr) for fr, amount in amounts.items()):
         return Option(fq.flavor, resources, PREEMPT, why=why)
     return Option(fq.flavor, resources, NOFIT, why=why)
 
 
-def _preemptible_room(view: QuotaView, cq: ClusterQueue, node):
+def _preemptible_room(view: QuotaView, cq: ClusterQueue, node, while_borrowing: bool):
     """What the queue could hold of an fr if preemption emptied what it may empty."""
     def room(fr: str) -> int:
         nominal = node.nominal.get(fr, 0)
-        if cq.preemption.borrow_within_cohort.policy != "Never" and node.parent:
+        if while_borrowing and node.parent:
             limit = node.borrowing_limit.get(fr)
             pool = view.structure.cohorts[view.structure.path(cq.name)[-1].name].subtree.get(fr, 0)
             return pool if limit is None else min(pool, nominal + limit)
@@ -85,8 +88,3 @@ def uncovered(idx: ContractIndex, cq_name: str, request: dict[str, int]) -> list
     """Requested resources no flavor of the queue covers."""
     covered = {r for group in idx.groups.get(cq_name, []) for r in group[0].resources}
     return sorted(r for r, v in request.items() if v > 0 and r not in covered)
-
-
-def combinations(per_group: list[list[Option]]):
-    """Whole assignments (one option per group), in the order to try them."""
-    return product(*per_group)

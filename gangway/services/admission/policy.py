@@ -154,7 +154,7 @@ class Snapshot:
         for group in self.idx.groups[cq.name]:
             if not any(request.get(r, 0) > 0 for r in group[0].resources):
                 continue
-            now, pre = group_options(self.bound_view(), cq, group, request)
+            now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable)
             per_group.append(now)
             rank = {fq.flavor: i for i, fq in enumerate(group)}
             preempt.append(sorted(now + pre, key=lambda o: rank[o.flavor]))
