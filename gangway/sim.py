@@ -8,8 +8,6 @@ property tests and benchmarks use it; the auditor verifies its logs like any oth
 
 from __future__ import annotations
 
-
-
 from gangway.events.catalogue import ConfigApplied, Envelope, NodeObserved, WorkloadQueued
 from gangway.contract import contract_digest
 from gangway.events.contract import Contract
@@ -22,14 +20,19 @@ SERVICES = tuple(DECIDERS)
 
 
 class Simulation:
-    def __init__(self, start_ms: int = 1_700_000_000_000, default_runtime_ms: int = DEFAULT_RUNTIME_MS):
+    def __init__(self, start_ms: int = 1_700_000_000_000, default_runtime_ms: int = DEFAULT_RUNTIME_MS,
+                 state: State | None = None):
+        """A fresh run, or (``state``) one that goes on from a state folded elsewhere (a forecast):
+        its events then continue the offsets of that state's log."""
         self.log: list[Envelope] = []
-        self.state = State()
-        self.now_ms = start_ms
+        self.state = state if state is not None else State()
+        self.first_offset = self.state.offset + 1
+        self.now_ms = max(start_ms, self.state.time_ms)
         self.default_runtime_ms = default_runtime_ms
 
     def append(self, event_id: str, time_ms: int, data, source: str = "gangway/sim") -> Envelope:
-        env = Envelope(id=event_id, source=source, time_ms=time_ms, data=data, offset=len(self.log))
+        env = Envelope(id=event_id, source=source, time_ms=time_ms, data=data,
+                       offset=self.first_offset + len(self.log))
         self.log.append(env)
         apply(self.state, env)
         return env
@@ -57,9 +60,12 @@ class Simulation:
             added += 1
         return added
 
-    def run(self, until_ms: int | None = None, rounds_max: int = 100_000) -> None:
-        """Run until nothing is left to do (or ``until_ms``), jumping time forward when idle."""
+    def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:
+        """Run until nothing is left to do (or ``until_ms``, or ``stop()`` says so), jumping time
+        forward when idle."""
         for _ in range(rounds_max):
+            if stop is not None and stop():
+                return
             if self.step():
                 continue
             due = next_due_ms(self.state, self.default_runtime_ms)
