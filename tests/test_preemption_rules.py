@@ -26,31 +26,34 @@ def victims(log: LogBuilder) -> list[str]:
 
 
 def borrowing_cohort(max_priority: int | None = None) -> LogBuilder:
-    """a (4 nominal, may preempt while borrowing) and b (4) share cohort "all" (8 GPUs of quota, 16 on
-    nodes); b holds all 8: b0 (4 GPUs) and mid (2) at priority 5, low (2) at priority 0."""
+    """a (4 nominal, may preempt while borrowing), b (4) and an idle c (8) share cohort "all" (16 GPUs
+    of quota, 24 on nodes); b holds 12: b0 and b1 (4 GPUs each) and mid (2) at priority 5, low (2) at 0."""
     a = cluster_queue("a").cohort("all").gpus(4).borrow_within_cohort("LowerPriority", max_priority)
-    log = LogBuilder().configure(contract(a, cluster_queue("b").cohort("all").gpus(4)))
-    log.nodes(node("n1").gpus(8), node("n2").gpus(8))
-    return log.running(wl("b0", "b", 4, priority=5), wl("low", "b", 2, priority=0), wl("mid", "b", 2, priority=5))
+    log = LogBuilder().configure(contract(a, cluster_queue("b").cohort("all").gpus(4),
+                                          cluster_queue("c").cohort("all").gpus(8)))
+    log.nodes(node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8))
+    return log.running(wl("b0", "b", 4, priority=5), wl("b1", "b", 4, priority=5),
+                       wl("low", "b", 2, priority=0), wl("mid", "b", 2, priority=5))
 
 
 def test_borrow_within_cohort_preempts_lower_priority_work_of_a_borrowing_queue():
     log = borrowing_cohort().queue(wl("p", "a", 6, priority=10))  # 2 above a's nominal: it must borrow
     orders = decide_pure(decide_preemption, log.state)
-    assert sorted(o.workload for o in orders) == ["b0", "low"]  # the minimal set: "mid" is not needed
-    assert all(o.reason.startswith("borrowWithinCohort LowerPriority") for o in orders)
+    assert [o.workload for o in orders] == ["low"]  # 4 are free; the lowest priority makes the 2 more
+    assert orders[0].reason.startswith("borrowWithinCohort LowerPriority")
 
 
 def test_borrow_within_cohort_spares_priorities_above_the_threshold():
-    log = borrowing_cohort(max_priority=3).queue(wl("p", "a", 6, priority=10))
-    assert victims(log) == []  # "low" alone does not make room; the others are above the threshold
+    log = borrowing_cohort(max_priority=-1).queue(wl("p", "a", 6, priority=10))
+    assert victims(log) == []
 
 
 def test_without_borrow_within_cohort_a_borrowing_preemptor_waits():
     log = LogBuilder().configure(contract(cluster_queue("a").cohort("all").gpus(4).preemption(reclaim="Any"),
-                                          cluster_queue("b").cohort("all").gpus(4)))
-    log.nodes(node("n1").gpus(8), node("n2").gpus(8))
-    log.running(wl("b0", "b", 4), wl("low", "b", 2), wl("mid", "b", 2)).queue(wl("p", "a", 6, priority=10))
+                                          cluster_queue("b").cohort("all").gpus(4), cluster_queue("c").cohort("all").gpus(8)))
+    log.nodes(node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8))
+    log.running(wl("b0", "b", 4), wl("b1", "b", 4), wl("low", "b", 2), wl("mid", "b", 2))
+    log.queue(wl("p", "a", 6, priority=10))
     assert victims(log) == []
 
 

@@ -208,12 +208,13 @@ class QuotaView:
                     f"to queues that borrow (to be reclaimed)")
         return f"{what}: cohort {node.parent} has {max(0, available)} left to lend, {node.name} needs {amount}"
 
-    def borrowing(self, queue: str) -> bool:
-        """Does the queue use more than its nominal quota of anything?"""
+    def borrowing(self, queue: str, frs=None) -> bool:
+        """Does the queue use more than its nominal quota of anything (of ``frs``, when given)?"""
         node = self.structure.queues.get(queue)
         if node is None:
             return False
-        return any(used > node.nominal.get(fr, 0) for fr, used in self.usage.get(queue, {}).items())
+        return any(used > node.nominal.get(fr, 0) for fr, used in self.usage.get(queue, {}).items()
+                   if frs is None or fr in frs)
 
     def share(self, node: QuotaNode, extra: dict[str, int], weights: dict[str, int]) -> int:
         """Kueue's dominant resource share in thousandths, divided by the node's weight.

@@ -83,6 +83,7 @@ class Snapshot:
         self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage), averages(state))
         self.later: dict[str, dict[str, int]] = {}
         self._bound: QuotaView | None = None
+        self._later: QuotaView | None = None
         self.free: Free = free_capacity(state)
         #: Capacity before reservations: backfill that ends in time may use it.
         self.free_unreserved: Free | None = None
@@ -104,10 +105,25 @@ class Snapshot:
                     self._bound.add(cq, grow)
         return self._bound
 
+    def later_view(self) -> QuotaView:
+        """Quota once every victim in flight is gone and every waiting preemptor is in (what a
+        preemption trial starts from: room already promised is neither taken nor made twice)."""
+        if self._later is None:
+            self._later = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            for cq, deltas in sorted(self.later.items()):
+                if cq not in self.idx.tree.queues:
+                    continue
+                for sign in (-1, 1):  # give back before taking, so no node goes below zero
+                    part = {fr: abs(d) for fr, d in deltas.items() if d * sign > 0}
+                    if part:
+                        self._later.add(cq, part, sign)
+        return self._later
+
     def take(self, cq: str, held: dict[str, int]) -> None:
         self.view.add(cq, held)
-        if self._bound is not None:
-            self._bound.add(cq, held)
+        for view in (self._bound, self._later):
+            if view is not None:
+                view.add(cq, held)
 
     # --- one workload --------------------------------------------------------------------------
 
@@ -229,7 +245,7 @@ class Snapshot:
         for victim in victims:
             add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
         add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(wl.request, flavors))
-        self._bound = None
+        self._bound = self._later = None
         self.failed.clear()
         reserve_room(self.free, wl, victims)
 

@@ -101,7 +101,7 @@ class _Trial:
         self.nodes = snap.flavor_nodes(flavors)
 
     def view_without(self, victims: list[WorkloadState]) -> QuotaView:
-        base = self.snap.bound_view()
+        base = self.snap.later_view()
         view = QuotaView(self.idx.tree, {k: dict(v) for k, v in base.usage.items()},
                          {k: dict(v) for k, v in base.cohort_usage.items()})
         for victim in victims:
@@ -124,8 +124,14 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
     chosen: list[tuple[WorkloadState, str]] = []
     for candidate in _candidates(trial, ordered_out):
         victim, rule = candidate
-        if rule.startswith("fair sharing") and not _fair_still(trial, [v for v, _ in chosen], victim):
-            continue
+        so_far = [v for v, _ in chosen]
+        if victim.spec.cluster_queue != wl.spec.cluster_queue:
+            # As in Kueue: another queue's workload goes only while that queue still borrows what
+            # the preemptor needs, once the victims chosen so far are gone.
+            if not trial.view_without(so_far).borrowing(victim.spec.cluster_queue, trial.held):
+                continue
+            if rule.startswith("fair sharing") and not _fair_still(trial, so_far, victim):
+                continue
         chosen.append(candidate)
         if trial.fits_without([v for v, _ in chosen]):
             break
@@ -144,7 +150,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     cq = idx.cluster_queues.get(cq_name)
     if cq is None:
         return []
-    view = trial.snap.bound_view()
+    view = trial.snap.later_view()
     node = idx.tree.queues[cq_name]
     own = view.usage.get(cq_name, {})
     within_nominal = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
@@ -160,7 +166,8 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
         vq = victim.spec.cluster_queue
         if vq == cq_name:
             rule, group = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim), 1
-        elif root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root and view.borrowing(vq):
+        elif root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root \
+                and view.borrowing(vq, trial.held):
             group = 0
             if fair:
                 rule = f"fair sharing: {vq} is above its fair share of cohort {root}"
