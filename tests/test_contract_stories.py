@@ -1,6 +1,6 @@
 """Issue 3's stories in the pure core (Simulation: exact cluster times, no broker).
 
-The same stories run through the real broker and services in tests/integration/test_contract_stories.py.
+The same stories run through the real broker and services in tests/integration/test_stories_on_the_stack.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Preemption rules beyond Kueue's basic ones: borrowWithinCohort, checkpoints, minimum runtime, ticks.
 
 And the incident story of issue 3, in the pure core (the real-services version is in
-tests/integration/test_contract_stories.py).
+tests/integration/test_stories_on_the_stack.py).
 """
 
 from __future__ import annotations
