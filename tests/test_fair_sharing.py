@@ -110,3 +110,18 @@ def test_no_preemption_when_the_preemptor_would_end_above_the_victims_share():
     log.running(wl("a0", "a", 6), wl("c0", "c", 4), wl("x", "c", 0.5))
     log.queue(wl("b1", "b", 8, priority=5))
     assert [o.workload for o in decide_pure(decide_preemption, log.state)] == []
+
+
+def test_a_queue_of_weight_zero_borrows_last():
+    # Kueue's docs: "a weight of 0 represents an infinite share value: the queue is always at a
+    # disadvantage compared to others". a (weight 0) queued first; b's borrower still goes first.
+    log = cohort(weights=(0, 1, 1), c_gpus=12).running(wl("a0", "a", 4), wl("b0", "b", 4))
+    log.queue(wl("a1", "a", 1), wl("b1", "b", 1))
+    assert order(log) == ["b1", "a1"]
+
+
+def test_a_queue_of_weight_zero_is_preempted_first():
+    log = cohort(weights=(0, 1, 1), strategies=("LessThanOrEqualToFinalShare",), preempt="Any", c_gpus=4)
+    log.running(wl("a0", "a", 6), wl("b0", "b", 6))  # both borrow 2 of the 12
+    log.queue(wl("c0", "c", 4))                         # c reclaims its 4: one borrower must give way
+    assert [o.workload for o in decide_pure(decide_preemption, log.state)] == ["a0"]

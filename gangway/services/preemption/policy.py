@@ -3,9 +3,10 @@
 For each pending workload that admission cannot admit (walking the very same cycle, so nothing is
 evicted for a workload that fits anyway), in queue order, and for each flavor assignment under
 which evictions could make room:
-1. candidates, in Kueue's order — workloads of *other* queues in the cohort that are borrowing,
-   then workloads of its own queue — then lowest priority first, then (checkpoint-aware) the one
-   that loses least work, then most recently admitted first. Who may be a candidate:
+1. candidates, in Kueue's order — workloads of *other* queues in the cohort that are borrowing
+   (with fair sharing, the queue with the highest share first), then workloads of its own queue —
+   then lowest priority first, then (checkpoint-aware) the one that loses least work, then most
+   recently admitted first. Who may be a candidate:
    - own queue: ``withinClusterQueue`` (LowerPriority, LowerOrNewerEqualPriority);
    - other queues, classical: ``reclaimWithinCohort`` when the preemptor stays within its nominal
      quota, or ``borrowWithinCohort`` (lower priority, at most ``maxPriorityThreshold``) when it
@@ -157,6 +158,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     root = idx.tree.root_of(cq_name)
     fair = idx.contract.fair_sharing.enable
     found: list[tuple[tuple, WorkloadState, str]] = []
+    shares: dict[str, int] = {}
     for name in state.active:
         victim = state.workloads[name]
         if victim.phase == "evicting" or victim.admission is None or name in ordered_out:
@@ -179,7 +181,11 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
             continue
         if rule:
             lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
-            key = (group, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
+            # With fair sharing, the queue furthest above its share gives first (Kueue's order).
+            share = 0
+            if fair and group == 0:
+                share = -shares.setdefault(vq, view.share(idx.tree.queues[vq], {}, idx.weights))
+            key = (group, share, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
             found.append((key, victim, rule))
     found.sort(key=lambda item: item[0])
     return [(victim, rule) for _, victim, rule in found]
