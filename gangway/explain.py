@@ -192,9 +192,9 @@ def _line(env: ev.Envelope, name: str, superseded: str) -> str:
         return (f"{at}preempted by {data.preemptor}: {data.reason}; grace period {data.grace_ms / 1000:g} s; "
                 f"work lost {data.work_lost_ms / 1000:g} s")
     if isinstance(data, ev.WorkloadEvicted):
-        return f"{at}evicted (attempt {data.attempt}); back in its queue"
+        return f"{at}evicted (attempt {data.attempt + 1}); back in its queue"
     if isinstance(data, ev.CheckpointSaved):
         return f"{at}checkpoint saved" + (f" at step {data.step}" if data.step is not None else "")
     if isinstance(data, (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished)):
-        return f"{at}{type(data).__name__.removeprefix('Workload').lower()} (attempt {data.attempt})"
+        return f"{at}{type(data).__name__.removeprefix('Workload').lower()} (attempt {data.attempt + 1})"
     return ""

@@ -86,7 +86,7 @@ def test_explain_a_preempted_job_names_the_preemptor_the_rule_and_the_work_lost(
     [preempted] = [line for line in lines if "preempted by" in line]
     assert "preempted by serve-1: reclaimWithinCohort Any: batch is borrowing" in preempted
     assert "work lost" in preempted and "grace period 30 s" in preempted
-    assert any("evicted (attempt 0)" in line for line in lines)
+    assert any("evicted (attempt 1)" in line for line in lines)
 
 
 def test_explain_the_preemptor_lists_whom_it_displaced(incident_log):

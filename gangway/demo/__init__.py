@@ -84,12 +84,24 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         if isinstance(env.data, TIMELINE):
             print(log_line(env, envs[0].time_ms))
     console.print(team_table(rows))
+    _explain_first_eviction(console, envs, out)
     from gangway.services.audit.replay import verify
     report = verify(envs)
     console.print(f"{len(envs)} events written to {out}; replay reproduced {report.verified} of {report.decisions} "
                   f"decisions ({report.superseded} superseded); `gangway replay {out}` checks it again")
     console.print(f"demo took {time.monotonic() - started:.1f} s of wall time")
     return 0 if report.ok else 1
+
+
+def _explain_first_eviction(console: Console, envs: list[ev.Envelope], out: str) -> None:
+    """What `gangway explain` says about the first workload the demo preempted."""
+    from gangway.explain import explain
+    victim = next((e.data.workload for e in envs if isinstance(e.data, ev.EvictionOrdered)), None)
+    if victim is None:
+        return
+    console.rule(f"gangway explain {victim} --log {out}")
+    for line in explain(envs, victim, forecast=False):
+        print(line)
 
 
 def _wait_ledger(ledger, envs: list[ev.Envelope], deadline: float) -> None:
