@@ -550,11 +550,7 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
 def _policy_classes(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:
     """Grace periods and minimum runtimes (ms) by priority class name; the references to check."""
     refs: list[_Ref] = []
-    for i, item in enumerate(_list(at, path, value) or []):
-        item_path = f"{path}[{i}]"
-        item = _dict(at, item_path, item)
-        if item is None:
-            continue
+    for item_path, item in _mappings(at, path, value):
         _check_fields(at, item_path, item, {"name", "gracePeriodSeconds", "minRuntimeSeconds"})
         name = _name(at, f"{item_path}.name", item.get("name"))
         seconds = _int(at, f"{item_path}.gracePeriodSeconds", item.get("gracePeriodSeconds"), _GRACE_SECONDS)
@@ -614,11 +610,7 @@ def _policy_prices(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref
         else:
             at.error(f"{path}.currency", f"{_show(currency)} is not a three-letter currency code (ISO 4217)")
     refs: list[_Ref] = []
-    for i, item in enumerate(_list(at, f"{path}.perHour", spec.get("perHour")) or []):
-        item_path = f"{path}.perHour[{i}]"
-        item = _dict(at, item_path, item)
-        if item is None:
-            continue
+    for item_path, item in _mappings(at, f"{path}.perHour", spec.get("perHour")):
         _check_fields(at, item_path, item, {"flavor", "resource", "price"})
         flavor = _name(at, f"{item_path}.flavor", item.get("flavor"))
         resource = _resource_name(at, f"{item_path}.resource", item.get("resource"), required=True)
@@ -856,6 +848,14 @@ def _list(at: _At, path: str, value: Any, required: bool = False) -> list | None
     elif required:
         at.error(path, _MISSING)
     return None
+
+
+def _mappings(at: _At, path: str, value: Any) -> Iterator[tuple[str, dict]]:
+    """The mappings of a list field, each with its path (others are reported and skipped)."""
+    for i, item in enumerate(_list(at, path, value) or []):
+        item = _dict(at, f"{path}[{i}]", item)
+        if item is not None:
+            yield f"{path}[{i}]", item
 
 
 def _string(at: _At, path: str, value: Any) -> str | None:
