@@ -30,7 +30,7 @@ from gangway.events.fold import held_quota
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaView
 from gangway.events.resources import (
-    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, index_of, total_request,
+    ContractIndex, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, total_request,
 )
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.flavors import Option, group_options, uncovered
@@ -206,12 +206,14 @@ class Snapshot:
         return allowed
 
     def _place(self, wl: WorkloadState, pod_sets: list[PodSet], nodes, commit: bool) -> bool:
-        free = self.free if commit else {}
-        if not commit:
-            free = {n: dict(f) for n, f in self.free.items()}
-        if place_gang(free, pod_sets, nodes=nodes) is not None:
-            if commit and self.free_unreserved is not None:
-                place_gang(self.free_unreserved, pod_sets, nodes=nodes)
+        """Is there a whole placement (taking it in the snapshot when ``commit``)? A workload that
+        ends before the reserved gang starts may use the reserved nodes (backfill)."""
+        free = self.free if commit else {n: dict(f) for n, f in self.free.items()}
+        assignments = place_gang(free, pod_sets, nodes=nodes)
+        if assignments is not None:
+            if commit and self.free_unreserved is not None:  # the same pods leave the raw capacity
+                for node, used in assignment_use(pod_sets, assignments):
+                    add_into(self.free_unreserved[node], used, -1)
             return True
         if self.free_unreserved is None or not self._ends_before_reservation(wl):
             return False
