@@ -79,7 +79,7 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
             reason = "fits on its own, but workloads ahead of it (higher priority or older) take the room first"
         elif code == "reserved_for_another_gang":
             gang, start = snap.reservation
-            reason = f"the room it needs is reserved for {gang}, expected to start at {start} ms"
+            reason = f"the room it needs is reserved for {gang}, expected to start at {format_time(start)}"
         report[name] = Pending(code, reason, lq_pos[name], cq_pos[name])
     if forecast and report:
         for name, eta in forecast_starts(state, set(report)).items():

@@ -147,3 +147,14 @@ def test_the_rules_command_writes_html(tmp_path, capsys):
     out = tmp_path / "rules.html"
     assert cli.main(["rules", "--config", DEMO_CONTRACT, "--html", "--out", str(out)]) == 0
     assert out.read_text().startswith("<!doctype html>")
+
+
+def test_a_blocked_gang_shows_its_reservation_and_a_small_job_shows_whose_it_is():
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(64))).nodes(*(node(f"n{i}").gpus(8) for i in range(3)))
+    log.running(job("busy", "q", 8, runtime_s=100), on=[("main", "n0", 1)])
+    log.running(job("busy2", "q", 8, runtime_s=200), on=[("main", "n1", 1)])
+    log.queue(job("big", "q", 8, pods=2, priority=5), job("small", "q", 4))
+    report = pending_report(log.state)
+    assert report["big"].code == "reservation_held" and "expected to start at 20" in report["big"].reason
+    assert report["small"].code == "reserved_for_another_gang" and "reserved for big" in report["small"].reason
+    assert report["big"].eta_ms == log.state.workloads["busy"].started_ms + 100_000

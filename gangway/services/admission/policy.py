@@ -25,6 +25,7 @@ from itertools import product
 import msgspec
 
 from gangway.events.catalogue import PodSet, WorkloadAdmitted
+from gangway.events.codec import format_time
 from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quantity import format_resource
@@ -443,7 +444,7 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
         outcome.reserved = snap.reserve_for_gang(wl, snap.flavor_nodes(flavors))
         if outcome.reserved is not None:
-            outcome.why += f"; nodes reserved for it, expected to start at {outcome.reserved[0]} ms"
+            outcome.why += f"; nodes reserved for it, expected to start at {format_time(outcome.reserved[0])}"
     if _strict(idx, cq):
         blocked.add(cq)
     return outcome
