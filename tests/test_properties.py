@@ -281,6 +281,9 @@ class PipelineMachine(RuleBasedStateMachine):
         for kind in ("EvictionOrdered", "WorkloadEvicted", "NodeRemoved", "WorkloadFinished"):
             event(f"{kind} in the log: {kind in kinds}")
         event(f"borrowed: {any(e.data.borrowed for e in self.sim.log if isinstance(e.data, ev.WorkloadAdmitted))}")
+        orders = [e.data for e in self.sim.log if isinstance(e.data, ev.EvictionOrdered)]
+        event(f"defragmentation: {any(o.reason.startswith('defragmentation') for o in orders)}")
+        event(f"partial admission: {any(e.data.counts for e in self.sim.log if isinstance(e.data, ev.WorkloadAdmitted))}")
         report = verify(self.sim.log)
         assert report.mismatches == [], [str(m) for m in report.mismatches[:5]]
         assert report.superseded == 0

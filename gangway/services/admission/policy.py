@@ -228,6 +228,12 @@ class Snapshot:
                     now[resource] = min(now.get(resource, 0), amount)
         return True
 
+    def room_for(self, wl: WorkloadState) -> Free:
+        """Free capacity as ``wl`` sees it: the nodes reserved for it are its own."""
+        if self.reservation is not None and self.reservation[0] == wl.spec.workload and self.free_unreserved:
+            return self.free_unreserved
+        return self.free
+
     def _ends_before_reservation(self, wl: WorkloadState) -> bool:
         if self.reservation is None or wl.spec.runtime_ms is None:
             return False

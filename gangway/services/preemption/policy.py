@@ -19,7 +19,8 @@ which evictions could make room:
    the preemptor still fits without evicting it;
 4. order the victims out (``EvictionOrdered``, with the grace period of their priority class and
    the work they lose) — whole workloads only, never a part of a gang.
-A preemptor whose victims are still exiting is not given new ones.
+A preemptor whose victims are still exiting is not given new ones. A gang that fits its quota but
+finds the free GPUs scattered gets a consolidation instead (``defrag.py``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from __future__ import annotations
 from gangway.events.catalogue import EvictionOrdered
 from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaView
-from gangway.events.resources import ContractIndex, by_flavor, index_of
+from gangway.events.quantity import format_resource
+from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.policy import Snapshot, admission_cycle, shape_key
 from gangway.services.placement.policy import place_gang, release_nodes, victims_in_flight
+from gangway.services.preemption.defrag import plan_moves
 
 #: At most this many preemptors are served per cycle.
 PREEMPTORS_PER_CYCLE_MAX = 64
@@ -65,6 +68,8 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
             if victims:
                 found = flavors, victims
                 break
+        if found is None and outcome.why.startswith("no placement") and outcome.preempt_flavors:
+            found = _defragment(state, idx, snap, wl, outcome.preempt_flavors[0], ordered_out)
         if found is None:
             # Nothing changes in the snapshot until a preemption succeeds: an identical
             # preemptor (same queue, shape, priority and age) would find no victims either.
@@ -84,6 +89,19 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
         if served >= PREEMPTORS_PER_CYCLE_MAX:
             break
     return orders
+
+
+def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
+                ordered_out: set[str]):
+    """A consolidation plan for a gang blocked by fragmentation, as (flavors, [(victim, rule)])."""
+    moves = plan_moves(state, idx, snap, wl, snap.flavor_nodes(flavors), ordered_out,
+                       work_lost_ms if idx.contract.checkpoint_aware else lambda _wl, _now: 0)
+    if not moves:
+        return None
+    gpus = format_resource(GPU, wl.request.get(GPU, 0))
+    rule = (f"defragmentation: moved so that {wl.spec.workload} ({gpus}) gets a whole placement; "
+            f"every moved workload can be placed again at once")
+    return flavors, [(moved, rule) for moved in moves]
 
 
 def _preemptor_key(idx: ContractIndex, wl: WorkloadState) -> tuple:
@@ -113,7 +131,7 @@ class _Trial:
         ok, _, _ = self.view_without(victims).fit(self.wl.spec.cluster_queue, self.held)
         if not ok:
             return False
-        free = {n: dict(f) for n, f in self.snap.free.items()}
+        free = {n: dict(f) for n, f in self.snap.room_for(self.wl).items()}
         for victim in victims:
             release_nodes(free, victim)
         return place_gang(free, self.wl.spec.pod_sets, nodes=self.nodes) is not None

@@ -1,0 +1,61 @@
+"""Defragmentation: moving running work so that a gang blocked by scattered free GPUs can start."""
+
+from __future__ import annotations
+
+from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
+from gangway.events import catalogue as ev
+from gangway.services.preemption.policy import decide_preemption
+from gangway.sim import Simulation
+
+
+def job(name: str, gpus: float, pods: int = 1, priority: int = 0, runtime_s: float = 3600):
+    return workload(name).queue("q").priority(priority).pod_set("main", count=pods, gpus=gpus).runtime_s(runtime_s).obj()
+
+
+def scattered(nodes: int = 4, per_node: int = 3) -> LogBuilder:
+    """``nodes`` nodes of 8 GPUs, each running ``per_node`` 2-GPU jobs: the free GPUs come in twos."""
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(64).preemption(within="LowerPriority")))
+    log.nodes(*(node(f"n{i}").gpus(8) for i in range(nodes)))
+    for i in range(nodes):
+        for j in range(per_node):
+            log.running(job(f"small-{i}-{j}", 2), on=[("main", f"n{i}", 1)])
+    return log
+
+
+def test_a_gang_blocked_by_fragmentation_gets_a_consolidation_that_moves_least():
+    log = scattered().queue(job("finetune", 8, priority=0))  # 8 GPUs free in total, 2 per node
+    orders = decide_pure(decide_preemption, log.state)
+    moved = sorted(o.workload for o in orders)
+    nodes = {log.state.workloads[m].placement.assignments[0].node for m in moved}
+    assert len(moved) == 3 and len(nodes) == 1  # one node emptied of its three 2-GPU jobs
+    assert all(o.reason.startswith("defragmentation: moved so that finetune (8 nvidia.com/gpu)") for o in orders)
+
+
+def test_no_consolidation_when_the_moved_work_could_not_be_placed_again():
+    log = scattered(nodes=2, per_node=3).queue(job("finetune", 8))  # 4 free: the 6 moved GPUs fit nowhere
+    assert decide_pure(decide_preemption, log.state) == []
+
+
+def test_no_consolidation_when_too_few_gpus_are_free_in_total():
+    log = scattered(nodes=4, per_node=4).queue(job("finetune", 8))  # the cluster is full
+    assert decide_pure(decide_preemption, log.state) == []
+
+
+def test_higher_priority_work_is_not_moved():
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(64))).nodes(*(node(f"n{i}").gpus(8) for i in range(4)))
+    for i in range(4):
+        for j in range(3):
+            log.running(job(f"vip-{i}-{j}", 2, priority=9), on=[("main", f"n{i}", 1)])
+    log.queue(job("finetune", 8, priority=0))
+    assert decide_pure(decide_preemption, log.state) == []
+
+
+def test_the_consolidation_runs_through_the_pipeline_and_everyone_runs_again():
+    log = scattered().queue(job("finetune", 8, runtime_s=600))
+    sim = Simulation(state=log.state)
+    sim.run(until_ms=sim.now_ms + 120_000)
+    state = sim.state
+    assert state.workloads["finetune"].phase == "running"
+    assert len(state.workloads["finetune"].placement.assignments) == 1  # one whole node
+    assert all(wl.phase == "running" for wl in state.workloads.values())
+    assert sum(isinstance(e.data, ev.EvictionOrdered) for e in sim.log) == 3
