@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gangway import bench, bench_core
 from gangway.cli import main
 
@@ -31,3 +33,27 @@ def test_bench_core_writes_a_table_json_and_a_plot(tmp_path, capsys):
     assert result["memory"]["pending_bytes_per_workload"] > 0
     assert (tmp_path / "core.png").stat().st_size > 0
     assert "admissions+placements/s" in capsys.readouterr().out
+
+
+@pytest.mark.broker
+def test_a_shrunk_kueue_scenario_runs_end_to_end_and_every_workload_finishes(tmp_path, capsys):
+    from gangway import bench_kueue
+    out = tmp_path / "kueue.json"
+    assert main(["bench", "kueue", "--scenario", "baseline", "--shrink", "0.05", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    sc = bench_kueue.load(bench.shared_data() / "kueue-perf" / "baseline" / "generator.yaml", 0.05)
+    assert result["workloads"] == len(sc.specs)
+    assert set(result["avg_time_to_admission_ms"]) == {"large", "medium", "small"}
+    assert result["wall_ms"] >= result["lower_bound_ms"] * 0.95  # no run beats the bound (clock jitter aside)
+    assert 0 < result["usage_pct"] <= 100.5
+    assert result["replay"]["mismatches"] == 0
+    assert "avg ms to admission small" in capsys.readouterr().out
+
+
+def test_kueue_scenarios_load_as_kueue_defines_them():
+    from gangway import bench_kueue
+    sc = bench_kueue.load(bench.shared_data() / "kueue-perf" / "baseline" / "generator.yaml")
+    assert len(sc.specs) == 15_000 and len(sc.contract.cluster_queues) == 30
+    assert bench_kueue.lower_bound_ms(sc)["lower_bound_ms"] == 66_000
+    large = bench_kueue.load(bench.shared_data() / "kueue-perf" / "large-scale" / "generator.yaml")
+    assert len(large.specs) == 50_000 and len(large.contract.cluster_queues) == 1_000
