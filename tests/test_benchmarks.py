@@ -57,3 +57,26 @@ def test_kueue_scenarios_load_as_kueue_defines_them():
     assert bench_kueue.lower_bound_ms(sc)["lower_bound_ms"] == 66_000
     large = bench_kueue.load(bench.shared_data() / "kueue-perf" / "large-scale" / "generator.yaml")
     assert len(large.specs) == 50_000 and len(large.contract.cluster_queues) == 1_000
+
+
+def test_a_philly_prefix_runs_under_three_policies_and_every_job_finishes(tmp_path, capsys):
+    assert main(["simulate", "--trace", "philly", "--jobs", "150", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "philly-150.json").read_text())
+    assert [r["policy"] for r in result["results"]] == ["greedy-fifo", "kueue-like", "gangway"]
+    for r in result["results"]:
+        assert r["jobs"] == 150
+        assert 0 < r["gpu_utilization_pct"] <= 100
+        assert r["avg_jct_s"] >= r["avg_queueing_s"] >= 0
+    assert (tmp_path / "philly-150-jct.png").exists()
+    assert "average queueing delay per team" in capsys.readouterr().out
+
+
+def test_kueue_like_admits_at_most_one_workload_per_cluster_queue_per_cycle():
+    from gangway.philly import first_admission_per_queue
+
+    class Admitted:
+        def __init__(self, workload, cluster_queue):
+            self.workload, self.cluster_queue = workload, cluster_queue
+
+    decide = first_admission_per_queue(lambda state: [Admitted("a/1", "a"), Admitted("a/2", "a"), Admitted("b/1", "b")])
+    assert [d.workload for d in decide(None)] == ["a/1", "b/1"]
