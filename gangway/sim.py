@@ -65,11 +65,20 @@ class Simulation:
     def _decide_all(self) -> int:
         added = 0
         for service in SERVICES:
+            if not self._may_decide(service):
+                continue
             prefix = DECIDERS[service][0]
             for d in self.decide[service](self.state):
                 self.append(decision_id(prefix, d.workload, d.based_on), self.state.time_ms, d, f"gangway/{service}")
                 added += 1
         return added
+
+    def _may_decide(self, service: str) -> bool:
+        """False when the service has nothing to decide about: admission and preemption act only
+        for pending workloads, placement only for admitted ones (skipping it changes nothing)."""
+        if service == "placement":
+            return bool(self.state.unplaced)
+        return bool(self.state.pending)
 
     def run(self, until_ms: int | None = None, rounds_max: int = 100_000) -> None:
         """Run until nothing is left to do (or ``until_ms``), jumping time forward when idle."""
