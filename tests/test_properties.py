@@ -166,6 +166,11 @@ def check_indexes(state: State) -> None:
     assert set(state.leaving) == {n for n, wl in state.workloads.items() if wl.phase == "evicting"}
     assert set(state.pending) == {n for n, wl in state.workloads.items() if wl.phase == "pending"}
     assert set(state.active) == {n for n, wl in state.workloads.items() if wl.phase in HOLDS_QUOTA}
+    shapes: dict[str, int] = {}
+    for name in state.pending:
+        shape = state.workloads[name].shape
+        shapes[shape] = shapes.get(shape, 0) + 1
+    assert state.pending_shapes == shapes, "pending_shapes counts the pending workloads of each shape"
 
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ import msgspec
 
 from gangway.events import catalogue as ev
 from gangway.events.resources import add_into, assignment_use, index_of, pods_that_fit, quota_fit, total_request
-from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState
+from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, shape_of
 
 
 def copy_state(state: State) -> State:
@@ -53,6 +53,20 @@ def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
     wl.phase = phase
 
 
+def _enqueue(state: State, wl: WorkloadState) -> None:
+    state.pending[wl.spec.workload] = None
+    state.pending_shapes[wl.shape] = state.pending_shapes.get(wl.shape, 0) + 1
+
+
+def _dequeue(state: State, wl: WorkloadState) -> None:
+    del state.pending[wl.spec.workload]
+    left = state.pending_shapes.get(wl.shape, 0) - 1
+    if left > 0:
+        state.pending_shapes[wl.shape] = left
+    else:
+        state.pending_shapes.pop(wl.shape, None)
+
+
 def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:
     state.superseded += 1
     if wl is not None:
@@ -86,7 +100,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = None
-    state.pending[wl.spec.workload] = None
+    _enqueue(state, wl)
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -96,10 +110,11 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
     if e.workload in state.workloads:
         state.ignored += 1
         return
-    state.workloads[e.workload] = WorkloadState(
+    wl = state.workloads[e.workload] = WorkloadState(
         spec=e, phase="pending", seq=env.offset, queued_ms=env.time_ms, request=total_request(e.pod_sets),
+        shape=shape_of(e),
     )
-    state.pending[e.workload] = None
+    _enqueue(state, wl)
 
 
 def _seen(state: State, wl: WorkloadState | None, env: ev.Envelope) -> bool:
@@ -126,7 +141,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.superseded = None
     wl.nominated = False
     add_into(state.usage.setdefault(e.cluster_queue, {}), e.usage)
-    del state.pending[e.workload]
+    _dequeue(state, wl)
     state.active[e.workload] = None
     state.decisions += 1
 

@@ -18,6 +18,13 @@ FINISH_FROM = ("bound", "running", "evicting")
 EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
+def shape_of(spec: WorkloadQueued) -> str:
+    """A workload's ClusterQueue and the shape of its pod sets (count and per-pod resources), as text."""
+    sets = ";".join(f"{ps.count}x" + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items()))
+                    for ps in spec.pod_sets)
+    return f"{spec.cluster_queue}|{sets}"
+
+
 class NodeState(msgspec.Struct):
     name: str
     allocatable: dict[str, int]
@@ -33,6 +40,9 @@ class WorkloadState(msgspec.Struct):
     queued_ms: int
     #: The whole gang's request (sum over pod sets), computed once when queued.
     request: dict[str, int] = {}
+    #: Its ClusterQueue and the shape of its pod sets (``shape_of``): gangs of one shape in one
+    #: queue fit or fail alike. Computed once when queued ("" in snapshots older than the field).
+    shape: str = ""
     #: Number of times it was evicted; binder reports name the attempt they are about.
     attempt: int = 0
     admission: WorkloadAdmitted | None = None
@@ -70,6 +80,8 @@ class State(msgspec.Struct):
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}
+    #: How many pending workloads there are of each shape (``WorkloadState.shape``).
+    pending_shapes: dict[str, int] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
     #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for
