@@ -306,7 +306,7 @@ def figures(sc: Scenario, sent: dict[str, int], seen: dict[str, dict], envs: lis
 
 def run(sc: Scenario, deadline_s: float | None = None) -> dict:
     bound = lower_bound_ms(sc)["lower_bound_ms"]
-    deadline_s = deadline_s or 120 + 20 * bound / 1000
+    deadline_s = deadline_s or 900 + 20 * bound / 1000
     with tempfile.TemporaryDirectory() as tmp:
         old = os.environ.get("GANGWAY_STATE_DIR")
         os.environ["GANGWAY_STATE_DIR"] = tmp

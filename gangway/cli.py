@@ -191,7 +191,7 @@ def cmd_bench(args) -> int:
 
 def cmd_simulate(args) -> int:
     from gangway import philly
-    return philly.main(args.trace, jobs=args.jobs, out_dir=args.out, data_dir=args.data)
+    return philly.main(args.trace, jobs=args.jobs, out_dir=args.out, data_dir=args.data, capacity=args.capacity)
 
 
 def cmd_schemas(args) -> int:
@@ -251,6 +251,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
     s.add_argument("--trace", choices=("philly",), default="philly")
     s.add_argument("--jobs", type=int, help="only the first N jobs of the trace")
+    s.add_argument("--capacity", type=float, default=1.0, help="nodes per team: this fraction of philly_vc.csv's")
     s.add_argument("--data", help="the shared data folder (default: ../shared/data beside the project)")
     s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
     s.set_defaults(func=cmd_simulate)

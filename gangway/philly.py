@@ -49,10 +49,11 @@ class Job:
     gpus: int
 
 
-def load_trace(data: Path, jobs: int | None = None) -> tuple[list[Job], dict[str, int]]:
-    """Jobs in submission order (the first ``jobs`` of them) and nodes per team."""
+def load_trace(data: Path, jobs: int | None = None, capacity: float = 1.0) -> tuple[list[Job], dict[str, int]]:
+    """Jobs in submission order (the first ``jobs`` of them) and nodes per team (``capacity``
+    times philly_vc.csv's node counts, at least one node a team)."""
     with open(data / "philly" / "philly_vc.csv") as f:
-        nodes = {row["vc"]: int(row["node num"]) for row in csv.DictReader(f)}
+        nodes = {row["vc"]: max(1, round(int(row["node num"]) * capacity)) for row in csv.DictReader(f)}
     rows = []
     with open(data / "philly" / "philly.csv") as f:
         for i, row in enumerate(csv.DictReader(f)):
@@ -251,7 +252,7 @@ def plot(results: list[dict], out_dir: Path, stem: str = "philly") -> list[str]:
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s)")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"Philly trace, {results[0]['jobs']} jobs: JCT CDF")
+    ax.set_title(f"Philly trace, {results[0]['jobs']} jobs on {results[0]['gpus']} GPUs: JCT CDF")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -276,10 +277,12 @@ def plot(results: list[dict], out_dir: Path, stem: str = "philly") -> list[str]:
 
 
 def main(trace: str, jobs: int | None = None, out_dir: str = "bench/results", data_dir: str | None = None,
-         policies: tuple[str, ...] = POLICIES) -> int:
+         policies: tuple[str, ...] = POLICIES, capacity: float = 1.0) -> int:
     if trace != "philly":
         raise SystemExit(f"gangway: unknown trace {trace!r}")
-    trace_jobs, nodes = load_trace(shared_data(data_dir), jobs)
+    trace_jobs, nodes = load_trace(shared_data(data_dir), jobs, capacity)
+    print(f"Philly: {len(trace_jobs)} jobs, {sum(nodes.values())} nodes ({sum(nodes.values()) * GPUS_PER_NODE} GPUs, "
+          f"{capacity:g} × philly_vc.csv), a scheduling cycle every {CYCLE_MS} ms", flush=True)
     results = []
     for policy in policies:
         results.append(simulate(policy, trace_jobs, nodes))
@@ -287,9 +290,9 @@ def main(trace: str, jobs: int | None = None, out_dir: str = "bench/results", da
     print(table(results))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = "" if jobs is None else f"-{jobs}"
+    suffix = ("" if jobs is None else f"-{jobs}") + ("" if capacity == 1.0 else f"-capacity{capacity:g}")
     plots = plot(results, out, f"philly{suffix}")
-    write_json({"trace": "philly", "jobs": len(trace_jobs), "plots": plots,
+    write_json({"trace": "philly", "jobs": len(trace_jobs), "capacity": capacity, "nodes": nodes, "plots": plots,
                 "results": [{k: v for k, v in r.items() if k != "jct_s"} for r in results]},
                str(out / f"philly{suffix}.json"))
     return 0
