@@ -161,6 +161,50 @@ def cmd_replay(args) -> int:
     return 0 if report.ok else 1
 
 
+def _log_of(args) -> list:
+    """The log to read: an exported file (``--log``) or the running stack's."""
+    try:
+        return read_export(args.log) if args.log else asyncio.run(stack.read_state(_kafka()))[1]
+    except LogFileError as exc:
+        raise SystemExit(f"gangway: {exc}")
+
+
+def cmd_explain(args) -> int:
+    from gangway.explain import explain
+    lines = explain(_log_of(args), args.job, forecast=not args.no_forecast)
+    for line in lines:
+        print(line)
+    return 1 if lines[0].endswith("no such job in the log") else 0
+
+
+def cmd_rules(args) -> int:
+    from gangway import rules
+    from gangway.contract import ConfigError, contract_digest, load_contract_file
+    if args.config:
+        try:
+            contract = load_contract_file(args.config)
+        except (ConfigError, OSError) as exc:
+            raise SystemExit(f"gangway: {exc}")
+        digest = contract_digest(contract)
+    else:
+        from gangway.events.fold import apply
+        from gangway.events.state import State
+        state = State()
+        for env in _log_of(args):
+            apply(state, env)
+        if state.contract is None:
+            raise SystemExit("gangway: no contract has been applied on this log")
+        contract, digest = state.contract, state.contract_digest
+    parts = rules.sections(contract, digest)
+    text = rules.as_html(parts) if args.html else rules.as_text(parts)
+    if args.out:
+        Path(args.out).write_text(text)
+        console.print(f"rules written to {args.out}")
+    else:
+        print(text)
+    return 0
+
+
 def cmd_demo(args) -> int:
     from gangway.demo import run_demo
     return run_demo(console, time_scale=args.time_scale, out=args.out)
@@ -231,6 +275,17 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("replay", help="audit: re-derive every decision of a log")
     s.add_argument("file", nargs="?", help="an exported log (default: the broker's log)")
     s.set_defaults(func=cmd_replay)
+    s = sub.add_parser("explain", help="why a job waits, or what happened to it (decisions and reasons)")
+    s.add_argument("job", help="namespace/job, or a job id")
+    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.add_argument("--no-forecast", action="store_true", help="skip the estimated start time")
+    s.set_defaults(func=cmd_explain)
+    s = sub.add_parser("rules", help="the published contract, in words (from a config file or the log)")
+    s.add_argument("--config", help="a Kueue YAML contract (default: the contract in force on the log)")
+    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.add_argument("--html", action="store_true")
+    s.add_argument("--out", help="write to this file")
+    s.set_defaults(func=cmd_rules)
     s = sub.add_parser("demo", help="the whole system on a simulated 64-GPU cluster")
     s.add_argument("--time-scale", type=float, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")

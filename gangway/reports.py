@@ -6,7 +6,7 @@ from rich.table import Table
 
 from gangway.events import catalogue as ev
 from gangway.events.quantity import format_milli
-from gangway.events.resources import GPU, total_request
+from gangway.events.resources import GPU, by_resource, total_request
 from gangway.events.state import State
 
 
@@ -61,7 +61,7 @@ def status_tables(state: State) -> list[Table]:
         wls = [wl for wl in state.workloads.values() if wl.spec.cluster_queue == cq]
         count = lambda *phases: str(sum(1 for wl in wls if wl.phase in phases))  # noqa: E731
         queues.add_row(cq, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
-                       format_milli(state.usage.get(cq, {}).get(GPU, 0)))
+                       format_milli(by_resource(state.usage.get(cq, {})).get(GPU, 0)))
     running = Table(title="Running workloads")
     for column in ("workload", "queue", "priority", "GPUs", "phase", "nodes"):
         running.add_column(column)
@@ -69,13 +69,32 @@ def status_tables(state: State) -> list[Table]:
         wl = state.workloads[name]
         nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement else []
         running.add_row(name, wl.spec.cluster_queue, str(wl.spec.priority), _gpus(wl.spec.pod_sets), wl.phase, ", ".join(nodes))
+    pending = _pending_table(state)
     nodes = Table(title="Nodes")
     for column in ("node", "GPUs free", "GPUs total"):
         nodes.add_column(column)
     for name in sorted(state.nodes):
         node = state.nodes[name]
         nodes.add_row(name, format_milli(node.free.get(GPU, 0)), format_milli(node.allocatable.get(GPU, 0)))
-    return [queues, running, nodes]
+    return [queues, running, pending, nodes]
+
+
+#: Above this many pending workloads, status shows reasons but skips the forecast of start times.
+FORECAST_PENDING_MAX = 200
+
+
+def _pending_table(state: State) -> Table:
+    from gangway.explain import pending_report
+
+    report = pending_report(state, forecast=len(state.pending) <= FORECAST_PENDING_MAX)
+    table = Table(title="Pending workloads")
+    for column in ("workload", "queue", "position (LQ/CQ)", "why", "estimated start"):
+        table.add_column(column)
+    for name, p in report.items():
+        wl = state.workloads[name]
+        eta = "-" if p.eta_ms is None else f"+{clock(p.eta_ms - state.time_ms)}"
+        table.add_row(name, wl.spec.cluster_queue, f"{p.lq_position}/{p.cq_position}", f"{p.code}: {p.reason}", eta)
+    return table
 
 
 def team_table(rows) -> Table:

@@ -27,16 +27,21 @@ class Simulation:
     in cluster time (0: deciding is instantaneous, as the auditor's replay assumes nothing else)."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000, default_runtime_ms: int = DEFAULT_RUNTIME_MS,
-                 decide: dict[str, Callable[[State], list]] | None = None, cycle_ms: int = 0):
+                 state: State | None = None, decide: dict[str, Callable[[State], list]] | None = None,
+                 cycle_ms: int = 0):
+        """A fresh run, or (``state``) one that goes on from a state folded elsewhere (a forecast):
+        its events then continue the offsets of that state's log."""
         self.log: list[Envelope] = []
-        self.state = State()
-        self.now_ms = start_ms
+        self.state = state if state is not None else State()
+        self.first_offset = self.state.offset + 1
+        self.now_ms = max(start_ms, self.state.time_ms)
         self.default_runtime_ms = default_runtime_ms
         self.decide = {name: fn for name, (_, fn) in DECIDERS.items()} | (decide or {})
         self.cycle_ms = cycle_ms
 
     def append(self, event_id: str, time_ms: int, data, source: str = "gangway/sim") -> Envelope:
-        env = Envelope(id=event_id, source=source, time_ms=time_ms, data=data, offset=len(self.log))
+        env = Envelope(id=event_id, source=source, time_ms=time_ms, data=data,
+                       offset=self.first_offset + len(self.log))
         self.log.append(env)
         apply(self.state, env)
         return env
@@ -80,9 +85,12 @@ class Simulation:
             return bool(self.state.unplaced)
         return bool(self.state.pending)
 
-    def run(self, until_ms: int | None = None, rounds_max: int = 100_000) -> None:
-        """Run until nothing is left to do (or ``until_ms``), jumping time forward when idle."""
+    def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:
+        """Run until nothing is left to do (or ``until_ms``, or ``stop()`` says so), jumping time
+        forward when idle."""
         for _ in range(rounds_max):
+            if stop is not None and stop():
+                return
             if self.step():
                 if self.cycle_ms and until_ms is not None and self.now_ms >= until_ms:
                     return

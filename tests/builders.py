@@ -20,11 +20,13 @@ import msgspec
 
 from gangway.events import catalogue as ev
 from gangway.events.contract import (
-    ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota, ResourceFlavor,
+    BorrowWithinCohort, ClusterQueue, Cohort, Contract, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue,
+    Preemption, PriorityClass, Quota, ResourceFlavor,
 )
 from gangway.events.fold import apply
 from gangway.events.quantity import MILLI
-from gangway.events.resources import GPU, index_of, quota_fit, total_request
+from gangway.events.fold import quota_view
+from gangway.events.resources import GPU, by_flavor, by_resource, index_of, total_request
 from gangway.events.state import State
 from gangway.services.placement.policy import free_capacity, place_gang
 
@@ -61,24 +63,43 @@ class ClusterQueueBuilder:
     def __init__(self, name: str):
         self._name = name
         self._cohort: str | None = None
-        self._flavor = "default"
-        self._quotas: dict[str, Quota] = {}
+        #: (flavor, quotas) in list order; quota methods fill the last one.
+        self._flavors: list[tuple[str, dict[str, Quota]]] = [("default", {})]
         self._within = "Never"
         self._reclaim = "Never"
+        self._borrow = BorrowWithinCohort()
         self._strategy = "BestEffortFIFO"
+        self._fungibility = FlavorFungibility()
+        self._weight = 1000
 
     def cohort(self, cohort: str) -> ClusterQueueBuilder:
         self._cohort = cohort
         return self
 
     def flavor(self, flavor: str) -> ClusterQueueBuilder:
-        self._flavor = flavor
+        """Name the current flavor (if it has no quota yet) or start the next one: later quotas go there."""
+        if not self._flavors[-1][1]:
+            self._flavors[-1] = (flavor, {})
+        else:
+            self._flavors.append((flavor, {}))
         return self
 
     def quota(self, resource: str, nominal: int, borrowing: int | None = None,
               lending: int | None = None) -> ClusterQueueBuilder:
-        """Quota for one resource, in milli units."""
-        self._quotas[resource] = Quota(nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
+        """Quota for one resource of the current flavor, in milli units."""
+        self._flavors[-1][1][resource] = Quota(nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
+        return self
+
+    def fungibility(self, when_can_borrow: str = "MayStopSearch", when_can_preempt: str = "TryNextFlavor"):
+        self._fungibility = FlavorFungibility(when_can_borrow, when_can_preempt)
+        return self
+
+    def borrow_within_cohort(self, policy: str = "LowerPriority", max_priority: int | None = None):
+        self._borrow = BorrowWithinCohort(policy, max_priority)
+        return self
+
+    def weight(self, weight: float) -> ClusterQueueBuilder:
+        self._weight = milli(weight)
         return self
 
     def gpus(self, nominal: float, borrowing: float | None = None, lending: float | None = None) -> ClusterQueueBuilder:
@@ -107,10 +128,11 @@ class ClusterQueueBuilder:
     def obj(self) -> ClusterQueue:
         return ClusterQueue(
             name=self._name,
-            flavors=[FlavorQuotas(flavor=self._flavor, resources=dict(self._quotas))],
+            flavors=[FlavorQuotas(flavor=f, resources=dict(q)) for f, q in self._flavors],
             cohort=self._cohort,
-            preemption=Preemption(within_cluster_queue=self._within, reclaim_within_cohort=self._reclaim),
-            queueing_strategy=self._strategy,
+            preemption=Preemption(within_cluster_queue=self._within, reclaim_within_cohort=self._reclaim,
+                                  borrow_within_cohort=self._borrow),
+            queueing_strategy=self._strategy, flavor_fungibility=self._fungibility, fair_weight=self._weight,
         )
 
 
@@ -126,6 +148,8 @@ class ContractBuilder:
         self._pcs: list[PriorityClass] = []
         self._default_priority = 0
         self._default_grace_ms = 30_000
+        self._cohorts: list[Cohort] = []
+        self._extra: dict = {}
 
     def cluster_queue(self, cq: ClusterQueueBuilder | ClusterQueue, local_queue: bool = True) -> ContractBuilder:
         """Add a ClusterQueue and (by default) a LocalQueue of the same name in ``NAMESPACE``."""
@@ -141,8 +165,35 @@ class ContractBuilder:
         self._lqs.append(LocalQueue(namespace=namespace, name=name, cluster_queue=cq))
         return self
 
-    def priority_class(self, name: str, value: int, grace_ms: int | None = None) -> ContractBuilder:
-        self._pcs.append(PriorityClass(name=name, value=value, grace_ms=grace_ms))
+    def priority_class(self, name: str, value: int, grace_ms: int | None = None,
+                       min_runtime_ms: int | None = None) -> ContractBuilder:
+        self._pcs.append(PriorityClass(name=name, value=value, grace_ms=grace_ms, min_runtime_ms=min_runtime_ms))
+        return self
+
+    def cohort(self, name: str, parent: str | None = None, gpus: float | None = None,
+               weight: float = 1) -> ContractBuilder:
+        """A Cohort object: its parent, its own GPU quota (flavor "default") and its weight."""
+        flavors = [] if gpus is None else [FlavorQuotas("default", {GPU: Quota(nominal=milli(gpus))})]
+        self._cohorts.append(Cohort(name=name, parent=parent, flavors=flavors, fair_weight=milli(weight)))
+        return self
+
+    def flavor_labels(self, flavor: str, labels: dict[str, str]) -> ContractBuilder:
+        old = self._flavors.get(flavor, ResourceFlavor(name=flavor))
+        self._flavors[flavor] = msgspec.structs.replace(old, node_labels=dict(labels))
+        return self
+
+    def flavor_weight(self, flavor: str, resource: str, weight: float) -> ContractBuilder:
+        old = self._flavors.get(flavor, ResourceFlavor(name=flavor))
+        self._flavors[flavor] = msgspec.structs.replace(old, resource_weights={**old.resource_weights, resource: milli(weight)})
+        return self
+
+    def fair_sharing(self, *strategies: str, half_life_ms: int | None = None) -> ContractBuilder:
+        kwargs = {"preemption_strategies": list(strategies)} if strategies else {}
+        self._extra["fair_sharing"] = FairSharing(enable=True, usage_half_life_ms=half_life_ms, **kwargs)
+        return self
+
+    def checkpoint_aware(self, on: bool) -> ContractBuilder:
+        self._extra["checkpoint_aware"] = on
         return self
 
     def default_priority(self, value: int) -> ContractBuilder:
@@ -158,6 +209,7 @@ class ContractBuilder:
             flavors=sorted(self._flavors.values(), key=lambda f: f.name), cluster_queues=list(self._cqs),
             local_queues=list(self._lqs), priority_classes=list(self._pcs),
             default_priority=self._default_priority, default_grace_ms=self._default_grace_ms,
+            cohorts=list(self._cohorts), **self._extra,
         )
 
 
@@ -337,9 +389,11 @@ class LogBuilder:
         """A faithful admission of ``name`` (borrowing computed from the current usage)."""
         spec = self.state.workloads[name].spec
         request = total_request(spec.pod_sets)
-        _, borrowed, _ = quota_fit(index_of(self.state.contract), self.state.usage, spec.cluster_queue, request)
+        flavors = index_of(self.state.contract).default_flavors(spec.cluster_queue, request)
+        _, borrowed, _ = quota_view(self.state).fit(spec.cluster_queue, by_flavor(request, flavors))
         return ev.WorkloadAdmitted(workload=name, cluster_queue=spec.cluster_queue, usage=request,
-                                   borrowed=borrowed, based_on=self.offset if based_on is None else based_on)
+                                   borrowed=by_resource(borrowed), based_on=self.offset if based_on is None else based_on,
+                                   flavors=flavors)
 
     def admit(self, *names: str) -> LogBuilder:
         for name in names:
@@ -417,7 +471,7 @@ def summary(state: State) -> dict:
         "phases": {name: wl.phase for name, wl in state.workloads.items()},
         "pending": list(state.pending),
         "active": list(state.active),
-        "usage_gpus": {cq: whole(res.get(GPU, 0)) for cq, res in state.usage.items() if any(res.values())},
+        "usage_gpus": {cq: whole(by_resource(res).get(GPU, 0)) for cq, res in state.usage.items() if any(res.values())},
         "free_gpus": {name: whole(n.free.get(GPU, 0)) for name, n in state.nodes.items()},
         "decisions": state.decisions,
         "superseded": state.superseded,

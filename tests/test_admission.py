@@ -195,7 +195,7 @@ def test_admission_decision_carries_its_usage_borrowing_basis_and_reason():
     [decision] = decide_pure(decide_admission, log.state)
     assert decision == ev.WorkloadAdmitted(
         workload="w", cluster_queue="a", usage={GPU: 12_000}, borrowed={GPU: 4_000}, based_on=log.offset,
-        reason="fits a by borrowing from its cohort (4 nvidia.com/gpu)",
+        reason="fits a by borrowing from its cohort (4 nvidia.com/gpu)", flavors={GPU: "default"},
     )
 
 

@@ -31,10 +31,11 @@ SAMPLES: list[object] = [
                    original_key=b"k", original_headers=[("ce_type", b"x"), ("ce_type", b"y")],
                    submission="gangway.submissions/0/7"),
     ev.WorkloadAdmitted(workload="w1", cluster_queue="cq", usage={GPU: 32_000}, borrowed={GPU: 8_000}, based_on=41,
-                        reason="fits cq by borrowing"),
+                        reason="fits cq by borrowing", flavors={GPU: "h100"}, counts={"workers": 4}),
     ev.PlacementDecided(workload="w1", assignments=[ev.PodAssignment(pod_set="workers", node="n1", count=4)],
                         based_on=42, reason="best fit"),
-    ev.EvictionOrdered(workload="w0", preemptor="w1", based_on=43, grace_ms=30_000, reason="LowerPriority"),
+    ev.EvictionOrdered(workload="w0", preemptor="w1", based_on=43, grace_ms=30_000, reason="LowerPriority",
+                       work_lost_ms=120_000),
     ev.WorkloadBound(workload="w1", attempt=2),
     ev.WorkloadRunning(workload="w1", attempt=2),
     ev.WorkloadFinished(workload="w1", attempt=2, succeeded=False),
@@ -44,6 +45,8 @@ SAMPLES: list[object] = [
     config_event(contract(cluster_queue("cq").cohort("all").gpus(8, borrowing=4, lending=2)
                           .preemption("LowerPriority", "Any").strict_fifo())
                  .priority_class("high", 100, grace_ms=1000).obj()),
+    ev.CheckpointSaved(workload="w1", saved_ms=T - 5, step=1200),
+    ev.ClockTicked(reason="minimum runtime of w0 ends"),
 ]
 ENVELOPES = [ev.Envelope(id=f"id-{i}", source="gangway/test", time_ms=T + i, data=d, offset=100 + i)
              for i, d in enumerate(SAMPLES)]

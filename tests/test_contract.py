@@ -10,7 +10,9 @@ import yaml
 
 import gangway
 from gangway.contract import ConfigError, contract_digest, load_contract, read_contract, validate_file
-from gangway.events.contract import Preemption, Quota
+from gangway.events.contract import (
+    BorrowWithinCohort, Cohort, FairSharing, FlavorFungibility, FlavorQuotas, Preemption, Price, Quota,
+)
 
 DEMO = Path(gangway.__file__).parent / "demo"
 GI = 2**30 * 1000  # one Gi in milli units
@@ -143,7 +145,8 @@ def test_a_cluster_queue_from_kueues_documentation_loads_in_milli_units():
     cq = contract.cluster_queue("team-a-cq")
     assert cq.cohort == "team-ab"
     assert cq.queueing_strategy == "StrictFIFO"
-    assert cq.preemption == Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any")
+    assert cq.preemption == Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any",
+                                       borrow_within_cohort=BorrowWithinCohort("LowerPriority", 100))
     assert [f.flavor for f in cq.flavors] == ["default-flavor", "vendor1"]
     assert cq.flavors[0].resources == {
         "cpu": Quota(nominal=9_000, borrowing_limit=1_000, lending_limit=500),
@@ -151,10 +154,7 @@ def test_a_cluster_queue_from_kueues_documentation_loads_in_milli_units():
         "pods": Quota(nominal=5_000),
     }
     assert cq.quota("nvidia.com/gpu") == Quota(nominal=10_000, lending_limit=2_000)
-    assert [str(w) for w in warnings] == [
-        "config.yaml: warning: ClusterQueue team-a-cq: spec.preemption.borrowWithinCohort: "
-        "not supported by gangway yet; ignored"
-    ]
+    assert [str(w) for w in warnings] == []
 
 
 LOADS = [
@@ -206,18 +206,6 @@ WARNINGS = [
         "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata:\n  name: gpus\nspec:\n  levels: []\n",
         "config.yaml: warning: Topology gpus: Topology is not part of the contract; ignored",
         id="a Kueue kind outside the contract is ignored with a warning",
-    ),
-    pytest.param(
-        y("""
-            apiVersion: kueue.x-k8s.io/v1beta2
-            kind: Cohort
-            metadata:
-              name: team-ab
-            spec:
-              parentName: org
-            """),
-        "config.yaml: warning: Cohort team-ab: spec.parentName: hierarchical cohorts are not supported by gangway yet; ignored",
-        id="a hierarchical Cohort is accepted with a warning",
     ),
     pytest.param(
         docs(FLAVOR, cluster_queue(extra="  stopPolicy: Hold\n")),
@@ -495,3 +483,107 @@ def test_the_digest_changes_when_a_quota_changes():
     before = load_contract(docs(FLAVOR, cluster_queue()))
     after = load_contract(docs(FLAVOR, cluster_queue().replace("nominalQuota: 9", "nominalQuota: 10")))
     assert contract_digest(before) != contract_digest(after)
+
+
+# --- hierarchical cohorts, fungibility, fair sharing and gangway's policy ----------------------
+
+HIERARCHY = docs(FLAVOR, y("""
+    apiVersion: kueue.x-k8s.io/v1beta2
+    kind: Cohort
+    metadata:
+      name: org
+    spec:
+      fairSharing: {weight: "2"}
+      resourceGroups:
+      - coveredResources: [cpu]
+        flavors:
+        - name: default-flavor
+          resources: [{name: cpu, nominalQuota: 10}]
+    """), y("""
+    apiVersion: kueue.x-k8s.io/v1beta2
+    kind: Cohort
+    metadata:
+      name: team-ab
+    spec:
+      parentName: org
+    """), cluster_queue(extra=(
+    "  flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: Preempt}\n"
+    "  fairSharing: {weight: 500m}\n")))
+
+
+def test_a_cohort_tree_loads_with_parents_quotas_and_weights():
+    contract = load_contract(HIERARCHY)
+    assert contract.cohorts == [
+        Cohort(name="org", flavors=[FlavorQuotas("default-flavor", {"cpu": Quota(nominal=10_000)})], fair_weight=2000),
+        Cohort(name="team-ab", parent="org"),
+    ]
+    [cq] = contract.cluster_queues
+    assert cq.flavor_fungibility == FlavorFungibility(when_can_borrow="TryNextFlavor", when_can_preempt="MayStopSearch")
+    assert cq.fair_weight == 500
+
+
+def test_a_cohort_cycle_is_refused_where_it_closes():
+    text = docs(*(y(f"""
+        apiVersion: kueue.x-k8s.io/v1beta2
+        kind: Cohort
+        metadata:
+          name: {name}
+        spec:
+          parentName: {parent}
+        """) for name, parent in (("a", "b"), ("b", "a"))))
+    assert problems_of(text) == [
+        "config.yaml: Cohort a: spec.parentName: cohorts form a cycle: a -> b -> a",
+        "config.yaml: Cohort b: spec.parentName: cohorts form a cycle: b -> a -> b",
+    ]
+
+
+POLICY = docs(FLAVOR, cluster_queue(), y("""
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: WorkloadPriorityClass
+    metadata: {name: research}
+    value: 100
+    """), y("""
+    apiVersion: gangway.io/v1alpha1
+    kind: SchedulingPolicy
+    metadata: {name: default}
+    spec:
+      priorityClasses:
+      - {name: research, gracePeriodSeconds: 60, minRuntimeSeconds: 600}
+      fairSharing:
+        enable: true
+        preemptionStrategies: [LessThanInitialShare]
+        usageHalfLifeSeconds: 3600
+        flavorWeights: {default-flavor: {cpu: "3"}}
+      checkpointAware: false
+      prices:
+        currency: EUR
+        perHour: [{flavor: default-flavor, resource: cpu, price: "0.04"}]
+    """))
+
+
+def test_the_scheduling_policy_sets_runtimes_fair_sharing_checkpoints_and_prices():
+    contract = load_contract(POLICY)
+    [pc] = contract.priority_classes
+    assert (pc.grace_ms, pc.min_runtime_ms) == (60_000, 600_000)
+    assert contract.fair_sharing == FairSharing(enable=True, preemption_strategies=["LessThanInitialShare"],
+                                                usage_half_life_ms=3_600_000)
+    assert contract.flavors[0].resource_weights == {"cpu": 3000}
+    assert contract.checkpoint_aware is False
+    assert (contract.currency, contract.prices) == ("EUR", [Price("default-flavor", "cpu", 40_000)])
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("checkpointAware", '"yes"', 'spec.checkpointAware: must be true or false, not a string'),
+    ("prices", "{currency: euro}", 'spec.prices.currency: "euro" is not a three-letter currency code (ISO 4217)'),
+    ("fairSharing", "{preemptionStrategies: [Fairest]}",
+     'spec.fairSharing.preemptionStrategies[0]: "Fairest" is not one of LessThanOrEqualToFinalShare, '
+     'LessThanInitialShare'),
+    ("fairSharing", "{flavorWeights: {gold: {cpu: 2}}}", 'spec.fairSharing.flavorWeights.gold: ResourceFlavor "gold" is not defined'),
+    ("priorityClasses", "[{name: research}]",
+     "spec.priorityClasses[0]: says nothing: give gracePeriodSeconds, minRuntimeSeconds or both"),
+])
+def test_a_bad_scheduling_policy_field_is_refused_precisely(field, value, why):
+    text = docs(FLAVOR, cluster_queue(), "apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\n"
+                "metadata: {name: research}\nvalue: 1\n",
+                f"apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: p}}\nspec:\n  {field}: {value}\n")
+    assert problems_of(text) == [f"config.yaml: SchedulingPolicy p: {why}"]

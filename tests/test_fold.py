@@ -310,6 +310,7 @@ def scenario() -> LogBuilder:
             .queue(W4, GANG_B)
             .admit("w").place("w", [("main", "n1", 1)])
             .add(ev.WorkloadBound(workload="w", attempt=0)).add(ev.WorkloadRunning(workload="w", attempt=0))
+            .add(ev.CheckpointSaved(workload="w", step=100)).add(ev.ClockTicked(reason="minimum runtime"))
             .admit("g")
             .order_eviction("w", "g").evicted("w")
             .place("g", [("workers", "n1", 1), ("workers", "n2", 1)]).bind("g")

@@ -171,12 +171,15 @@ def test_preemption(setup: Setup, expected: list[tuple[str, str]]):
     assert all(o.based_on == state.offset for o in orders)
 
 
-def test_eviction_order_carries_grace_period_of_the_victims_class_and_the_rule():
+def test_eviction_order_carries_grace_period_of_the_victims_class_the_rule_and_the_work_lost():
     log = standalone().running(wl("v", "q", 8, priority=0, pc="batch")).queue(wl("p", "q", 8, priority=1))
+    started = log.state.workloads["v"].started_ms
     assert decide_pure(decide_preemption, log.state) == [ev.EvictionOrdered(
         workload="v", preemptor="p", based_on=log.offset, grace_ms=5_000,
         reason="withinClusterQueue LowerPriority: priority 0 < 1 of p",
+        work_lost_ms=log.state.time_ms - started,
     )]
+    assert log.state.time_ms - started > 0
 
 
 def test_eviction_order_without_a_class_gets_the_default_grace_period():

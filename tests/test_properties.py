@@ -22,8 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
 from gangway.events import catalogue as ev
-from gangway.events.fold import apply
-from gangway.events.resources import add_into, index_of, total_request
+from gangway.events.fold import apply, held_quota, quota_view
+from gangway.events.resources import add_into, admitted_pod_sets, total_request
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
@@ -40,25 +40,40 @@ POLICIES = [
     {"a": ("Never", "Never", True), "b": ("LowerPriority", "Any", False),
      "c": ("Never", "Any", False), "solo": ("LowerOrNewerEqualPriority", "Never", False)},
     {q: ("Never", "Never", False) for q in QUEUES},
+    {"a": ("LowerPriority", "Any", False), "b": ("LowerPriority", "Any", False),
+     "c": ("LowerPriority", "LowerPriority", False), "solo": ("LowerPriority", "Never", False)},
+]
+#: What else each variant turns on: fair sharing, borrowWithinCohort for a, a minimum runtime for "low".
+EXTRAS = [
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None},
+    {"fair": False, "borrow_within": True, "min_runtime_ms": 5 * 60_000},
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None},
+    {"fair": True, "borrow_within": False, "min_runtime_ms": 60_000},
 ]
 
 
 def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
     """The contract of one policy variant; ``grace_ms`` for the low and the high priority class."""
-    policy = POLICIES[variant]
+    policy, extras = POLICIES[variant], EXTRAS[variant]
 
     def cq(name: str):
         within, reclaim, strict = policy[name]
         b = cluster_queue(name).preemption(within, reclaim)
+        if name == "a" and extras["borrow_within"]:
+            b.borrow_within_cohort("LowerPriority", max_priority=50)
         return b.strict_fifo() if strict else b
 
-    return (contract(
+    c = (contract(
         cq("a").cohort("lab").gpus(8, borrowing=8).cpu(64),
         cq("b").cohort("lab").gpus(8).cpu(64),
         cq("c").cohort("lab").gpus(4, borrowing=4, lending=2).cpu(32, lending=16),
         cq("solo").gpus(8).cpu(64),
-    ).priority_class("low", 0, grace_ms=grace_ms[0]).priority_class("high", 100, grace_ms=grace_ms[1])
-     .default_grace_ms(grace_ms[0]).obj())
+    ).priority_class("low", 0, grace_ms=grace_ms[0], min_runtime_ms=extras["min_runtime_ms"])
+     .priority_class("high", 100, grace_ms=grace_ms[1]).default_grace_ms(grace_ms[0])
+     .cohort("org", gpus=4).cohort("lab", parent="org"))  # the same tree in every variant
+    if extras["fair"]:
+        c.fair_sharing()
+    return c.obj()
 
 
 def node_obj(name: str) -> ev.NodeObserved:
@@ -67,16 +82,21 @@ def node_obj(name: str) -> ev.NodeObserved:
     return (b.gpus(gpus) if gpus else b).obj()
 
 
-pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]))
+#: (count, GPUs, CPUs, partially admissible?)
+pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]),
+                    st.booleans())
 #: (queue, high priority?, pod sets as (count, GPUs, CPUs), runtime in minutes)
 job = st.tuples(st.sampled_from(QUEUES), st.booleans(), st.lists(pod_set, min_size=1, max_size=2), st.integers(1, 30))
 
 
 def make_workload(name: str, queue: str, high: bool, pod_sets, runtime_min: int) -> ev.WorkloadQueued:
     b = workload(name).queue(queue).priority(100 if high else 0, "high" if high else "low")
-    for i, (count, gpus, cpus) in enumerate(pod_sets):
+    for i, (count, gpus, cpus, _) in enumerate(pod_sets):
         b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus)
-    return b.runtime_ms(runtime_min * MINUTE).obj()
+    spec = b.runtime_ms(runtime_min * MINUTE).obj()
+    partial = [msgspec.structs.replace(ps, min_count=1) if flexible and ps.count > 1 else ps
+               for ps, (*_, flexible) in zip(spec.pod_sets, pod_sets)]
+    return msgspec.structs.replace(spec, pod_sets=partial)
 
 
 # --- invariants, as plain functions (also used by the other properties) ---------------------------
@@ -112,8 +132,8 @@ def check_quota(state: State) -> None:
     for wl in state.workloads.values():
         if wl.phase in HOLDS_QUOTA:
             assert wl.admission is not None and wl.spec.workload in state.active
-            assert wl.admission.usage == total_request(wl.spec.pod_sets)
-            add_into(expected.setdefault(wl.admission.cluster_queue, {}), wl.admission.usage)
+            assert wl.admission.usage == total_request(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts))
+            add_into(expected.setdefault(wl.admission.cluster_queue, {}), held_quota(state, wl.admission))
         else:
             assert wl.spec.workload not in state.active
         assert (wl.phase == "pending") == (wl.spec.workload in state.pending)
@@ -121,32 +141,24 @@ def check_quota(state: State) -> None:
         {cq: nonzero(u) for cq, u in expected.items() if nonzero(u)}
     if state.contract is None:
         return
-    idx = index_of(state.contract)
+    check_tree(state)
+
+
+def check_tree(state: State) -> None:
+    """No queue or cohort holds more than the tree gives it: nothing is left to take below zero,
+    nothing is over a borrowing limit, and a queue without a cohort stays within its nominal quota."""
+    view = quota_view(state)
     for cq_name, usage in state.usage.items():
-        for r, used in usage.items():
-            quota = idx.quotas[cq_name][r]
-            if quota.borrowing_limit is not None:
-                assert used <= quota.nominal + quota.borrowing_limit, f"{cq_name} uses {used} {r}"
-            if idx.cluster_queues[cq_name].cohort is None:
-                assert used <= quota.nominal, f"{cq_name} has no cohort and uses {used} {r}"
-    check_cohorts(state)
-
-
-def check_cohorts(state: State) -> None:
-    """Members use no more than their guarantees plus what the cohort has to lend."""
-    idx = index_of(state.contract)
-    for cohort, members in idx.cohort_members.items():
-        resources = {r for m in members for r in idx.quotas[m]}
-        for r in resources:
-            pool = used = 0
-            for m in members:
-                q = idx.quotas[m].get(r)
-                if q is None:
-                    continue
-                lendable = q.nominal if q.lending_limit is None else min(q.lending_limit, q.nominal)
-                pool += lendable
-                used += max(0, state.usage.get(m, {}).get(r, 0) - (q.nominal - lendable))
-            assert used <= pool, f"cohort {cohort} lends {used} {r} of the {pool} it has"
+        node = view.structure.queues.get(cq_name)
+        if node is None:
+            continue
+        for fr, used in usage.items():
+            assert view.available(cq_name, fr) >= 0, f"{cq_name} overcommits {fr}: uses {used}"
+            limit = node.borrowing_limit.get(fr)
+            if limit is not None:
+                assert used <= node.nominal.get(fr, 0) + limit, f"{cq_name} uses {used} {fr}"
+            if node.parent is None:
+                assert used <= node.nominal.get(fr, 0), f"{cq_name} has no cohort and uses {used} {fr}"
 
 
 def check_gangs(state: State) -> None:
@@ -156,7 +168,8 @@ def check_gangs(state: State) -> None:
             for a in wl.placement.assignments:
                 placed[a.pod_set] += a.count
                 assert a.count > 0
-            assert placed == {ps.name: ps.count for ps in wl.spec.pod_sets}, f"{wl.spec.workload} placed in part"
+            admitted = admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts)
+            assert placed == {ps.name: ps.count for ps in admitted}, f"{wl.spec.workload} placed in part"
             assert wl.phase in HOLDS_QUOTA and wl.admission is not None, f"{wl.spec.workload} holds nodes, no quota"
 
 

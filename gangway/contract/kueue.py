@@ -33,11 +33,18 @@ import msgspec
 import yaml
 
 from gangway.events.contract import (
+    WEIGHT_ONE,
+    BorrowWithinCohort,
     ClusterQueue,
+    Cohort,
     Contract,
+    FairSharing,
+    FairSharingStrategy,
+    FlavorFungibility,
     FlavorQuotas,
     LocalQueue,
     Preemption,
+    Price,
     PriorityClass,
     QueueingStrategy,
     Quota,
@@ -66,6 +73,10 @@ _K8S_VERSION = re.compile(r"v[0-9]+((alpha|beta)[0-9]+)?")
 _STRATEGIES: tuple[str, ...] = get_args(QueueingStrategy)
 _WITHIN: tuple[str, ...] = get_args(WithinClusterQueue)
 _RECLAIM: tuple[str, ...] = get_args(ReclaimWithinCohort)
+_FAIR_STRATEGIES: tuple[str, ...] = get_args(FairSharingStrategy)
+#: Kueue's flavor fungibility values in both API versions (v1beta1 Borrow/Preempt = v1beta2 MayStopSearch).
+_WHEN_CAN_BORROW = {"Borrow": "MayStopSearch", "MayStopSearch": "MayStopSearch", "TryNextFlavor": "TryNextFlavor"}
+_WHEN_CAN_PREEMPT = {"Preempt": "MayStopSearch", "MayStopSearch": "MayStopSearch", "TryNextFlavor": "TryNextFlavor"}
 _INT32 = (-(2**31), 2**31 - 1)
 _GRACE_SECONDS = (0, 2**31 - 1)
 _MISSING = "required field is missing"
@@ -339,6 +350,12 @@ class _Policy:
     default_grace_ms: int | None = None
     default_priority: int | None = None
     grace_ms: dict[str, int | None] = field(default_factory=dict)
+    min_runtime_ms: dict[str, int | None] = field(default_factory=dict)
+    fair_sharing: FairSharing | None = None
+    flavor_weights: dict[str, dict[str, int]] = field(default_factory=dict)
+    checkpoint_aware: bool | None = None
+    prices: list[Price] = field(default_factory=list)
+    currency: str | None = None
 
 
 @dataclass
@@ -357,7 +374,7 @@ class _Parsed:
 
     def defined(self, kind: str) -> dict:
         return {"ResourceFlavor": self.flavors, "ClusterQueue": self.cluster_queues,
-                "WorkloadPriorityClass": self.priority_classes}[kind]
+                "WorkloadPriorityClass": self.priority_classes, "Cohort": self.cohorts}[kind]
 
 
 def _register(at: _At, table: dict, key: Any, value: Any, refs: list[_Ref] | None = None) -> None:
@@ -374,21 +391,44 @@ def _check_references(parsed: _Parsed) -> None:
         for path, kind, name in entry.refs:
             if name not in parsed.defined(kind):
                 entry.at.error(path, f"{kind} {_show(name)} is not defined")
+    _check_cohort_tree(parsed)
+
+
+def _check_cohort_tree(parsed: _Parsed) -> None:
+    """Parents form a tree: no cohort is its own ancestor (a self-parent is reported where it is read)."""
+    parents = {name: e.value.parent for name, e in parsed.cohorts.items() if e.value is not None}
+    for name, entry in sorted(parsed.cohorts.items()):
+        seen, at = [name], parents.get(name)
+        while at and at not in seen and at != name:
+            seen.append(at)
+            at = parents.get(at)
+        if at == name and parents.get(name) != name:
+            field_name = "parentName" if entry.at.version == "v1beta2" else "parent"
+            entry.at.error(f"spec.{field_name}", f"cohorts form a cycle: {' -> '.join([*seen, name])}")
 
 
 def _assemble(parsed: _Parsed) -> Contract:
     """The canonical Contract: objects sorted by name, so document order does not matter."""
     policy = next(iter(parsed.policies.values())).value if parsed.policies else _Policy()
-    defaults = {"default_grace_ms": policy.default_grace_ms, "default_priority": policy.default_priority}
+    defaults = {"default_grace_ms": policy.default_grace_ms, "default_priority": policy.default_priority,
+                "fair_sharing": policy.fair_sharing, "checkpoint_aware": policy.checkpoint_aware,
+                "currency": policy.currency}
     classes = [
-        msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name))
+        msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name),
+                                min_runtime_ms=policy.min_runtime_ms.get(name))
         for name, entry in sorted(parsed.priority_classes.items())
     ]
+    flavors = [
+        msgspec.structs.replace(f, resource_weights=policy.flavor_weights.get(f.name, {}))
+        for f in _values(parsed.flavors)
+    ]
     return Contract(
-        flavors=_values(parsed.flavors),
+        flavors=flavors,
         cluster_queues=_values(parsed.cluster_queues),
         local_queues=_values(parsed.local_queues),
         priority_classes=classes,
+        cohorts=[c for c in _values(parsed.cohorts) if c is not None],
+        prices=sorted(policy.prices, key=lambda p: (p.flavor, p.resource)),
         **{key: value for key, value in defaults.items() if value is not None},
     )
 
@@ -406,23 +446,15 @@ _RENAMED = {"cohort": "cohortName", "cohortName": "cohort", "parent": "parentNam
 _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
     "namespaceSelector": ({},),
     "stopPolicy": ("None",),
-    "flavorFungibility": (
-        {},
-        {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
-        {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
-    ),
     "admissionChecks": ([],),
     "admissionChecksStrategy": ({},),
-    "fairSharing": (),
     "admissionScope": (),
     "concurrentAdmissionPolicy": (),
 }
-_PREEMPTION_IGNORED: dict[str, tuple] = {"borrowWithinCohort": ({}, {"policy": "Never"})}
 _FLAVOR_IGNORED: dict[str, tuple] = {
     "nodeTaints": ([],), "tolerations": ([],), "topologyName": (), "resourceWeights": ({},),
 }
 _LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"stopPolicy": ("None",), "fairSharing": ()}
-_COHORT_IGNORED: dict[str, tuple] = {"fairSharing": ()}
 
 
 def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
@@ -439,32 +471,34 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
     if spec is None:
         return
     cohort_field = "cohort" if at.version == "v1beta1" else "cohortName"
-    read = {"resourceGroups", "queueingStrategy", "preemption", cohort_field}
+    read = {"resourceGroups", "queueingStrategy", "preemption", "flavorFungibility", "fairSharing", cohort_field}
     _check_fields(at, "spec", spec, read, _CLUSTER_QUEUE_IGNORED)
     cohort = _name(at, f"spec.{cohort_field}", spec.get(cohort_field), required=False)
     no_sharing = None if cohort else f"spec.{cohort_field}"
     flavors, refs = _resource_groups(at, "spec.resourceGroups", spec.get("resourceGroups"), no_sharing)
     strategy = _choice(at, "spec.queueingStrategy", spec.get("queueingStrategy"), _STRATEGIES, "BestEffortFIFO")
     preemption = _preemption(at, "spec.preemption", spec.get("preemption"))
-    queue = ClusterQueue(at.name, flavors, cohort=cohort, preemption=preemption, queueing_strategy=strategy)
+    queue = ClusterQueue(at.name, flavors, cohort=cohort, preemption=preemption, queueing_strategy=strategy,
+                         flavor_fungibility=_fungibility(at, "spec.flavorFungibility", spec.get("flavorFungibility")),
+                         fair_weight=_fair_weight(at, "spec.fairSharing", spec.get("fairSharing")))
     _register(at, parsed.cluster_queues, at.name, queue, refs)
 
 
 def _read_cohort(at: _At, obj: dict, parsed: _Parsed) -> None:
-    """Validated in full; stored only as the cohort names its ClusterQueues carry (see warnings)."""
+    """A node of the cohort tree: its parent (hierarchical cohorts), its own quota, its weight."""
     spec = _spec(at, obj)
     if spec is None:
         return
     parent_field = "parentName" if at.version == "v1beta2" else "parent"
-    _check_fields(at, "spec", spec, {parent_field, "resourceGroups"}, _COHORT_IGNORED)
+    _check_fields(at, "spec", spec, {parent_field, "resourceGroups", "fairSharing"})
     parent = _name(at, f"spec.{parent_field}", spec.get(parent_field), required=False)
     no_sharing = None if parent else f"spec.{parent_field}"
     flavors, refs = _resource_groups(at, "spec.resourceGroups", spec.get("resourceGroups"), no_sharing)
-    if parent:
-        at.warn(f"spec.{parent_field}", "hierarchical cohorts are not supported by gangway yet; ignored")
-    if flavors:
-        at.warn("spec.resourceGroups", "cohort-level quotas are not supported by gangway yet; ignored")
-    _register(at, parsed.cohorts, at.name, None, refs)
+    weight = _fair_weight(at, "spec.fairSharing", spec.get("fairSharing"))
+    if parent == at.name:
+        at.error(f"spec.{parent_field}", "a cohort cannot be its own parent")
+    cohort = Cohort(name=at.name, parent=parent, flavors=flavors, fair_weight=weight)
+    _register(at, parsed.cohorts, at.name, cohort, refs)
 
 
 def _read_local_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
@@ -494,11 +528,18 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     spec = _spec(at, obj)
     if spec is None:
         return
-    _check_fields(at, "spec", spec, {"defaultGracePeriodSeconds", "defaultPriority", "priorityClasses"})
+    _check_fields(at, "spec", spec, {"defaultGracePeriodSeconds", "defaultPriority", "priorityClasses",
+                                     "fairSharing", "checkpointAware", "prices"})
     grace_s = _int(at, "spec.defaultGracePeriodSeconds", spec.get("defaultGracePeriodSeconds"), _GRACE_SECONDS)
     priority = _int(at, "spec.defaultPriority", spec.get("defaultPriority"), _INT32)
-    grace_ms, refs = _policy_classes(at, "spec.priorityClasses", spec.get("priorityClasses"))
-    policy = _Policy(None if grace_s is None else grace_s * 1000, priority, grace_ms)
+    policy = _Policy(None if grace_s is None else grace_s * 1000, priority)
+    refs = _policy_classes(at, "spec.priorityClasses", spec.get("priorityClasses"), policy)
+    refs += _policy_fair_sharing(at, "spec.fairSharing", spec.get("fairSharing"), policy)
+    checkpoint = spec.get("checkpointAware")
+    if checkpoint is not None and not isinstance(checkpoint, bool):
+        at.error("spec.checkpointAware", f"must be true or false, not {_type_name(checkpoint)}")
+    policy.checkpoint_aware = checkpoint if isinstance(checkpoint, bool) else None
+    refs += _policy_prices(at, "spec.prices", spec.get("prices"), policy)
     if parsed.policies:
         first = next(iter(parsed.policies.values())).at
         at.error("", f"only one SchedulingPolicy is allowed; {first.name} is in {first.where()}")
@@ -506,25 +547,87 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     _register(at, parsed.policies, at.name, policy, refs)
 
 
-def _policy_classes(at: _At, path: str, value: Any) -> tuple[dict[str, int | None], list[_Ref]]:
-    """Grace periods (ms) by priority class name, and the references to check."""
-    grace_ms: dict[str, int | None] = {}
+def _policy_classes(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:
+    """Grace periods and minimum runtimes (ms) by priority class name; the references to check."""
     refs: list[_Ref] = []
     for i, item in enumerate(_list(at, path, value) or []):
         item_path = f"{path}[{i}]"
         item = _dict(at, item_path, item)
         if item is None:
             continue
-        _check_fields(at, item_path, item, {"name", "gracePeriodSeconds"})
+        _check_fields(at, item_path, item, {"name", "gracePeriodSeconds", "minRuntimeSeconds"})
         name = _name(at, f"{item_path}.name", item.get("name"))
-        seconds = _int(at, f"{item_path}.gracePeriodSeconds", item.get("gracePeriodSeconds"),
-                       _GRACE_SECONDS, required=True)
-        if name in grace_ms:
+        seconds = _int(at, f"{item_path}.gracePeriodSeconds", item.get("gracePeriodSeconds"), _GRACE_SECONDS)
+        minimum = _int(at, f"{item_path}.minRuntimeSeconds", item.get("minRuntimeSeconds"), _GRACE_SECONDS)
+        if item.get("gracePeriodSeconds") is None and item.get("minRuntimeSeconds") is None:
+            at.error(item_path, "says nothing: give gracePeriodSeconds, minRuntimeSeconds or both")
+        if name in policy.grace_ms:
             at.error(f"{item_path}.name", f"{_show(name)} is listed twice")
         elif name is not None:
-            grace_ms[name] = None if seconds is None else seconds * 1000
+            policy.grace_ms[name] = None if seconds is None else seconds * 1000
+            policy.min_runtime_ms[name] = None if minimum is None else minimum * 1000
             refs.append((f"{item_path}.name", "WorkloadPriorityClass", name))
-    return grace_ms, refs
+    return refs
+
+
+def _policy_fair_sharing(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:
+    """Kueue's Configuration.fairSharing, plus a usage half-life and flavor values."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return []
+    _check_fields(at, path, spec, {"enable", "preemptionStrategies", "usageHalfLifeSeconds", "flavorWeights"})
+    enable = spec.get("enable", False)
+    if not isinstance(enable, bool):
+        at.error(f"{path}.enable", f"must be true or false, not {_type_name(enable)}")
+        enable = False
+    strategies = []
+    for i, item in enumerate(_list(at, f"{path}.preemptionStrategies", spec.get("preemptionStrategies")) or []):
+        strategies.append(_choice(at, f"{path}.preemptionStrategies[{i}]", item, _FAIR_STRATEGIES, _FAIR_STRATEGIES[0]))
+    half_life = _int(at, f"{path}.usageHalfLifeSeconds", spec.get("usageHalfLifeSeconds"), (1, 2**31 - 1))
+    refs: list[_Ref] = []
+    weights = _dict(at, f"{path}.flavorWeights", spec.get("flavorWeights")) or {}
+    for flavor, per_resource in weights.items():
+        flavor_path = f"{path}.flavorWeights.{flavor}"
+        refs.append((flavor_path, "ResourceFlavor", flavor))
+        for resource, weight in (_dict(at, flavor_path, per_resource) or {}).items():
+            _resource_name(at, f"{flavor_path}.{resource}", resource)
+            milli = _quantity(at, f"{flavor_path}.{resource}", weight)
+            if milli is not None:
+                policy.flavor_weights.setdefault(flavor, {})[resource] = milli
+    policy.fair_sharing = FairSharing(
+        enable=enable, usage_half_life_ms=None if half_life is None else half_life * 1000,
+        **({"preemption_strategies": strategies} if strategies else {}),
+    )
+    return refs
+
+
+def _policy_prices(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:
+    """``prices: {currency: EUR, perHour: [{flavor, resource, price: "2.50"}]}`` (price per unit-hour)."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return []
+    _check_fields(at, path, spec, {"currency", "perHour"})
+    currency = spec.get("currency")
+    if currency is not None:
+        if isinstance(currency, str) and re.fullmatch(r"[A-Z]{3}", currency):
+            policy.currency = currency
+        else:
+            at.error(f"{path}.currency", f"{_show(currency)} is not a three-letter currency code (ISO 4217)")
+    refs: list[_Ref] = []
+    for i, item in enumerate(_list(at, f"{path}.perHour", spec.get("perHour")) or []):
+        item_path = f"{path}.perHour[{i}]"
+        item = _dict(at, item_path, item)
+        if item is None:
+            continue
+        _check_fields(at, item_path, item, {"flavor", "resource", "price"})
+        flavor = _name(at, f"{item_path}.flavor", item.get("flavor"))
+        resource = _resource_name(at, f"{item_path}.resource", item.get("resource"), required=True)
+        price = _quantity(at, f"{item_path}.price", item.get("price"), required=True)
+        if flavor is not None:
+            refs.append((f"{item_path}.flavor", "ResourceFlavor", flavor))
+        if flavor and resource and price is not None:
+            policy.prices.append(Price(flavor=flavor, resource=resource, per_hour_micros=price * 1000))
+    return refs
 
 
 _READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {
@@ -648,10 +751,42 @@ def _preemption(at: _At, path: str, value: Any) -> Preemption:
     spec = _dict(at, path, value)
     if not spec:
         return Preemption()
-    _check_fields(at, path, spec, {"withinClusterQueue", "reclaimWithinCohort"}, _PREEMPTION_IGNORED)
+    _check_fields(at, path, spec, {"withinClusterQueue", "reclaimWithinCohort", "borrowWithinCohort"})
     within = _choice(at, f"{path}.withinClusterQueue", spec.get("withinClusterQueue"), _WITHIN, "Never")
     reclaim = _choice(at, f"{path}.reclaimWithinCohort", spec.get("reclaimWithinCohort"), _RECLAIM, "Never")
-    return Preemption(within_cluster_queue=within, reclaim_within_cohort=reclaim)
+    borrow = _borrow_within_cohort(at, f"{path}.borrowWithinCohort", spec.get("borrowWithinCohort"))
+    return Preemption(within_cluster_queue=within, reclaim_within_cohort=reclaim, borrow_within_cohort=borrow)
+
+
+def _borrow_within_cohort(at: _At, path: str, value: Any) -> BorrowWithinCohort:
+    spec = _dict(at, path, value)
+    if not spec:
+        return BorrowWithinCohort()
+    _check_fields(at, path, spec, {"policy", "maxPriorityThreshold"})
+    policy = _choice(at, f"{path}.policy", spec.get("policy"), ("Never", "LowerPriority"), "Never")
+    threshold = _int(at, f"{path}.maxPriorityThreshold", spec.get("maxPriorityThreshold"), _INT32)
+    return BorrowWithinCohort(policy=policy, max_priority_threshold=threshold)
+
+
+def _fungibility(at: _At, path: str, value: Any) -> FlavorFungibility:
+    spec = _dict(at, path, value)
+    if not spec:
+        return FlavorFungibility()
+    _check_fields(at, path, spec, {"whenCanBorrow", "whenCanPreempt"})
+    borrow = _choice(at, f"{path}.whenCanBorrow", spec.get("whenCanBorrow"), tuple(_WHEN_CAN_BORROW), "Borrow")
+    preempt = _choice(at, f"{path}.whenCanPreempt", spec.get("whenCanPreempt"), tuple(_WHEN_CAN_PREEMPT),
+                      "TryNextFlavor")
+    return FlavorFungibility(when_can_borrow=_WHEN_CAN_BORROW[borrow], when_can_preempt=_WHEN_CAN_PREEMPT[preempt])
+
+
+def _fair_weight(at: _At, path: str, value: Any) -> int:
+    """``fairSharing.weight`` (a quantity, default 1) in thousandths."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return WEIGHT_ONE
+    _check_fields(at, path, spec, {"weight"})
+    weight = _quantity(at, f"{path}.weight", spec.get("weight"))
+    return WEIGHT_ONE if weight is None else weight
 
 
 # --- fields ------------------------------------------------------------------------------------

@@ -118,6 +118,10 @@ class WorkloadAdmitted(_Event, frozen=True):
     borrowed: dict[str, int]
     based_on: int
     reason: str = ""
+    #: The ResourceFlavor whose quota (and nodes) each resource uses ({}: each resource's first).
+    flavors: dict[str, str] = {}
+    #: Pods admitted per pod set when fewer than requested (partial admission down to min_count).
+    counts: dict[str, int] = {}
 
 
 class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -141,6 +145,8 @@ class EvictionOrdered(_Event, frozen=True):
     based_on: int
     grace_ms: int
     reason: str = ""
+    #: Work the victim loses: time run since it started or last saved a checkpoint, at the order.
+    work_lost_ms: int = 0
 
 
 # --- what the cluster did (the binder reports) --------------------------------------------------
@@ -169,6 +175,21 @@ class WorkloadEvicted(_Event, frozen=True):
     reason: str = ""
 
 
+class CheckpointSaved(_Event, frozen=True):
+    """A workload saved its progress (telemetry, copied onto the log by submission)."""
+
+    workload: str
+    #: Cluster time the checkpoint was taken (0: when the event was appended).
+    saved_ms: int = 0
+    step: int | None = None
+
+
+class ClockTicked(_Event, frozen=True):
+    """Time passed with nothing else to report: a rule that depends on time may now decide."""
+
+    reason: str = ""
+
+
 class NodeObserved(_Event, frozen=True):
     node: str
     allocatable: dict[str, int]
@@ -189,7 +210,7 @@ class ConfigApplied(_Event, frozen=True):
 Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
-    NodeObserved, NodeRemoved, ConfigApplied,
+    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -208,6 +229,8 @@ EVENT_TYPES: dict[type, str] = {
     NodeObserved: "io.gangway.node.observed.v1",
     NodeRemoved: "io.gangway.node.removed.v1",
     ConfigApplied: "io.gangway.config.applied.v1",
+    CheckpointSaved: "io.gangway.checkpoint.saved.v1",
+    ClockTicked: "io.gangway.clock.ticked.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

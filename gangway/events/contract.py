@@ -14,6 +14,13 @@ import msgspec
 WithinClusterQueue = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
 ReclaimWithinCohort = Literal["Never", "LowerPriority", "Any"]
 QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
+BorrowWithinCohortPolicy = Literal["Never", "LowerPriority"]
+#: Kueue's flavor fungibility: stop at the first flavor that fits this way, or try the next one.
+WhenCanBorrow = Literal["MayStopSearch", "TryNextFlavor"]
+WhenCanPreempt = Literal["MayStopSearch", "TryNextFlavor"]
+FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+#: Weights and shares are in thousandths (1000 = 1.0), as quantities are.
+WEIGHT_ONE = 1000
 
 
 class Quota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -29,9 +36,23 @@ class FlavorQuotas(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     resources: dict[str, Quota]
 
 
+class BorrowWithinCohort(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """May a preemptor that borrows preempt other queues' workloads (below a threshold)?"""
+
+    policy: BorrowWithinCohortPolicy = "Never"
+    #: Only workloads of at most this priority may be preempted this way (None: lower than the preemptor).
+    max_priority_threshold: int | None = None
+
+
 class Preemption(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     within_cluster_queue: WithinClusterQueue = "Never"
     reclaim_within_cohort: ReclaimWithinCohort = "Never"
+    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
+
+
+class FlavorFungibility(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    when_can_borrow: WhenCanBorrow = "MayStopSearch"
+    when_can_preempt: WhenCanPreempt = "TryNextFlavor"
 
 
 class ClusterQueue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -40,6 +61,9 @@ class ClusterQueue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cohort: str | None = None
     preemption: Preemption = Preemption()
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
+    flavor_fungibility: FlavorFungibility = FlavorFungibility()
+    #: Fair-sharing weight in thousandths: a queue of weight 2000 is entitled to twice the share.
+    fair_weight: int = WEIGHT_ONE
 
     def quota(self, resource: str) -> Quota | None:
         """The queue's quota for one resource, summed over its flavors (None: not covered)."""
@@ -64,6 +88,15 @@ def _sum_limits(limits) -> int | None:
     return total
 
 
+class Cohort(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A node of the cohort tree: its own quota (lent to its members) and its parent."""
+
+    name: str
+    parent: str | None = None
+    flavors: list[FlavorQuotas] = []
+    fair_weight: int = WEIGHT_ONE
+
+
 class LocalQueue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     namespace: str
     name: str
@@ -75,11 +108,34 @@ class PriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     value: int
     #: gangway extension: how long an evicted pod of this class has between SIGTERM and SIGKILL.
     grace_ms: int | None = None
+    #: gangway extension: a workload of this class runs at least this long before it may be preempted.
+    min_runtime_ms: int | None = None
 
 
 class ResourceFlavor(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     node_labels: dict[str, str] = {}
+    #: How much one unit of a resource of this flavor counts in fair shares (thousandths; an H100
+    #: GPU may weigh 3000 beside a T4's 500). Resources not listed weigh 1000.
+    resource_weights: dict[str, int] = {}
+
+
+class FairSharing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Kueue's fair sharing (Configuration.fairSharing), with gangway's usage-decay option."""
+
+    enable: bool = False
+    preemption_strategies: list[FairSharingStrategy] = msgspec.field(
+        default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+    #: When set, shares count past usage too, halving every this many ms (Slurm's PriorityDecayHalfLife).
+    usage_half_life_ms: int | None = None
+
+
+class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one unit of a flavor's resource costs per hour, in millionths of ``currency``."""
+
+    flavor: str
+    resource: str
+    per_hour_micros: int
 
 
 class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,10 +143,16 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cluster_queues: list[ClusterQueue] = []
     local_queues: list[LocalQueue] = []
     priority_classes: list[PriorityClass] = []
+    cohorts: list[Cohort] = []
     #: Priority of a workload that names no class and of a class nobody defined as default.
     default_priority: int = 0
     #: Grace period for evictions when the priority class gives none.
     default_grace_ms: int = 30_000
+    fair_sharing: FairSharing = FairSharing()
+    #: Among otherwise equal preemption candidates, evict the one that loses least work.
+    checkpoint_aware: bool = True
+    prices: list[Price] = []
+    currency: str = "USD"
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

@@ -15,7 +15,11 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
-from gangway.events.resources import add_into, assignment_use, index_of, pods_that_fit, quota_fit, total_request
+from gangway.events.decay import bring_up_to_date
+from gangway.events.quota import QuotaView
+from gangway.events.resources import (
+    add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
+)
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, shape_of
 
 
@@ -82,10 +86,26 @@ def _release_nodes(state: State, wl: WorkloadState) -> None:
             add_into(node.free, used)
 
 
+def quota_view(state: State) -> QuotaView:
+    """The quota tree of the contract in force over the state's own usage (updated in place)."""
+    return QuotaView(index_of(state.contract).tree, state.usage, state.cohort_usage)
+
+
+def held_quota(state: State, admission: ev.WorkloadAdmitted) -> dict[str, int]:
+    """What an admission holds, per flavor-resource."""
+    flavors = admission.flavors or index_of(state.contract).default_flavors(admission.cluster_queue, admission.usage)
+    return by_flavor(admission.usage, flavors)
+
+
 def _release_quota(state: State, wl: WorkloadState) -> None:
     if wl.admission is None:
         return
-    add_into(state.usage.setdefault(wl.admission.cluster_queue, {}), wl.admission.usage, -1)
+    view = quota_view(state)
+    bring_up_to_date(state, wl.admission.cluster_queue)
+    if wl.admission.cluster_queue in view.structure.queues:
+        view.add(wl.admission.cluster_queue, held_quota(state, wl.admission), -1)
+    else:  # its queue left the contract: only its own usage row remains to give back
+        add_into(state.usage.setdefault(wl.admission.cluster_queue, {}), held_quota(state, wl.admission), -1)
     state.active.pop(wl.spec.workload, None)
 
 
@@ -99,7 +119,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
-    wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = None
+    wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = None
     _enqueue(state, wl)
 
 
@@ -140,7 +160,8 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
     wl.superseded = None
     wl.nominated = False
-    add_into(state.usage.setdefault(e.cluster_queue, {}), e.usage)
+    bring_up_to_date(state, e.cluster_queue)
+    quota_view(state).add(e.cluster_queue, held_quota(state, e))
     _dequeue(state, wl)
     state.active[e.workload] = None
     state.decisions += 1
@@ -158,13 +179,43 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
         return "no contract in force"
     if e.cluster_queue != wl.spec.cluster_queue:
         return f"workload belongs to {wl.spec.cluster_queue}"
-    if e.usage != wl.request:
+    why = _counts_invalid(wl, e.counts)
+    if why:
+        return why
+    if e.usage != total_request(admitted_pod_sets(wl.spec.pod_sets, e.counts)):
         return "usage differs from the workload's request"
-    fits, borrowed, why = quota_fit(index_of(state.contract), state.usage, e.cluster_queue, e.usage)
+    idx = index_of(state.contract)
+    if e.cluster_queue not in idx.tree.queues:
+        return f"ClusterQueue {e.cluster_queue} is not in the contract in force"
+    why = _flavors_invalid(idx, e)
+    if why:
+        return why
+    fits, borrowed, why = quota_view(state).fit(e.cluster_queue, held_quota(state, e))
     if not fits:
         return why
-    if borrowed != e.borrowed:
+    if by_resource(borrowed) != e.borrowed:
         return "borrowing differs from the quota in force"
+    return ""
+
+
+def _counts_invalid(wl: WorkloadState, counts: dict[str, int]) -> str:
+    for ps in wl.spec.pod_sets:
+        if ps.name in counts:
+            low = ps.min_count if ps.min_count is not None else ps.count
+            if not low <= counts[ps.name] <= ps.count:
+                return f"pod set {ps.name}: {counts[ps.name]} pods admitted, outside {low}..{ps.count}"
+    if set(counts) - {ps.name for ps in wl.spec.pod_sets}:
+        return "counts name a pod set the workload does not have"
+    return ""
+
+
+def _flavors_invalid(idx, e: ev.WorkloadAdmitted) -> str:
+    for resource, flavor in e.flavors.items():
+        if not any(fq.flavor == flavor and resource in fq.resources for fq in idx.cluster_queues[e.cluster_queue].flavors):
+            return f"flavor {flavor} of {e.cluster_queue} has no quota for {resource}"
+    missing = [r for r, v in e.usage.items() if v > 0 and r not in e.flavors]
+    if e.flavors and missing:
+        return f"no flavor assigned for {', '.join(sorted(missing))}"
     return ""
 
 
@@ -193,6 +244,7 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
         return f"decided at offset {e.based_on}, before the admission in force (offset {wl.admitted_at})"
     per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
     placed = {name: 0 for name in per_pod}
+    allowed = placement_nodes(state, wl)
     taken: dict[str, dict[str, int]] = {}
     for a in e.assignments:
         if a.pod_set not in per_pod:
@@ -200,6 +252,8 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
         node = state.nodes.get(a.node)
         if node is None:
             return f"node {a.node} is gone"
+        if allowed is not None and a.node not in allowed:
+            return f"node {a.node} does not have the admitted flavors' labels"
         if a.count <= 0:
             return "empty assignment"
         free = taken.setdefault(a.node, dict(node.free))
@@ -207,10 +261,21 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
             return f"{a.count} pod(s) of {a.pod_set} no longer fit on {a.node}"
         add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
         placed[a.pod_set] += a.count
-    for ps in wl.spec.pod_sets:
+    for ps in admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts):
         if placed[ps.name] != ps.count:
             return f"pod set {ps.name}: {placed[ps.name]} of {ps.count} pods placed (a gang is all or nothing)"
     return ""
+
+
+def placement_nodes(state: State, wl: WorkloadState):
+    """The nodes an admitted workload may use: those with every assigned flavor's labels (None: all)."""
+    idx = index_of(state.contract)
+    allowed = None
+    for flavor in sorted(set(wl.admission.flavors.values())):
+        nodes = idx.flavor_nodes(flavor, state)
+        if nodes is not None:
+            allowed = nodes if allowed is None else allowed & nodes
+    return allowed
 
 
 def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> None:
@@ -224,6 +289,7 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
         _supersede(state, wl, f"eviction {env.id}: decided before the admission in force (offset {wl.admitted_at})")
         return
     wl.eviction, wl.eviction_id, wl.eviction_ms = e, env.id, env.time_ms
+    wl.evictions.append((e.preemptor, e.reason, e.work_lost_ms))
     preemptor = state.workloads.get(e.preemptor)
     if preemptor is not None and preemptor.phase == "pending":
         preemptor.nominated = True
@@ -279,6 +345,9 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
             for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
                 if name == e.node:
                     add_into(free, used, -1)
+    known = state.nodes.get(e.node)
+    if known is None or known.labels != e.labels:
+        state.node_epoch += 1
     state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free)
 
 
@@ -291,11 +360,31 @@ def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
         if wl.phase in HOLDS_NODES and wl.placement and any(a.node == e.node for a in wl.placement.assignments):
             _requeue(state, wl, env)
     del state.nodes[e.node]
+    state.node_epoch += 1
 
 
 def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
     state.contract = e.contract
     state.contract_digest = e.digest
+    # Cohort usage depends on the tree and the lending limits: derive it again under the new one.
+    state.cohort_usage = {}
+    view, usage = quota_view(state), state.usage
+    state.usage = view.usage = {}
+    for cq, amounts in sorted(usage.items()):
+        if cq in view.structure.queues:
+            view.add(cq, amounts)
+        else:
+            state.usage[cq] = amounts
+
+
+def _checkpoint(state: State, env: ev.Envelope, e: ev.CheckpointSaved) -> None:
+    wl = state.workloads.get(e.workload)
+    if wl is None or wl.phase not in ("running", "evicting"):
+        state.ignored += 1
+        return
+    saved = e.saved_ms or env.time_ms
+    if wl.started_ms is not None and saved >= wl.started_ms:
+        wl.checkpoint_ms = max(saved, wl.checkpoint_ms or 0)
 
 
 _HANDLERS = {
@@ -310,4 +399,5 @@ _HANDLERS = {
     ev.NodeObserved: _node_observed,
     ev.NodeRemoved: _node_removed,
     ev.ConfigApplied: _config,
+    ev.CheckpointSaved: _checkpoint,
 }

@@ -5,8 +5,11 @@ All functions are pure; dictionaries map resource names to integer milli units.
 
 from __future__ import annotations
 
+import msgspec
+
 from gangway.events.catalogue import PodAssignment, PodSet
-from gangway.events.contract import ClusterQueue, Contract, Quota
+from gangway.events.contract import Contract, FlavorQuotas, Quota
+from gangway.events.quota import QuotaStructure, fr_key, split_fr
 
 GPU = "nvidia.com/gpu"
 Resources = dict[str, int]
@@ -53,21 +56,57 @@ class ContractIndex:
         self.cluster_queues = {cq.name: cq for cq in contract.cluster_queues}
         self.local_queues = {(lq.namespace, lq.name): lq for lq in contract.local_queues}
         self.priority_classes = {pc.name: pc for pc in contract.priority_classes}
-        members: dict[str, list[str]] = {}
-        for cq in sorted(contract.cluster_queues, key=lambda c: c.name):
-            if cq.cohort:
-                members.setdefault(cq.cohort, []).append(cq.name)
-        self.cohort_members = members
+        self.flavors = {f.name: f for f in contract.flavors}
+        self._flavor_nodes: dict[tuple, tuple[dict, frozenset[str]]] = {}
+        self.tree = QuotaStructure(contract)
+        #: Per queue, per resource: the quota summed over flavors (what "covers" a resource).
         self.quotas: dict[str, dict[str, Quota]] = {}
+        #: Per queue, its resource groups: the flavors, in order, that cover the same resources.
+        self.groups: dict[str, list[list[FlavorQuotas]]] = {}
         for cq in contract.cluster_queues:
             names = sorted({r for f in cq.flavors for r in f.resources})
             self.quotas[cq.name] = {r: cq.quota(r) for r in names}
+            groups: dict[frozenset, list[FlavorQuotas]] = {}
+            for fq in cq.flavors:
+                groups.setdefault(frozenset(fq.resources), []).append(fq)
+            self.groups[cq.name] = list(groups.values())
+        #: Value of one unit of each flavor-resource in fair shares (thousandths).
+        self.weights = {fr_key(f.name, r): w for f in contract.flavors for r, w in f.resource_weights.items()}
 
     def grace_ms(self, priority_class: str | None) -> int:
         pc = self.priority_classes.get(priority_class or "")
         if pc is not None and pc.grace_ms is not None:
             return pc.grace_ms
         return self.contract.default_grace_ms
+
+    def min_runtime_ms(self, priority_class: str | None) -> int:
+        pc = self.priority_classes.get(priority_class or "")
+        return pc.min_runtime_ms or 0 if pc is not None else 0
+
+    def default_flavors(self, cq_name: str, request: Resources) -> dict[str, str]:
+        """The first flavor covering each requested resource (decisions written before flavors)."""
+        chosen: dict[str, str] = {}
+        for group in self.groups.get(cq_name, []):
+            for resource in group[0].resources:
+                if request.get(resource, 0) > 0:
+                    chosen[resource] = group[0].flavor
+        return chosen
+
+    def flavor_nodes(self, flavor: str, state) -> frozenset[str] | None:
+        """Names of the state's nodes with all of a flavor's labels (None: the flavor selects no labels)."""
+        rf = self.flavors.get(flavor)
+        if rf is None or not rf.node_labels:
+            return None
+        key = (flavor, id(state.nodes), state.node_epoch)
+        cached = self._flavor_nodes.get(key)
+        if cached is not None and cached[0] is state.nodes:  # the reference keeps the id unique
+            return cached[1]
+        if len(self._flavor_nodes) > 256:
+            self._flavor_nodes.clear()
+        want = rf.node_labels.items()
+        found = frozenset(n for n, node in state.nodes.items() if want <= node.labels.items())
+        self._flavor_nodes[key] = (state.nodes, found)
+        return found
 
 
 _INDEXES: dict[int, ContractIndex] = {}
@@ -83,74 +122,22 @@ def index_of(contract: Contract) -> ContractIndex:
     return idx
 
 
-def _lendable(quota: Quota) -> int:
-    return quota.nominal if quota.lending_limit is None else min(quota.lending_limit, quota.nominal)
+def by_flavor(request: Resources, flavors: dict[str, str]) -> Resources:
+    """A per-resource request keyed by flavor-resource, under a flavor assignment."""
+    return {fr_key(flavors[r], r): v for r, v in request.items() if v > 0 and r in flavors}
 
 
-def quota_fit(
-    idx: ContractIndex, usage: dict[str, Resources], cq_name: str, request: Resources
-) -> tuple[bool, Resources, str]:
-    """Would ``request`` fit ``cq_name``'s quota given current ``usage``?
-
-    Returns (fits, borrowed, reason). Without a cohort a queue has its nominal quota and nothing
-    more. In a cohort, the members' lendable quota (nominal, or the lending limit) is one pool:
-    a queue may use more than its nominal (borrow) up to its borrowing limit while the pool has
-    room — and even within its nominal it can be short while others borrow what it lent, until
-    preemption reclaims it. ``borrowed`` is how much of this request sits above nominal.
-    """
-    cq: ClusterQueue | None = idx.cluster_queues.get(cq_name)
-    if cq is None:
-        return False, {}, f"ClusterQueue {cq_name} does not exist"
-    quotas = idx.quotas[cq_name]
-    own = usage.get(cq_name, {})
-    borrowed: Resources = {}
-    for resource, amount in sorted(request.items()):
-        if amount <= 0:
-            continue
-        quota = quotas.get(resource)
-        if quota is None:
-            return False, {}, f"ClusterQueue {cq_name} has no quota for {resource}"
-        used = own.get(resource, 0)
-        after = used + amount
-        if cq.cohort is None:
-            if after > quota.nominal:
-                return False, {}, f"{resource}: {after} over nominal quota {quota.nominal} of {cq_name}"
-            continue
-        if quota.borrowing_limit is not None and after > quota.nominal + quota.borrowing_limit:
-            return False, {}, (
-                f"{resource}: {after} over nominal {quota.nominal} + borrowing limit "
-                f"{quota.borrowing_limit} of {cq_name}"
-            )
-        pool, pool_used = _cohort_pool(idx, usage, cq.cohort, cq_name, resource, after)
-        if pool_used > pool:
-            if after <= quota.nominal:
-                return False, {}, (f"{resource}: within the nominal quota of {cq_name}, but cohort {cq.cohort} "
-                                   f"lent it to queues that borrow (to be reclaimed)")
-            left = pool - _cohort_pool(idx, usage, cq.cohort, cq_name, resource, used)[1]
-            return False, {}, f"{resource}: cohort {cq.cohort} has {max(0, left)} left to lend, {cq_name} needs {amount}"
-        borrowed[resource] = max(0, after - quota.nominal) - max(0, used - quota.nominal)
-    return True, {k: v for k, v in borrowed.items() if v}, ""
+def by_resource(amounts: Resources) -> Resources:
+    """Flavor-resource amounts summed per resource."""
+    out: Resources = {}
+    for fr, v in amounts.items():
+        resource = split_fr(fr)[1]
+        out[resource] = out.get(resource, 0) + v
+    return out
 
 
-def _cohort_pool(idx: ContractIndex, usage: dict[str, Resources], cohort: str, cq_name: str,
-                 resource: str, after: int) -> tuple[int, int]:
-    """(lendable pool, pool in use) of one resource in a cohort, with ``cq_name`` using ``after``."""
-    pool = pool_used = 0
-    for member in idx.cohort_members[cohort]:
-        q = idx.quotas[member].get(resource)
-        if q is None:
-            continue
-        guaranteed = q.nominal - _lendable(q)
-        pool += _lendable(q)
-        member_used = after if member == cq_name else usage.get(member, {}).get(resource, 0)
-        pool_used += max(0, member_used - guaranteed)
-    return pool, pool_used
-
-
-def is_borrowing(idx: ContractIndex, usage: dict[str, Resources], cq_name: str) -> bool:
-    """Does the queue use more than its nominal quota of any resource?"""
-    for resource, used in usage.get(cq_name, {}).items():
-        quota = idx.quotas.get(cq_name, {}).get(resource)
-        if quota is not None and used > quota.nominal:
-            return True
-    return False
+def admitted_pod_sets(pod_sets: list[PodSet], counts: dict[str, int]) -> list[PodSet]:
+    """The pod sets as admitted: a partial admission runs fewer pods of some sets."""
+    if not counts:
+        return pod_sets
+    return [msgspec.structs.replace(ps, count=counts[ps.name]) if ps.name in counts else ps for ps in pod_sets]

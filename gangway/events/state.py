@@ -65,6 +65,10 @@ class WorkloadState(msgspec.Struct):
     decided: list[str] = []
     #: The most recent decision about this workload that did not hold where it landed, and why.
     superseded: str | None = None
+    #: Cluster time of its last checkpoint in the current attempt (None: none saved).
+    checkpoint_ms: int | None = None
+    #: Every eviction it suffered: (preemptor, reason, work lost ms), for ``gangway explain``.
+    evictions: list[tuple[str, str, int]] = []
 
 
 class State(msgspec.Struct):
@@ -77,6 +81,8 @@ class State(msgspec.Struct):
     contract: Contract | None = None
     contract_digest: str = ""
     nodes: dict[str, NodeState] = {}
+    #: Bumped whenever a node appears, changes or goes (caches of node sets key on it).
+    node_epoch: int = 0
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}
@@ -88,8 +94,13 @@ class State(msgspec.Struct):
     #: a placement (admission order), and workloads ordered out but not gone yet.
     unplaced: dict[str, None] = {}
     leaving: dict[str, None] = {}
-    #: Quota in use per ClusterQueue and resource.
+    #: Quota in use per ClusterQueue and flavor-resource (``"<flavor>:<resource>"``).
     usage: dict[str, dict[str, int]] = {}
+    #: Per Cohort, what its members use above their guaranteed quota (Kueue's cohort usage).
+    cohort_usage: dict[str, dict[str, int]] = {}
+    #: Usage-based fair share (decay.py): each queue's decayed average usage, and when it was updated.
+    usage_average: dict[str, dict[str, int]] = {}
+    usage_average_ms: dict[str, int] = {}
     #: Decisions applied, and decisions that no longer held where they landed.
     decisions: int = 0
     superseded: int = 0

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -318,24 +319,24 @@ def pid_alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-@pytest.fixture(scope="session")
-def gw(tmp_path_factory):
-    """The stack, running the demo cluster and contract; yields a Harness (``gw.bootstrap``)."""
-    state_dir = tmp_path_factory.mktemp("gangway-state")
+@contextmanager
+def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes: int, time_scale: float = TIME_SCALE):
+    """A whole stack (broker and six services as processes) with a contract applied; yields a Harness
+    once the binder's nodes and the contract are on the log; afterwards, checks nothing survived it."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GANGWAY_STATE_DIR", str(state_dir))
         for name in ("GANGWAY_KAFKA", "GANGWAY_DB", "GANGWAY_CLOCK"):
             mp.delenv(name, raising=False)
-        running = stack_mod.Stack(cluster_file=CLUSTER_FILE, time_scale=TIME_SCALE)
+        running = stack_mod.Stack(cluster_file=cluster_file, time_scale=time_scale)
         harness = None
         try:
             running.start()
             harness = Harness(running, state_dir)
-            contract = load_contract(Path(CONTRACT_FILE).read_text(), CONTRACT_FILE)
-            asyncio.run(stack_mod.publish_config(running.bootstrap, contract, "gangway/demo/contract.yaml",
+            contract = load_contract(Path(contract_file).read_text(), contract_file)
+            asyncio.run(stack_mod.publish_config(running.bootstrap, contract, str(contract_file),
                                                  running.clock.now_ms()))
-            harness.wait_until(f"the binder's {NODES} nodes and the contract on the log",
-                               lambda s, _e: len(s.nodes) == NODES and s.contract is not None, STARTUP_TIMEOUT_S)
+            harness.wait_until(f"the binder's {nodes} nodes and the contract on the log",
+                               lambda s, _e: len(s.nodes) == nodes and s.contract is not None, STARTUP_TIMEOUT_S)
             # The orphan check below finds the stack's processes by their environment: it must see them now.
             seen = {pid for pid, _cmd in processes_with_env("GANGWAY_STATE_DIR", str(state_dir))}
             assert seen >= {proc.pid for proc in running.children.values()} | {running.broker.proc.pid}, seen
@@ -352,6 +353,13 @@ def gw(tmp_path_factory):
     orphans = processes_with_env("GANGWAY_STATE_DIR", str(state_dir))
     assert not orphans, f"orphan processes of the stack: {orphans}"
     assert not (state_dir / "bootstrap").exists(), "stop() left the bootstrap file behind"
+
+
+@pytest.fixture(scope="session")
+def gw(tmp_path_factory):
+    """The stack, running the demo cluster and contract; yields a Harness (``gw.bootstrap``)."""
+    with running_stack(tmp_path_factory.mktemp("gangway-state"), CLUSTER_FILE, CONTRACT_FILE, NODES) as harness:
+        yield harness
 
 
 @pytest.fixture(scope="session")

@@ -1,109 +1,343 @@
-"""Admission policy (pure): quota per ClusterQueue, all-or-nothing, priority then FIFO.
+"""Admission policy (pure): quota per ClusterQueue and flavor, all-or-nothing, fair and FIFO.
 
-A scheduling cycle, in Kueue's words but without its one-admission-per-queue limit:
-1. snapshot: copy quota usage and free node capacity (``Snapshot``);
+A scheduling cycle, in Kueue's words but without its one-admission-per-queue limit (kueue#14477):
+1. snapshot: copy quota usage (the cohort tree's too) and free node capacity (``Snapshot``);
 2. reserve what is already promised: admitted-but-unplaced gangs, and the room a preemptor is
    waiting for while its victims exit;
-3. order the pending workloads: highest priority first, then oldest (queue time, then log order);
-4. admit each one whose whole request fits its quota *and* for which a placement exists on the
-   capacity left — so no workload ever holds quota it cannot use (kueue#5243) and a gang never
-   holds part of the cluster;
+3. order the pending workloads: preemptors first, then queues reclaiming their nominal quota, then
+   borrowers — highest priority first, then oldest; with fair sharing, borrowers by the share their
+   queue (and its cohorts) would have after admission, lowest first;
+4. admit each one whose whole request fits its quota in some flavor *and* for which a placement
+   exists on that flavor's free nodes — so no workload holds quota it cannot use (kueue#5243) and a
+   gang never holds part of the cluster; a pod set with ``min_count`` may be admitted smaller;
 5. under StrictFIFO a head that does not fit blocks its queue; under BestEffortFIFO the next one
-   is tried.
+   is tried — but the first gang blocked only by capacity gets a *reservation*: the nodes that
+   free soonest are kept for it, and only workloads that end before it can start use them (EASY
+   backfill), so a big gang is not starved by a stream of small ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import product
 
-from gangway.events.catalogue import WorkloadAdmitted
+import msgspec
+
+from gangway.events.catalogue import PodSet, WorkloadAdmitted
+from gangway.events.decay import averages
+from gangway.events.fold import held_quota
 from gangway.events.quantity import format_resource
-from gangway.events.resources import ContractIndex, add_into, index_of, quota_fit
+from gangway.events.quota import QuotaView
+from gangway.events.resources import (
+    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, index_of, total_request,
+)
 from gangway.events.state import State, WorkloadState
+from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.placement.policy import (
-    Free, free_capacity, place_gang, reserve_room, victims_in_flight,
+    Free, free_capacity, place_gang, release_nodes, reserve_room, victims_in_flight,
 )
 
 #: At most this many admissions per cycle.
 ADMISSIONS_PER_CYCLE_MAX = 1000
+#: Expected runtime of a workload that declares none (for reservations and ETAs).
+ASSUMED_RUNTIME_MS = 3_600_000
+
+
+@dataclass
+class Admission:
+    """How a workload is admitted: flavors per resource, pods per pod set, what it holds."""
+
+    flavors: dict[str, str]
+    pod_sets: list[PodSet]
+    counts: dict[str, int]
+    request: dict[str, int]
+    borrowed: dict[str, int]
+
+
+@dataclass
+class Outcome:
+    """What a cycle made of one pending workload."""
+
+    wl: WorkloadState
+    admission: Admission | None = None
+    why: str = ""
+    #: Flavor assignments (resource → flavor) under which evicting workloads would make room.
+    preempt_flavors: list[dict[str, str]] = field(default_factory=list)
+    #: The reservation held for it: (expected start ms, nodes kept).
+    reserved: tuple[int, list[str]] | None = None
 
 
 class Snapshot:
     """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``.
 
-    ``usage`` is the quota in use now (what the fold will check an admission against);
-    ``later`` is how usage will change once the victims of waiting preemptors are gone and the
-    preemptors are in. A workload is admitted only if it fits both now and later, so it neither
-    lands over quota nor takes a preemptor's room.
+    ``view`` is the quota in use now (what the fold will check an admission against); ``later``
+    is how usage will change once the victims of waiting preemptors are gone and the preemptors
+    are in. A workload is admitted only if it fits both now and later, so it neither lands over
+    quota nor takes a preemptor's room.
     """
 
     def __init__(self, state: State, idx: ContractIndex):
         self.state = state
         self.idx = idx
-        self.usage = {cq: dict(res) for cq, res in state.usage.items()}
+        self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage), averages(state))
         self.later: dict[str, dict[str, int]] = {}
+        self._bound: QuotaView | None = None
+        self._later: QuotaView | None = None
         self.free: Free = free_capacity(state)
-        #: Shapes that did not fit, and why. Room only shrinks within a cycle, so an identical
-        #: gang in the same queue fails the same way.
-        self.failed: dict[tuple, str] = {}
-        #: quota_fit answers until usage next changes (deep queues ask the same question often).
-        self._quota_memo: dict[tuple, tuple[bool, dict[str, int], str]] = {}
+        #: Capacity before reservations: backfill that ends in time may use it.
+        self.free_unreserved: Free | None = None
+        self.reservation: tuple[str, int] | None = None
+        #: Shapes that did not fit, and why: room only shrinks within a cycle.
+        self.failed: dict[tuple, Outcome] = {}
 
-    def quota(self, cq: str, request: dict[str, int], binding: bool = False) -> tuple[bool, dict[str, int], str]:
-        """``quota_fit`` against usage now (or the binding usage), remembered until usage changes."""
-        key = (cq, tuple(sorted(request.items())), binding)
-        answer = self._quota_memo.get(key)
-        if answer is None:
-            usage = self.binding_usage() if binding else self.usage
-            answer = self._quota_memo[key] = quota_fit(self.idx, usage, cq, request)
-        return answer
+    # --- quota ---------------------------------------------------------------------------------
 
-    def binding_usage(self) -> dict[str, dict[str, int]]:
-        """Usage to fit under: the larger of now and later, per queue and resource."""
+    def bound_view(self) -> QuotaView:
+        """Quota to fit under: usage now plus what waiting preemptors will take, per queue."""
         if not self.later:
-            return self.usage
-        binding = {cq: dict(res) for cq, res in self.usage.items()}
-        for cq, deltas in self.later.items():
-            for resource, delta in deltas.items():
-                if delta > 0:
-                    binding.setdefault(cq, {})[resource] = binding.get(cq, {}).get(resource, 0) + delta
-        return binding
+            return self.view
+        if self._bound is None:
+            self._bound = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            for cq, deltas in sorted(self.later.items()):
+                grow = {fr: d for fr, d in deltas.items() if d > 0}
+                if cq in self.idx.tree.queues and grow:
+                    self._bound.add(cq, grow)
+        return self._bound
 
-    def fits(self, wl: WorkloadState) -> tuple[bool, dict[str, int], str]:
-        """Quota and a placement for the whole gang; on success both are taken in the snapshot."""
+    def later_view(self) -> QuotaView:
+        """Quota once every victim in flight is gone and every waiting preemptor is in (what a
+        preemption trial starts from: room already promised is neither taken nor made twice)."""
+        if self._later is None:
+            self._later = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            for cq, deltas in sorted(self.later.items()):
+                if cq not in self.idx.tree.queues:
+                    continue
+                for sign in (-1, 1):  # give back before taking, so no node goes below zero
+                    part = {fr: abs(d) for fr, d in deltas.items() if d * sign > 0}
+                    if part:
+                        self._later.add(cq, part, sign)
+        return self._later
+
+    def take(self, cq: str, held: dict[str, int]) -> None:
+        self.view.add(cq, held)
+        for view in (self._bound, self._later):
+            if view is not None:
+                view.add(cq, held)
+
+    # --- one workload --------------------------------------------------------------------------
+
+    def try_admit(self, wl: WorkloadState) -> Outcome:
+        """Admit ``wl`` in the snapshot if it fits (quota and a whole placement), else say why."""
         key = shape_key(wl)
-        if key in self.failed:
-            return False, {}, self.failed[key]
-        cq = wl.spec.cluster_queue
-        ok, borrowed, why = self.quota(cq, wl.request, binding=True)
-        if ok and self.later:  # what it borrows is counted, as the fold counts it, from usage now
-            ok, borrowed, why = self.quota(cq, wl.request)
-        if ok and place_gang(self.free, wl.spec.pod_sets) is None:
-            ok, why = False, "no placement for the whole gang on free capacity"
-        if not ok:
-            self.failed[key] = why
-            return False, {}, why
-        add_into(self.usage.setdefault(cq, {}), wl.request)
-        self._quota_memo.clear()
-        return True, borrowed, ""
+        failed = self.failed.get(key)
+        if failed is not None:
+            return Outcome(wl, None, failed.why, failed.preempt_flavors)
+        cq = self.idx.cluster_queues.get(wl.spec.cluster_queue)
+        if cq is None:
+            return Outcome(wl, None, f"ClusterQueue {wl.spec.cluster_queue} is not in the contract")
+        missing = uncovered(self.idx, cq.name, wl.request)
+        if missing:
+            return Outcome(wl, None, f"ClusterQueue {cq.name} has no quota for {', '.join(missing)}")
+        outcome = self._assign(wl, wl.spec.pod_sets)
+        if outcome.admission is None and _partial(wl):
+            outcome = self._partial(wl, outcome)
+        if outcome.admission is None:
+            self.failed[key] = outcome
+        return outcome
+
+    def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
+        """The most pods (down to each pod set's min_count) that fit: a binary search."""
+        most = max(ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in wl.spec.pod_sets)
+        low, high, best = 1, most, None
+        while low <= high:
+            cut = (low + high) // 2
+            trial = self._assign(wl, _cut(wl.spec.pod_sets, cut), commit=False)
+            if trial.admission is not None:
+                best, high = cut, cut - 1
+            else:
+                low = cut + 1
+        if best is None:
+            return full
+        return self._assign(wl, _cut(wl.spec.pod_sets, best))
+
+    def _assign(self, wl: WorkloadState, pod_sets: list[PodSet], commit: bool = True) -> Outcome:
+        cq = self.idx.cluster_queues[wl.spec.cluster_queue]
+        request = total_request(pod_sets)
+        per_group: list[list[Option]] = []
+        preempt: list[list[Option]] = []
+        reasons: list[str] = []
+        for group in self.idx.groups[cq.name]:
+            if not any(request.get(r, 0) > 0 for r in group[0].resources):
+                continue
+            now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable)
+            per_group.append(now)
+            rank = {fq.flavor: i for i, fq in enumerate(group)}
+            preempt.append(sorted(now + pre, key=lambda o: rank[o.flavor]))
+            if not now:
+                reasons.append(pre[0].why if pre else _no_fit_why(self.view, cq, group, request))
+        preempt_flavors = [_flavors(combo) for combo in _product(preempt)]
+        if reasons:
+            return Outcome(wl, None, reasons[0], preempt_flavors)
+        why = ""
+        for combo in _product(per_group):
+            flavors = _flavors(combo)
+            held = by_flavor(request, flavors)
+            ok, borrowed, why = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), "")
+            if not ok:
+                continue
+            nodes = self.flavor_nodes(flavors)
+            if not self._place(wl, pod_sets, nodes, commit):
+                why = "no placement for the whole gang on free capacity" + (
+                    f" of flavor {', '.join(sorted(set(flavors.values())))}" if nodes is not None else "")
+                continue
+            if commit:
+                self.take(cq.name, held)
+            counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
+            return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
+        return Outcome(wl, None, why, preempt_flavors)
+
+    def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:
+        allowed = None
+        for flavor in sorted(set(flavors.values())):
+            nodes = self.idx.flavor_nodes(flavor, self.state)
+            if nodes is not None:
+                allowed = nodes if allowed is None else allowed & nodes
+        return allowed
+
+    def _place(self, wl: WorkloadState, pod_sets: list[PodSet], nodes, commit: bool) -> bool:
+        free = self.free if commit else {}
+        if not commit:
+            free = {n: dict(f) for n, f in self.free.items()}
+        if place_gang(free, pod_sets, nodes=nodes) is not None:
+            if commit and self.free_unreserved is not None:
+                place_gang(self.free_unreserved, pod_sets, nodes=nodes)
+            return True
+        if self.free_unreserved is None or not self._ends_before_reservation(wl):
+            return False
+        raw = {n: dict(f) for n, f in self.free_unreserved.items()}
+        if place_gang(raw, pod_sets, nodes=nodes) is None:
+            return False
+        if commit:  # backfill: it ends before the reserved gang can start
+            self.free_unreserved = raw
+            for name, now in self.free.items():
+                for resource, amount in raw[name].items():
+                    now[resource] = min(now.get(resource, 0), amount)
+        return True
+
+    def _ends_before_reservation(self, wl: WorkloadState) -> bool:
+        if self.reservation is None or wl.spec.runtime_ms is None:
+            return False
+        return self.state.time_ms + wl.spec.runtime_ms <= self.reservation[1]
+
+    # --- reservations ------------------------------------------------------------------------
 
     def reserve_admitted(self) -> None:
         """Admitted gangs not yet placed will be: keep their room."""
         for name in self.state.unplaced:
-            place_gang(self.free, self.state.workloads[name].spec.pod_sets)
+            wl = self.state.workloads[name]
+            place_gang(self.free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
+                       nodes=self.flavor_nodes(wl.admission.flavors))
 
-    def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState]) -> None:
+    def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState],
+                              flavors: dict[str, str]) -> None:
         """Hold the room a preemptor waits for: its victims' quota and nodes will be its own."""
         for victim in victims:
-            add_into(self.later.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
-        add_into(self.later.setdefault(wl.spec.cluster_queue, {}), wl.request)
-        self._quota_memo.clear()
+            add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
+        add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(wl.request, flavors))
+        self._bound = self._later = None
+        self.failed.clear()
         reserve_room(self.free, wl, victims)
+
+    def reserve_for_gang(self, wl: WorkloadState, nodes=None) -> tuple[int, list[str]] | None:
+        """Keep the nodes that free soonest for a gang blocked by capacity alone (EASY backfill).
+
+        Running workloads are released in the order they are expected to end until the gang
+        fits; those nodes keep for it what they will have then. Returns (expected start, nodes).
+        """
+        if self.reservation is not None:
+            return None
+        later = {n: dict(f) for n, f in self.free.items()}
+        start = self.state.time_ms
+        for end, victim in expected_ends(self.state):
+            if place_gang({n: dict(f) for n, f in later.items()}, wl.spec.pod_sets, nodes=nodes) is not None:
+                break
+            release_nodes(later, victim)
+            start = max(start, end)
+        trial = {n: dict(f) for n, f in later.items()}
+        assignments = place_gang(trial, wl.spec.pod_sets, nodes=nodes)
+        if assignments is None:
+            return None
+        nodes = sorted({a.node for a in assignments})
+        self.free_unreserved = {n: dict(f) for n, f in self.free.items()}
+        for name in nodes:
+            now = self.free[name]
+            for resource, amount in trial[name].items():
+                now[resource] = min(now.get(resource, 0), amount)
+        self.reservation = (wl.spec.workload, start)
+        self.failed.clear()
+        return start, nodes
+
+
+def expected_ends(state: State) -> list[tuple[int, WorkloadState]]:
+    """Workloads holding nodes, by the time they are expected to release them."""
+    ends = []
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.placement is None:
+            continue
+        if wl.phase == "evicting" and wl.eviction is not None:
+            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
+        else:
+            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
+            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
+        ends.append((max(end, state.time_ms), name, wl))
+    ends.sort(key=lambda item: item[:2])
+    return [(end, wl) for end, _, wl in ends]
+
+
+def _copy(usage: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {k: dict(v) for k, v in usage.items()}
+
+
+def _partial(wl: WorkloadState) -> bool:
+    return any(ps.min_count is not None and ps.min_count < ps.count for ps in wl.spec.pod_sets)
+
+
+def _cut(pod_sets: list[PodSet], cut: int) -> list[PodSet]:
+    """Each partially admissible pod set ``cut`` pods smaller, never below its min_count."""
+    out = []
+    for ps in pod_sets:
+        if ps.min_count is not None and ps.min_count < ps.count:
+            ps = msgspec.structs.replace(ps, count=max(ps.min_count, ps.count - cut))
+        out.append(ps)
+    return out
+
+
+def _flavors(combo) -> dict[str, str]:
+    return {r: o.flavor for o in combo for r in o.resources}
+
+
+def _borrowed(combo) -> dict[str, int]:
+    return {fr: v for o in combo for fr, v in o.borrowed}
+
+
+def _product(groups: list[list[Option]]):
+    return product(*groups)
+
+
+def _no_fit_why(view: QuotaView, cq, group, request: dict[str, int]) -> str:
+    """Why no flavor of a group fits: the first flavor's own reason says most."""
+    fq = group[0]
+    _, _, why = view.fit(cq.name, by_flavor(request, {r: fq.flavor for r in fq.resources}))
+    return why or f"no flavor of {cq.name} ({', '.join(f.flavor for f in group)}) has room for the request"
 
 
 def shape_key(wl: WorkloadState) -> tuple:
     """What decides whether a gang fits: its queue and the shape of its pod sets."""
-    return (wl.spec.cluster_queue, tuple((ps.count, tuple(sorted(ps.resources.items()))) for ps in wl.spec.pod_sets))
+    return (wl.spec.cluster_queue, tuple(
+        (ps.count, ps.min_count, tuple(sorted(ps.resources.items()))) for ps in wl.spec.pod_sets),
+        wl.spec.runtime_ms)
 
 
 def queue_order(state: State) -> list[WorkloadState]:
@@ -113,8 +347,8 @@ def queue_order(state: State) -> list[WorkloadState]:
     return pending
 
 
-def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[WorkloadState, bool, dict[str, int], str, Snapshot]]:
-    """Walk the queue as admission does: yields (workload, admitted?, borrowed, why-not, snapshot).
+def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome, Snapshot]]:
+    """Walk the queue as admission does: yields (outcome, snapshot) per pending workload.
 
     1. preemptors first (victims were ordered out for them; ``nominated``): they won their room;
     2. then, as in Kueue, the queues whose next workload fits their nominal quota, before any
@@ -122,7 +356,7 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Workload
        by a borrower, even one of higher priority (which would be preempted again at once: a
        preemption cycle). A queue whose next workload would borrow keeps its order: everything
        after it in that queue waits for the second pass too;
-    3. then the rest, in queue order.
+    3. then the borrowers: in queue order, or with fair sharing by lowest share after admission.
     Preemption walks the same cycle, so it never evicts for a workload admission would admit.
     """
     snap = Snapshot(state, idx)
@@ -132,39 +366,85 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Workload
     order = queue_order(state)
     for wl in order:
         if wl.nominated or wl.spec.workload in waiting:
-            yield _try(snap, idx, wl, waiting, blocked)
+            yield _try(snap, idx, wl, waiting, blocked), snap
     later: list[WorkloadState] = []
     borrowing_queues: set[str] = set()
     for wl in order:
         if wl.nominated or wl.spec.workload in waiting:
             continue
         cq = wl.spec.cluster_queue
-        if cq in borrowing_queues or _needs_borrowing(snap, idx, wl):
+        if cq in borrowing_queues or _needs_borrowing(snap, wl):
             borrowing_queues.add(cq)
             later.append(wl)
             continue
-        yield _try(snap, idx, wl, waiting, blocked)
+        yield _try(snap, idx, wl, waiting, blocked), snap
+    if idx.contract.fair_sharing.enable:
+        later = list(fair_order(snap, idx, later))
     for wl in later:
-        yield _try(snap, idx, wl, waiting, blocked)
+        yield _try(snap, idx, wl, waiting, blocked), snap
 
 
-def _needs_borrowing(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> bool:
-    ok, borrowed, _ = snap.quota(wl.spec.cluster_queue, wl.request)
+def fair_order(snap: Snapshot, idx: ContractIndex, workloads: list[WorkloadState]) -> Iterator[WorkloadState]:
+    """Borrowers, the queue head whose queue (and cohorts, root first) would have the lowest share first.
+
+    Shares are Kueue's dominant resource shares, weighted by queue and cohort weights and by
+    flavor values; each pick is taken into account before the next (a tournament per level).
+    """
+    heads: dict[str, list[WorkloadState]] = {}
+    for wl in workloads:
+        heads.setdefault(wl.spec.cluster_queue, []).append(wl)
+    while heads:
+        best = min(heads, key=lambda cq: (_share_key(snap, idx, heads[cq][0]), _order_key(heads[cq][0])))
+        wl = heads[best].pop(0)
+        if not heads[best]:
+            del heads[best]
+        yield wl
+
+
+def _share_key(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> tuple[int, ...]:
+    cq = wl.spec.cluster_queue
+    if cq not in idx.tree.queues:
+        return ()
+    extra = by_flavor(wl.request, idx.default_flavors(cq, wl.request))
+    path = idx.tree.path(cq)
+    return tuple(snap.view.share(node, extra if node.name == cq else {}, idx.weights)
+                 for node in reversed(path[:-1]))
+
+
+def _order_key(wl: WorkloadState) -> tuple:
+    return (-wl.spec.priority, wl.queued_ms, wl.seq)
+
+
+def _needs_borrowing(snap: Snapshot, wl: WorkloadState) -> bool:
+    cq = wl.spec.cluster_queue
+    if cq not in snap.idx.tree.queues:
+        return False
+    held = by_flavor(wl.request, snap.idx.default_flavors(cq, wl.request))
+    ok, borrowed, _ = snap.view.fit(cq, held)
     return ok and bool(borrowed)
 
 
 def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[str, list[WorkloadState]],
-         blocked: set[str]) -> tuple[WorkloadState, bool, dict[str, int], str, Snapshot]:
+         blocked: set[str]) -> Outcome:
     cq = wl.spec.cluster_queue
     if cq in blocked:
-        return wl, False, {}, f"StrictFIFO: behind the head of {cq}", snap
-    ok, borrowed, why = snap.fits(wl)
-    if not ok and wl.spec.workload in waiting:
-        snap.reserve_for_preemptor(wl, waiting[wl.spec.workload])
-        why = f"waiting for {len(waiting[wl.spec.workload])} preempted workload(s) to exit"
-    elif not ok and _strict(idx, cq):
+        return Outcome(wl, None, f"StrictFIFO: behind the head of {cq}")
+    outcome = snap.try_admit(wl)
+    if outcome.admission is not None:
+        return outcome
+    if wl.spec.workload in waiting:
+        victims = waiting[wl.spec.workload]
+        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
+        snap.reserve_for_preemptor(wl, victims, flavors)
+        outcome.why = f"waiting for {len(victims)} preempted workload(s) to exit"
+    elif outcome.why.startswith("no placement") and snap.reservation is None:
+        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
+        outcome.reserved = snap.reserve_for_gang(wl, snap.flavor_nodes(flavors))
+        if outcome.reserved is not None:
+            outcome.why += f"; nodes reserved for it, expected to start at {outcome.reserved[0]} ms"
+    if _strict(idx, cq):
         blocked.add(cq)
-    return wl, ok, borrowed, why, snap
+    return outcome
 
 
 def _strict(idx: ContractIndex, cq: str) -> bool:
@@ -177,21 +457,30 @@ def decide_admission(state: State) -> list[WorkloadAdmitted]:
         return []
     idx = index_of(state.contract)
     decisions: list[WorkloadAdmitted] = []
-    for wl, ok, borrowed, _why, _snap in admission_cycle(state, idx):
-        if not ok:
+    for outcome, _snap in admission_cycle(state, idx):
+        a = outcome.admission
+        if a is None:
             continue
+        wl = outcome.wl
         decisions.append(WorkloadAdmitted(
             workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
-            usage=wl.request, borrowed=borrowed, based_on=state.offset,
-            reason=_reason(wl, borrowed),
+            usage=a.request, borrowed=a.borrowed, based_on=state.offset,
+            reason=_reason(idx, wl, a), flavors=a.flavors, counts=a.counts,
         ))
         if len(decisions) >= ADMISSIONS_PER_CYCLE_MAX:
             break
     return decisions
 
 
-def _reason(wl: WorkloadState, borrowed: dict[str, int]) -> str:
-    if borrowed:
-        parts = ", ".join(format_resource(r, v) for r, v in sorted(borrowed.items()))
-        return f"fits {wl.spec.cluster_queue} by borrowing from its cohort ({parts})"
-    return f"fits nominal quota of {wl.spec.cluster_queue}"
+def _reason(idx: ContractIndex, wl: WorkloadState, a: Admission) -> str:
+    cq = wl.spec.cluster_queue
+    if a.borrowed:
+        parts = ", ".join(format_resource(r, v) for r, v in sorted(a.borrowed.items()))
+        said = f"fits {cq} by borrowing from its cohort ({parts})"
+    else:
+        said = f"fits nominal quota of {cq}"
+    if a.counts:
+        said += " with " + ", ".join(f"{c} pods of {n}" for n, c in sorted(a.counts.items())) + " (partial admission)"
+    if any(len(group) > 1 for group in idx.groups.get(cq, [])):  # the queue offered a choice
+        said += f"; flavor {', '.join(sorted(set(a.flavors.values())))}"
+    return said

@@ -14,8 +14,9 @@ import hashlib
 import msgspec
 
 from gangway.events.catalogue import (
-    NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning,
+    ClockTicked, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning,
 )
+from gangway.events.resources import index_of
 from gangway.events.state import State, WorkloadState
 
 DEFAULT_RUNTIME_MS = 600_000
@@ -36,9 +37,32 @@ def evict_at(wl: WorkloadState) -> int | None:
     return wl.eviction_ms + wl.eviction.grace_ms
 
 
+def rule_deadlines(state: State) -> list[tuple[int, str]]:
+    """Future moments at which a time-based rule changes what may be decided, while anyone waits.
+
+    Today: the end of a running workload's minimum runtime (it becomes preemptible).
+    """
+    if not state.pending or state.contract is None:
+        return []
+    idx = index_of(state.contract)
+    found = []
+    for name in state.active:
+        wl = state.workloads[name]
+        minimum = idx.min_runtime_ms(wl.spec.priority_class)
+        if minimum and wl.phase == "running" and wl.started_ms is not None:
+            end = wl.started_ms + minimum
+            if end > state.time_ms:
+                found.append((end, f"minimum runtime of {name} ends"))
+    return sorted(found)
+
+
 def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> list[Report]:
     """Everything the simulated cluster has to report at ``now_ms``, in a deterministic order."""
     reports: list[Report] = []
+    due = [(t, why) for t, why in rule_deadlines(state) if t <= now_ms]
+    if due:  # one tick at the latest deadline passed covers them all
+        t = due[-1][0]
+        reports.append((f"tick/{t}", t, ClockTicked(reason="; ".join(why for _, why in due))))
     for name in state.active:
         wl = state.workloads[name]
         key = f"{name}/{wl.attempt}"
@@ -62,7 +86,7 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
 
 def next_due_ms(state: State, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> int | None:
     """The earliest cluster time at which something will be due (None: nothing scheduled)."""
-    times = []
+    times = [t for t, _ in rule_deadlines(state)[:1]]
     for name in state.active:
         wl = state.workloads[name]
         for t in (finish_at(wl, default_runtime_ms), evict_at(wl)):

@@ -8,9 +8,11 @@ are touched and whole nodes stay whole for big gangs. Ties break by node name: d
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Container
 
 from gangway.events.catalogue import PlacementDecided, PodAssignment, PodSet
-from gangway.events.resources import GPU, add_into, assignment_use, pods_that_fit
+from gangway.events.fold import placement_nodes
+from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 
 Free = dict[str, dict[str, int]]
@@ -27,8 +29,11 @@ def _main_resource(per_pod: dict[str, int]) -> str:
     return GPU if per_pod.get(GPU, 0) > 0 else "cpu"
 
 
-def place_gang(free: Free, pod_sets: list[PodSet]) -> list[PodAssignment] | None:
-    """Place every pod of every pod set, or nothing. On success ``free`` is reduced in place."""
+def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | None = None) -> list[PodAssignment] | None:
+    """Place every pod of every pod set, or nothing. On success ``free`` is reduced in place.
+
+    ``nodes``, when given, are the only nodes that may be used (a flavor's nodes).
+    """
     trial: Free = {}
     assignments: list[PodAssignment] = []
     for ps in pod_sets:
@@ -39,6 +44,8 @@ def place_gang(free: Free, pod_sets: list[PodSet]) -> list[PodAssignment] | None
         # the other resources fit is checked only for the few nodes actually tried.
         candidates = sorted((trial.get(n, f).get(main, 0), n) for n, f in free.items())
         for _, name in candidates[bisect_left(candidates, (need, "")):]:
+            if nodes is not None and name not in nodes:
+                continue
             n = min(remaining, pods_that_fit(trial.get(name, free[name]), ps.resources))
             if n <= 0:
                 continue
@@ -102,7 +109,8 @@ def decide_placement(state: State) -> list[PlacementDecided]:
     decisions: list[PlacementDecided] = []
     for name in state.unplaced:
         wl = state.workloads[name]
-        assignments = place_gang(free, wl.spec.pod_sets)
+        assignments = place_gang(free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
+                                 nodes=placement_nodes(state, wl))
         if assignments is None:
             continue
         nodes = sorted({a.node for a in assignments})

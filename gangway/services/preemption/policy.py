@@ -1,28 +1,45 @@
 """Preemption policy (pure): who must leave so that a pending workload can be admitted.
 
 For each pending workload that admission cannot admit (walking the very same cycle, so nothing is
-evicted for a workload that fits anyway), in queue order:
-1. candidates, in Kueue's order: workloads of *other* queues in the cohort that are borrowing
-   (reclaim — only for a preemptor that stays within its nominal quota), then workloads of its
-   own queue that the queue's ``withinClusterQueue`` policy allows; then lowest priority first,
-   then most recently admitted first;
-2. add candidates to a trial snapshot until the preemptor fits (quota and a whole placement);
-3. minimal set: put each chosen victim back, newest choice first, and keep it if the preemptor
-   still fits without evicting it;
-4. order the victims out (``EvictionOrdered``) — whole workloads only, never a part of a gang.
+evicted for a workload that fits anyway), in queue order, and for each flavor assignment under
+which evictions could make room:
+1. candidates, in Kueue's order — workloads of *other* queues in the cohort that are borrowing,
+   then workloads of its own queue — then lowest priority first, then (checkpoint-aware) the one
+   that loses least work, then most recently admitted first. Who may be a candidate:
+   - own queue: ``withinClusterQueue`` (LowerPriority, LowerOrNewerEqualPriority);
+   - other queues, classical: ``reclaimWithinCohort`` when the preemptor stays within its nominal
+     quota, or ``borrowWithinCohort`` (lower priority, at most ``maxPriorityThreshold``) when it
+     must borrow;
+   - other queues, fair sharing: the preemption strategies (LessThanOrEqualToFinalShare,
+     LessThanInitialShare) compare the queues' dominant resource shares;
+   - never a workload that has run less than its priority class's minimum runtime;
+2. add candidates to a trial until the preemptor fits (quota and a whole placement);
+3. minimal set: put each chosen victim back, newest choice first, and keep it out of the set if
+   the preemptor still fits without evicting it;
+4. order the victims out (``EvictionOrdered``, with the grace period of their priority class and
+   the work they lose) — whole workloads only, never a part of a gang.
 A preemptor whose victims are still exiting is not given new ones.
 """
 
 from __future__ import annotations
 
 from gangway.events.catalogue import EvictionOrdered
-from gangway.events.resources import ContractIndex, add_into, index_of, is_borrowing, quota_fit
+from gangway.events.fold import held_quota
+from gangway.events.quota import QuotaView
+from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.policy import Snapshot, admission_cycle, shape_key
 from gangway.services.placement.policy import place_gang, release_nodes, victims_in_flight
 
 #: At most this many preemptors are served per cycle.
 PREEMPTORS_PER_CYCLE_MAX = 64
+
+
+def work_lost_ms(wl: WorkloadState, now_ms: int) -> int:
+    """What evicting ``wl`` now throws away: the time since it started or last checkpointed."""
+    if wl.started_ms is None:
+        return 0
+    return max(0, now_ms - max(wl.started_ms, wl.checkpoint_ms or 0))
 
 
 def decide_preemption(state: State) -> list[EvictionOrdered]:
@@ -34,26 +51,34 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
     ordered_out: set[str] = set()
     hopeless: set[tuple] = set()
     served = 0
-    for wl, admitted, _borrowed, _why, snap in admission_cycle(state, idx):
-        if admitted or wl.spec.workload in waiting:
+    for outcome, snap in admission_cycle(state, idx):
+        wl = outcome.wl
+        if outcome.admission is not None or wl.spec.workload in waiting or not outcome.preempt_flavors:
             continue
         key = _preemptor_key(idx, wl)
         if key in hopeless:
             continue
-        victims = _choose_victims(state, idx, snap, wl, ordered_out)
-        if not victims:
+        found = None
+        for flavors in outcome.preempt_flavors:
+            victims = choose_victims(state, idx, snap, wl, flavors, ordered_out)
+            if victims:
+                found = flavors, victims
+                break
+        if found is None:
             # Nothing changes in the snapshot until a preemption succeeds: an identical
             # preemptor (same queue, shape, priority and age) would find no victims either.
             hopeless.add(key)
             continue
         hopeless.clear()
+        flavors, victims = found
         for victim, rule in victims:
             orders.append(EvictionOrdered(
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
                 grace_ms=idx.grace_ms(victim.spec.priority_class), reason=rule,
+                work_lost_ms=work_lost_ms(victim, state.time_ms),
             ))
         ordered_out.update(v.spec.workload for v, _ in victims)
-        _commit(snap, wl, [v for v, _ in victims])
+        snap.reserve_for_preemptor(wl, [v for v, _ in victims], flavors)
         served += 1
         if served >= PREEMPTORS_PER_CYCLE_MAX:
             break
@@ -67,37 +92,113 @@ def _preemptor_key(idx: ContractIndex, wl: WorkloadState) -> tuple:
     return (shape_key(wl), wl.spec.priority, wl.queued_ms if newer else None)
 
 
-def _candidates(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
-                ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
+class _Trial:
+    """The preemptor's view while victims are tried: quota and nodes without them (reverted by copy)."""
+
+    def __init__(self, state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str]):
+        self.state, self.idx, self.snap, self.wl = state, idx, snap, wl
+        self.held = by_flavor(wl.request, flavors)
+        self.nodes = snap.flavor_nodes(flavors)
+
+    def view_without(self, victims: list[WorkloadState]) -> QuotaView:
+        base = self.snap.later_view()
+        view = QuotaView(self.idx.tree, {k: dict(v) for k, v in base.usage.items()},
+                         {k: dict(v) for k, v in base.cohort_usage.items()})
+        for victim in victims:
+            view.add(victim.spec.cluster_queue, held_quota(self.state, victim.admission), -1)
+        return view
+
+    def fits_without(self, victims: list[WorkloadState]) -> bool:
+        ok, _, _ = self.view_without(victims).fit(self.wl.spec.cluster_queue, self.held)
+        if not ok:
+            return False
+        free = {n: dict(f) for n, f in self.snap.free.items()}
+        for victim in victims:
+            release_nodes(free, victim)
+        return place_gang(free, self.wl.spec.pod_sets, nodes=self.nodes) is not None
+
+
+def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
+                   ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
+    trial = _Trial(state, idx, snap, wl, flavors)
+    chosen: list[tuple[WorkloadState, str]] = []
+    for candidate in _candidates(trial, ordered_out):
+        victim, rule = candidate
+        so_far = [v for v, _ in chosen]
+        if victim.spec.cluster_queue != wl.spec.cluster_queue:
+            # As in Kueue: another queue's workload goes only while that queue still borrows what
+            # the preemptor needs, once the victims chosen so far are gone.
+            if not trial.view_without(so_far).borrowing(victim.spec.cluster_queue, trial.held):
+                continue
+            if rule.startswith("fair sharing") and not _fair_still(trial, so_far, victim):
+                continue
+        chosen.append(candidate)
+        if trial.fits_without([v for v, _ in chosen]):
+            break
+    else:
+        return []
+    for item in reversed(list(chosen)):
+        rest = [v for v, _ in chosen if v is not item[0]]
+        if trial.fits_without(rest):
+            chosen.remove(item)
+    return chosen
+
+
+def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
+    state, idx, wl = trial.state, trial.idx, trial.wl
     cq_name = wl.spec.cluster_queue
     cq = idx.cluster_queues.get(cq_name)
     if cq is None:
         return []
-    request = wl.request
-    own_usage = snap.binding_usage().get(cq_name, {})
-    within_nominal = all(
-        own_usage.get(r, 0) + v <= (idx.quotas[cq_name][r].nominal if r in idx.quotas[cq_name] else -1)
-        for r, v in request.items() if v > 0
-    )
+    view = trial.snap.later_view()
+    node = idx.tree.queues[cq_name]
+    own = view.usage.get(cq_name, {})
+    within_nominal = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
+    root = idx.tree.root_of(cq_name)
+    fair = idx.contract.fair_sharing.enable
     found: list[tuple[tuple, WorkloadState, str]] = []
     for name in state.active:
         victim = state.workloads[name]
         if victim.phase == "evicting" or victim.admission is None or name in ordered_out:
             continue
+        if not _shares_something(state, trial, victim) or _protected(idx, state, victim):
+            continue
         vq = victim.spec.cluster_queue
-        rule = ""
         if vq == cq_name:
-            rule = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim)
-            group = 1
-        elif cq.cohort and idx.cluster_queues.get(vq) and idx.cluster_queues[vq].cohort == cq.cohort:
-            if within_nominal and is_borrowing(idx, snap.usage, vq):
-                rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
+            rule, group = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim), 1
+        elif root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root \
+                and view.borrowing(vq, trial.held):
             group = 0
+            if fair:
+                rule = f"fair sharing: {vq} is above its fair share of cohort {root}"
+            elif within_nominal:
+                rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
+            else:
+                rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)
+        else:
+            continue
         if rule:
-            key = (group, victim.spec.priority, -(victim.admitted_ms or 0), -victim.seq)
+            lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
+            key = (group, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
             found.append((key, victim, rule))
     found.sort(key=lambda item: item[0])
     return [(victim, rule) for _, victim, rule in found]
+
+
+def _shares_something(state: State, trial: _Trial, victim: WorkloadState) -> bool:
+    """Does evicting the victim give back quota the preemptor needs, or nodes it may use?"""
+    held = held_quota(state, victim.admission)
+    if any(fr in held for fr in trial.held):
+        return True
+    if trial.nodes is None or victim.placement is None:
+        return False
+    return any(a.node in trial.nodes for a in victim.placement.assignments)
+
+
+def _protected(idx: ContractIndex, state: State, victim: WorkloadState) -> bool:
+    """Has the victim run less than its class's minimum runtime (kueue#9876)?"""
+    minimum = idx.min_runtime_ms(victim.spec.priority_class)
+    return bool(minimum) and victim.started_ms is not None and state.time_ms - victim.started_ms < minimum
 
 
 def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> str:
@@ -117,33 +218,29 @@ def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str
     return ""
 
 
-def _fits_without(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, victims: list[WorkloadState]) -> bool:
-    usage = {cq: dict(res) for cq, res in snap.binding_usage().items()}
-    free = {n: dict(f) for n, f in snap.free.items()}
-    for victim in victims:
-        add_into(usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
-        release_nodes(free, victim)
-    ok, _, _ = quota_fit(idx, usage, wl.spec.cluster_queue, wl.request)
-    return ok and place_gang(free, wl.spec.pod_sets) is not None
+def _borrow_rule(policy, wl: WorkloadState, victim: WorkloadState, vq: str) -> str:
+    p, q = wl.spec.priority, victim.spec.priority
+    if policy.policy != "LowerPriority" or q >= p:
+        return ""
+    if policy.max_priority_threshold is not None and q > policy.max_priority_threshold:
+        return ""
+    return (f"borrowWithinCohort LowerPriority: {wl.spec.workload} (priority {p}) may borrow by preempting "
+            f"{vq}'s lower-priority workload (priority {q})")
 
 
-def _choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
-                    ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
-    candidates = _candidates(state, idx, snap, wl, ordered_out)
-    chosen: list[tuple[WorkloadState, str]] = []
-    for candidate in candidates:
-        chosen.append(candidate)
-        if _fits_without(snap, idx, wl, [v for v, _ in chosen]):
-            break
-    else:
-        return []
-    for item in reversed(list(chosen)):
-        rest = [v for v, _ in chosen if v is not item[0]]
-        if _fits_without(snap, idx, wl, rest):
-            chosen.remove(item)
-    return chosen
-
-
-def _commit(snap: Snapshot, wl: WorkloadState, victims: list[WorkloadState]) -> None:
-    """Later preemptors in this cycle see this preemptor's room taken, as the next cycle will."""
-    snap.reserve_for_preemptor(wl, victims)
+def _fair_still(trial: _Trial, chosen: list[WorkloadState], victim: WorkloadState) -> bool:
+    """Kueue's fair-sharing strategies, in order: may ``victim`` go, given those already chosen?"""
+    idx = trial.idx
+    view = trial.view_without(chosen)
+    cq = idx.tree.queues[trial.wl.spec.cluster_queue]
+    vq = idx.tree.queues[victim.spec.cluster_queue]
+    preemptor_after = view.share(cq, trial.held, idx.weights)
+    victim_before = view.share(vq, {}, idx.weights)
+    removed = held_quota(trial.state, victim.admission)
+    victim_after = view.share(vq, {fr: -v for fr, v in removed.items()}, idx.weights)
+    for strategy in idx.contract.fair_sharing.preemption_strategies:
+        if strategy == "LessThanOrEqualToFinalShare" and preemptor_after <= victim_after:
+            return True
+        if strategy == "LessThanInitialShare" and preemptor_after < victim_before:
+            return True
+    return False

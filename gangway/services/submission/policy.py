@@ -74,14 +74,14 @@ def decide_submission(
     try:
         job = read_job(value, headers, max_bytes)
     except Invalid as bad:
-        return _rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
+        return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
     known = state.workloads.get(workload_id(job))
     if known is not None and known.spec.submission == submission:
         return None
     try:
         return queue_job(job, state, in_flight, submission)
     except Invalid as bad:
-        return _rejected(bad, job.job_id, value, key, headers, submission)
+        return rejected(bad, job.job_id, value, key, headers, submission)
 
 
 def rejection_for_error(
@@ -100,10 +100,10 @@ def rejection_for_error(
         bad = Invalid("malformed_json", str(exc))
     else:
         bad = Invalid("internal_error", f"the record could not be processed: {type(exc).__name__}: {exc}")
-    return _rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
+    return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
 
 
-def _rejected(
+def rejected(
     bad: Invalid, job_id: str, value: bytes | None, key: bytes | None, headers: Headers, submission: str
 ) -> JobRejected:
     return JobRejected(

@@ -1,0 +1,167 @@
+"""The published contract: what each team is guaranteed and risks, in words a team lead reads.
+
+``sections(contract)`` turns the contract into headed lists of sentences; ``as_text`` and
+``as_html`` render them (``gangway rules [--html]``). Everything is derived from the contract the
+services enforce, so the published rules cannot drift from the enforced ones.
+"""
+
+from __future__ import annotations
+
+import html
+
+from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas
+from gangway.events.resources import GPU
+from gangway.events.quantity import format_resource
+from gangway.events.quota import QuotaStructure
+
+Section = tuple[str, list[str]]
+
+
+def sections(contract: Contract, digest: str = "") -> list[Section]:
+    tree = QuotaStructure(contract)
+    out: list[Section] = [("The scheduling contract", _overview(contract, digest))]
+    for cq in sorted(contract.cluster_queues, key=lambda q: q.name):
+        out.append((f"Team queue {cq.name}", _queue(contract, tree, cq)))
+    if contract.cohorts or any(cq.cohort for cq in contract.cluster_queues):
+        out.append(("Cohorts: who shares with whom", _cohorts(contract, tree)))
+    out.append(("Priorities, grace periods and minimum runtimes", _classes(contract)))
+    if contract.prices:
+        out.append(("Prices", [f"{p.flavor} {format_resource(p.resource, 1000)}: "
+                               f"{p.per_hour_micros / 1e6:.4g} {contract.currency} per hour" for p in contract.prices]))
+    return out
+
+
+def _overview(contract: Contract, digest: str) -> list[str]:
+    lines = [f"{len(contract.cluster_queues)} team queues, {len(contract.flavors)} resource flavors."]
+    if digest:
+        lines.append(f"Contract version {digest[:12]}: every decision on the log names the version it was taken under.")
+    lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
+    fs = contract.fair_sharing
+    if fs.enable:
+        decay = (f" Past usage counts too, halving every {fs.usage_half_life_ms / 3_600_000:g} h."
+                 if fs.usage_half_life_ms else "")
+        lines.append("Fair sharing is on: idle quota goes first to the team furthest below its weighted share; "
+                     f"a team above its share may be preempted ({', '.join(fs.preemption_strategies)}).{decay}")
+    if contract.checkpoint_aware:
+        lines.append("When several workloads could be preempted, the one that loses least work since its "
+                     "last checkpoint goes first.")
+    return lines
+
+
+def _flavor_words(fq: FlavorQuotas, cohort: str | None) -> str:
+    """One sentence per flavor: the guarantee, then borrowing and lending, grouped where they agree."""
+    items = sorted(fq.resources.items(), key=lambda item: (item[0] != GPU, item[0]))
+    said = f"Flavor {fq.flavor}: {', '.join(format_resource(r, q.nominal) for r, q in items)} guaranteed"
+    if not cohort:
+        return said + "; no cohort, so it neither borrows nor lends."
+    borrow: dict[str, list[str]] = {}
+    for r, q in items:
+        if q.borrowing_limit is None:
+            key = f"may borrow whatever cohort {cohort} leaves unused of"
+        elif q.borrowing_limit == 0:
+            key = "never borrows"
+        else:
+            key = "may borrow at most"
+            r = format_resource(r, q.borrowing_limit)
+        borrow.setdefault(key, []).append(r)
+    for key, what in borrow.items():
+        said += f"; {key}" + ("" if key == "never borrows" else f" {', '.join(what)}")
+    limited = [(r, q) for r, q in items if q.lending_limit is not None]
+    if limited:
+        said += "; lends at most " + ", ".join(format_resource(r, q.lending_limit) for r, q in limited)
+        said += " (keeping the rest for itself at all times)"
+    else:
+        said += "; lends whatever it does not use, and takes it back by preemption when it needs it"
+    return said + "."
+
+
+def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[str]:
+    lines = []
+    teams = sorted(f"{lq.namespace}/{lq.name}" for lq in contract.local_queues if lq.cluster_queue == cq.name)
+    if teams:
+        lines.append(f"Jobs arrive through LocalQueue{'s' if len(teams) > 1 else ''} {', '.join(teams)}.")
+    lines.extend(_flavor_words(fq, cq.cohort) for fq in cq.flavors)
+    if len(cq.flavors) > 1:
+        fung = cq.flavor_fungibility
+        lines.append("Flavors are tried in the order listed"
+                     + ("; a later flavor that fits without borrowing is preferred to borrowing"
+                        if fung.when_can_borrow == "TryNextFlavor" else "")
+                     + ("; it waits for preemption in the first flavor where that would make room"
+                        if fung.when_can_preempt == "MayStopSearch" else "") + ".")
+    lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it."
+                 if cq.queueing_strategy == "StrictFIFO" else
+                 "Jobs are admitted by priority, then age; a job that does not fit lets smaller ones pass, "
+                 "but a blocked gang gets the nodes that free soonest reserved (only jobs that end in time use them).")
+    lines.extend(_preemption_words(cq))
+    if contract.fair_sharing.enable:
+        lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g}.")
+    return lines
+
+
+def _preemption_words(cq: ClusterQueue) -> list[str]:
+    p = cq.preemption
+    lines = []
+    within = {"Never": "never preempts its own jobs",
+              "LowerPriority": "preempts its own lower-priority jobs",
+              "LowerOrNewerEqualPriority": "preempts its own lower-priority jobs, and newer ones of equal priority"}
+    lines.append(f"Within the queue, a waiting job {within[p.within_cluster_queue]}.")
+    if cq.cohort:
+        reclaim = {"Never": "does not take back",
+                   "LowerPriority": "takes back, by preempting lower-priority jobs,",
+                   "Any": "takes back, by preempting any of their jobs,"}
+        lines.append(f"When it needs its guarantee, it {reclaim[p.reclaim_within_cohort]} the quota other queues "
+                     f"of cohort {cq.cohort} borrowed from it.")
+        bwc = p.borrow_within_cohort
+        if bwc.policy == "LowerPriority":
+            limit = f" of priority at most {bwc.max_priority_threshold}" if bwc.max_priority_threshold is not None else ""
+            lines.append(f"To borrow, it may preempt lower-priority jobs{limit} of borrowing queues in its cohort.")
+    return lines
+
+
+def _cohorts(contract: Contract, tree: QuotaStructure) -> list[str]:
+    lines = []
+    for name in sorted(tree.cohorts):
+        node = tree.cohorts[name]
+        members = [c.name for c in node.children]
+        own = ", ".join(f"{format_resource(fr.partition(':')[2], v)} ({fr.partition(':')[0]})"
+                        for fr, v in sorted(node.nominal.items()))
+        pool = ", ".join(f"{format_resource(fr.partition(':')[2], v)} ({fr.partition(':')[0]})"
+                         for fr, v in sorted(node.subtree.items()))
+        line = f"Cohort {name}" + (f" (inside {node.parent})" if node.parent else "")
+        line += f": {', '.join(members) or 'no members'}; shares {pool or 'nothing'}"
+        if own:
+            line += f", of which {own} is the cohort's own"
+        lines.append(line + ".")
+    return lines
+
+
+def _classes(contract: Contract) -> list[str]:
+    lines = [f"A job without a priority class has priority {contract.default_priority}; evicted pods get "
+             f"{contract.default_grace_ms / 1000:g} s between SIGTERM and SIGKILL unless their class says otherwise."]
+    for pc in sorted(contract.priority_classes, key=lambda p: -p.value):
+        said = f"{pc.name}: priority {pc.value}"
+        if pc.grace_ms is not None:
+            said += f"; {pc.grace_ms / 1000:g} s grace when preempted"
+        if pc.min_runtime_ms:
+            said += f"; never preempted in its first {pc.min_runtime_ms / 1000:g} s"
+        lines.append(said + ".")
+    return lines
+
+
+def as_text(parts: list[Section]) -> str:
+    out = []
+    for title, lines in parts:
+        out += [title, "=" * len(title) if not out else "-" * len(title)]
+        out += [f"- {line}" for line in lines] + [""]
+    return "\n".join(out)
+
+
+def as_html(parts: list[Section]) -> str:
+    body = []
+    for i, (title, lines) in enumerate(parts):
+        tag = "h1" if i == 0 else "h2"
+        body.append(f"<{tag}>{html.escape(title)}</{tag}>")
+        body.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>")
+    style = "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;line-height:1.5}"
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Scheduling contract</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -1,0 +1,149 @@
+"""Explanations (why a job waits, what happened to it) and the published rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from builders import LogBuilder, cluster_queue, contract, node, workload
+from gangway import cli, rules
+from gangway.contract import load_contract_file
+from gangway.explain import explain, pending_report
+from gangway.logfile import write_export
+from test_preemption_rules import incident, wl
+
+DEMO_CONTRACT = "gangway/demo/contract.yaml"
+
+
+def one_queue(strict: bool = False) -> LogBuilder:
+    q = cluster_queue("q").gpus(8).preemption(within="LowerPriority")
+    if strict:
+        q.strict_fifo()
+    log = LogBuilder().configure(contract(q, cluster_queue("r").gpus(8)).priority_class("batch", 0, grace_ms=5_000))
+    return log.nodes(node("n1").gpus(8), node("n2").gpus(8))
+
+
+def job(name: str, queue: str, gpus: float, priority: int = 0, runtime_s: float | None = None, pods: int = 1):
+    b = workload(name).queue(queue).priority(priority).pod_set("main", count=pods, gpus=gpus)
+    return (b.runtime_s(runtime_s) if runtime_s else b).obj()
+
+
+CASES = [
+    ("over its quota", lambda: one_queue().queue(job("w", "q", 8, pods=2)), "w", "over_quota"),
+    ("behind a higher priority that takes the room",
+     lambda: one_queue().queue(job("hi", "q", 6, priority=5), job("lo", "q", 4)), "lo", "behind_higher_priority"),
+    ("the head of a StrictFIFO queue blocks those behind it",
+     lambda: one_queue(strict=True).queue(job("big", "q", 8, pods=2), job("small", "q", 1)), "small", "strict_fifo"),
+    ("fits now", lambda: one_queue().queue(job("w", "q", 2)), "w", "admissible"),
+]
+
+
+@pytest.mark.parametrize("name, setup, who, code", CASES, ids=[c[0] for c in CASES])
+def test_every_pending_workload_has_a_reason(name, setup, who, code):
+    assert pending_report(setup().state, forecast=False)[who].code == code
+
+
+def test_positions_count_within_the_local_and_the_cluster_queue():
+    log = one_queue().queue(job("a", "q", 8, pods=2), job("b", "r", 8, pods=2), job("c", "q", 8, pods=2))
+    report = pending_report(log.state, forecast=False)
+    assert [(report[n].lq_position, report[n].cq_position) for n in "abc"] == [(1, 1), (1, 1), (2, 2)]
+
+
+def test_the_estimated_start_is_when_the_running_job_ends():
+    log = one_queue().running(job("running", "q", 8, runtime_s=100))
+    log.queue(job("next", "q", 8, runtime_s=10))
+    started = log.state.workloads["running"].started_ms
+    report = pending_report(log.state)
+    assert report["next"].eta_ms == started + 100_000
+    assert report["next"].code == "over_quota"
+
+
+def test_the_forecast_leaves_the_state_alone():
+    log = one_queue().running(job("running", "q", 8, runtime_s=100)).queue(job("next", "q", 8))
+    before = log.state.offset, dict(log.state.pending)
+    pending_report(log.state)
+    assert (log.state.offset, dict(log.state.pending)) == before
+
+
+def test_a_job_waiting_for_its_victims_says_so():
+    log = one_queue().running(job("low", "q", 8)).queue(job("hi", "q", 8, priority=9))
+    log.order_eviction("low", "hi")
+    assert pending_report(log.state, forecast=False)["hi"].code == "waiting_for_victims"
+
+
+# --- explain ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def incident_log():
+    sim = incident()
+    sim.submit(wl("serve-1", "serving", 8, priority=1000, pods=2))
+    sim.run(until_ms=sim.now_ms + 120_000)
+    return sim.log
+
+
+def test_explain_a_preempted_job_names_the_preemptor_the_rule_and_the_work_lost(incident_log):
+    lines = explain(incident_log, "sweep-9", forecast=False)
+    [preempted] = [line for line in lines if "preempted by" in line]
+    assert "preempted by serve-1: reclaimWithinCohort Any: batch is borrowing" in preempted
+    assert "work lost" in preempted and "grace period 30 s" in preempted
+    assert any("evicted (attempt 0)" in line for line in lines)
+
+
+def test_explain_the_preemptor_lists_whom_it_displaced(incident_log):
+    lines = explain(incident_log, "serve-1", forecast=False)
+    assert sum("ordered out to make room for it" in line for line in lines) == 2
+    assert not any("evicted" in line for line in lines)  # the victims' evictions are theirs, not its
+    assert lines[-1] == "now running"
+
+
+def test_explain_a_pending_job_gives_reason_position_and_estimate(incident_log):
+    lines = explain(incident_log, "sweep-8")
+    assert lines[-3].startswith("now pending (")
+    assert lines[-2].startswith("position 1 in LocalQueue ns/batch")
+    assert lines[-1].startswith("estimated start: ")
+
+
+def test_explain_an_unknown_job_says_so(incident_log):
+    assert explain(incident_log, "nobody") == ["nobody: no such job in the log"]
+
+
+def test_the_explain_command_reads_an_exported_log(incident_log, tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    write_export(incident_log, path)
+    assert cli.main(["explain", "sweep-9", "--log", str(path), "--no-forecast"]) == 0
+    assert "preempted by serve-1" in capsys.readouterr().out
+    assert cli.main(["explain", "nobody", "--log", str(path)]) == 1
+
+
+# --- the published rules ------------------------------------------------------------------------------
+
+
+def test_the_rules_say_each_teams_guarantee_limits_and_preemption_in_words():
+    text = rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))
+    assert "Flavor default: 32 nvidia.com/gpu, 384 cpu, 4Ti memory guaranteed; never borrows" in text
+    assert "may borrow whatever cohort org leaves unused of nvidia.com/gpu" in text
+    assert "takes back, by preempting any of their jobs, the quota other queues of cohort org borrowed" in text
+    assert "production: priority 1000; 30 s grace when preempted." in text
+
+
+def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
+    c = (contract(cluster_queue("a").cohort("all").gpus(8, borrowing=4, lending=2).weight(2)
+                  .borrow_within_cohort("LowerPriority", 10), cluster_queue("b").cohort("all").gpus(8))
+         .priority_class("prod", 100, grace_ms=60_000, min_runtime_ms=600_000).fair_sharing(half_life_ms=3_600_000))
+    text = rules.as_text(rules.sections(c.obj()))
+    for said in ("may borrow at most 4 nvidia.com/gpu", "lends at most 2 nvidia.com/gpu",
+                 "Fair sharing is on", "halving every 1 h", "Fair-sharing weight 2.",
+                 "may preempt lower-priority jobs of priority at most 10", "never preempted in its first 600 s"):
+        assert said in text, said
+
+
+def test_the_html_rules_escape_what_they_print(tmp_path):
+    c = contract(cluster_queue("a<b>").gpus(1)).obj()
+    page = rules.as_html(rules.sections(c))
+    assert "a&lt;b&gt;" in page and "<b>" not in page.split("<body>")[1]
+
+
+def test_the_rules_command_writes_html(tmp_path, capsys):
+    out = tmp_path / "rules.html"
+    assert cli.main(["rules", "--config", DEMO_CONTRACT, "--html", "--out", str(out)]) == 0
+    assert out.read_text().startswith("<!doctype html>")

@@ -1,0 +1,167 @@
+"""Flavor assignment, fungibility, partial admission and reservations (admission policy).
+
+Each case folds a log and runs ``decide_admission`` on it (checking it left the state untouched);
+the tables give what was admitted and in which flavor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
+from gangway.events import catalogue as ev
+from gangway.events.resources import GPU
+from gangway.events.resources import index_of
+from gangway.services.admission.policy import admission_cycle, decide_admission
+from gangway.services.placement.policy import decide_placement
+from gangway.sim import Simulation
+
+A100 = {"gpu-model": "a100"}
+H100 = {"gpu-model": "h100"}
+
+
+def two_flavors(h100: float = 8, a100: float = 8, cohort: bool = False, **fungibility: str) -> LogBuilder:
+    """Queue "q": flavor h100 then a100 (GPUs), each on its own labelled 8-GPU nodes.
+
+    With ``cohort``, queue "lender" in the same cohort has 8 of each to lend.
+    """
+    q = cluster_queue("q").flavor("h100").gpus(h100).flavor("a100").gpus(a100).fungibility(**fungibility)
+    queues = [q]
+    if cohort:
+        q.cohort("all")
+        queues.append(cluster_queue("lender").cohort("all").flavor("h100").gpus(8).flavor("a100").gpus(8))
+    c = contract(*queues).flavor_labels("h100", H100).flavor_labels("a100", A100)
+    log = LogBuilder().configure(c)
+    for i in range(2):
+        log.nodes(node(f"h{i}").gpus(8).label("gpu-model", "h100"), node(f"a{i}").gpus(8).label("gpu-model", "a100"))
+    return log
+
+
+def wl(name: str, gpus: float, pods: int = 1, queue: str = "q", min_count: int | None = None,
+       runtime_s: float | None = None, priority: int = 0) -> ev.WorkloadQueued:
+    b = workload(name).queue(queue).priority(priority).pod_set("main", count=pods, gpus=gpus)
+    spec = b.obj()
+    if min_count is not None:
+        spec = ev.WorkloadQueued(**{**_fields(spec), "pod_sets": [
+            ev.PodSet(name="main", count=pods, resources={GPU: int(gpus * 1000)}, min_count=min_count)]})
+    if runtime_s is not None:
+        spec = ev.WorkloadQueued(**{**_fields(spec), "runtime_ms": int(runtime_s * 1000)})
+    return spec
+
+
+def _fields(spec) -> dict:
+    return {f: getattr(spec, f) for f in spec.__struct_fields__}
+
+
+def admitted(log: LogBuilder) -> list[tuple[str, str, dict[str, int]]]:
+    """(workload, its flavors, pods per pod set when partial) for each admission decided."""
+    return [(d.workload, ",".join(sorted(set(d.flavors.values()))), d.counts)
+            for d in decide_pure(decide_admission, log.state)]
+
+
+CASES: list[tuple[str, Callable[[], LogBuilder], list]] = [
+    ("the first flavor in list order when both fit",
+     lambda: two_flavors().queue(wl("w", 4)),
+     [("w", "h100", {})]),
+    ("the next flavor when the first has no quota left",
+     lambda: two_flavors(h100=4).queue(wl("w", 8)),
+     [("w", "a100", {})]),
+    ("two workloads spill over into the second flavor in one cycle",
+     lambda: two_flavors(h100=8).queue(wl("w1", 8), wl("w2", 8)),
+     [("w1", "h100", {}), ("w2", "a100", {})]),
+    ("whenCanBorrow MayStopSearch: borrow in the first flavor rather than look further",
+     lambda: two_flavors(h100=4, a100=8, cohort=True).queue(wl("w", 8)),
+     [("w", "h100", {})]),
+    ("whenCanBorrow TryNextFlavor: a later flavor that fits without borrowing wins",
+     lambda: two_flavors(h100=4, a100=8, cohort=True, when_can_borrow="TryNextFlavor").queue(wl("w", 8)),
+     [("w", "a100", {})]),
+    ("whenCanBorrow TryNextFlavor still borrows when no flavor fits without",
+     lambda: two_flavors(h100=4, a100=4, cohort=True, when_can_borrow="TryNextFlavor").queue(wl("w", 8)),
+     [("w", "h100", {})]),
+    ("a gang no flavor's nodes can ever hold does not block the workloads behind it",
+     lambda: two_flavors(h100=32, a100=32).queue(wl("huge", 8, pods=3), wl("w", 8)),
+     [("w", "h100", {})]),
+    ("a flavor whose nodes are full is passed over for one with room",
+     lambda: two_flavors(h100=24, a100=8).running(wl("big", 8, pods=2)).queue(wl("w", 8)),
+     [("w", "a100", {})]),
+    ("partial admission: as many pods as fit, down to min_count",
+     lambda: two_flavors(h100=8, a100=0).queue(wl("w", 2, pods=8, min_count=2)),
+     [("w", "h100", {"main": 4})]),
+    ("partial admission never goes below min_count",
+     lambda: two_flavors(h100=2, a100=0).queue(wl("w", 2, pods=8, min_count=2)),
+     []),
+    ("a gang without min_count is all or nothing",
+     lambda: two_flavors(h100=8, a100=0).queue(wl("w", 2, pods=8)),
+     []),
+]
+
+
+@pytest.mark.parametrize("name, setup, expected", CASES, ids=[c[0] for c in CASES])
+def test_flavor_assignment(name, setup, expected):
+    assert admitted(setup()) == expected
+
+
+def test_the_first_admission_of_a_multi_flavor_queue_says_which_flavor():
+    [decision] = decide_pure(decide_admission, two_flavors(h100=4).queue(wl("w", 8)).state)
+    assert decision.flavors == {GPU: "a100"}
+    assert decision.reason == "fits nominal quota of q; flavor a100"
+
+
+def test_placement_uses_only_the_nodes_of_the_admitted_flavor():
+    log = two_flavors(h100=0, a100=16).queue(wl("w", 4, pods=2))
+    log.add(decide_pure(decide_admission, log.state)[0])
+    [placement] = decide_pure(decide_placement, log.state)
+    assert {a.node for a in placement.assignments} <= {"a0", "a1"}
+
+
+def test_a_placement_on_another_flavors_node_is_superseded():
+    log = two_flavors(h100=0, a100=16).queue(wl("w", 4))
+    log.add(decide_pure(decide_admission, log.state)[0])
+    log.place("w", [("main", "h0", 1)])
+    assert log.phase("w") == "admitted"
+    assert "does not have the admitted flavors' labels" in log.state.workloads["w"].superseded
+
+
+def test_a_partially_admitted_gang_is_placed_with_the_admitted_count():
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(8)).obj())
+    sim.add_nodes([node("n1").gpus(8).obj()])
+    sim.submit(wl("w", 2, pods=8, min_count=2))
+    sim.run(until_ms=sim.now_ms + 1000)
+    w = sim.state.workloads["w"]
+    assert w.phase == "running" and w.admission.counts == {"main": 4}
+    assert sum(a.count for a in w.placement.assignments) == 4
+
+
+# --- reservations and backfill ------------------------------------------------------------------
+
+
+def reserved_cluster() -> LogBuilder:
+    """One queue with 32 GPUs on 4 nodes; 3 nodes busy with work that ends at +100 s, +200 s, +300 s."""
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(64)))
+    log.nodes(*(node(f"n{i}").gpus(8) for i in range(4)))
+    for i, runtime in enumerate((100, 200, 300)):
+        log.running(wl(f"busy{i}", 8, runtime_s=runtime), on=[("main", f"n{i}", 1)])
+    return log
+
+
+def test_a_big_gang_blocked_by_capacity_gets_the_nodes_that_free_soonest():
+    log = reserved_cluster().queue(wl("big", 8, pods=2, priority=10), wl("small", 4))
+    outcomes = {o.wl.spec.workload: o for o, _ in admission_cycle(log.state, index_of(log.state.contract))}
+    start, nodes = outcomes["big"].reserved
+    assert nodes == ["n0", "n3"] and start == log.state.workloads["busy0"].started_ms + 100_000
+    assert "nodes reserved for it" in outcomes["big"].why
+    assert outcomes["small"].admission is None  # the free node is kept for the gang
+
+
+def test_backfill_a_job_that_ends_before_the_reservation_starts():
+    log = reserved_cluster().queue(wl("big", 8, pods=2, priority=10), wl("quick", 4, runtime_s=50),
+                                   wl("slow", 4, runtime_s=500))
+    assert admitted(log) == [("quick", "default", {})]
+
+
+def test_without_a_blocked_gang_small_jobs_use_the_free_node():
+    log = reserved_cluster().queue(wl("small", 4), wl("small2", 4))
+    assert [w for w, _, _ in admitted(log)] == ["small", "small2"]

@@ -1,0 +1,163 @@
+"""Preemption rules beyond Kueue's basic ones: borrowWithinCohort, checkpoints, minimum runtime, ticks.
+
+And the incident story of issue 3, in the pure core (the real-services version is in
+tests/integration/test_contract_stories.py).
+"""
+
+from __future__ import annotations
+
+from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
+from gangway.events import catalogue as ev
+from gangway.services.binder.policy import due_reports, next_due_ms
+from gangway.services.preemption.policy import decide_preemption, work_lost_ms
+from gangway.services.submission.telemetry import decide_telemetry
+from gangway.sim import Simulation
+
+
+def wl(name: str, queue: str, gpus: float, priority: int = 0, pods: int = 1, pc: str | None = None):
+    return workload(name).queue(queue).priority(priority, pc).pod_set("main", count=pods, gpus=gpus).obj()
+
+
+def victims(log: LogBuilder) -> list[str]:
+    return sorted(o.workload for o in decide_pure(decide_preemption, log.state))
+
+
+# --- borrowWithinCohort ---------------------------------------------------------------------------
+
+
+def borrowing_cohort(max_priority: int | None = None) -> LogBuilder:
+    """a (4 nominal, may preempt while borrowing), b (4) and an idle c (8) share cohort "all" (16 GPUs
+    of quota, 24 on nodes); b holds 12: b0 and b1 (4 GPUs each) and mid (2) at priority 5, low (2) at 0."""
+    a = cluster_queue("a").cohort("all").gpus(4).borrow_within_cohort("LowerPriority", max_priority)
+    log = LogBuilder().configure(contract(a, cluster_queue("b").cohort("all").gpus(4),
+                                          cluster_queue("c").cohort("all").gpus(8)))
+    log.nodes(node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8))
+    return log.running(wl("b0", "b", 4, priority=5), wl("b1", "b", 4, priority=5),
+                       wl("low", "b", 2, priority=0), wl("mid", "b", 2, priority=5))
+
+
+def test_borrow_within_cohort_preempts_lower_priority_work_of_a_borrowing_queue():
+    log = borrowing_cohort().queue(wl("p", "a", 6, priority=10))  # 2 above a's nominal: it must borrow
+    orders = decide_pure(decide_preemption, log.state)
+    assert [o.workload for o in orders] == ["low"]  # 4 are free; the lowest priority makes the 2 more
+    assert orders[0].reason.startswith("borrowWithinCohort LowerPriority")
+
+
+def test_borrow_within_cohort_spares_priorities_above_the_threshold():
+    log = borrowing_cohort(max_priority=-1).queue(wl("p", "a", 6, priority=10))
+    assert victims(log) == []
+
+
+def test_without_borrow_within_cohort_a_borrowing_preemptor_waits():
+    log = LogBuilder().configure(contract(cluster_queue("a").cohort("all").gpus(4).preemption(reclaim="Any"),
+                                          cluster_queue("b").cohort("all").gpus(4), cluster_queue("c").cohort("all").gpus(8)))
+    log.nodes(node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8))
+    log.running(wl("b0", "b", 4), wl("b1", "b", 4), wl("low", "b", 2), wl("mid", "b", 2))
+    log.queue(wl("p", "a", 6, priority=10))
+    assert victims(log) == []
+
+
+# --- checkpoints and minimum runtime ---------------------------------------------------------------
+
+
+def checkpointed_queue(checkpoint_aware: bool = True, min_runtime_ms: int | None = None) -> LogBuilder:
+    """Queue q (8 GPUs): "old" started first, "new" 100 s later; "old" checkpointed 10 s ago."""
+    c = (contract(cluster_queue("q").gpus(8).preemption(within="LowerPriority"))
+         .priority_class("batch", 0, grace_ms=5_000, min_runtime_ms=min_runtime_ms).checkpoint_aware(checkpoint_aware))
+    log = LogBuilder().configure(c).nodes(node("n1").gpus(8))
+    log.running(wl("old", "q", 4, pc="batch"))
+    log.advance(100_000).running(wl("new", "q", 4, pc="batch"))
+    log.advance(40_000).add(ev.CheckpointSaved(workload="old"))
+    return log.advance(10_000)
+
+
+def test_checkpoint_aware_preemption_evicts_the_one_that_loses_least_work():
+    log = checkpointed_queue().queue(wl("p", "q", 4, priority=10))
+    [order] = decide_pure(decide_preemption, log.state)
+    assert order.workload == "old"  # checkpointed 10 s ago, where "new" would lose its 50 s
+    assert order.work_lost_ms == work_lost_ms(log.state.workloads["old"], log.state.time_ms) > 0
+
+
+def test_without_checkpoint_awareness_the_most_recently_admitted_goes_first():
+    log = checkpointed_queue(checkpoint_aware=False).queue(wl("p", "q", 4, priority=10))
+    assert victims(log) == ["new"]
+
+
+def test_a_checkpoint_of_an_earlier_attempt_does_not_count():
+    log = checkpointed_queue()
+    log.order_eviction("old", "x", grace_ms=0).evicted("old")
+    assert log.state.workloads["old"].checkpoint_ms is None
+
+
+def test_a_workload_within_its_minimum_runtime_is_not_preempted():
+    log = checkpointed_queue(min_runtime_ms=600_000).queue(wl("p", "q", 4, priority=10))
+    assert victims(log) == []
+
+
+def test_once_its_minimum_runtime_has_passed_it_may_be_preempted():
+    log = checkpointed_queue(min_runtime_ms=60_000).queue(wl("p", "q", 4, priority=10))
+    assert victims(log) == ["old"]  # "new" has run 50 s of its 60
+
+
+def test_the_binder_ticks_when_a_minimum_runtime_ends_while_someone_waits():
+    log = checkpointed_queue(min_runtime_ms=600_000).queue(wl("p", "q", 4, priority=10))
+    ends = log.state.workloads["old"].started_ms + 600_000
+    assert next_due_ms(log.state, 10**12) == ends
+    [(event_id, at, tick)] = due_reports(log.state, ends, 10**12)
+    assert (event_id, at, type(tick)) == (f"tick/{ends}", ends, ev.ClockTicked)
+    log.add(tick, event_id=event_id, at_ms=at)
+    assert victims(log) == ["old"]
+    assert due_reports(log.state, ends, 10**12) == []  # the tick is not reported twice
+
+
+# --- checkpoints from telemetry ---------------------------------------------------------------------
+
+
+def test_a_checkpoint_on_telemetry_becomes_a_checkpoint_on_the_log():
+    state = checkpointed_queue().state
+    data = b'{"workload": "old", "step": 1200}'
+    assert decide_telemetry(data, b"old", [], state, "gangway.telemetry/0/3") == ev.CheckpointSaved(
+        workload="old", step=1200)
+
+
+def test_a_bad_telemetry_record_is_rejected_whole():
+    state = checkpointed_queue().state
+    for value, reason in ((b'{"workload": "nobody"}', "invalid_field"), (b"\xff", "malformed_json"),
+                          (b'{"step": 3}', "invalid_field")):
+        rejected = decide_telemetry(value, b"k", [("x", b"1")], state, "gangway.telemetry/0/9")
+        assert isinstance(rejected, ev.JobRejected) and rejected.reason == reason, value
+        assert (rejected.original, rejected.original_key, rejected.original_headers) == (value, b"k", [("x", b"1")])
+
+
+# --- the incident -------------------------------------------------------------------------------------
+
+
+def incident() -> Simulation:
+    """64 GPUs in one cohort: serving 32, research 24, batch 8 (best effort). At night batch borrows
+    until it holds 40 GPUs (ten 4-GPU sweeps, admitted one after another) while serving runs 16."""
+    sim = Simulation()
+    queues = [cluster_queue("serving").cohort("all").gpus(32).preemption("LowerPriority", "Any"),
+              cluster_queue("research").cohort("all").gpus(24).preemption("LowerPriority", "Any"),
+              cluster_queue("batch").cohort("all").gpus(8)]
+    sim.configure(contract(*queues).priority_class("production", 1000).priority_class("best-effort", 0).obj())
+    sim.add_nodes([node(f"n{i}").gpus(8).obj() for i in range(8)])
+    sim.submit(wl("serve-0", "serving", 8, priority=1000, pods=2))
+    sim.run(until_ms=sim.now_ms + 1)
+    for i in range(10):
+        sim.submit(wl(f"sweep-{i}", "batch", 4))
+        sim.run(until_ms=sim.now_ms + 1000)
+    return sim
+
+
+def test_the_incident_serving_reclaims_exactly_8_gpus_of_the_newest_borrowed_work():
+    sim = incident()
+    running = {n for n, w in sim.state.workloads.items() if w.phase == "running"}
+    assert running == {"serve-0", *(f"sweep-{i}" for i in range(10))}
+    start = len(sim.log)
+    sim.submit(wl("serve-1", "serving", 8, priority=1000, pods=2))
+    sim.run(until_ms=sim.now_ms + 120_000)
+    orders = [e.data for e in sim.log[start:] if isinstance(e.data, ev.EvictionOrdered)]
+    assert [o.workload for o in orders] == ["sweep-9", "sweep-8"]  # 8 GPUs, newest first, no more
+    assert all("reclaimWithinCohort Any: batch is borrowing" in o.reason for o in orders)
+    assert sim.state.workloads["serve-1"].phase == "running"
+    assert {n for n, w in sim.state.workloads.items() if w.phase == "pending"} == {"sweep-8", "sweep-9"}
