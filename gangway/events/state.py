@@ -19,9 +19,9 @@ EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
 def shape_of(spec: WorkloadQueued) -> str:
-    """A workload's ClusterQueue and the shape of its pod sets (count and per-pod resources), as text."""
-    sets = ";".join(f"{ps.count}x" + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items()))
-                    for ps in spec.pod_sets)
+    """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources), as text."""
+    sets = ";".join(f"{ps.count}x" + ("" if ps.min_count is None else f"(min {ps.min_count})")
+                    + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items())) for ps in spec.pod_sets)
     return f"{spec.cluster_queue}|{sets}"
 
 
