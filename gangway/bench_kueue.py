@@ -280,6 +280,9 @@ def figures(sc: Scenario, sent: dict[str, int], seen: dict[str, dict], envs: lis
         to_running.setdefault(s.cls, []).append(max(0, rec["running_ms"] - sent[name]))
     held = _held_intervals(envs)
     used = sum((min(b, last_finish) - max(a, first)) * m for ivs in held.values() for a, b, m in ivs)
+    # Quota held while the workload was not running yet (placement and binding round trips).
+    waiting = sum(max(0, seen[n]["running_ms"] - seen[n]["admitted_ms"]) * s.per_pod_milli * s.pods
+                  for n, s in specs.items())
     usage_pct = 100 * used / (sum(sc.nominal_milli.values()) * wall_ms)
     bound = lower_bound_ms(sc)
     published = {} if sc.shrunk else PUBLISHED.get(sc.name, {})
@@ -291,6 +294,8 @@ def figures(sc: Scenario, sent: dict[str, int], seen: dict[str, dict], envs: lis
         "avg_time_to_admission_ms": avg,
         "avg_time_to_running_ms": {c: sum(v) / len(v) for c, v in sorted(to_running.items())},
         "max_time_to_admission_ms": {c: max(v) for c, v in sorted(per_class.items())},
+        "avg_admission_to_running_ms": {c: sum(to_running[c]) / len(to_running[c]) - avg[c] for c in avg},
+        "quota_held_before_running_pct": 100 * waiting / used if used else 0.0,
         "evictions": sum(rec["evictions"] for rec in seen.values()),
         "log_events": len(envs),
         "kueue_published": published,
@@ -357,6 +362,8 @@ def report(result: dict) -> str:
                      f"{result.get('admission_vs_kueue', {}).get(cls, float('nan')):>7.3f}")
     for cls, avg in result["avg_time_to_running_ms"].items():
         lines.append(f"{'  avg ms to running ' + cls:<34} {avg:>12,.0f}")
+    lines.append(f"quota held before running (placement and binding round trips): "
+                 f"{result['quota_held_before_running_pct']:.1f} % of the quota held")
     lines.append(f"evictions {result['evictions']}; log {result['log_events']} events; replay "
                  f"{result['replay']['verified']}/{result['replay']['decisions']} decisions reproduced")
     lines.append(f"targets: {result['targets']}")
