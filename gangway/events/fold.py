@@ -20,7 +20,7 @@ from gangway.events.quota import QuotaView
 from gangway.events.resources import (
     add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
-from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, shape_of
+from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, run_key, shape_of
 
 
 def copy_state(state: State) -> State:
@@ -59,16 +59,18 @@ def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
 
 def _enqueue(state: State, wl: WorkloadState) -> None:
     state.pending[wl.spec.workload] = None
-    state.pending_shapes[wl.shape] = state.pending_shapes.get(wl.shape, 0) + 1
+    for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
+        counts[key] = counts.get(key, 0) + 1
 
 
 def _dequeue(state: State, wl: WorkloadState) -> None:
     del state.pending[wl.spec.workload]
-    left = state.pending_shapes.get(wl.shape, 0) - 1
-    if left > 0:
-        state.pending_shapes[wl.shape] = left
-    else:
-        state.pending_shapes.pop(wl.shape, None)
+    for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
+        left = counts.get(key, 0) - 1
+        if left > 0:
+            counts[key] = left
+        else:
+            counts.pop(key, None)
 
 
 def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:

@@ -25,6 +25,11 @@ def shape_of(spec: WorkloadQueued) -> str:
     return f"{spec.cluster_queue}|{sets}"
 
 
+def run_key(wl: "WorkloadState") -> str:
+    """A workload's shape and declared runtime (backfill tells gangs of one shape apart by runtime)."""
+    return f"{wl.shape}@{wl.spec.runtime_ms}"
+
+
 class NodeState(msgspec.Struct):
     name: str
     allocatable: dict[str, int]
@@ -86,8 +91,10 @@ class State(msgspec.Struct):
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}
-    #: How many pending workloads there are of each shape (``WorkloadState.shape``).
+    #: How many pending workloads there are of each shape (``WorkloadState.shape``), and of each
+    #: shape and runtime (``run_key``): a cycle that saw every one of them fail can stop early.
     pending_shapes: dict[str, int] = {}
+    pending_runs: dict[str, int] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
     #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for
