@@ -118,12 +118,14 @@ RUNTIME_S = (60, 3600)
 
 
 def simulated_log(workloads: int | None = None, seed: int = 42, events: int | None = None,
-                  nodes: int = 32, load: float | None = None) -> list[ev.Envelope]:
+                  nodes: int = 32, load: float | None = None, cycle_ms: int = 0) -> list[ev.Envelope]:
     """A realistic log from the in-memory pipeline: 3 teams in a cohort, mixed gangs, preemption.
 
     Stops submitting after ``workloads`` workloads or once the log holds ``events`` events, then
     lets everything finish. ``load`` is the offered GPU load (1.0: arrivals ask for exactly the
     cluster's GPU-seconds); without it arrivals come every 0–120 s (deep queues on 32 nodes).
+    ``cycle_ms``: the services decide once per cycle, on everything that happened meanwhile (0:
+    after every event, the auditor's worst case).
     """
     from gangway.events.catalogue import NodeObserved, PodSet, WorkloadQueued
     from gangway.events.contract import Preemption
@@ -131,7 +133,7 @@ def simulated_log(workloads: int | None = None, seed: int = 42, events: int | No
     rng = random.Random(seed)
     gpus = nodes * 8
     teams = {"serving": (1000, gpus // 2), "research": (100, gpus * 3 // 8), "batch": (10, gpus // 8)}
-    sim = Simulation()
+    sim = Simulation(cycle_ms=cycle_ms)
     sim.configure(Contract(
         cluster_queues=[ClusterQueue(
             name=t, cohort="org", preemption=Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any"),
