@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench-pipeline schemas clean
+.PHONY: demo test install bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,25 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check gangway tests
 	$(BIN)/python -m pytest -q
+
+# The long benchmarks (minutes each; not part of `make test`). Figures go to bench/results/.
+bench: bench-core bench-replay bench-philly bench-kueue
+
+bench-replay: $(STAMP)
+	$(BIN)/gangway bench replay --events 1000000 --out bench/results/replay-1m.json
+
+bench-core: $(STAMP)
+	$(BIN)/gangway bench core
+
+bench-kueue: $(STAMP)
+	$(BIN)/gangway bench kueue --scenario baseline
+
+bench-kueue-large: $(STAMP)
+	$(BIN)/gangway bench kueue --scenario large-scale
+
+bench-philly: $(STAMP)
+	$(BIN)/gangway simulate --trace philly
+	$(BIN)/gangway simulate --trace philly --capacity 0.25
 
 schemas: $(STAMP)
 	$(BIN)/gangway schemas --write

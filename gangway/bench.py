@@ -110,17 +110,30 @@ def _replay_speed(envs: list[ev.Envelope]) -> dict:
     report = verify(envs)
     elapsed = time.perf_counter() - started
     return {"events": report.events, "decisions": report.decisions, "verified": report.verified,
-            "seconds": elapsed, "events_per_s": report.events / elapsed if elapsed else 0.0}
+            "mismatches": len(report.mismatches), "superseded": report.superseded, "seconds": elapsed, "events_per_s": report.events / elapsed if elapsed else 0.0}
 
 
-def simulated_log(workloads: int, seed: int = 42) -> list[ev.Envelope]:
-    """A realistic log from the in-memory pipeline: 3 teams in a cohort, mixed gangs, preemption."""
+SHAPES = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8)]  # (pods, GPUs per pod)
+RUNTIME_S = (60, 3600)
+
+
+def simulated_log(workloads: int | None = None, seed: int = 42, events: int | None = None,
+                  nodes: int = 32, load: float | None = None, cycle_ms: int = 0) -> list[ev.Envelope]:
+    """A realistic log from the in-memory pipeline: 3 teams in a cohort, mixed gangs, preemption.
+
+    Stops submitting after ``workloads`` workloads or once the log holds ``events`` events, then
+    lets everything finish. ``load`` is the offered GPU load (1.0: arrivals ask for exactly the
+    cluster's GPU-seconds); without it arrivals come every 0–120 s (deep queues on 32 nodes).
+    ``cycle_ms``: the services decide once per cycle, on everything that happened meanwhile (0:
+    after every event, the auditor's worst case).
+    """
     from gangway.events.catalogue import NodeObserved, PodSet, WorkloadQueued
     from gangway.events.contract import Preemption
     from gangway.sim import Simulation
     rng = random.Random(seed)
-    teams = {"serving": (1000, 128), "research": (100, 96), "batch": (10, 32)}
-    sim = Simulation()
+    gpus = nodes * 8
+    teams = {"serving": (1000, gpus // 2), "research": (100, gpus * 3 // 8), "batch": (10, gpus // 8)}
+    sim = Simulation(cycle_ms=cycle_ms)
     sim.configure(Contract(
         cluster_queues=[ClusterQueue(
             name=t, cohort="org", preemption=Preemption(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any"),
@@ -128,31 +141,98 @@ def simulated_log(workloads: int, seed: int = 42) -> list[ev.Envelope]:
         ) for t, (_, n) in teams.items()],
         local_queues=[LocalQueue(namespace=t, name="default", cluster_queue=t) for t in teams],
     ))
-    sim.add_nodes([NodeObserved(node=f"n{i:03d}", allocatable={"nvidia.com/gpu": 8 * GPU_MILLI}) for i in range(32)])
-    for i in range(workloads):
+    sim.add_nodes([NodeObserved(node=f"n{i:03d}", allocatable={"nvidia.com/gpu": 8 * GPU_MILLI}) for i in range(nodes)])
+    mean_gpu_s = statistics.fmean(p * g for p, g in SHAPES) * statistics.fmean(RUNTIME_S)
+    gap_mean_s = mean_gpu_s / gpus / load if load else None
+    i = 0
+    while (workloads is None or i < workloads) and (events is None or len(sim.log) < events):
         team = rng.choice(list(teams))
-        pods, gpus = rng.choice([(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8)])
+        pods, per_pod = rng.choice(SHAPES)
         sim.submit(WorkloadQueued(
             workload=f"{team}/w{i}", namespace=team, queue="default", cluster_queue=team, priority_class=None,
-            priority=teams[team][0], kind="Job", runtime_ms=rng.randint(60, 3600) * 1000,
-            pod_sets=[PodSet(name="main", count=pods, resources={"nvidia.com/gpu": gpus * GPU_MILLI})],
+            priority=teams[team][0], kind="Job", runtime_ms=rng.randint(*RUNTIME_S) * 1000,
+            pod_sets=[PodSet(name="main", count=pods, resources={"nvidia.com/gpu": per_pod * GPU_MILLI})],
         ))
-        sim.run(until_ms=sim.now_ms + rng.randint(0, 120_000))
+        gap_ms = int(rng.expovariate(1 / gap_mean_s) * 1000) if gap_mean_s else rng.randint(0, 120_000)
+        sim.run(until_ms=sim.now_ms + gap_ms)
+        i += 1
     sim.run()
     return sim.log
 
 
-def bench_replay(workloads: int = 20_000) -> dict:
-    started = time.perf_counter()
-    envs = simulated_log(workloads)
-    generated = time.perf_counter() - started
+def _generate_export(path: str, events: int, seed: int, load: float) -> None:
+    from gangway.logfile import write_export
+    write_export(simulated_log(events=events, seed=seed, load=load), path)
+
+
+def _peak_rss_mib() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_replay(workloads: int | None = None, events: int | None = None, seed: int = 42,
+                 load: float = 0.85) -> dict:
+    """Generate a log (in a child process), export it, then read it back and verify it here.
+
+    ``workloads``: the old in-memory variant (deep queues, 0–120 s arrivals) — no export.
+    ``events``: a log of about that many events at ``load`` (offered GPU load), written as an
+    auditor gets it (one structured CloudEvent per line), read back (codec) and verified; the
+    generation, the reading and the verification are timed apart, and the peak memory is this
+    process's (the generator runs in another).
+    """
+    if events is None:
+        started = time.perf_counter()
+        envs = simulated_log(workloads or 20_000, seed)
+        generated = time.perf_counter() - started
+        result = _replay_speed(envs)
+        result["generate_seconds"] = generated
+        return result
+    import multiprocessing
+
+    from gangway.logfile import read_export
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "log.jsonl")
+        started = time.perf_counter()
+        child = multiprocessing.get_context("spawn").Process(target=_generate_export, args=(path, events, seed, load))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise RuntimeError(f"log generation failed (exit {child.exitcode})")
+        generated = time.perf_counter() - started
+        size = Path(path).stat().st_size
+        rss_before = _peak_rss_mib()
+        started = time.perf_counter()
+        envs = read_export(path)
+        read_s = time.perf_counter() - started
     result = _replay_speed(envs)
-    result["generate_seconds"] = generated
+    result.update({
+        "generate_seconds": generated, "load": load, "seed": seed, "export_bytes": size,
+        "read_seconds": read_s, "read_events_per_s": len(envs) / read_s if read_s else 0.0,
+        "peak_rss_mib_before_read": rss_before, "peak_rss_mib": _peak_rss_mib(),
+        "target_events_per_s": 50_000,
+    })
+    result["ratio_to_target"] = result["events_per_s"] / 50_000
     return result
 
 
 def to_json(result: dict) -> str:
     return msgspec.json.format(msgspec.json.encode(result), indent=2).decode() + "\n"
+
+
+def shared_data(data_dir: str | None = None) -> Path:
+    """The shared reference data: ``data_dir``, else ``../shared/data`` beside the project (or the cwd)."""
+    if data_dir:
+        return Path(data_dir)
+    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
+        candidate = root.parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    raise SystemExit("gangway: ../shared/data not found; give --data")
+
+
+def write_json(result: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(to_json(result))
 
 
 def print_json(result: dict) -> None:

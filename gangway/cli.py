@@ -212,15 +212,30 @@ def cmd_demo(args) -> int:
 
 def cmd_bench(args) -> int:
     from gangway import bench
+    if args.what == "core":
+        from gangway import bench_core
+        out = args.out or "bench/results/core.json"
+        result = bench_core.bench_core(**({"gpu_steps": (64, 512), "pending_steps": (100, 1000)} if args.quick else {}))
+        print(bench_core.table(result))
+        bench.write_json(result, out)
+        bench_core.plot(result, str(Path(out).with_suffix(".png")))
+        return 0
+    if args.what == "kueue":
+        from gangway import bench_kueue
+        return bench_kueue.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
     if args.what == "pipeline":
         result = bench.bench_pipeline(jobs=args.jobs, rate=args.rate)
     else:
-        result = bench.bench_replay(workloads=args.workloads)
+        result = bench.bench_replay(workloads=args.workloads, events=args.events, load=args.load)
     bench.print_json(result)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(bench.to_json(result))
+        bench.write_json(result, args.out)
     return 0
+
+
+def cmd_simulate(args) -> int:
+    from gangway import philly
+    return philly.main(args.trace, jobs=args.jobs, out_dir=args.out, data_dir=args.data, capacity=args.capacity)
 
 
 def cmd_schemas(args) -> int:
@@ -275,13 +290,26 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-scale", type=float, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.set_defaults(func=cmd_demo)
-    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline through the broker; replay)")
-    s.add_argument("what", choices=("pipeline", "replay"))
+    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue)")
+    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue"))
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
     s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
-    s.add_argument("--workloads", type=int, default=20_000, help="replay: workloads in the generated log")
+    s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues)")
+    s.add_argument("--events", type=int, help="replay: events in the generated log (exported, read back, verified)")
+    s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
+    s.add_argument("--quick", action="store_true", help="core: a small grid only")
+    s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
+    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
+    s.add_argument("--data", help="kueue: the shared data folder (default: ../shared/data beside the project)")
     s.add_argument("--out", help="also write the figures as JSON to this file")
     s.set_defaults(func=cmd_bench)
+    s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
+    s.add_argument("--trace", choices=("philly",), default="philly")
+    s.add_argument("--jobs", type=int, help="only the first N jobs of the trace")
+    s.add_argument("--capacity", type=float, default=1.0, help="nodes per team: this fraction of philly_vc.csv's")
+    s.add_argument("--data", help="the shared data folder (default: ../shared/data beside the project)")
+    s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
+    s.set_defaults(func=cmd_simulate)
     s = sub.add_parser("schemas", help="check (or --write) the JSON Schemas and AsyncAPI document")
     s.add_argument("--write", action="store_true")
     s.set_defaults(func=cmd_schemas)

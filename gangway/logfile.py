@@ -28,7 +28,7 @@ def read_export(path: str) -> list[Envelope]:
             if not raw.strip():
                 continue
             try:
-                envs.append(codec.from_structured(msgspec.json.decode(raw)))
+                envs.append(codec.from_structured_line(raw))
             except (msgspec.DecodeError, codec.CodecError, AttributeError) as exc:
                 raise LogFileError(f"{path}:{number}: {exc}") from exc
     return envs

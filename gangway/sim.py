@@ -8,20 +8,27 @@ property tests and benchmarks use it; the auditor verifies its logs like any oth
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gangway.events.catalogue import ConfigApplied, Envelope, NodeObserved, WorkloadQueued
 from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.binder.policy import DEFAULT_RUNTIME_MS, due_reports, next_due_ms, node_sync
-from gangway.services.deciders import DECIDERS, propose
+from gangway.services.deciders import DECIDERS, decision_id
 
 SERVICES = tuple(DECIDERS)
 
 
 class Simulation:
+    """``decide`` replaces some services' decide functions (policy comparisons: such a log replays
+    only with the same functions); ``cycle_ms`` is how long a round that decided something takes
+    in cluster time (0: deciding is instantaneous, as the auditor's replay assumes nothing else)."""
+
     def __init__(self, start_ms: int = 1_700_000_000_000, default_runtime_ms: int = DEFAULT_RUNTIME_MS,
-                 state: State | None = None):
+                 state: State | None = None, decide: dict[str, Callable[[State], list]] | None = None,
+                 cycle_ms: int = 0):
         """A fresh run, or (``state``) one that goes on from a state folded elsewhere (a forecast):
         its events then continue the offsets of that state's log."""
         self.log: list[Envelope] = []
@@ -29,6 +36,8 @@ class Simulation:
         self.first_offset = self.state.offset + 1
         self.now_ms = max(start_ms, self.state.time_ms)
         self.default_runtime_ms = default_runtime_ms
+        self.decide = {name: fn for name, (_, fn) in DECIDERS.items()} | (decide or {})
+        self.cycle_ms = cycle_ms
 
     def append(self, event_id: str, time_ms: int, data, source: str = "gangway/sim") -> Envelope:
         env = Envelope(id=event_id, source=source, time_ms=time_ms, data=data,
@@ -50,15 +59,31 @@ class Simulation:
 
     def step(self) -> int:
         """One round: every deciding service, then the binder at the current time. Returns events added."""
-        added = 0
-        for service in SERVICES:
-            for pid, t, data in propose(service, self.state):
-                self.append(pid, t, data, f"gangway/{service}")
-                added += 1
+        added = self._decide_all()
+        if added and self.cycle_ms:
+            self.now_ms += self.cycle_ms
         for pid, t, data in due_reports(self.state, self.now_ms, self.default_runtime_ms):
             self.append(pid, t, data, "gangway/binder")
             added += 1
         return added
+
+    def _decide_all(self) -> int:
+        added = 0
+        for service in SERVICES:
+            if not self._may_decide(service):
+                continue
+            prefix = DECIDERS[service][0]
+            for d in self.decide[service](self.state):
+                self.append(decision_id(prefix, d.workload, d.based_on), self.state.time_ms, d, f"gangway/{service}")
+                added += 1
+        return added
+
+    def _may_decide(self, service: str) -> bool:
+        """False when the service has nothing to decide about: admission and preemption act only
+        for pending workloads, placement only for admitted ones (skipping it changes nothing)."""
+        if service == "placement":
+            return bool(self.state.unplaced)
+        return bool(self.state.pending)
 
     def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:
         """Run until nothing is left to do (or ``until_ms``, or ``stop()`` says so), jumping time
@@ -67,6 +92,8 @@ class Simulation:
             if stop is not None and stop():
                 return
             if self.step():
+                if self.cycle_ms and until_ms is not None and self.now_ms >= until_ms:
+                    return
                 continue
             due = next_due_ms(self.state, self.default_runtime_ms)
             if due is None or (until_ms is not None and due > until_ms):

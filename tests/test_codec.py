@@ -237,3 +237,31 @@ def test_every_reason_the_codec_uses_is_a_rejection_reason():
 def test_decode_data_names_the_type():
     with pytest.raises(CodecError, match="io.gangway.node.removed.v1: Object missing required field `node`"):
         decode_data("io.gangway.node.removed.v1", b"{}")
+
+
+@pytest.mark.parametrize("env", ENVELOPES, ids=IDS)
+def test_an_exported_line_decodes_in_one_pass_to_the_same_envelope(env: ev.Envelope):
+    from gangway.events.codec import from_structured_line
+    assert from_structured_line(structured_line(env)) == env
+    assert from_structured_line(structured_line(env), offset=5) == from_structured(
+        json.loads(structured_line(env)), offset=5)
+
+
+@pytest.mark.parametrize("line, reason", [
+    (b'{"specversion": "0.3", "id": "a", "source": "s", "type": "io.gangway.node.removed.v1", "data": {"node": "n"}}',
+     "malformed_cloudevent"),
+    (b'{"specversion": "1.0", "id": "", "source": "s", "type": "io.gangway.node.removed.v1", "data": {"node": "n"}}',
+     "malformed_cloudevent"),
+    (b'{"specversion": "1.0", "id": "a", "source": "s", "type": "io.gangway.node.removed.v1"}', "malformed_cloudevent"),
+    (b'{"specversion": "1.0", "id": "a", "source": "s", "type": "io.gangway.node.removed.v1", "data": {}}',
+     "missing_field"),
+    (b'{"specversion": "1.0", "id": "a", "source": "s", "type": "io.gangway.node.removed.v1", "logoffset": true, '
+     b'"data": {"node": "n"}}', "malformed_cloudevent"),
+])
+def test_an_odd_exported_line_fails_as_the_general_decoder_does(line: bytes, reason: str):
+    from gangway.events.codec import from_structured_line
+    with pytest.raises(CodecError) as fast:
+        from_structured_line(line)
+    with pytest.raises(CodecError) as general:
+        from_structured(json.loads(line))
+    assert fast.value.reason == general.value.reason == reason

@@ -24,7 +24,7 @@ from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_byt
 from gangway.events import catalogue as ev
 from gangway.events.fold import apply, held_quota, quota_view
 from gangway.events.resources import add_into, admitted_pod_sets, total_request
-from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State
+from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, run_key
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
 
@@ -179,6 +179,16 @@ def check_indexes(state: State) -> None:
     assert set(state.leaving) == {n for n, wl in state.workloads.items() if wl.phase == "evicting"}
     assert set(state.pending) == {n for n, wl in state.workloads.items() if wl.phase == "pending"}
     assert set(state.active) == {n for n, wl in state.workloads.items() if wl.phase in HOLDS_QUOTA}
+    shapes: dict[str, int] = {}
+    for name in state.pending:
+        shape = state.workloads[name].shape
+        shapes[shape] = shapes.get(shape, 0) + 1
+    assert state.pending_shapes == shapes, "pending_shapes counts the pending workloads of each shape"
+    runs: dict[str, int] = {}
+    for name in state.pending:
+        key = run_key(state.workloads[name])
+        runs[key] = runs.get(key, 0) + 1
+    assert state.pending_runs == runs, "pending_runs counts the pending workloads of each shape and runtime"
 
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:

@@ -17,11 +17,11 @@ from gangway.events.contract import Contract
 JobKind = Literal["Job", "JobSet", "PyTorchJob"]
 
 
-class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=False):
+class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=False, gc=False):
     """Base of every event type."""
 
 
-class TopologyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class TopologyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """Kueue's TAS annotations for one pod set (level names are node label keys)."""
 
     required: str | None = None
@@ -33,7 +33,7 @@ class TopologyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 # --- producers' input -------------------------------------------------------------------------
 
 
-class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """A pod set as a producer writes it: resources are Kubernetes quantities (``"16Gi"``, 8)."""
 
     name: str
@@ -59,7 +59,7 @@ class JobSubmitted(_Event, frozen=True):
 # --- submission --------------------------------------------------------------------------------
 
 
-class PodSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PodSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """A validated pod set: per-pod resources in integer milli units."""
 
     name: str
@@ -124,7 +124,7 @@ class WorkloadAdmitted(_Event, frozen=True):
     counts: dict[str, int] = {}
 
 
-class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """``count`` pods of pod set ``pod_set`` go to ``node``."""
 
     pod_set: str
@@ -236,7 +236,7 @@ TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)
 
 
-class Envelope(msgspec.Struct, frozen=True):
+class Envelope(msgspec.Struct, frozen=True, gc=False):
     """One event with its CloudEvents attributes and, once appended, its offset in the log."""
 
     id: str

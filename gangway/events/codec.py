@@ -159,6 +159,38 @@ def from_structured(obj: dict[str, Any], offset: int = -1) -> Envelope:
     return _envelope(attrs, _ENCODER.encode(obj["data"]), offset)
 
 
+class _Line(msgspec.Struct):
+    """The usual structured-mode line, decoded in one pass with ``data`` left as raw JSON."""
+
+    specversion: str
+    id: str
+    source: str
+    type: str
+    data: msgspec.Raw
+    time: str = ""
+    datacontenttype: str = ""
+    logoffset: int = -1
+
+
+_LINE = msgspec.json.Decoder(_Line)
+
+
+def from_structured_line(raw: bytes, offset: int = -1) -> Envelope:
+    """``from_structured(json.decode(raw))`` without building a dict and encoding ``data`` again.
+
+    Lines out of the ordinary (no ``data``, odd attribute types) take the general path, which
+    raises the same errors as ever."""
+    try:
+        line = _LINE.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return from_structured(msgspec.json.decode(raw), offset)
+    attrs = {"specversion": line.specversion, "id": line.id, "source": line.source, "type": line.type,
+             "time": line.time, "datacontenttype": line.datacontenttype}
+    if offset < 0 and line.logoffset >= 0:
+        offset = line.logoffset
+    return _envelope(attrs, line.data, offset)
+
+
 def _envelope(attrs: dict[str, Any], payload: bytes, offset: int) -> Envelope:
     for required in ("specversion", "id", "source", "type"):
         if not isinstance(attrs.get(required), str) or not attrs[required]:

@@ -20,7 +20,7 @@ from gangway.events.quota import QuotaView
 from gangway.events.resources import (
     add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
-from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState
+from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, run_key, shape_of
 
 
 def copy_state(state: State) -> State:
@@ -55,6 +55,22 @@ def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
     elif phase == "evicting":
         state.leaving[name] = None
     wl.phase = phase
+
+
+def _enqueue(state: State, wl: WorkloadState) -> None:
+    state.pending[wl.spec.workload] = None
+    for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
+        counts[key] = counts.get(key, 0) + 1
+
+
+def _dequeue(state: State, wl: WorkloadState) -> None:
+    del state.pending[wl.spec.workload]
+    for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
+        left = counts.get(key, 0) - 1
+        if left > 0:
+            counts[key] = left
+        else:
+            counts.pop(key, None)
 
 
 def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:
@@ -106,7 +122,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = None
-    state.pending[wl.spec.workload] = None
+    _enqueue(state, wl)
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -116,10 +132,11 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
     if e.workload in state.workloads:
         state.ignored += 1
         return
-    state.workloads[e.workload] = WorkloadState(
+    wl = state.workloads[e.workload] = WorkloadState(
         spec=e, phase="pending", seq=env.offset, queued_ms=env.time_ms, request=total_request(e.pod_sets),
+        shape=shape_of(e),
     )
-    state.pending[e.workload] = None
+    _enqueue(state, wl)
 
 
 def _seen(state: State, wl: WorkloadState | None, env: ev.Envelope) -> bool:
@@ -147,7 +164,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.nominated = False
     bring_up_to_date(state, e.cluster_queue)
     quota_view(state).add(e.cluster_queue, held_quota(state, e))
-    del state.pending[e.workload]
+    _dequeue(state, wl)
     state.active[e.workload] = None
     state.decisions += 1
 

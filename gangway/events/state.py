@@ -18,6 +18,18 @@ FINISH_FROM = ("bound", "running", "evicting")
 EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
+def shape_of(spec: WorkloadQueued) -> str:
+    """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources), as text."""
+    sets = ";".join(f"{ps.count}x" + ("" if ps.min_count is None else f"(min {ps.min_count})")
+                    + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items())) for ps in spec.pod_sets)
+    return f"{spec.cluster_queue}|{sets}"
+
+
+def run_key(wl: "WorkloadState") -> str:
+    """A workload's shape and declared runtime (backfill tells gangs of one shape apart by runtime)."""
+    return f"{wl.shape}@{wl.spec.runtime_ms}"
+
+
 class NodeState(msgspec.Struct):
     name: str
     allocatable: dict[str, int]
@@ -33,6 +45,9 @@ class WorkloadState(msgspec.Struct):
     queued_ms: int
     #: The whole gang's request (sum over pod sets), computed once when queued.
     request: dict[str, int] = {}
+    #: Its ClusterQueue and the shape of its pod sets (``shape_of``): gangs of one shape in one
+    #: queue fit or fail alike. Computed once when queued ("" in snapshots older than the field).
+    shape: str = ""
     #: Number of times it was evicted; binder reports name the attempt they are about.
     attempt: int = 0
     admission: WorkloadAdmitted | None = None
@@ -76,6 +91,10 @@ class State(msgspec.Struct):
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}
+    #: How many pending workloads there are of each shape (``WorkloadState.shape``), and of each
+    #: shape and runtime (``run_key``): a cycle that saw every one of them fail can stop early.
+    pending_shapes: dict[str, int] = {}
+    pending_runs: dict[str, int] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
     #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for

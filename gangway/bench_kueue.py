@@ -1,0 +1,385 @@
+"""`gangway bench kueue --scenario NAME`: Kueue's own scheduler-performance scenarios, end to end.
+
+Reads ``kueue-perf/<scenario>/generator.yaml`` as it is — cohorts of ClusterQueues (nominalQuota,
+borrowingLimit, reclaimWithinCohort, withinClusterQueue) and, per queue, workload sets that create
+``count`` workloads one every ``creationIntervalMs``, each asking ``request`` cpu (per pod,
+``podCount`` pods) at ``priority`` and running ``runtimeMs`` once admitted — and runs it through
+the real broker and all six services (``Stack``, time scale 1: real time), on simulated nodes that
+hold exactly the quota. Prints Kueue's figures beside Kueue's published ones (``rangespec.yaml``'s
+comments) and the scenario's lower bound.
+
+Times: creation is when the job is sent (wall clock = cluster clock at time scale 1); admission is
+the WorkloadAdmitted's event time (the state's time when admission decided); running is the
+binder's WorkloadRunning time; release is the WorkloadFinished time (start + runtime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from gangway import stack
+from gangway.adapters import kafka
+from gangway.bench import shared_data, write_json
+from gangway.events import catalogue as ev
+from gangway.events.contract import (
+    ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
+)
+from gangway.events.quantity import parse_milli
+
+#: Kueue's published averages (rangespec.yaml's comments): wall ms, usage %, avg ms to admission.
+PUBLISHED = {
+    "baseline": {"wall_ms": 351_116, "usage_pct": 55.9,
+                 "admission_ms": {"large": 16_501, "medium": 76_768, "small": 215_468}},
+    "large-scale": {"wall_ms": 1_179_411, "usage_pct": 38.64,
+                    "admission_ms": {"large": 105_604, "medium": 256_413, "small": 700_379}},
+    "tas": {"wall_ms": 401_472, "usage_pct": 62.41, "admission_ms": {
+        "large-balanced-rack": 37_862, "large-preferred-rack": 39_573, "large-required-rack": 39_625,
+        "medium-balanced-rack": 106_303, "medium-preferred-rack": 106_324, "medium-required-rack": 107_071,
+        "small-balanced-rack": 237_846, "small-preferred-rack": 246_090, "small-required-rack": 246_755}},
+}
+#: The issue's targets: wall ≤ this × the lower bound (baseline) or × Kueue's wall (large-scale).
+TARGETS = {"baseline": {"wall_vs_bound": 1.25, "usage_pct": 85.0, "admission_vs_kueue": 1 / 3},
+           "large-scale": {"wall_vs_kueue": 0.2, "admission_vs_kueue": 1 / 3}}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One workload to create: when, where, what."""
+
+    name: str
+    cluster_queue: str
+    namespace: str
+    cls: str
+    create_ms: int
+    runtime_ms: int
+    priority: int
+    per_pod_milli: int
+    pods: int
+    topology: dict | None = None
+
+
+@dataclass
+class Scenario:
+    name: str
+    contract: Contract
+    nominal_milli: dict[str, int]
+    specs: list[Spec] = field(default_factory=list)
+    topology: dict | None = None
+    #: A shrunk scenario is not compared with Kueue's published figures.
+    shrunk: bool = False
+
+
+def load(path: Path, shrink: float | None = None) -> Scenario:
+    """The scenario of a generator.yaml; ``shrink`` keeps that fraction of queues and workloads."""
+    doc = yaml.safe_load(path.read_text())
+    queues: list[ClusterQueue] = []
+    local: list[LocalQueue] = []
+    priorities: set[int] = set()
+    specs: list[Spec] = []
+    nominal: dict[str, int] = {}
+
+    def scaled(n: int) -> int:
+        return n if shrink is None else max(1, math.ceil(n * shrink))
+
+    for cohort_set in doc["cohorts"]:
+        for c in range(scaled(cohort_set["count"])):
+            cohort = f"{cohort_set['className']}-{c}"
+            for queue_set in cohort_set["queuesSets"]:
+                for q in range(scaled(queue_set["count"])):
+                    cq = f"{cohort}-{queue_set['className']}-{q}"
+                    nominal[cq] = parse_milli(str(queue_set["nominalQuota"]))
+                    queues.append(ClusterQueue(
+                        name=cq, cohort=cohort,
+                        preemption=Preemption(within_cluster_queue=queue_set["withinClusterQueue"],
+                                              reclaim_within_cohort=queue_set["reclaimWithinCohort"]),
+                        flavors=[FlavorQuotas(flavor="default", resources={"cpu": Quota(
+                            nominal=nominal[cq], borrowing_limit=parse_milli(str(queue_set["borrowingLimit"])))})],
+                    ))
+                    local.append(LocalQueue(namespace=cq, name="main", cluster_queue=cq))
+                    for s, wset in enumerate(queue_set["workloadsSets"]):
+                        for w in wset["workloads"]:
+                            priorities.add(int(w["priority"]))
+                            topo = ({"constraint": w["tasConstraint"], "level": w["tasLevel"],
+                                     "slice_size": w.get("sliceSize")} if "tasConstraint" in w else None)
+                            for i in range(scaled(wset["count"])):
+                                specs.append(Spec(
+                                    name=f"{w['className']}-{s}-{i}", cluster_queue=cq, namespace=cq,
+                                    cls=w["className"], create_ms=i * int(wset["creationIntervalMs"]),
+                                    runtime_ms=int(w["runtimeMs"]), priority=int(w["priority"]),
+                                    per_pod_milli=parse_milli(str(w["request"])), pods=int(w.get("podCount", 1)),
+                                    topology=topo,
+                                ))
+    specs.sort(key=lambda s: (s.create_ms, s.cluster_queue, s.name))
+    contract = Contract(
+        cluster_queues=queues, local_queues=local,
+        priority_classes=[PriorityClass(name=f"priority-{p}", value=p) for p in sorted(priorities)],
+    )
+    return Scenario(path.parent.name, contract, nominal, specs, doc.get("topology"), shrink is not None)
+
+
+def lower_bound_ms(sc: Scenario) -> dict:
+    """No scheduler can finish sooner: all demand at full quota, or the last creation + its runtime."""
+    demand = sum(s.per_pod_milli * s.pods * s.runtime_ms for s in sc.specs)
+    capacity = sum(sc.nominal_milli.values())
+    by_demand = demand / capacity
+    by_last = max(s.create_ms + s.runtime_ms for s in sc.specs)
+    return {"demand_over_capacity_ms": by_demand, "last_creation_plus_runtime_ms": by_last,
+            "lower_bound_ms": max(by_demand, by_last)}
+
+
+def nodes_yaml(sc: Scenario) -> str:
+    """The simulated nodes: the scenario's topology when it has one (block × rack × node, with the
+    level labels), else nodes holding exactly the quota, each as big as the largest pod."""
+    if sc.topology:
+        return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": _topology_nodes(sc.topology)})
+    capacity = sum(sc.nominal_milli.values())
+    size = max(max(s.per_pod_milli for s in sc.specs), 20_000)
+    items = [_node(f"node-{i:04d}", {}, f"{size}m", "256Gi") for i in range(-(-capacity // size))]
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def _node(name: str, labels: dict, cpu: str, memory: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}}}
+
+
+def _topology_nodes(topology: dict) -> list[dict]:
+    levels = topology["levels"]
+    leaf = levels[-1]
+    nodes: list[dict] = []
+
+    def walk(depth: int, labels: dict, path: str) -> None:
+        level = levels[depth]
+        for i in range(level["count"]):
+            name = f"{path}{level['name']}-{i}"
+            here = dict(labels, **{level["nodeLabel"]: name})
+            if depth == len(levels) - 1:
+                nodes.append(_node(name, here, str(leaf["capacity"]["cpu"]), str(leaf["capacity"]["memory"])))
+            else:
+                walk(depth + 1, here, name + "-")
+
+    walk(0, {}, "")
+    return nodes
+
+
+def _topology_request(topo: dict | None) -> ev.TopologyRequest | None:
+    """Kueue's TAS constraint as gangway's pod-set topology request (required, preferred, balanced)."""
+    if topo is None:
+        return None
+    if topo["constraint"] == "required":
+        return ev.TopologyRequest(required=topo["level"])
+    if topo["constraint"] == "balanced":
+        return ev.TopologyRequest(preferred=topo["level"], slice_required=topo["level"],
+                                  slice_size=topo.get("slice_size") or 1)
+    return ev.TopologyRequest(preferred=topo["level"])
+
+
+def job(s: Spec) -> ev.JobSubmitted:
+    return ev.JobSubmitted(
+        job_id=s.name, namespace=s.namespace, queue="main", priority_class=f"priority-{s.priority}",
+        runtime_seconds=s.runtime_ms / 1000,
+        pod_sets=[ev.PodSetRequest(name="main", count=s.pods, resources={"cpu": f"{s.per_pod_milli}m"},
+                                   topology=_topology_request(s.topology))],
+    )
+
+
+async def _publish(bootstrap: str, specs: list[Spec], t0: float) -> dict[str, int]:
+    """Send every job at its creation time (wall clock from ``t0``); returns workload → sent ms."""
+    from gangway.events import topics
+    from gangway.services.submission.manifests import to_cloudevent_record
+    prod = kafka.producer(bootstrap)
+    await prod.start()
+    sent: dict[str, int] = {}
+    try:
+        futures = []
+        for s in specs:
+            delay = t0 + s.create_ms / 1000 - time.time()
+            if delay > 0.001:
+                await asyncio.sleep(delay)
+            now = int(time.time() * 1000)
+            key, value, headers = to_cloudevent_record(job(s), "gangway/bench-kueue", now)
+            sent[f"{s.namespace}/{s.name}"] = now
+            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
+        await asyncio.gather(*futures)
+    finally:
+        await prod.stop()
+    return sent
+
+
+async def _watch(bootstrap: str, expected: int, deadline_s: float) -> dict[str, dict]:
+    """Follow the log until ``expected`` workloads finished: per workload, its event times."""
+    seen: dict[str, dict] = {}
+    finished = 0
+    start = 0
+    deadline = time.monotonic() + deadline_s
+    while finished < expected:
+        async for env in kafka.read_log(bootstrap, start=start, idle_ms=200):
+            start = env.offset + 1
+            d = env.data
+            name = getattr(d, "workload", None)
+            if name is None:
+                continue
+            rec = seen.setdefault(name, {"evictions": 0})
+            if isinstance(d, ev.WorkloadQueued):
+                rec["queued_ms"] = env.time_ms
+            elif isinstance(d, ev.WorkloadAdmitted):
+                rec.setdefault("admitted_ms", env.time_ms)
+            elif isinstance(d, ev.WorkloadRunning):
+                rec.setdefault("running_ms", env.time_ms)
+            elif isinstance(d, ev.WorkloadEvicted):
+                rec["evictions"] += 1
+            elif isinstance(d, ev.WorkloadFinished) and "finished_ms" not in rec:
+                rec["finished_ms"] = env.time_ms
+                finished += 1
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {finished} of {expected} workloads finished in {deadline_s:.0f} s")
+        await asyncio.sleep(0.05)
+    return seen
+
+
+def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, int]]]:
+    """Per ClusterQueue: (from, to, cpu milli) for every admission, until its quota was released."""
+    from gangway.events.fold import apply
+    from gangway.events.state import HOLDS_QUOTA, State
+    held: dict[str, list[tuple[int, int, int]]] = {}
+    since: dict[str, int] = {}
+    state = State()
+    for env in envs:
+        name = getattr(env.data, "workload", None)
+        apply(state, env)
+        wl = state.workloads.get(name) if name else None
+        if wl is None:
+            continue
+        holds = wl.phase in HOLDS_QUOTA
+        if holds and name not in since:
+            since[name] = env.time_ms
+        elif not holds and name in since:
+            held.setdefault(wl.spec.cluster_queue, []).append((since.pop(name), env.time_ms, wl.request.get("cpu", 0)))
+    return held
+
+
+def figures(sc: Scenario, sent: dict[str, int], seen: dict[str, dict], envs: list[ev.Envelope]) -> dict:
+    specs = {f"{s.namespace}/{s.name}": s for s in sc.specs}
+    first = min(sent.values())
+    last_finish = max(rec["finished_ms"] for rec in seen.values() if "finished_ms" in rec)
+    wall_ms = last_finish - first
+    per_class: dict[str, list[int]] = {}
+    to_running: dict[str, list[int]] = {}
+    for name, s in specs.items():
+        rec = seen[name]
+        per_class.setdefault(s.cls, []).append(max(0, rec["admitted_ms"] - sent[name]))
+        to_running.setdefault(s.cls, []).append(max(0, rec["running_ms"] - sent[name]))
+    held = _held_intervals(envs)
+    used = sum((min(b, last_finish) - max(a, first)) * m for ivs in held.values() for a, b, m in ivs)
+    # Quota held while the workload was not running yet (placement and binding round trips).
+    waiting = sum(max(0, seen[n]["running_ms"] - seen[n]["admitted_ms"]) * s.per_pod_milli * s.pods
+                  for n, s in specs.items())
+    usage_pct = 100 * used / (sum(sc.nominal_milli.values()) * wall_ms)
+    bound = lower_bound_ms(sc)
+    published = {} if sc.shrunk else PUBLISHED.get(sc.name, {})
+    avg = {c: sum(v) / len(v) for c, v in sorted(per_class.items())}
+    result = {
+        "scenario": sc.name, "workloads": len(specs), "cluster_queues": len(sc.contract.cluster_queues),
+        "wall_ms": wall_ms, "usage_pct": usage_pct, **bound,
+        "wall_vs_lower_bound": wall_ms / bound["lower_bound_ms"],
+        "avg_time_to_admission_ms": avg,
+        "avg_time_to_running_ms": {c: sum(v) / len(v) for c, v in sorted(to_running.items())},
+        "max_time_to_admission_ms": {c: max(v) for c, v in sorted(per_class.items())},
+        "avg_admission_to_running_ms": {c: sum(to_running[c]) / len(to_running[c]) - avg[c] for c in avg},
+        "quota_held_before_running_pct": 100 * waiting / used if used else 0.0,
+        "evictions": sum(rec["evictions"] for rec in seen.values()),
+        "log_events": len(envs),
+        "kueue_published": published,
+    }
+    if published:
+        result["wall_vs_kueue"] = wall_ms / published["wall_ms"]
+        result["usage_vs_kueue"] = usage_pct / published["usage_pct"]
+        result["admission_vs_kueue"] = {c: avg[c] / published["admission_ms"][c]
+                                        for c in avg if c in published["admission_ms"]}
+    result["targets"] = {} if sc.shrunk else TARGETS.get(sc.name, {})
+    return result
+
+
+def run(sc: Scenario, deadline_s: float | None = None) -> dict:
+    bound = lower_bound_ms(sc)["lower_bound_ms"]
+    deadline_s = deadline_s or 900 + 20 * bound / 1000
+    with tempfile.TemporaryDirectory() as tmp:
+        old = os.environ.get("GANGWAY_STATE_DIR")
+        os.environ["GANGWAY_STATE_DIR"] = tmp
+        try:
+            cluster = Path(tmp) / "cluster.yaml"
+            cluster.write_text(nodes_yaml(sc))
+            with stack.Stack(cluster_file=str(cluster), time_scale=1.0) as running:
+                asyncio.run(stack.publish_config(running.bootstrap, sc.contract, f"kueue-perf/{sc.name}",
+                                                 running.clock.now_ms()))
+                running.wait_ready()
+                sent, seen = asyncio.run(_run_async(running.bootstrap, sc, deadline_s))
+                _, envs = asyncio.run(stack.read_state(running.bootstrap))
+        finally:
+            if old is None:
+                os.environ.pop("GANGWAY_STATE_DIR", None)
+            else:
+                os.environ["GANGWAY_STATE_DIR"] = old
+    result = figures(sc, sent, seen, envs)
+    from gangway.bench import _replay_speed
+    result["replay"] = _replay_speed(envs)
+    return result
+
+
+async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float):
+    t0 = time.time() + 0.5
+    watcher = asyncio.create_task(_watch(bootstrap, len(sc.specs), deadline_s))
+    sent = await _publish(bootstrap, sc.specs, t0)
+    seen = await watcher
+    return sent, seen
+
+
+def report(result: dict) -> str:
+    pub = result.get("kueue_published") or {}
+    lines = [f"Kueue scenario {result['scenario']}: {result['workloads']} workloads on "
+             f"{result['cluster_queues']} ClusterQueues, real broker and six services, time scale 1"]
+    lines.append(f"{'figure':<34} {'gangway':>12} {'Kueue':>12} {'ratio':>7}")
+    bound = result["lower_bound_ms"]
+    lines.append(f"{'wall ms':<34} {result['wall_ms']:>12,.0f} {pub.get('wall_ms', float('nan')):>12,.0f} "
+                 f"{result.get('wall_vs_kueue', float('nan')):>7.3f}")
+    lines.append(f"{'  lower bound ms (÷ capacity, last)':<34} {bound:>12,.0f}   "
+                 f"({result['demand_over_capacity_ms']:,.0f} / {result['last_creation_plus_runtime_ms']:,.0f}); "
+                 f"wall / bound {result['wall_vs_lower_bound']:.3f}")
+    lines.append(f"{'ClusterQueue usage %':<34} {result['usage_pct']:>12.1f} {pub.get('usage_pct', float('nan')):>12.1f} "
+                 f"{result.get('usage_vs_kueue', float('nan')):>7.3f}")
+    for cls, avg in result["avg_time_to_admission_ms"].items():
+        k = pub.get("admission_ms", {}).get(cls, float("nan"))
+        lines.append(f"{'avg ms to admission ' + cls:<34} {avg:>12,.0f} {k:>12,.0f} "
+                     f"{result.get('admission_vs_kueue', {}).get(cls, float('nan')):>7.3f}")
+    for cls, avg in result["avg_time_to_running_ms"].items():
+        lines.append(f"{'  avg ms to running ' + cls:<34} {avg:>12,.0f}")
+    lines.append(f"quota held before running (placement and binding round trips): "
+                 f"{result['quota_held_before_running_pct']:.1f} % of the quota held")
+    lines.append(f"evictions {result['evictions']}; log {result['log_events']} events; replay "
+                 f"{result['replay']['verified']}/{result['replay']['decisions']} decisions reproduced")
+    lines.append(f"targets: {result['targets']}")
+    return "\n".join(lines)
+
+
+def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: str | None = None) -> int:
+    if not re.fullmatch(r"[a-z-]+", scenario):
+        raise SystemExit(f"gangway: bad scenario name {scenario!r}")
+    path = shared_data(data_dir) / "kueue-perf" / scenario / "generator.yaml"
+    sc = load(path, shrink)
+    if sc.topology:
+        print(f"note: {scenario} has a topology ({sc.topology['name']}): its nodes carry the level labels and "
+              f"the pod sets Kueue's TAS constraints; placement honours what the code of this branch supports")
+    result = run(sc)
+    result["shrink"] = shrink
+    print(report(result))
+    write_json(result, out or f"bench/results/kueue-{scenario}{'-shrunk' if shrink else ''}.json")
+    return 0

@@ -1,0 +1,82 @@
+"""Smoke versions of the benchmarks: they run end to end on small inputs and their figures hold
+together (every decision reproduced, every workload placed). Speed is never asserted here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gangway import bench, bench_core
+from gangway.cli import main
+
+
+def test_replay_benchmark_exports_reads_back_and_reproduces_every_decision():
+    result = bench.bench_replay(events=3_000)
+    assert result["events"] >= 3_000
+    assert result["mismatches"] == 0
+    assert result["verified"] == result["decisions"] > 0
+    assert result["peak_rss_mib"] > 0 and result["generate_seconds"] > 0
+
+
+def test_core_cycle_fills_the_freed_room_from_a_deep_queue():
+    row = bench_core.measure(gpus=64, pending=200)
+    assert row["admitted"] == row["placed"] > 0
+    assert row["admitted"] <= row["gpus_freed"]
+
+
+def test_bench_core_writes_a_table_json_and_a_plot(tmp_path, capsys):
+    out = tmp_path / "core.json"
+    assert main(["bench", "core", "--quick", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["rows"]) == 4
+    assert result["memory"]["pending_bytes_per_workload"] > 0
+    assert (tmp_path / "core.png").stat().st_size > 0
+    assert "admissions+placements/s" in capsys.readouterr().out
+
+
+@pytest.mark.broker
+def test_a_shrunk_kueue_scenario_runs_end_to_end_and_every_workload_finishes(tmp_path, capsys):
+    from gangway import bench_kueue
+    out = tmp_path / "kueue.json"
+    assert main(["bench", "kueue", "--scenario", "baseline", "--shrink", "0.05", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    sc = bench_kueue.load(bench.shared_data() / "kueue-perf" / "baseline" / "generator.yaml", 0.05)
+    assert result["workloads"] == len(sc.specs)
+    assert set(result["avg_time_to_admission_ms"]) == {"large", "medium", "small"}
+    assert result["wall_ms"] >= result["lower_bound_ms"] * 0.95  # no run beats the bound (clock jitter aside)
+    assert 0 < result["usage_pct"] <= 100.5
+    assert result["replay"]["mismatches"] == 0
+    assert "avg ms to admission small" in capsys.readouterr().out
+
+
+def test_kueue_scenarios_load_as_kueue_defines_them():
+    from gangway import bench_kueue
+    sc = bench_kueue.load(bench.shared_data() / "kueue-perf" / "baseline" / "generator.yaml")
+    assert len(sc.specs) == 15_000 and len(sc.contract.cluster_queues) == 30
+    assert bench_kueue.lower_bound_ms(sc)["lower_bound_ms"] == 66_000
+    large = bench_kueue.load(bench.shared_data() / "kueue-perf" / "large-scale" / "generator.yaml")
+    assert len(large.specs) == 50_000 and len(large.contract.cluster_queues) == 1_000
+
+
+def test_a_philly_prefix_runs_under_three_policies_and_every_job_finishes(tmp_path, capsys):
+    assert main(["simulate", "--trace", "philly", "--jobs", "150", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "philly-150.json").read_text())
+    assert [r["policy"] for r in result["results"]] == ["greedy-fifo", "kueue-like", "gangway"]
+    for r in result["results"]:
+        assert r["jobs"] == 150
+        assert 0 < r["gpu_utilization_pct"] <= 100
+        assert r["avg_jct_s"] >= r["avg_queueing_s"] >= 0
+    assert (tmp_path / "philly-150-jct.png").exists()
+    assert "average queueing delay per team" in capsys.readouterr().out
+
+
+def test_kueue_like_admits_at_most_one_workload_per_cluster_queue_per_cycle():
+    from gangway.philly import first_admission_per_queue
+
+    class Admitted:
+        def __init__(self, workload, cluster_queue):
+            self.workload, self.cluster_queue = workload, cluster_queue
+
+    decide = first_admission_per_queue(lambda state: [Admitted("a/1", "a"), Admitted("a/2", "a"), Admitted("b/1", "b")])
+    assert [d.workload for d in decide(None)] == ["a/1", "b/1"]
