@@ -121,11 +121,14 @@ class WorkloadAdmitted(_Event, frozen=True):
 
 
 class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``count`` pods of pod set ``pod_set`` go to ``node``."""
+    """``count`` pods of pod set ``pod_set`` go to ``node``; ``gpus`` names the GPU indexes they
+    take (per pod: its whole GPUs, then the one it shares; see ``events/gpus.py``), empty when the
+    pods take no GPU or the placement predates GPU indexes (the fold then chooses them)."""
 
     pod_set: str
     node: str
     count: int
+    gpus: list[int] = []
 
 
 class PlacementDecided(_Event, frozen=True):
@@ -173,6 +176,8 @@ class NodeObserved(_Event, frozen=True):
     node: str
     allocatable: dict[str, int]
     labels: dict[str, str] = {}
+    #: NVLink islands, sizes in GPU index order (``[4, 4]``: GPUs 0-3 and 4-7); empty: PCIe only.
+    islands: list[int] = []
 
 
 class NodeRemoved(_Event, frozen=True):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
-from gangway.events.resources import add_into, assignment_use, index_of, pods_that_fit, quota_fit, total_request
+from gangway.events import gpus
+from gangway.events.resources import GPU, add_into, assignment_use, index_of, pods_that_fit, quota_fit, total_request
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState
 
 
@@ -66,6 +67,16 @@ def _release_nodes(state: State, wl: WorkloadState) -> None:
         node = state.nodes.get(name)
         if node is not None:
             add_into(node.free, used)
+    _gpus_held(state, wl, sign=+1)
+
+
+def _gpus_held(state: State, wl: WorkloadState, sign: int, only: str | None = None) -> None:
+    """Take (-1) or give back (+1) the GPUs a placed workload holds, on every node or ``only`` one."""
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
+    for a, indexes in zip(wl.placement.assignments, wl.placement_gpus):
+        node = state.nodes.get(a.node)
+        if indexes and node is not None and (only is None or only == a.node):
+            gpus.apply(node.gpus, [i for i in indexes if i < len(node.gpus)], gpu_per_pod[a.pod_set], sign)
 
 
 def _release_quota(state: State, wl: WorkloadState) -> None:
@@ -85,6 +96,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
+    wl.placement_gpus = []
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = None
     state.pending[wl.spec.workload] = None
 
@@ -163,10 +175,31 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
         return
     _set_phase(state, wl, "placed")
     wl.placement, wl.placement_id = e, env.id
+    wl.placement_gpus = placement_gpus(state, wl, e)
     wl.superseded = None
     for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
         add_into(state.nodes[name].free, used, -1)
+    _gpus_held(state, wl, sign=-1)
     state.decisions += 1
+
+
+def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> list[list[int]] | str:
+    """The GPU indexes each assignment takes (as named, or chosen best fit), or why they do not fit."""
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
+    trial: dict[str, list[int]] = {}
+    out: list[list[int]] = []
+    for a in e.assignments:
+        node, milli = state.nodes[a.node], gpu_per_pod[a.pod_set]
+        if milli == 0 or not node.gpus:
+            out.append([])
+            continue
+        free = trial.setdefault(a.node, list(node.gpus))
+        indexes = list(a.gpus) if a.gpus else gpus.choose(free, node.islands, milli, a.count)
+        if indexes is None or not gpus.fits(free, indexes, milli, a.count):
+            return f"{a.count} pod(s) of {a.pod_set} no longer fit the GPUs of {a.node}"
+        gpus.apply(free, indexes, milli)
+        out.append(indexes)
+    return out
 
 
 def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> str:
@@ -195,7 +228,8 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
     for ps in wl.spec.pod_sets:
         if placed[ps.name] != ps.count:
             return f"pod set {ps.name}: {placed[ps.name]} of {ps.count} pods placed (a gang is all or nothing)"
-    return ""
+    held = placement_gpus(state, wl, e)
+    return held if isinstance(held, str) else ""
 
 
 def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> None:
@@ -258,13 +292,18 @@ def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
 
 def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
     free = dict(e.allocatable)
+    holding = []
     for name in state.active:
         wl = state.workloads[name]
         if wl.phase in HOLDS_NODES and wl.placement is not None:
+            holding.append(wl)
             for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
                 if name == e.node:
                     add_into(free, used, -1)
-    state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free)
+    state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free,
+                                    gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands))
+    for wl in holding:
+        _gpus_held(state, wl, sign=-1, only=e.node)
 
 
 def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:

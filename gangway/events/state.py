@@ -23,6 +23,9 @@ class NodeState(msgspec.Struct):
     allocatable: dict[str, int]
     labels: dict[str, str]
     free: dict[str, int]
+    #: Free milli per GPU (index order) and the NVLink islands (``events/gpus.py``).
+    gpus: list[int] = []
+    islands: list[int] = []
 
 
 class WorkloadState(msgspec.Struct):
@@ -42,6 +45,8 @@ class WorkloadState(msgspec.Struct):
     admitted_at: int | None = None
     placement: PlacementDecided | None = None
     placement_id: str | None = None
+    #: GPU indexes each assignment of the placement holds (as named, or as the fold chose them).
+    placement_gpus: list[list[int]] = []
     started_ms: int | None = None
     eviction: EvictionOrdered | None = None
     eviction_id: str | None = None

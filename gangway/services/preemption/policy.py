@@ -19,7 +19,7 @@ from gangway.events.catalogue import EvictionOrdered
 from gangway.events.resources import ContractIndex, add_into, index_of, is_borrowing, quota_fit
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.policy import Snapshot, admission_cycle, shape_key
-from gangway.services.placement.policy import place_gang, release_nodes, victims_in_flight
+from gangway.services.placement.policy import copy_free, place_gang, release_nodes, victims_in_flight
 
 #: At most this many preemptors are served per cycle.
 PREEMPTORS_PER_CYCLE_MAX = 64
@@ -119,7 +119,7 @@ def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str
 
 def _fits_without(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, victims: list[WorkloadState]) -> bool:
     usage = {cq: dict(res) for cq, res in snap.binding_usage().items()}
-    free = {n: dict(f) for n, f in snap.free.items()}
+    free = copy_free(snap.free)
     for victim in victims:
         add_into(usage.setdefault(victim.spec.cluster_queue, {}), victim.admission.usage, -1)
         release_nodes(free, victim)
