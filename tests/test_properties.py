@@ -22,8 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
 from gangway.events import catalogue as ev
+from gangway.events import freeindex
+from gangway.events.freeindex import FreeIndex
 from gangway.events.fold import apply
-from gangway.events.resources import add_into, index_of, total_request
+from gangway.events.resources import GPU, add_into, index_of, total_request
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
@@ -61,9 +63,16 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
      .default_grace_ms(grace_ms[0]).obj())
 
 
+#: Node name → (block, rack, NVLink islands) for the nodes that have a topology.
+TOPOLOGY_POOL = {"n1": ("b1", "r1", (4, 4)), "n2": ("b1", "r2", (8,)), "n4": ("b2", "r3", (8,))}
+
+
 def node_obj(name: str) -> ev.NodeObserved:
     gpus, cpus = NODE_POOL[name]
     b = node(name).cpu(cpus).memory_gi(256)
+    if name in TOPOLOGY_POOL:
+        block, rack, islands = TOPOLOGY_POOL[name]
+        b = b.at(block, rack).islands(*islands)
     return (b.gpus(gpus) if gpus else b).obj()
 
 
@@ -101,6 +110,12 @@ def check_nodes(state: State) -> None:
         resources = set(n.free) | set(n.allocatable) | set(taken[name])
         for r in resources:
             assert n.free.get(r, 0) + taken[name].get(r, 0) == n.allocatable.get(r, 0), (name, r)
+        assert all(0 <= g <= 1000 for g in n.gpus), f"{name} GPU overbooked: {n.gpus}"
+        assert sum(n.gpus) == n.free.get(GPU, 0), f"{name}: GPU by GPU {n.gpus} != {n.free}"
+    rebuilt = FreeIndex()
+    for n in state.nodes.values():
+        freeindex.change(rebuilt, n.gpus, n.islands, n.labels, +1)
+    assert freeindex.measure(state.free_index) == freeindex.measure(rebuilt), "the fold's index drifted"
 
 
 def nonzero(d: dict[str, int]) -> dict[str, int]:

@@ -12,6 +12,7 @@ import pytest
 
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events import catalogue as ev
+from gangway.events import freeindex
 from gangway.events.resources import GPU
 from gangway.services.binder.cluster import ClusterFileError, load_nodes
 from gangway.services.placement.policy import as_free, decide_placement, free_capacity, place_gang
@@ -209,3 +210,24 @@ def test_the_cluster_file_reads_nvlink_islands_from_an_annotation():
     assert (n.islands, n.labels) == ([4, 4], {RACK: "r1"})
     with pytest.raises(ClusterFileError, match="does not add up"):
         load_nodes(CLUSTER_YAML.format(name="n1", islands="4,2"))
+
+
+def test_the_fragmentation_measure_follows_every_placement_and_release():
+    log = with_running(racks(("b1", "r1", 1), ("b1", "r2", 1), ("b2", "r3", 1), islands=(4, 4)),
+                       busy("x", 1, "n1"), busy("y", 4, "n2"))
+    f = freeindex.measure(log.state.free_index)
+    assert (f.gpus_free, f.largest_island, f.largest_node, f.largest_rack, f.largest_block) == (19, 4, 8, 8, 11)
+    assert f.fits == {"1": 19, "2": 9, "4": 4, "8": 0}
+    log.finish("x")
+    assert freeindex.measure(log.state.free_index).fits == {"1": 20, "2": 10, "4": 5, "8": 0}
+
+
+def test_status_shows_the_fragmentation():
+    from rich.console import Console
+    from gangway.reports import status_tables
+    log = with_running(racks(("b1", "r1", 2)), busy("x", 2, "n1"))
+    console = Console(width=200, record=True)
+    for table in status_tables(log.state):
+        console.print(table)
+    text = console.export_text()
+    assert "Free GPUs in one piece" in text and "14" in text

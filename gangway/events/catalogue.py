@@ -131,11 +131,26 @@ class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     gpus: list[int] = []
 
 
+class Fragmentation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How fragmented the free GPUs are (whole GPUs only): the largest room free in one piece at
+    each level, and how many pods of each common shape (k whole GPUs inside one NVLink island) fit."""
+
+    gpus_free: int
+    largest_island: int
+    largest_node: int
+    largest_rack: int
+    largest_block: int
+    #: Shape ("1", "2", "4", "8" GPUs in one island) → how many such pods still fit.
+    fits: dict[str, int]
+
+
 class PlacementDecided(_Event, frozen=True):
     workload: str
     assignments: list[PodAssignment]
     based_on: int
     reason: str = ""
+    #: The cluster's fragmentation once this placement (and those before it in its cycle) holds.
+    fragmentation: Fragmentation | None = None
 
 
 class EvictionOrdered(_Event, frozen=True):

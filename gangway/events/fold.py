@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
-from gangway.events import gpus
+from gangway.events import freeindex, gpus
 from gangway.events.resources import GPU, add_into, assignment_use, index_of, pods_that_fit, quota_fit, total_request
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState
 
@@ -76,7 +76,13 @@ def _gpus_held(state: State, wl: WorkloadState, sign: int, only: str | None = No
     for a, indexes in zip(wl.placement.assignments, wl.placement_gpus):
         node = state.nodes.get(a.node)
         if indexes and node is not None and (only is None or only == a.node):
+            _index_node(state, node, -1)
             gpus.apply(node.gpus, [i for i in indexes if i < len(node.gpus)], gpu_per_pod[a.pod_set], sign)
+            _index_node(state, node, +1)
+
+
+def _index_node(state: State, node: NodeState, sign: int) -> None:
+    freeindex.change(state.free_index, node.gpus, node.islands, node.labels, sign)
 
 
 def _release_quota(state: State, wl: WorkloadState) -> None:
@@ -300,8 +306,11 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
             for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
                 if name == e.node:
                     add_into(free, used, -1)
+    if e.node in state.nodes:
+        _index_node(state, state.nodes[e.node], -1)
     state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free,
                                     gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands))
+    _index_node(state, state.nodes[e.node], +1)
     for wl in holding:
         _gpus_held(state, wl, sign=-1, only=e.node)
 
@@ -314,6 +323,7 @@ def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
         wl = state.workloads[name]
         if wl.phase in HOLDS_NODES and wl.placement and any(a.node == e.node for a in wl.placement.assignments):
             _requeue(state, wl, env)
+    _index_node(state, state.nodes[e.node], -1)
     del state.nodes[e.node]
 
 

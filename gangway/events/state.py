@@ -8,6 +8,7 @@ import msgspec
 
 from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadQueued
 from gangway.events.contract import Contract
+from gangway.events.freeindex import FreeIndex
 
 Phase = Literal["pending", "admitted", "placed", "bound", "running", "evicting", "finished"]
 #: Phases in which a workload holds quota (and, from "placed" on, node resources).
@@ -72,6 +73,8 @@ class State(msgspec.Struct):
     contract: Contract | None = None
     contract_digest: str = ""
     nodes: dict[str, NodeState] = {}
+    #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).
+    free_index: FreeIndex = msgspec.field(default_factory=FreeIndex)
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}

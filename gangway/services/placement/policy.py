@@ -20,8 +20,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Container, Mapping
 
-from gangway.events import gpus
-from gangway.events.catalogue import PlacementDecided, PodAssignment, PodSet, TopologyRequest
+from gangway.events import freeindex, gpus
+from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
 from gangway.events.resources import GPU, add_into, assignment_use, pods_that_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.services.placement import topology
@@ -142,9 +142,12 @@ def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | Non
     """The pod set inside one domain of ``level`` (None: anywhere), the least roomy that holds it first."""
     if level == topology.ISLAND:
         return _in_one_island(trial, ps, names)
-    groups = {(): names} if level is None else topology.domains(((n, trial[n].labels) for n in names), level)
-    ranked = sorted((room, key) for key, members in groups.items()
-                    if (room := _pods_that_fit(trial, members, ps)) >= ps.count)
+    if level is None:
+        groups, ranked = {(): names}, [(0, ())]
+    else:
+        groups = topology.domains(((n, trial[n].labels) for n in names), level)
+        ranked = sorted((room, key) for key, members in groups.items()
+                        if (room := _pods_that_fit(trial, members, ps)) >= ps.count)
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
         child = _Trial(trial)
         got = _sliced(child, ps, groups[key])
@@ -287,6 +290,7 @@ def decide_placement(state: State) -> list[PlacementDecided]:
         if wl is not None and wl.phase == "pending":
             reserve_room(free, wl, victims)
     decisions: list[PlacementDecided] = []
+    measure = _Measure(state)
     for name in state.unplaced:
         wl = state.workloads[name]
         placed = _place_gang(free, wl.spec.pod_sets, None)
@@ -294,10 +298,33 @@ def decide_placement(state: State) -> list[PlacementDecided]:
             continue
         assignments, notes = placed
         decisions.append(PlacementDecided(
-            workload=name, assignments=assignments, based_on=state.offset, reason=_reason(assignments, notes)))
+            workload=name, assignments=assignments, based_on=state.offset, reason=_reason(assignments, notes),
+            fragmentation=measure.after(wl.spec.pod_sets, assignments)))
         if len(decisions) >= PLACEMENTS_PER_CYCLE_MAX:
             break
     return decisions
+
+
+class _Measure:
+    """The state's fragmentation index, updated placement by placement through one cycle."""
+
+    def __init__(self, state: State):
+        self.nodes = state.nodes
+        index = state.free_index
+        self.index = freeindex.FreeIndex(dict(index.islands), dict(index.nodes), dict(index.domains))
+        self.gpus: dict[str, list[int]] = {}
+
+    def after(self, pod_sets: list[PodSet], assignments: list[PodAssignment]) -> Fragmentation:
+        milli = {ps.name: ps.resources.get(GPU, 0) for ps in pod_sets}
+        for a in assignments:
+            if not a.gpus:
+                continue
+            node = self.nodes[a.node]
+            now = self.gpus.setdefault(a.node, list(node.gpus))
+            freeindex.change(self.index, now, node.islands, node.labels, -1)
+            gpus.apply(now, a.gpus, milli[a.pod_set])
+            freeindex.change(self.index, now, node.islands, node.labels, +1)
+        return freeindex.measure(self.index)
 
 
 def _reason(assignments: list[PodAssignment], notes: list[str]) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-BLOCK = "cloud.provider.com/topology-block"
-RACK = "cloud.provider.com/topology-rack"
+from gangway.events.freeindex import BLOCK, RACK
+
 HOSTNAME = "kubernetes.io/hostname"
 #: Asks for every pod of a pod set inside one NVLink island of one node.
 ISLAND = "gangway.io/nvlink-island"
