@@ -231,3 +231,11 @@ def test_status_shows_the_fragmentation():
         console.print(table)
     text = console.export_text()
     assert "Free GPUs in one piece" in text and "14" in text
+
+
+def test_the_placement_benchmark_runs_small_and_places_every_shape():
+    from gangway import placement_bench
+    result = placement_bench.bench_placement(gpus=1024, gangs=120)
+    assert result["nodes"] == 128
+    assert all(s["placed"] > 0 for s in result["by_shape"].values() if s["tried"])
+    assert "every gang" in placement_bench.table(result)

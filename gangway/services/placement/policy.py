@@ -140,14 +140,15 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
 
 def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | None) -> tuple[list[PodAssignment], str] | None:
     """The pod set inside one domain of ``level`` (None: anywhere), the least roomy that holds it first."""
-    if level == topology.ISLAND:
-        return _in_one_island(trial, ps, names)
     if level is None:
         groups, ranked = {(): names}, [(0, ())]
+    elif level == topology.ISLAND:
+        return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
     else:
-        groups = topology.domains(((n, trial[n].labels) for n in names), level)
+        fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
+        groups = topology.domains(((n, trial[n].labels) for n in fit), level)
         ranked = sorted((room, key) for key, members in groups.items()
-                        if (room := _pods_that_fit(trial, members, ps)) >= ps.count)
+                        if (room := sum(fit[n] for n in members)) >= ps.count)
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
         child = _Trial(trial)
         got = _sliced(child, ps, groups[key])
@@ -155,10 +156,6 @@ def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | Non
             child.commit()
             return got, topology.describe(level, key)
     return None
-
-
-def _pods_that_fit(trial: _Trial, names: list[str], ps: PodSet) -> int:
-    return sum(pods_that_fit(trial[n].free, ps.resources) for n in names)
 
 
 def _sliced(trial: _Trial, ps: PodSet, names: list[str]) -> list[PodAssignment] | None:
@@ -222,12 +219,15 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
     best = None
     for name in names:
         room = trial[name]
-        if not milli or not room.islands or pods_that_fit(room.free, ps.resources) < ps.count:
+        if not milli or not room.islands:
             continue
         for k, span in enumerate(gpus.island_ranges(room.islands, len(room.gpus))):
+            room_in_island = sum(room.gpus[i] for i in span)
+            if room_in_island < milli * ps.count or (best is not None and room_in_island >= best[0]):
+                continue
             indexes = gpus.choose(room.gpus, room.islands, milli, ps.count, within=span)
             if indexes is not None:
-                best = min(best or (float("inf"),), (sum(room.gpus[i] for i in span), name, k, indexes))
+                best = (room_in_island, name, k, indexes)
     if best is None:
         return None
     _, name, k, indexes = best
