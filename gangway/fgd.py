@@ -266,7 +266,8 @@ def table(result: dict) -> str:
             if policy not in summary:
                 continue
             s = summary[policy]
-            lines.append(f"{policy:<12}" + "".join(
+            label = result["policy"] if policy == "gangway" else policy
+            lines.append(f"{label:<12}" + "".join(
                 f"{s['allocation_pct'][lv]:>9.2f} ({s['unallocated_gpus'][lv]:>4})" for lv in shown))
         if "beats_fgd_at_100" in summary:
             lines.append(f"fewer unallocated GPUs than FGD at 100 %: {'yes' if summary['beats_fgd_at_100'] else 'NO'}")
