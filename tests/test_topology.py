@@ -239,3 +239,14 @@ def test_the_placement_benchmark_runs_small_and_places_every_shape():
     assert result["nodes"] == 128
     assert all(s["placed"] > 0 for s in result["by_shape"].values() if s["tried"])
     assert "every gang" in placement_bench.table(result)
+
+
+def test_a_preferred_level_whose_slices_fail_halfway_leaves_no_trace_in_free():
+    log = with_running(racks(("b1", "r1", 2), ("b1", "r2", 1)), busy("x", 4, "n3"))
+    free = free_capacity(log.state)
+    before = {n: list(r.gpus) for n, r in free.items()}
+    # Slices of 2 pods × 4 GPUs per node: n1 and n2 hold one slice each, n3 none; 3 slices never fit.
+    pod_set = ev.PodSet(name="a", count=6, resources={GPU: 4000},
+                        topology=ev.TopologyRequest(preferred=RACK, slice_required=HOSTNAME, slice_size=2))
+    assert place_gang(free, [pod_set]) is None
+    assert {n: list(r.gpus) for n, r in free.items()} == before

@@ -175,13 +175,13 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     wl = state.workloads.get(e.workload)
     if _seen(state, wl, env):
         return
-    why = placement_invalid(state, wl, e)
-    if why:
-        _supersede(state, wl, f"placement {env.id}: {why}")
+    held = placement_invalid(state, wl, e) or placement_gpus(state, wl, e)
+    if isinstance(held, str):
+        _supersede(state, wl, f"placement {env.id}: {held}")
         return
     _set_phase(state, wl, "placed")
     wl.placement, wl.placement_id = e, env.id
-    wl.placement_gpus = placement_gpus(state, wl, e)
+    wl.placement_gpus = held
     wl.superseded = None
     for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
         add_into(state.nodes[name].free, used, -1)
@@ -234,8 +234,7 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
     for ps in wl.spec.pod_sets:
         if placed[ps.name] != ps.count:
             return f"pod set {ps.name}: {placed[ps.name]} of {ps.count} pods placed (a gang is all or nothing)"
-    held = placement_gpus(state, wl, e)
-    return held if isinstance(held, str) else ""
+    return ""
 
 
 def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> None:

@@ -141,14 +141,19 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
 def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | None) -> tuple[list[PodAssignment], str] | None:
     """The pod set inside one domain of ``level`` (None: anywhere), the least roomy that holds it first."""
     if level is None:
-        groups, ranked = {(): names}, [(0, ())]
-    elif level == topology.ISLAND:
+        # Anywhere is the last resort: a failure drops the caller's whole trial, so only slices
+        # (placed one by one, each committed) need a trial of their own.
+        scope = _Trial(trial) if ps.topology is not None and ps.topology.slice_required else trial
+        got = _sliced(scope, ps, names)
+        if got is not None and scope is not trial:
+            scope.commit()
+        return None if got is None else (got, "")
+    if level == topology.ISLAND:
         return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
-    else:
-        fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-        groups = topology.domains(((n, trial[n].labels) for n in fit), level)
-        ranked = sorted((room, key) for key, members in groups.items()
-                        if (room := sum(fit[n] for n in members)) >= ps.count)
+    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
+    groups = topology.domains(((n, trial[n].labels) for n in fit), level)
+    ranked = sorted((room, key) for key, members in groups.items()
+                    if (room := sum(fit[n] for n in members)) >= ps.count)
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
         child = _Trial(trial)
         got = _sliced(child, ps, groups[key])
