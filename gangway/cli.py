@@ -211,7 +211,8 @@ def cmd_bench_topology(args) -> int:
 def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--trace", default="default", help="fgd: default, multigpu50, gpushare100, cpu050 or all")
     s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
-    s.add_argument("--policy", default="gangway", help="fgd: gangway, fgd-like (FGD's score alone) or bestfit")
+    s.add_argument("--policy", default="gangway",
+                   help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
     s.add_argument("--workers", type=int, default=2, help="fgd: processes")
     s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
     s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gangway.events.resources import GPU
 from gangway.services.placement.fragmentation import (
     WHOLE, Nodes, Shape, ShapeMix, ShapeTable, after_one_pod, best_fit_gpu, fits, fragmentation,
 )
@@ -27,7 +28,7 @@ TRACES = ("default", "multigpu50", "gpushare100", "cpu050")
 LEVELS = tuple(range(0, 131))
 SHOWN_LEVELS = (50, 80, 90, 100, 110, 120, 130)
 PAPER_POLICIES = ("01-Random", "05-BestFit", "06-FGD")
-POLICIES = ("gangway", "fgd-like", "bestfit")
+POLICIES = ("gangway", "fgd-like", "bestfit", "live")
 
 
 class Cluster(NamedTuple):
@@ -154,12 +155,45 @@ class Simulator:
         self.frag[i] = fragmentation(n.take(np.array([i])), table)[0]
 
 
+class LiveSimulator:
+    """The live placement service's own ``place_gang`` (best fit, GPU by GPU), one pod at a time;
+    a pod's GPU-model restriction becomes the ``nodes`` it may use."""
+
+    def __init__(self, cluster: Cluster):
+        from gangway.services.placement.policy import Free, NodeRoom
+        self.cluster = cluster
+        n = cluster.nodes
+        self.free = Free()
+        for i, name in enumerate(cluster.names):
+            gpus = int((n.gpu[i] == WHOLE).sum())
+            room = {"cpu": int(n.cpu[i]), "memory": int(n.memory[i])} | ({GPU: gpus * WHOLE} if gpus else {})
+            self.free[name] = NodeRoom(room, [WHOLE] * gpus)
+        self.index = {name: i for i, name in enumerate(cluster.names)}
+        self.allowed = {spec: frozenset(name for i, name in enumerate(cluster.names)
+                                        if cluster.specs[spec][n.model[i]]) for spec in range(len(cluster.specs))}
+
+    def place(self, shape: Shape) -> int:
+        from gangway.events.catalogue import PodSet
+        from gangway.services.placement.policy import place_gang
+        resources = {"cpu": shape.cpu, "memory": shape.memory} | ({GPU: shape.gpus * shape.milli} if shape.gpus else {})
+        nodes = self.allowed[shape.spec] if shape.spec else None
+        placed = place_gang(self.free, [PodSet(name="pod", count=1, resources=resources)], nodes=nodes)
+        return -1 if placed is None else self.index[placed[0].node]
+
+    @property
+    def nodes(self) -> Nodes:
+        rooms = [self.free[name] for name in self.cluster.names]
+        width = self.cluster.nodes.gpu.shape[1]
+        return Nodes(np.array([r.free["cpu"] for r in rooms]), np.array([r.free["memory"] for r in rooms]),
+                     np.array([r.gpus + [0] * (width - len(r.gpus)) for r in rooms]), self.cluster.nodes.model)
+
+
 def run(cluster: Cluster, pods: list[Shape], seed: int, policy: str = "gangway",
         levels: tuple[int, ...] = LEVELS) -> dict:
     """Allocation ratio (%) at each arrival level, for one seed."""
     capacity = cluster.gpus * WHOLE
     order = arrivals(pods, seed, capacity * max(levels) // 100)
-    sim = Simulator(cluster, policy)
+    sim = LiveSimulator(cluster) if policy == "live" else Simulator(cluster, policy)
     asked = allocated = failed = 0
     ratios: dict[int, float] = {}
     targets = iter(levels)

@@ -148,3 +148,9 @@ def test_place_gang_takes_what_it_places():
     assignments = place_gang(free, [ev.PodSet(name="a", count=3, resources={GPU: 4000})])
     assert [(a.node, a.count) for a in assignments] == [("n2", 1), ("n1", 2)]
     assert free == as_free({"n1": {GPU: 0}, "n2": {GPU: 0}})
+
+
+def test_a_pod_without_gpus_keeps_off_the_cpu_that_free_gpus_need():
+    log = cluster(node("gpu").gpus(8).cpu(16).memory_gi(512), node("cpu").cpu(64).memory_gi(512)).admitted(wl("w", cpu=8))
+    [d] = decide_pure(decide_placement, log.state)
+    assert [a.node for a in d.assignments] == ["cpu"]
