@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gangway.events.resources import GPU
+from gangway.services.placement.scoring import MIB_MILLI
 from gangway.services.placement.fragmentation import (
     WHOLE, Nodes, Shape, ShapeMix, ShapeTable, after_one_pod, best_fit_gpu, fits, fragmentation,
 )
@@ -166,16 +167,22 @@ class LiveSimulator:
         self.free = Free()
         for i, name in enumerate(cluster.names):
             gpus = int((n.gpu[i] == WHOLE).sum())
-            room = {"cpu": int(n.cpu[i]), "memory": int(n.memory[i])} | ({GPU: gpus * WHOLE} if gpus else {})
+            room = {"cpu": int(n.cpu[i]), "memory": int(n.memory[i]) * MIB_MILLI} | ({GPU: gpus * WHOLE} if gpus else {})
             self.free[name] = NodeRoom(room, [WHOLE] * gpus)
         self.index = {name: i for i, name in enumerate(cluster.names)}
+        self.pod_shapes: dict[str, int] = {}
         self.allowed = {spec: frozenset(name for i, name in enumerate(cluster.names)
                                         if cluster.specs[spec][n.model[i]]) for spec in range(len(cluster.specs))}
 
     def place(self, shape: Shape) -> int:
         from gangway.events.catalogue import PodSet
         from gangway.services.placement.policy import place_gang
-        resources = {"cpu": shape.cpu, "memory": shape.memory} | ({GPU: shape.gpus * shape.milli} if shape.gpus else {})
+        from gangway.services.placement.scoring import scorer_of
+        resources = {"cpu": shape.cpu, "memory": shape.memory * MIB_MILLI} | (
+            {GPU: shape.gpus * shape.milli} if shape.gpus else {})
+        key = f"{shape.cpu}/{shape.memory * MIB_MILLI}/{shape.gpus * shape.milli}"
+        self.pod_shapes[key] = self.pod_shapes.get(key, 0) + 1
+        self.free.scorer = scorer_of(self.pod_shapes)
         nodes = self.allowed[shape.spec] if shape.spec else None
         placed = place_gang(self.free, [PodSet(name="pod", count=1, resources=resources)], nodes=nodes)
         return -1 if placed is None else self.index[placed[0].node]
@@ -184,7 +191,7 @@ class LiveSimulator:
     def nodes(self) -> Nodes:
         rooms = [self.free[name] for name in self.cluster.names]
         width = self.cluster.nodes.gpu.shape[1]
-        return Nodes(np.array([r.free["cpu"] for r in rooms]), np.array([r.free["memory"] for r in rooms]),
+        return Nodes(np.array([r.free["cpu"] for r in rooms]), np.array([r.free["memory"] // MIB_MILLI for r in rooms]),
                      np.array([r.gpus + [0] * (width - len(r.gpus)) for r in rooms]), self.cluster.nodes.model)
 
 

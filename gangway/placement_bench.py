@@ -3,7 +3,8 @@
 A cluster of ``gpus`` GPUs in 8-GPU NVLink nodes (half of them two 4-GPU islands), 32 nodes a rack,
 8 racks a block, takes a seeded stream of gangs of mixed shapes and topology requests; the oldest
 gangs leave whenever more than 85 % of the GPUs are taken, so the cluster stays busy and
-fragmented. Each ``place_gang`` call is timed, placed or not.
+fragmented. Single GPU pods are scored against the mix of pods so far, as in the service. Each
+``place_gang`` call is timed, placed or not.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from gangway.events.fold import apply
 from gangway.events.resources import GPU, add_into
 from gangway.events.state import State
 from gangway.services.placement.policy import Free, free_capacity, place_gang
+from gangway.services.placement.scoring import scorer_of
 from gangway.services.placement.topology import BLOCK, HOSTNAME, ISLAND, RACK
 
 NODE_GPUS = 8
 RACK_NODES = 32
 BLOCK_RACKS = 8
 BUSY_MAX_PCT = 85
+#: The scorer's mix is rebuilt every this many gangs (once a cycle in the service), untimed.
+CYCLE_GANGS = 100
 #: (name, pods, GPUs per pod, topology request, weight)
 SHAPES = [
     ("1 GPU", 1, 1, None, 30),
@@ -68,8 +72,13 @@ def bench_placement(gpus: int = 16_384, gangs: int = 2000, seed: int = 42) -> di
     busy = 0
     times: dict[str, list[float]] = {s[0]: [] for s in SHAPES}
     placed = {s[0]: 0 for s in SHAPES}
-    for _ in range(gangs):
+    pod_shapes: dict[str, int] = {}
+    for i in range(gangs):
         name, pods, per_pod, request, _ = rng.choices(SHAPES, weights)[0]
+        key = f"4000/0/{per_pod * 1000}"
+        pod_shapes[key] = pod_shapes.get(key, 0) + pods
+        if i % CYCLE_GANGS == 0:  # as decide does once a cycle, from the pods queued so far
+            free.scorer = scorer_of(pod_shapes)
         pod_sets = [ev.PodSet(name="main", count=pods, resources={GPU: per_pod * 1000, "cpu": 4000},
                               topology=request)]
         t0 = time.perf_counter()

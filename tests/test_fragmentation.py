@@ -116,3 +116,33 @@ def test_smoke_one_trace_one_seed_up_to_forty_percent_places_everything_and_over
     for level, ratio in result["ratios"].items():
         assert level <= ratio < level + 1, (level, ratio)
     assert fgd.paper_results(fgd.data_dir())["gpushare100"]["06-FGD"][100] == pytest.approx(86.64, abs=0.01)
+
+
+SHAPE_CASES = [
+    ("a whole-GPU pod is scored as whole GPUs", (4000, 2**20 * 1000 * 16, 2000), Shape(4000, 16, 2, WHOLE)),
+    ("a fraction of one GPU is a sharing shape", (4000, 0, 300), Shape(4000, 0, 1, 300)),
+    ("a GPU and a half is not scored", (4000, 0, 1500), None),
+    ("a pod without GPUs is not scored", (4000, 0, 0), None),
+]
+
+
+@pytest.mark.parametrize("request_,expected", [c[1:] for c in SHAPE_CASES], ids=[c[0] for c in SHAPE_CASES])
+def test_live_pods_as_scored_shapes(request_, expected):
+    from gangway.services.placement.scoring import shape_of
+    assert shape_of(*request_) == expected
+
+
+def test_the_live_scorer_weighs_the_pods_queued_so_far():
+    from gangway.services.placement.scoring import scorer_of
+    assert scorer_of({"1000/0/0": 5}) is None, "no GPU pod yet: best fit"
+    scorer = scorer_of({"1000/0/1000": 3, "1000/0/8000": 1, "1000/0/500": 2})
+    assert sorted(zip(scorer.table.gpus.tolist(), scorer.table.milli.tolist(), scorer.weights.tolist())) == \
+        [(1, 500, 1000), (1, 1000, 3000), (8, 1000, 8000)]
+
+
+@pytest.mark.skipif(not (fgd.data_dir() / "alibaba-gpu-v2023").exists(), reason="shared data not present")
+def test_smoke_the_live_place_gang_runs_the_fgd_experiment_to_twenty_percent():
+    cluster, pods = fgd._inputs(fgd.data_dir(), "multigpu50")
+    result = fgd.run(cluster, pods, seed=42, policy="live", levels=(10, 20))
+    assert (result["failed_pods"], result["overbooked_nodes"]) == (0, 0)
+    assert 20 <= result["ratios"][20] < 21

@@ -33,9 +33,12 @@ def wl(name: str, gpus: float = 0, pods: int = 1, cpu: float = 0, memory_gi: flo
 
 
 CASES: list[tuple[str, Setup, dict[str, list[tuple[str, str, int]]]]] = [
-    ("best fit fills a partly used node first",
-     lambda: gpu_nodes(8, 8).running(wl("x", 4), on=[("main", "n2", 1)]).admitted(wl("w", 2)),
+    ("best fit fills a partly used node first when no bigger shape was seen",
+     lambda: gpu_nodes(8, 8).running(wl("x", 2, pods=2), on=[("main", "n2", 2)]).admitted(wl("w", 2)),
      {"w": [("main", "n2", 1)]}),
+    ("a single GPU pod keeps a partly used node's room whole for a bigger shape seen before",
+     lambda: gpu_nodes(8, 8).running(wl("x", 4), on=[("main", "n2", 1)]).admitted(wl("w", 2)),
+     {"w": [("main", "n1", 1)]}),
     ("best fit prefers the node with the least room that still fits",
      lambda: gpu_nodes(8, 8, 8).running(wl("x", 6), on=[("main", "n1", 1)]).running(wl("y", 4), on=[("main", "n2", 1)])
      .admitted(wl("w", 3)),

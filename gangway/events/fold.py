@@ -118,6 +118,9 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
         spec=e, phase="pending", seq=env.offset, queued_ms=env.time_ms, request=total_request(e.pod_sets),
     )
     state.pending[e.workload] = None
+    for ps in e.pod_sets:
+        key = f"{ps.resources.get('cpu', 0)}/{ps.resources.get('memory', 0)}/{ps.resources.get(GPU, 0)}"
+        state.pod_shapes[key] = state.pod_shapes.get(key, 0) + ps.count
 
 
 def _seen(state: State, wl: WorkloadState | None, env: ev.Envelope) -> bool:

@@ -75,6 +75,8 @@ class State(msgspec.Struct):
     nodes: dict[str, NodeState] = {}
     #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).
     free_index: FreeIndex = msgspec.field(default_factory=FreeIndex)
+    #: Pods queued so far per shape "cpu/memory/gpu" (milli units): the mix placement scores against.
+    pod_shapes: dict[str, int] = {}
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}

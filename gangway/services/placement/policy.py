@@ -24,7 +24,7 @@ from gangway.events import freeindex, gpus
 from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
 from gangway.events.resources import GPU, add_into, assignment_use, pods_that_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
-from gangway.services.placement import topology
+from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
 PLACEMENTS_PER_CYCLE_MAX = 1000
@@ -55,16 +55,23 @@ class NodeRoom:
 
 
 class Free(dict[str, NodeRoom]):
-    """Free room per node name: what admission, placement and preemption take trial placements from."""
+    """Free room per node name: what admission, placement and preemption take trial placements from.
+    ``scorer`` (from the pods queued so far) chooses the node of a single GPU pod; None: best fit."""
+
+    scorer: scoring.Scorer | None = None
 
 
 def free_capacity(state: State) -> Free:
-    """A private copy of every node's free room."""
-    return Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
+    """A private copy of every node's free room, with the scorer of the state's pod mix."""
+    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
+    free.scorer = scoring.scorer_of(state.pod_shapes)
+    return free
 
 
 def copy_free(free: Free) -> Free:
-    return Free({name: room.copy() for name, room in free.items()})
+    copy = Free({name: room.copy() for name, room in free.items()})
+    copy.scorer = free.scorer
+    return copy
 
 
 def as_free(plain: Mapping[str, dict[str, int]]) -> Free:
@@ -78,6 +85,7 @@ class _Trial:
     def __init__(self, base: Mapping[str, NodeRoom]):
         self.base = base
         self.changed: dict[str, NodeRoom] = {}
+        self.scorer = getattr(base, "scorer", None)
 
     def __getitem__(self, name: str) -> NodeRoom:
         room = self.changed.get(name)
@@ -181,7 +189,10 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
     without GPUs go to the nodes with the fewest free GPUs first, so they do not take the CPU that
     free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated)."""
     out: list[PodAssignment] = []
-    for name in _best_fit_order(trial, ps.resources, names):
+    order = _best_fit_order(trial, ps.resources, names)
+    if count == 1 and trial.scorer is not None and len(order) > 1:
+        order = _scored_order(trial, ps.resources, order)
+    for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
         if n <= 0:
             continue
@@ -200,6 +211,29 @@ def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) ->
     need = per_pod.get("cpu", 0)
     rooms = ((trial[n].free, n) for n in names)
     return [n for *_, n in sorted((f.get(GPU, 0), f.get("cpu", 0), n) for f, n in rooms if f.get("cpu", 0) >= need)]
+
+
+def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
+    """The nodes that fit one pod, by the fragmentation score (``scoring.py``); unscored shapes:
+    ``names`` as they are."""
+    shape = scoring.shape_of(per_pod.get("cpu", 0), per_pod.get("memory", 0), per_pod.get(GPU, 0))
+    if shape is None:
+        return names
+    fitting = [n for n in names if _fits_one(trial[n], per_pod, shape)]
+    if len(fitting) <= 1:
+        return fitting
+    rooms = [trial[n] for n in fitting]
+    ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
+                           [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms])
+    return [fitting[i] for i in ranked]
+
+
+def _fits_one(room: NodeRoom, per_pod: dict[str, int], shape: scoring.Shape) -> bool:
+    if pods_that_fit(room.free, per_pod) < 1:
+        return False
+    if shape.milli < gpus.WHOLE:
+        return max(room.gpus, default=0) >= shape.milli
+    return sum(1 for g in room.gpus if g == gpus.WHOLE) >= shape.gpus
 
 
 def _fit_on(room: NodeRoom, per_pod: dict[str, int], count: int) -> tuple[int, list[int]]:
