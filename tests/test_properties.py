@@ -27,6 +27,7 @@ from gangway.events.freeindex import FreeIndex
 from gangway.events.fold import apply
 from gangway.events.resources import GPU, add_into, index_of, total_request
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State
+from gangway.services.placement.topology import HOSTNAME, ISLAND, RACK
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
 
@@ -76,15 +77,20 @@ def node_obj(name: str) -> ev.NodeObserved:
     return (b.gpus(gpus) if gpus else b).obj()
 
 
-pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]))
+#: Topology requests a pod set may carry (most carry none).
+TOPOLOGY = [None, None, None, ev.TopologyRequest(required=RACK), ev.TopologyRequest(preferred=RACK),
+            ev.TopologyRequest(required=ISLAND), ev.TopologyRequest(required=HOSTNAME),
+            ev.TopologyRequest(preferred=ISLAND), ev.TopologyRequest(slice_required=HOSTNAME, slice_size=1)]
+pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]),
+                    st.sampled_from(TOPOLOGY))
 #: (queue, high priority?, pod sets as (count, GPUs, CPUs), runtime in minutes)
 job = st.tuples(st.sampled_from(QUEUES), st.booleans(), st.lists(pod_set, min_size=1, max_size=2), st.integers(1, 30))
 
 
 def make_workload(name: str, queue: str, high: bool, pod_sets, runtime_min: int) -> ev.WorkloadQueued:
     b = workload(name).queue(queue).priority(100 if high else 0, "high" if high else "low")
-    for i, (count, gpus, cpus) in enumerate(pod_sets):
-        b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus)
+    for i, (count, gpus, cpus, *topology) in enumerate(pod_sets):
+        b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus, topology=topology[0] if topology else None)
     return b.runtime_ms(runtime_min * MINUTE).obj()
 
 
