@@ -77,7 +77,26 @@ def status_tables(state: State) -> list[Table]:
     for name in sorted(state.nodes):
         node = state.nodes[name]
         nodes.add_row(name, format_milli(node.free.get(GPU, 0)), format_milli(node.allocatable.get(GPU, 0)))
-    return [queues, running, nodes, fragmentation_table(state)]
+    return [queues, running, nodes, fragmentation_table(state), *reservation_tables(state)]
+
+
+def reservation_tables(state: State) -> list[Table]:
+    """The gang at the head that fits its quota but not the free GPUs: when and where it could start."""
+    from gangway.services.placement.reservation import blocked_head, reserve
+    head = blocked_head(state)
+    if head is None:
+        return []
+    r = reserve(state, head)
+    table = Table(title="Blocked at the head (EASY backfill: jobs ending before its start may use its nodes)")
+    for column in ("workload", "expected start", "reserved nodes"):
+        table.add_column(column)
+    if r is None:
+        table.add_row(head.spec.workload, "not foreseeable (running jobs without a runtime)", "")
+    else:
+        nodes = sorted(r.nodes)
+        table.add_row(head.spec.workload, f"in {clock(r.start_ms - state.time_ms)}",
+                      ", ".join(nodes[:8]) + (" …" if len(nodes) > 8 else ""))
+    return [table]
 
 
 def fragmentation_table(state: State) -> Table:
