@@ -212,6 +212,8 @@ def cmd_demo(args) -> int:
 
 def cmd_bench(args) -> int:
     from gangway import bench
+    if args.what in TOPOLOGY_BENCHES:
+        return cmd_bench_topology(args)
     if args.what == "core":
         from gangway import bench_core
         out = args.out or "bench/results/core.json"
@@ -236,6 +238,43 @@ def cmd_bench(args) -> int:
 def cmd_simulate(args) -> int:
     from gangway import philly
     return philly.main(args.trace, jobs=args.jobs, out_dir=args.out, data_dir=args.data, capacity=args.capacity)
+
+
+# --- topology-aware placement benchmarks (issue 4) ----------------------------------------------
+TOPOLOGY_BENCHES = ("fgd", "placement")
+
+
+def _seeds(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def cmd_bench_topology(args) -> int:
+    from gangway import bench, fgd
+    if args.what == "fgd":
+        traces = list(fgd.TRACES) if args.trace == "all" else [args.trace]
+        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, workers=args.workers)
+        print(fgd.table(result))
+        out = args.out or "bench/results/fgd.json"
+    else:
+        from gangway import placement_bench
+        result = placement_bench.bench_placement(gpus=args.gpus, gangs=args.gangs)
+        print(placement_bench.table(result))
+        out = args.out
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(bench.to_json(result))
+    return 0
+
+
+def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--trace", default="default", help="fgd: default, multigpu50, gpushare100, cpu050 or all")
+    s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
+    s.add_argument("--policy", default="gangway",
+                   help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
+    s.add_argument("--workers", type=int, default=2, help="fgd: processes")
+    s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
+    s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")
 
 
 def cmd_schemas(args) -> int:
@@ -290,8 +329,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-scale", type=float, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.set_defaults(func=cmd_demo)
-    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue)")
-    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue"))
+    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, fgd, placement)")
+    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", *TOPOLOGY_BENCHES))
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
     s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues)")
@@ -302,6 +341,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
     s.add_argument("--data", help="kueue: the shared data folder (default: ../shared/data beside the project)")
     s.add_argument("--out", help="also write the figures as JSON to this file")
+    add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)
     s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
     s.add_argument("--trace", choices=("philly",), default="philly")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from gangway.events import catalogue as ev
+from gangway.events.freeindex import measure
 from gangway.events.quantity import format_milli
 from gangway.events.resources import GPU, by_resource, total_request
 from gangway.events.state import State
@@ -27,7 +28,8 @@ def describe(env: ev.Envelope) -> str:
     if isinstance(d, ev.WorkloadAdmitted):
         return f"{d.workload} admitted: {d.reason}"
     if isinstance(d, ev.PlacementDecided):
-        return f"{d.workload} placed: {d.reason}"
+        after = f"; largest free island {d.fragmentation.largest_island}" if d.fragmentation else ""
+        return f"{d.workload} placed: {d.reason}{after}"
     if isinstance(d, ev.EvictionOrdered):
         return f"{d.workload} ordered out for {d.preemptor} (grace {d.grace_ms / 1000:g} s): {d.reason}"
     if isinstance(d, ev.WorkloadEvicted):
@@ -76,7 +78,7 @@ def status_tables(state: State) -> list[Table]:
     for name in sorted(state.nodes):
         node = state.nodes[name]
         nodes.add_row(name, format_milli(node.free.get(GPU, 0)), format_milli(node.allocatable.get(GPU, 0)))
-    return [queues, running, pending, nodes]
+    return [queues, running, pending, nodes, fragmentation_table(state)]
 
 
 #: Above this many pending workloads, status shows reasons but skips the forecast of start times.
@@ -94,6 +96,18 @@ def _pending_table(state: State) -> Table:
         wl = state.workloads[name]
         eta = "-" if p.eta_ms is None else f"+{clock(p.eta_ms - state.time_ms)}"
         table.add_row(name, wl.spec.cluster_queue, f"{p.lq_position}/{p.cq_position}", f"{p.code}: {p.reason}", eta)
+    return table
+
+
+def fragmentation_table(state: State) -> Table:
+    """Whole GPUs free in one piece per level, and how many common shapes still fit."""
+    f = measure(state.free_index)
+    table = Table(title="Free GPUs in one piece (fragmentation)")
+    for column in ("free", "largest island", "largest node", "largest rack", "largest block",
+                   *(f"{k}-GPU pods that fit" for k in f.fits)):
+        table.add_column(column)
+    table.add_row(*(str(v) for v in (f.gpus_free, f.largest_island, f.largest_node, f.largest_rack,
+                                     f.largest_block, *f.fits.values())))
     return table
 
 

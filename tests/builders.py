@@ -29,6 +29,7 @@ from gangway.events.fold import quota_view
 from gangway.events.resources import GPU, by_flavor, by_resource, index_of, total_request
 from gangway.events.state import State
 from gangway.services.placement.policy import free_capacity, place_gang
+from gangway.services.placement.topology import BLOCK, RACK
 
 NAMESPACE = "ns"
 START_MS = 1_700_000_000_000
@@ -232,6 +233,16 @@ class NodeBuilder:
         self._name = name
         self._alloc: dict[str, int] = {}
         self._labels: dict[str, str] = {}
+        self._islands: list[int] = []
+
+    def islands(self, *sizes: int) -> NodeBuilder:
+        """NVLink islands, sizes in GPU index order."""
+        self._islands = list(sizes)
+        return self
+
+    def at(self, block: str, rack: str) -> NodeBuilder:
+        """Network block and rack (the default topology labels)."""
+        return self.label(BLOCK, block).label(RACK, rack)
 
     def gpus(self, n: float) -> NodeBuilder:
         self._alloc[GPU] = milli(n)
@@ -250,7 +261,8 @@ class NodeBuilder:
         return self
 
     def obj(self) -> ev.NodeObserved:
-        return ev.NodeObserved(node=self._name, allocatable=dict(self._alloc), labels=dict(self._labels))
+        return ev.NodeObserved(node=self._name, allocatable=dict(self._alloc), labels=dict(self._labels),
+                               islands=list(self._islands))
 
 
 def node(name: str) -> NodeBuilder:
@@ -279,8 +291,9 @@ class WorkloadBuilder:
         return self
 
     def pod_set(self, name: str = "main", count: int = 1, gpus: float = 0, cpu: float = 0,
-                memory_gi: float = 0) -> WorkloadBuilder:
-        self._pod_sets.append(ev.PodSet(name=name, count=count, resources=resources(gpus, cpu, memory_gi)))
+                memory_gi: float = 0, topology: ev.TopologyRequest | None = None) -> WorkloadBuilder:
+        self._pod_sets.append(ev.PodSet(name=name, count=count, resources=resources(gpus, cpu, memory_gi),
+                                        topology=topology))
         return self
 
     def gpus(self, per_pod: float, pods: int = 1) -> WorkloadBuilder:

@@ -13,7 +13,7 @@ import pytest
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events import catalogue as ev
 from gangway.events.resources import GPU
-from gangway.services.placement.policy import decide_placement, place_gang
+from gangway.services.placement.policy import as_free, decide_placement, place_gang
 
 Setup = Callable[[], LogBuilder]
 CONTRACT = contract(cluster_queue("q").gpus(1000).cpu(10_000).memory_gi(100_000),
@@ -33,9 +33,12 @@ def wl(name: str, gpus: float = 0, pods: int = 1, cpu: float = 0, memory_gi: flo
 
 
 CASES: list[tuple[str, Setup, dict[str, list[tuple[str, str, int]]]]] = [
-    ("best fit fills a partly used node first",
-     lambda: gpu_nodes(8, 8).running(wl("x", 4), on=[("main", "n2", 1)]).admitted(wl("w", 2)),
+    ("best fit fills a partly used node first when no bigger shape was seen",
+     lambda: gpu_nodes(8, 8).running(wl("x", 2, pods=2), on=[("main", "n2", 2)]).admitted(wl("w", 2)),
      {"w": [("main", "n2", 1)]}),
+    ("a single GPU pod keeps a partly used node's room whole for a bigger shape seen before",
+     lambda: gpu_nodes(8, 8).running(wl("x", 4), on=[("main", "n2", 1)]).admitted(wl("w", 2)),
+     {"w": [("main", "n1", 1)]}),
     ("best fit prefers the node with the least room that still fits",
      lambda: gpu_nodes(8, 8, 8).running(wl("x", 6), on=[("main", "n1", 1)]).running(wl("y", 4), on=[("main", "n2", 1)])
      .admitted(wl("w", 3)),
@@ -118,9 +121,11 @@ def test_placement(setup: Setup, expected: dict):
 def test_placement_decision_names_its_nodes():
     log = gpu_nodes(8, 8).admitted(wl("w", 6, pods=2))
     assert decide_pure(decide_placement, log.state) == [ev.PlacementDecided(
-        workload="w", assignments=[ev.PodAssignment(pod_set="main", node="n1", count=1),
-                                   ev.PodAssignment(pod_set="main", node="n2", count=1)],
+        workload="w", assignments=[ev.PodAssignment(pod_set="main", node="n1", count=1, gpus=[0, 1, 2, 3, 4, 5]),
+                                   ev.PodAssignment(pod_set="main", node="n2", count=1, gpus=[0, 1, 2, 3, 4, 5])],
         based_on=log.offset, reason="best fit on 2 node(s): n1, n2",
+        fragmentation=ev.Fragmentation(gpus_free=4, largest_island=2, largest_node=2, largest_rack=0,
+                                       largest_block=0, fits={"1": 4, "2": 2, "4": 0, "8": 0}),
     )]
 
 
@@ -134,15 +139,21 @@ def test_every_placement_of_a_cycle_holds_when_folded_in_order():
 
 
 def test_place_gang_leaves_free_untouched_when_the_gang_does_not_fit():
-    free = {"n1": {GPU: 8000}, "n2": {GPU: 2000}}
+    free = as_free({"n1": {GPU: 8000}, "n2": {GPU: 2000}})
     pod_sets = [ev.PodSet(name="a", count=1, resources={GPU: 4000}),
                 ev.PodSet(name="b", count=1, resources={GPU: 8000})]
     assert place_gang(free, pod_sets) is None
-    assert free == {"n1": {GPU: 8000}, "n2": {GPU: 2000}}
+    assert free == as_free({"n1": {GPU: 8000}, "n2": {GPU: 2000}})
 
 
 def test_place_gang_takes_what_it_places():
-    free = {"n1": {GPU: 8000}, "n2": {GPU: 4000}}
+    free = as_free({"n1": {GPU: 8000}, "n2": {GPU: 4000}})
     assignments = place_gang(free, [ev.PodSet(name="a", count=3, resources={GPU: 4000})])
     assert [(a.node, a.count) for a in assignments] == [("n2", 1), ("n1", 2)]
-    assert free == {"n1": {GPU: 0}, "n2": {GPU: 0}}
+    assert free == as_free({"n1": {GPU: 0}, "n2": {GPU: 0}})
+
+
+def test_a_pod_without_gpus_keeps_off_the_cpu_that_free_gpus_need():
+    log = cluster(node("gpu").gpus(8).cpu(16).memory_gi(512), node("cpu").cpu(64).memory_gi(512)).admitted(wl("w", cpu=8))
+    [d] = decide_pure(decide_placement, log.state)
+    assert [a.node for a in d.assignments] == ["cpu"]

@@ -22,9 +22,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
 from gangway.events import catalogue as ev
+from gangway.events import freeindex
+from gangway.events.freeindex import FreeIndex
 from gangway.events.fold import apply, held_quota, quota_view
-from gangway.events.resources import add_into, admitted_pod_sets, total_request
+from gangway.events.resources import GPU, add_into, admitted_pod_sets, total_request
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, run_key
+from gangway.services.placement.topology import HOSTNAME, ISLAND, RACK
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
 
@@ -76,26 +79,37 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
     return c.obj()
 
 
+#: Node name → (block, rack, NVLink islands) for the nodes that have a topology.
+TOPOLOGY_POOL = {"n1": ("b1", "r1", (4, 4)), "n2": ("b1", "r2", (8,)), "n4": ("b2", "r3", (8,))}
+
+
 def node_obj(name: str) -> ev.NodeObserved:
     gpus, cpus = NODE_POOL[name]
     b = node(name).cpu(cpus).memory_gi(256)
+    if name in TOPOLOGY_POOL:
+        block, rack, islands = TOPOLOGY_POOL[name]
+        b = b.at(block, rack).islands(*islands)
     return (b.gpus(gpus) if gpus else b).obj()
 
 
-#: (count, GPUs, CPUs, partially admissible?)
+#: Topology requests a pod set may carry (most carry none).
+TOPOLOGY = [None, None, None, ev.TopologyRequest(required=RACK), ev.TopologyRequest(preferred=RACK),
+            ev.TopologyRequest(required=ISLAND), ev.TopologyRequest(required=HOSTNAME),
+            ev.TopologyRequest(preferred=ISLAND), ev.TopologyRequest(slice_required=HOSTNAME, slice_size=1)]
+#: (count, GPUs, CPUs, partially admissible?, topology request)
 pod_set = st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 1, 2, 2, 4, 8]), st.sampled_from([0, 1, 4, 16]),
-                    st.booleans())
-#: (queue, high priority?, pod sets as (count, GPUs, CPUs), runtime in minutes)
+                    st.booleans(), st.sampled_from(TOPOLOGY))
+#: (queue, high priority?, pod sets, runtime in minutes)
 job = st.tuples(st.sampled_from(QUEUES), st.booleans(), st.lists(pod_set, min_size=1, max_size=2), st.integers(1, 30))
 
 
 def make_workload(name: str, queue: str, high: bool, pod_sets, runtime_min: int) -> ev.WorkloadQueued:
     b = workload(name).queue(queue).priority(100 if high else 0, "high" if high else "low")
-    for i, (count, gpus, cpus, _) in enumerate(pod_sets):
-        b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus)
+    for i, (count, gpus, cpus, _, topology) in enumerate(pod_sets):
+        b.pod_set(f"ps{i}", count=count, gpus=gpus, cpu=cpus, topology=topology)
     spec = b.runtime_ms(runtime_min * MINUTE).obj()
     partial = [msgspec.structs.replace(ps, min_count=1) if flexible and ps.count > 1 else ps
-               for ps, (*_, flexible) in zip(spec.pod_sets, pod_sets)]
+               for ps, (_, _, _, flexible, _) in zip(spec.pod_sets, pod_sets)]
     return msgspec.structs.replace(spec, pod_sets=partial)
 
 
@@ -121,6 +135,12 @@ def check_nodes(state: State) -> None:
         resources = set(n.free) | set(n.allocatable) | set(taken[name])
         for r in resources:
             assert n.free.get(r, 0) + taken[name].get(r, 0) == n.allocatable.get(r, 0), (name, r)
+        assert all(0 <= g <= 1000 for g in n.gpus), f"{name} GPU overbooked: {n.gpus}"
+        assert sum(n.gpus) == n.free.get(GPU, 0), f"{name}: GPU by GPU {n.gpus} != {n.free}"
+    rebuilt = FreeIndex()
+    for n in state.nodes.values():
+        freeindex.change(rebuilt, n.gpus, n.islands, n.labels, +1)
+    assert freeindex.measure(state.free_index) == freeindex.measure(rebuilt), "the fold's index drifted"
 
 
 def nonzero(d: dict[str, int]) -> dict[str, int]:
@@ -409,6 +429,10 @@ FOLD_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
 def test_folding_a_log_twice_gives_the_same_state(steps):
     sim = random_run(steps)
     assert state_bytes(fold(sim.log)) == state_bytes(fold(sim.log)) == state_bytes(sim.state)
+    state = State()
+    for env in sim.log:  # GPU by GPU and the fragmentation index stay sound, topology requests and all
+        apply(state, env)
+        check_nodes(state)
 
 
 @FOLD_SETTINGS

@@ -125,11 +125,27 @@ class WorkloadAdmitted(_Event, frozen=True):
 
 
 class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    """``count`` pods of pod set ``pod_set`` go to ``node``."""
+    """``count`` pods of pod set ``pod_set`` go to ``node``; ``gpus`` names the GPU indexes they
+    take (per pod: its whole GPUs, then the one it shares; see ``events/gpus.py``), empty when the
+    pods take no GPU or the placement predates GPU indexes (the fold then chooses them)."""
 
     pod_set: str
     node: str
     count: int
+    gpus: list[int] = []
+
+
+class Fragmentation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How fragmented the free GPUs are (whole GPUs only): the largest room free in one piece at
+    each level, and how many pods of each common shape (k whole GPUs inside one NVLink island) fit."""
+
+    gpus_free: int
+    largest_island: int
+    largest_node: int
+    largest_rack: int
+    largest_block: int
+    #: Shape ("1", "2", "4", "8" GPUs in one island) → how many such pods still fit.
+    fits: dict[str, int]
 
 
 class PlacementDecided(_Event, frozen=True):
@@ -137,6 +153,8 @@ class PlacementDecided(_Event, frozen=True):
     assignments: list[PodAssignment]
     based_on: int
     reason: str = ""
+    #: The cluster's fragmentation once this placement (and those before it in its cycle) holds.
+    fragmentation: Fragmentation | None = None
 
 
 class EvictionOrdered(_Event, frozen=True):
@@ -194,6 +212,8 @@ class NodeObserved(_Event, frozen=True):
     node: str
     allocatable: dict[str, int]
     labels: dict[str, str] = {}
+    #: NVLink islands, sizes in GPU index order (``[4, 4]``: GPUs 0-3 and 4-7); empty: PCIe only.
+    islands: list[int] = []
 
 
 class NodeRemoved(_Event, frozen=True):

@@ -15,10 +15,11 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
+from gangway.events import freeindex, gpus
 from gangway.events.decay import bring_up_to_date
 from gangway.events.quota import QuotaView
 from gangway.events.resources import (
-    add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
+    GPU, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, run_key, shape_of
 
@@ -86,6 +87,22 @@ def _release_nodes(state: State, wl: WorkloadState) -> None:
         node = state.nodes.get(name)
         if node is not None:
             add_into(node.free, used)
+    _gpus_held(state, wl, sign=+1)
+
+
+def _gpus_held(state: State, wl: WorkloadState, sign: int, only: str | None = None) -> None:
+    """Take (-1) or give back (+1) the GPUs a placed workload holds, on every node or ``only`` one."""
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
+    for a, indexes in zip(wl.placement.assignments, wl.placement_gpus):
+        node = state.nodes.get(a.node)
+        if indexes and node is not None and (only is None or only == a.node):
+            _index_node(state, node, -1)
+            gpus.apply(node.gpus, [i for i in indexes if i < len(node.gpus)], gpu_per_pod[a.pod_set], sign)
+            _index_node(state, node, +1)
+
+
+def _index_node(state: State, node: NodeState, sign: int) -> None:
+    freeindex.change(state.free_index, node.gpus, node.islands, node.labels, sign)
 
 
 def quota_view(state: State) -> QuotaView:
@@ -121,6 +138,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
+    wl.placement_gpus = []
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = None
     _enqueue(state, wl)
 
@@ -137,6 +155,9 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
         shape=shape_of(e),
     )
     _enqueue(state, wl)
+    for ps in e.pod_sets:
+        key = f"{ps.resources.get('cpu', 0)}/{ps.resources.get('memory', 0)}/{ps.resources.get(GPU, 0)}"
+        state.pod_shapes[key] = state.pod_shapes.get(key, 0) + ps.count
 
 
 def _seen(state: State, wl: WorkloadState | None, env: ev.Envelope) -> bool:
@@ -225,16 +246,37 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     wl = state.workloads.get(e.workload)
     if _seen(state, wl, env):
         return
-    why = placement_invalid(state, wl, e)
-    if why:
-        _supersede(state, wl, f"placement {env.id}: {why}")
+    held = placement_invalid(state, wl, e) or placement_gpus(state, wl, e)
+    if isinstance(held, str):
+        _supersede(state, wl, f"placement {env.id}: {held}")
         return
     _set_phase(state, wl, "placed")
     wl.placement, wl.placement_id = e, env.id
+    wl.placement_gpus = held
     wl.superseded = None
     for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
         add_into(state.nodes[name].free, used, -1)
+    _gpus_held(state, wl, sign=-1)
     state.decisions += 1
+
+
+def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> list[list[int]] | str:
+    """The GPU indexes each assignment takes (as named, or chosen best fit), or why they do not fit."""
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
+    trial: dict[str, list[int]] = {}
+    out: list[list[int]] = []
+    for a in e.assignments:
+        node, milli = state.nodes[a.node], gpu_per_pod[a.pod_set]
+        if milli == 0 or not node.gpus:
+            out.append([])
+            continue
+        free = trial.setdefault(a.node, list(node.gpus))
+        indexes = list(a.gpus) if a.gpus else gpus.choose(free, node.islands, milli, a.count)
+        if indexes is None or not gpus.fits(free, indexes, milli, a.count):
+            return f"{a.count} pod(s) of {a.pod_set} no longer fit the GPUs of {a.node}"
+        gpus.apply(free, indexes, milli)
+        out.append(indexes)
+    return out
 
 
 def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> str:
@@ -341,16 +383,24 @@ def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
 
 def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
     free = dict(e.allocatable)
+    holding = []
     for name in state.active:
         wl = state.workloads[name]
         if wl.phase in HOLDS_NODES and wl.placement is not None:
+            holding.append(wl)
             for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
                 if name == e.node:
                     add_into(free, used, -1)
     known = state.nodes.get(e.node)
     if known is None or known.labels != e.labels:
         state.node_epoch += 1
-    state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free)
+    if e.node in state.nodes:
+        _index_node(state, state.nodes[e.node], -1)
+    state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free,
+                                    gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands))
+    _index_node(state, state.nodes[e.node], +1)
+    for wl in holding:
+        _gpus_held(state, wl, sign=-1, only=e.node)
 
 
 def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
@@ -361,6 +411,7 @@ def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
         wl = state.workloads[name]
         if wl.phase in HOLDS_NODES and wl.placement and any(a.node == e.node for a in wl.placement.assignments):
             _requeue(state, wl, env)
+    _index_node(state, state.nodes[e.node], -1)
     del state.nodes[e.node]
     state.node_epoch += 1
 

@@ -8,6 +8,7 @@ import msgspec
 
 from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadQueued
 from gangway.events.contract import Contract
+from gangway.events.freeindex import FreeIndex
 
 Phase = Literal["pending", "admitted", "placed", "bound", "running", "evicting", "finished"]
 #: Phases in which a workload holds quota (and, from "placed" on, node resources).
@@ -35,6 +36,9 @@ class NodeState(msgspec.Struct):
     allocatable: dict[str, int]
     labels: dict[str, str]
     free: dict[str, int]
+    #: Free milli per GPU (index order) and the NVLink islands (``events/gpus.py``).
+    gpus: list[int] = []
+    islands: list[int] = []
 
 
 class WorkloadState(msgspec.Struct):
@@ -57,6 +61,8 @@ class WorkloadState(msgspec.Struct):
     admitted_at: int | None = None
     placement: PlacementDecided | None = None
     placement_id: str | None = None
+    #: GPU indexes each assignment of the placement holds (as named, or as the fold chose them).
+    placement_gpus: list[list[int]] = []
     started_ms: int | None = None
     eviction: EvictionOrdered | None = None
     eviction_id: str | None = None
@@ -88,6 +94,10 @@ class State(msgspec.Struct):
     nodes: dict[str, NodeState] = {}
     #: Bumped whenever a node appears, changes or goes (caches of node sets key on it).
     node_epoch: int = 0
+    #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).
+    free_index: FreeIndex = msgspec.field(default_factory=FreeIndex)
+    #: Pods queued so far per shape "cpu/memory/gpu" (milli units): the mix placement scores against.
+    pod_shapes: dict[str, int] = {}
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}

@@ -543,3 +543,26 @@ def test_gangway_status_and_log_export_show_what_the_log_holds(gw, tmp_path):
     lines = printed.stdout.splitlines()
     assert len(lines) == len(envs)
     assert [int(line.split()[0]) for line in lines] == [e.offset for e in envs]
+
+
+def test_seed_story_on_the_real_broker_2_gpu_jobs_are_packed_and_the_fine_tune_gets_one_nvlink_island(gw):
+    """The demo's nodes are 8-GPU NVLink islands. Spread, eight 2-GPU jobs would leave 6 GPUs on every
+    node and no home for an 8-GPU tensor-parallel fine-tune; packed, they leave whole nodes."""
+    gw.wait_idle()
+    u = gw.uid()
+    smalls = [gw.job(f"small-{i}-{u}", gpus=2, runtime_s=3000) for i in range(8)]
+    gw.produce_jobs(smalls)
+    names = [f"research/{j['job_id']}" for j in smalls]
+    gw.wait_until("the 2-GPU jobs to run", lambda s, _e: all(
+        n in s.workloads and s.workloads[n].started_ms is not None for n in names), 30, about=names)
+    tune = gw.job(f"fine-tune-{u}", gpus=8, runtime_s=60)
+    tune["pod_sets"][0]["topology"] = {"required": "gangway.io/nvlink-island"}
+    gw.produce_jobs([tune])
+    name = f"research/{tune['job_id']}"
+    state = gw.wait_finished([name, *names], timeout_s=60)
+    assert {a.node for n in names for a in state.workloads[n].placement.assignments} and \
+        len({a.node for n in names for a in state.workloads[n].placement.assignments}) == 2, "packed on two nodes"
+    [placed] = state.workloads[name].placement.assignments
+    assert placed.gpus == list(range(8)), f"the fine-tune spans islands:\n{gw.lines(gw.envs)}"
+    decided = one(gw.envs, ev.PlacementDecided, name).data
+    assert decided.fragmentation is not None and decided.reason.endswith(f"(main in NVLink island 0 of {placed.node})")

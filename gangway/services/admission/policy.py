@@ -31,12 +31,13 @@ from gangway.events.fold import held_quota
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaView
 from gangway.events.resources import (
-    ContractIndex, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, total_request,
+    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, index_of, total_request,
 )
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.placement.policy import (
-    Free, free_capacity, place_gang, release_nodes, reserve_room, victims_in_flight,
+    Free, copy_free, free_capacity, keep_smaller, place_gang, release_nodes, reserve_room, take_assignments,
+    victims_in_flight,
 )
 
 #: At most this many admissions per cycle.
@@ -209,23 +210,20 @@ class Snapshot:
     def _place(self, wl: WorkloadState, pod_sets: list[PodSet], nodes, commit: bool) -> bool:
         """Is there a whole placement (taking it in the snapshot when ``commit``)? A workload that
         ends before the reserved gang starts may use the reserved nodes (backfill)."""
-        free = self.free if commit else {n: dict(f) for n, f in self.free.items()}
+        free = self.free if commit else copy_free(self.free)
         assignments = place_gang(free, pod_sets, nodes=nodes)
         if assignments is not None:
             if commit and self.free_unreserved is not None:  # the same pods leave the raw capacity
-                for node, used in assignment_use(pod_sets, assignments):
-                    add_into(self.free_unreserved[node], used, -1)
+                take_assignments(self.free_unreserved, pod_sets, assignments)
             return True
         if self.free_unreserved is None or not self._ends_before_reservation(wl):
             return False
-        raw = {n: dict(f) for n, f in self.free_unreserved.items()}
+        raw = copy_free(self.free_unreserved)
         if place_gang(raw, pod_sets, nodes=nodes) is None:
             return False
         if commit:  # backfill: it ends before the reserved gang can start
             self.free_unreserved = raw
-            for name, now in self.free.items():
-                for resource, amount in raw[name].items():
-                    now[resource] = min(now.get(resource, 0), amount)
+            keep_smaller(self.free, raw)
         return True
 
     def room_for(self, wl: WorkloadState) -> Free:
@@ -266,23 +264,20 @@ class Snapshot:
         """
         if self.reservation is not None:
             return None
-        later = {n: dict(f) for n, f in self.free.items()}
+        later = copy_free(self.free)
         start = self.state.time_ms
         for end, victim in expected_ends(self.state):
-            if place_gang({n: dict(f) for n, f in later.items()}, wl.spec.pod_sets, nodes=nodes) is not None:
+            if place_gang(copy_free(later), wl.spec.pod_sets, nodes=nodes) is not None:
                 break
             release_nodes(later, victim)
             start = max(start, end)
-        trial = {n: dict(f) for n, f in later.items()}
+        trial = copy_free(later)
         assignments = place_gang(trial, wl.spec.pod_sets, nodes=nodes)
         if assignments is None:
             return None
         nodes = sorted({a.node for a in assignments})
-        self.free_unreserved = {n: dict(f) for n, f in self.free.items()}
-        for name in nodes:
-            now = self.free[name]
-            for resource, amount in trial[name].items():
-                now[resource] = min(now.get(resource, 0), amount)
+        self.free_unreserved = copy_free(self.free)
+        keep_smaller(self.free, trial, nodes)
         self.reservation = (wl.spec.workload, start)
         self.failed.clear()
         return start, nodes

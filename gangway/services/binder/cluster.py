@@ -1,4 +1,8 @@
-"""The simulated cluster's nodes, read from Kubernetes Node objects (``kubectl get nodes -o yaml``)."""
+"""The simulated cluster's nodes, read from Kubernetes Node objects (``kubectl get nodes -o yaml``).
+
+Topology comes from the nodes' labels (block, rack, hostname: ``placement/topology.py``) and the
+NVLink islands from the label or annotation ``gangway.io/nvlink-islands`` (``"8"``, ``"4,4"``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import yaml
 
 from gangway.events.catalogue import NodeObserved
 from gangway.events.quantity import QuantityError, parse_milli
+from gangway.services.placement.topology import ISLANDS_LABEL, parse_islands
 
 
 class ClusterFileError(ValueError):
@@ -51,4 +56,9 @@ def _node(item: dict, filename: str) -> NodeObserved:
         except QuantityError as exc:
             raise ClusterFileError(f"{filename}: Node {name}: status.allocatable.{resource}: {exc}") from exc
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return NodeObserved(node=name, allocatable=resources, labels=labels)
+    annotations = meta.get("annotations") or {}
+    layout = annotations.get(ISLANDS_LABEL, labels.get(ISLANDS_LABEL))
+    islands = parse_islands(layout, resources.get("nvidia.com/gpu", 0) // 1000)
+    if layout and not islands:
+        raise ClusterFileError(f"{filename}: Node {name}: {ISLANDS_LABEL}={layout!r} does not add up to its GPUs")
+    return NodeObserved(node=name, allocatable=resources, labels=labels, islands=islands)

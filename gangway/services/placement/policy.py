@@ -1,73 +1,298 @@
-"""Placement policy (pure): a gang lands atomically on free capacity, best fit first.
+"""Placement policy (pure): a gang lands atomically on free capacity, best fit first, on the topology.
 
 Best fit: for each pod set, nodes are tried from the least free (of the pod's main resource: GPUs
 when it asks for GPUs, else CPU) to the most free, so partly used nodes fill up before empty ones
 are touched and whole nodes stay whole for big gangs. Ties break by node name: deterministic.
+Within a node, GPUs are chosen one by one (``events/gpus.py``): whole GPUs from the fullest NVLink
+island that still holds them, shared GPUs before whole ones.
+
+Topology (``topology.py``; Kueue's TAS annotations on each pod set):
+- *required* level: the whole pod set inside one domain of that level, or the gang is not placed;
+- *preferred* level: that level if possible, else each coarser level in turn, else anywhere;
+- *slices* (``slice_required`` + ``slice_size``): every slice of that many pods inside one domain;
+- ``gangway.io/nvlink-island`` as the level: every pod on one node, inside one NVLink island.
+Among the domains that can hold the pod set, the one with the least room that still holds it is
+tried first (best fit on domains), so big blocks, racks, nodes and islands stay whole.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Container
+from collections.abc import Container, Mapping
 
-from gangway.events.catalogue import PlacementDecided, PodAssignment, PodSet
+from gangway.events import freeindex, gpus
+from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
 from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.services.placement import scoring, topology
 
-Free = dict[str, dict[str, int]]
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
 PLACEMENTS_PER_CYCLE_MAX = 1000
+#: At most this many domains are tried for one pod set (best fit first).
+DOMAIN_TRIES_MAX = 64
+
+
+class NodeRoom:
+    """What is free on one node: resources (milli), milli per GPU, and what never changes."""
+
+    __slots__ = ("free", "gpus", "islands", "labels")
+
+    def __init__(self, free: dict[str, int], gpus: list[int] | None = None, islands: list[int] | None = None,
+                 labels: Mapping[str, str] | None = None):
+        self.free = free
+        self.gpus = gpus if gpus is not None else []
+        self.islands = islands if islands is not None else []
+        self.labels = labels if labels is not None else {}
+
+    def copy(self) -> NodeRoom:
+        return NodeRoom(dict(self.free), list(self.gpus), self.islands, self.labels)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, NodeRoom) and (self.free, self.gpus) == (other.free, other.gpus)
+
+    def __repr__(self) -> str:
+        return f"NodeRoom({self.free}, gpus={self.gpus})"
+
+
+class Free(dict[str, NodeRoom]):
+    """Free room per node name: what admission, placement and preemption take trial placements from.
+    ``scorer`` (from the pods queued so far) chooses the node of a single GPU pod; None: best fit."""
+
+    scorer: scoring.Scorer | None = None
 
 
 def free_capacity(state: State) -> Free:
-    """A private copy of every node's free resources."""
-    return {name: dict(node.free) for name, node in state.nodes.items()}
+    """A private copy of every node's free room, with the scorer of the state's pod mix."""
+    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
+    free.scorer = scoring.scorer_of(state.pod_shapes)
+    return free
 
 
-def _main_resource(per_pod: dict[str, int]) -> str:
-    return GPU if per_pod.get(GPU, 0) > 0 else "cpu"
+def copy_free(free: Free) -> Free:
+    copy = Free({name: room.copy() for name, room in free.items()})
+    copy.scorer = free.scorer
+    return copy
+
+
+def as_free(plain: Mapping[str, dict[str, int]]) -> Free:
+    """Free room from plain resource dictionaries (no per-GPU view, no labels)."""
+    return Free({name: NodeRoom(dict(f)) for name, f in plain.items()})
+
+
+class _Trial:
+    """Copy-on-write changes over ``base`` (a ``Free`` or another trial), committed or dropped whole."""
+
+    def __init__(self, base: Mapping[str, NodeRoom]):
+        self.base = base
+        self.changed: dict[str, NodeRoom] = {}
+        self.scorer = getattr(base, "scorer", None)
+
+    def __getitem__(self, name: str) -> NodeRoom:
+        room = self.changed.get(name)
+        return room if room is not None else self.base[name]
+
+    def __setitem__(self, name: str, room: NodeRoom) -> None:
+        self.changed[name] = room
+
+    def writable(self, name: str) -> NodeRoom:
+        if name not in self.changed:
+            self.changed[name] = self.base[name].copy()
+        return self.changed[name]
+
+    def commit(self) -> None:
+        for name, room in self.changed.items():
+            self.base[name] = room
 
 
 def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | None = None) -> list[PodAssignment] | None:
     """Place every pod of every pod set, or nothing. On success ``free`` is reduced in place.
+    ``nodes``, when given, are the only nodes that may be used."""
+    placed = _place_gang(free, pod_sets, nodes)
+    return None if placed is None else placed[0]
 
-    ``nodes``, when given, are the only nodes that may be used (a flavor's nodes).
-    """
-    trial: Free = {}
+
+def _place_gang(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None) -> tuple[list[PodAssignment], list[str]] | None:
+    trial = _Trial(free)
+    allowed = sorted(n for n in free if nodes is None or n in nodes)
     assignments: list[PodAssignment] = []
+    notes: list[str] = []
     for ps in pod_sets:
-        main = _main_resource(ps.resources)
-        need = ps.resources.get(main, 0)
-        remaining = ps.count
-        # Best fit: least free of the main resource first. Sorting on that alone is cheap; whether
-        # the other resources fit is checked only for the few nodes actually tried.
-        candidates = sorted((trial.get(n, f).get(main, 0), n) for n, f in free.items())
-        for _, name in candidates[bisect_left(candidates, (need, "")):]:
-            if nodes is not None and name not in nodes:
-                continue
-            n = min(remaining, pods_that_fit(trial.get(name, free[name]), ps.resources))
-            if n <= 0:
-                continue
-            node_free = trial.setdefault(name, dict(free[name]))
-            add_into(node_free, {k: v * n for k, v in ps.resources.items()}, -1)
-            assignments.append(PodAssignment(pod_set=ps.name, node=name, count=n))
-            remaining -= n
-            if remaining == 0:
-                break
-        if remaining:
+        got = _place_pod_set(trial, ps, allowed)
+        if got is None:
             return None
-    free.update(trial)
-    return assignments
+        assignments += got[0]
+        notes += [f"{ps.name}{got[1]}"] if got[1] else []
+    trial.commit()
+    return assignments, notes
+
+
+def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[PodAssignment], str] | None:
+    """The pod set's assignments and where they landed (its topology level), or None."""
+    t = ps.topology or TopologyRequest()
+    if t.required:
+        levels: list[str | None] = [t.required]
+    elif t.preferred:
+        levels = topology.fallbacks(t.preferred)
+    else:
+        levels = [None]
+    for level in levels:
+        got = _in_one_domain(trial, ps, allowed, level)
+        if got is not None:
+            return got
+    return None
+
+
+def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | None) -> tuple[list[PodAssignment], str] | None:
+    """The pod set inside one domain of ``level`` (None: anywhere), the least roomy that holds it first."""
+    if level is None:
+        # Anywhere is the last resort: a failure drops the caller's whole trial, so only slices
+        # (placed one by one, each committed) need a trial of their own.
+        scope = _Trial(trial) if ps.topology is not None and ps.topology.slice_required else trial
+        got = _sliced(scope, ps, names)
+        if got is not None and scope is not trial:
+            scope.commit()
+        return None if got is None else (got, "")
+    if level == topology.ISLAND:
+        return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
+    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
+    groups = topology.domains(((n, trial[n].labels) for n in fit), level)
+    ranked = sorted((room, key) for key, members in groups.items()
+                    if (room := sum(fit[n] for n in members)) >= ps.count)
+    for _, key in ranked[:DOMAIN_TRIES_MAX]:
+        child = _Trial(trial)
+        got = _sliced(child, ps, groups[key])
+        if got is not None:
+            child.commit()
+            return got, topology.describe(level, key)
+    return None
+
+
+def _sliced(trial: _Trial, ps: PodSet, names: list[str]) -> list[PodAssignment] | None:
+    """Every slice of the pod set inside one domain of the slice level, or the pod set on ``names``."""
+    t = ps.topology
+    if t is None or not t.slice_required or not t.slice_size:
+        return _on_nodes(trial, ps, names, ps.count)
+    if ps.count % t.slice_size:
+        return None
+    one = PodSet(name=ps.name, count=t.slice_size, resources=ps.resources)
+    out: list[PodAssignment] = []
+    for _ in range(ps.count // t.slice_size):
+        got = _in_one_domain(trial, one, names, t.slice_required)
+        if got is None:
+            return None
+        out += got[0]
+    return out
+
+
+def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[PodAssignment] | None:
+    """``count`` pods on ``names``, best fit: the least free of the main resource first. Pods
+    without GPUs go to the nodes with the fewest free GPUs first, so they do not take the CPU that
+    free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated)."""
+    out: list[PodAssignment] = []
+    order = _best_fit_order(trial, ps.resources, names)
+    if count == 1 and trial.scorer is not None and len(order) > 1:
+        order = _scored_order(trial, ps.resources, order)
+    for name in order:
+        n, indexes = _fit_on(trial[name], ps.resources, count)
+        if n <= 0:
+            continue
+        _take(trial.writable(name), ps.resources, n, indexes)
+        out.append(PodAssignment(pod_set=ps.name, node=name, count=n, gpus=indexes))
+        count -= n
+        if count == 0:
+            return out
+    return None
+
+
+def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
+    if per_pod.get(GPU, 0) > 0:
+        by_gpu = sorted((trial[n].free.get(GPU, 0), n) for n in names)
+        return [n for _, n in by_gpu[bisect_left(by_gpu, (per_pod[GPU], "")):]]
+    need = per_pod.get("cpu", 0)
+    rooms = ((trial[n].free, n) for n in names)
+    return [n for *_, n in sorted((f.get(GPU, 0), f.get("cpu", 0), n) for f, n in rooms if f.get("cpu", 0) >= need)]
+
+
+def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
+    """The nodes that fit one pod, by the fragmentation score (``scoring.py``); unscored shapes:
+    ``names`` as they are."""
+    shape = scoring.shape_of(per_pod.get("cpu", 0), per_pod.get("memory", 0), per_pod.get(GPU, 0))
+    if shape is None:
+        return names
+    fitting = [n for n in names if _fits_one(trial[n], per_pod, shape)]
+    if len(fitting) <= 1:
+        return fitting
+    rooms = [trial[n] for n in fitting]
+    ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
+                           [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms])
+    return [fitting[i] for i in ranked]
+
+
+def _fits_one(room: NodeRoom, per_pod: dict[str, int], shape: scoring.Shape) -> bool:
+    if pods_that_fit(room.free, per_pod) < 1:
+        return False
+    if shape.milli < gpus.WHOLE:
+        return max(room.gpus, default=0) >= shape.milli
+    return sum(1 for g in room.gpus if g == gpus.WHOLE) >= shape.gpus
+
+
+def _fit_on(room: NodeRoom, per_pod: dict[str, int], count: int) -> tuple[int, list[int]]:
+    """How many of ``count`` pods fit the node (resources and GPU by GPU), and their GPU indexes."""
+    n = min(count, pods_that_fit(room.free, per_pod))
+    milli = per_pod.get(GPU, 0)
+    if n <= 0 or not milli or not room.gpus:
+        return n, []
+    while n > 0:
+        indexes = gpus.choose(room.gpus, room.islands, milli, n)
+        if indexes is not None:
+            return n, indexes
+        n -= 1
+    return 0, []
+
+
+def _take(room: NodeRoom, per_pod: dict[str, int], n: int, indexes: list[int]) -> None:
+    add_into(room.free, {k: v * n for k, v in per_pod.items()}, -1)
+    if indexes:
+        gpus.apply(room.gpus, indexes, per_pod.get(GPU, 0))
+
+
+def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[PodAssignment], str] | None:
+    """Every pod on one node inside one NVLink island: the island with the least free that holds it."""
+    milli = ps.resources.get(GPU, 0)
+    best = None
+    for name in names:
+        room = trial[name]
+        if not milli or not room.islands:
+            continue
+        for k, span in enumerate(gpus.island_ranges(room.islands, len(room.gpus))):
+            room_in_island = sum(room.gpus[i] for i in span)
+            if room_in_island < milli * ps.count or (best is not None and room_in_island >= best[0]):
+                continue
+            indexes = gpus.choose(room.gpus, room.islands, milli, ps.count, within=span)
+            if indexes is not None:
+                best = (room_in_island, name, k, indexes)
+    if best is None:
+        return None
+    _, name, k, indexes = best
+    _take(trial.writable(name), ps.resources, ps.count, indexes)
+    return [PodAssignment(pod_set=ps.name, node=name, count=ps.count, gpus=indexes)], f" in NVLink island {k} of {name}"
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:
-    """Give a workload's node resources back in ``free``."""
+    """Give a workload's node resources (and GPUs) back in ``free``."""
     if wl.placement is None or wl.phase not in HOLDS_NODES:
         return
-    for node, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
-        if node in free:
-            add_into(free[node], used)
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
+    held = wl.placement_gpus or [[] for _ in wl.placement.assignments]
+    for (node, used), a, indexes in zip(assignment_use(wl.spec.pod_sets, wl.placement.assignments),
+                                        wl.placement.assignments, held):
+        room = free.get(node)
+        if room is None:
+            continue
+        add_into(room.free, used)
+        if indexes and room.gpus:
+            gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], gpu_per_pod[a.pod_set], +1)
 
 
 def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
@@ -84,16 +309,37 @@ def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) ->
     """Keep the room a preemptor will have once its victims are gone out of ``free``.
 
     Each node keeps the smaller of what is free now and what will be free once the victims left
-    and the preemptor came in: whoever is placed meanwhile fits now and never takes that room.
+    and the preemptor came in (resource by resource, GPU by GPU): whoever is placed meanwhile fits
+    now and never takes that room.
     """
-    later = {n: dict(f) for n, f in free.items()}
+    later = copy_free(free)
     for victim in victims:
         release_nodes(later, victim)
     if place_gang(later, wl.spec.pod_sets) is None:
         return
-    for name, now in free.items():
-        for resource, amount in later[name].items():
-            now[resource] = min(now.get(resource, 0), amount)
+    keep_smaller(free, later)
+
+
+def keep_smaller(free: Free, other: Free, names=None) -> None:
+    """Each node of ``free`` (of ``names``, when given) keeps the smaller of its room and ``other``'s,
+    resource by resource and GPU by GPU."""
+    for name in free if names is None else names:
+        now, then = free[name], other[name]
+        for resource, amount in then.free.items():
+            now.free[resource] = min(now.free.get(resource, 0), amount)
+        now.gpus[:] = [min(a, b) for a, b in zip(now.gpus, then.gpus)]
+
+
+def take_assignments(free: Free, pod_sets: list[PodSet], assignments: list[PodAssignment]) -> None:
+    """Take pods placed elsewhere (same nodes, same GPUs) out of ``free`` too."""
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in pod_sets}
+    for (node, used), a in zip(assignment_use(pod_sets, assignments), assignments):
+        room = free.get(node)
+        if room is None:
+            continue
+        add_into(room.free, used, -1)
+        if a.gpus and room.gpus:
+            gpus.apply(room.gpus, [i for i in a.gpus if i < len(room.gpus)], gpu_per_pod[a.pod_set], -1)
 
 
 def decide_placement(state: State) -> list[PlacementDecided]:
@@ -107,17 +353,44 @@ def decide_placement(state: State) -> list[PlacementDecided]:
         if wl is not None and wl.phase == "pending":
             reserve_room(free, wl, victims)
     decisions: list[PlacementDecided] = []
+    measure = _Measure(state)
     for name in state.unplaced:
         wl = state.workloads[name]
-        assignments = place_gang(free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
-                                 nodes=placement_nodes(state, wl))
-        if assignments is None:
+        placed = _place_gang(free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), placement_nodes(state, wl))
+        if placed is None:
             continue
-        nodes = sorted({a.node for a in assignments})
+        assignments, notes = placed
         decisions.append(PlacementDecided(
-            workload=name, assignments=assignments, based_on=state.offset,
-            reason=f"best fit on {len(nodes)} node(s): {', '.join(nodes[:8])}{' …' if len(nodes) > 8 else ''}",
-        ))
+            workload=name, assignments=assignments, based_on=state.offset, reason=_reason(assignments, notes),
+            fragmentation=measure.after(wl.spec.pod_sets, assignments)))
         if len(decisions) >= PLACEMENTS_PER_CYCLE_MAX:
             break
     return decisions
+
+
+class _Measure:
+    """The state's fragmentation index, updated placement by placement through one cycle."""
+
+    def __init__(self, state: State):
+        self.nodes = state.nodes
+        index = state.free_index
+        self.index = freeindex.FreeIndex(dict(index.islands), dict(index.nodes), dict(index.domains))
+        self.gpus: dict[str, list[int]] = {}
+
+    def after(self, pod_sets: list[PodSet], assignments: list[PodAssignment]) -> Fragmentation:
+        milli = {ps.name: ps.resources.get(GPU, 0) for ps in pod_sets}
+        for a in assignments:
+            if not a.gpus:
+                continue
+            node = self.nodes[a.node]
+            now = self.gpus.setdefault(a.node, list(node.gpus))
+            freeindex.change(self.index, now, node.islands, node.labels, -1)
+            gpus.apply(now, a.gpus, milli[a.pod_set])
+            freeindex.change(self.index, now, node.islands, node.labels, +1)
+        return freeindex.measure(self.index)
+
+
+def _reason(assignments: list[PodAssignment], notes: list[str]) -> str:
+    nodes = sorted({a.node for a in assignments})
+    where = f"best fit on {len(nodes)} node(s): {', '.join(nodes[:8])}{' …' if len(nodes) > 8 else ''}"
+    return where + (f" ({'; '.join(notes)})" if notes else "")

@@ -19,14 +19,10 @@ from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, ContractIndex, admitted_pod_sets
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.policy import Snapshot
-from gangway.services.placement.policy import place_gang, release_nodes
+from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 #: At most this many workloads are moved for one gang.
 MOVES_MAX = 16
-
-
-def _copy(free):
-    return {n: dict(f) for n, f in free.items()}
 
 
 def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, nodes,
@@ -35,7 +31,7 @@ def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSta
     need = wl.request.get(GPU, 0)
     free = snap.room_for(wl)
     usable = [n for n in free if nodes is None or n in nodes]
-    if need <= 0 or sum(free[n].get(GPU, 0) for n in usable) < need:
+    if need <= 0 or sum(free[n].free.get(GPU, 0) for n in usable) < need:
         return []  # not fragmentation: there are not enough free GPUs at all
     candidates = _movable(state, idx, wl, nodes, ordered_out, lost_ms)
     chosen: list[WorkloadState] = []
@@ -74,7 +70,7 @@ def _movable(state: State, idx: ContractIndex, wl: WorkloadState, nodes, ordered
 
 
 def _gang_fits(free, wl: WorkloadState, moved: list[WorkloadState], nodes) -> bool:
-    trial = _copy(free)
+    trial = copy_free(free)
     for other in moved:
         release_nodes(trial, other)
     return place_gang(trial, wl.spec.pod_sets, nodes=nodes) is not None
@@ -82,7 +78,7 @@ def _gang_fits(free, wl: WorkloadState, moved: list[WorkloadState], nodes) -> bo
 
 def _all_placed_again(free, wl: WorkloadState, moved: list[WorkloadState], nodes, state: State) -> bool:
     """With the gang placed, does every moved workload find a whole placement on what is left?"""
-    trial = _copy(free)
+    trial = copy_free(free)
     for other in moved:
         release_nodes(trial, other)
     if place_gang(trial, wl.spec.pod_sets, nodes=nodes) is None:

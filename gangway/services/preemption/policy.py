@@ -32,7 +32,7 @@ from gangway.events.quantity import format_resource
 from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.policy import Snapshot, admission_cycle, shape_key
-from gangway.services.placement.policy import place_gang, release_nodes, victims_in_flight
+from gangway.services.placement.policy import copy_free, place_gang, release_nodes, victims_in_flight
 from gangway.services.preemption.defrag import plan_moves
 
 #: At most this many preemptors are served per cycle.
@@ -131,7 +131,7 @@ class _Trial:
         ok, _, _ = self.view_without(victims).fit(self.wl.spec.cluster_queue, self.held)
         if not ok:
             return False
-        free = {n: dict(f) for n, f in self.snap.room_for(self.wl).items()}
+        free = copy_free(self.snap.room_for(self.wl))
         for victim in victims:
             release_nodes(free, victim)
         return place_gang(free, self.wl.spec.pod_sets, nodes=self.nodes) is not None
