@@ -87,6 +87,9 @@ class Snapshot:
         self._bound: QuotaView | None = None
         self._later: QuotaView | None = None
         self.free: Free = free_capacity(state)
+        # Admission asks only whether a whole placement exists: plain best fit answers that, and
+        # faster than the fragmentation score, which chooses among placements (placement's job).
+        self.free.scorer = None
         #: Capacity before reservations: backfill that ends in time may use it.
         self.free_unreserved: Free | None = None
         self.reservation: tuple[str, int] | None = None

@@ -17,7 +17,6 @@ tried first (best fit on domains), so big blocks, racks, nodes and islands stay 
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Container, Mapping
 
 from gangway.events import freeindex, gpus
@@ -75,6 +74,14 @@ def copy_free(free: Free) -> Free:
     return copy
 
 
+def _names(free: Free) -> list[str]:
+    """Every node name, sorted (nodes never come or go in a Free: sorted once)."""
+    names = free.__dict__.get("names")
+    if names is None or len(names) != len(free):
+        names = free.__dict__["names"] = sorted(free)
+    return names
+
+
 def as_free(plain: Mapping[str, dict[str, int]]) -> Free:
     """Free room from plain resource dictionaries (no per-GPU view, no labels)."""
     return Free({name: NodeRoom(dict(f)) for name, f in plain.items()})
@@ -114,7 +121,7 @@ def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | No
 
 def _place_gang(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None) -> tuple[list[PodAssignment], list[str]] | None:
     trial = _Trial(free)
-    allowed = sorted(n for n in free if nodes is None or n in nodes)
+    allowed = _names(free) if nodes is None else sorted(n for n in free if n in nodes)
     assignments: list[PodAssignment] = []
     notes: list[str] = []
     for ps in pod_sets:
@@ -207,8 +214,15 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
 
 def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
     if per_pod.get(GPU, 0) > 0:
-        by_gpu = sorted((trial[n].free.get(GPU, 0), n) for n in names)
-        return [n for _, n in by_gpu[bisect_left(by_gpu, (per_pod[GPU], "")):]]
+        need, changed, base = per_pod[GPU], trial.changed, trial.base
+        by_gpu = []
+        for n in names:  # only the nodes with room for one pod's GPUs are sorted (most are full)
+            room = changed.get(n) or base[n]
+            g = room.free.get(GPU, 0)
+            if g >= need:
+                by_gpu.append((g, n))
+        by_gpu.sort()
+        return [n for _, n in by_gpu]
     need = per_pod.get("cpu", 0)
     rooms = ((trial[n].free, n) for n in names)
     return [n for *_, n in sorted((f.get(GPU, 0), f.get("cpu", 0), n) for f, n in rooms if f.get("cpu", 0) >= need)]
@@ -220,7 +234,8 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
     shape = scoring.shape_of(per_pod.get("cpu", 0), per_pod.get("memory", 0), per_pod.get(GPU, 0))
     if shape is None:
         return names
-    fitting = [n for n in names if _fits_one(trial[n], per_pod, shape)]
+    need = per_pod.get(GPU, 0)
+    fitting = [n for n in names if trial[n].free.get(GPU, 0) >= need and _fits_one(trial[n], per_pod, shape)]
     if len(fitting) <= 1:
         return fitting
     rooms = [trial[n] for n in fitting]
