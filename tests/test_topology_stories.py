@@ -120,3 +120,11 @@ def test_two_64_gpu_jobs_on_96_free_gpus_one_runs_and_the_other_waits_whole():
     assert freeindex.measure(sim.state.free_index).gpus_free == 32
     sim.run(until_ms=sim.now_ms + 700_000)
     assert phase(sim, "second") == "running"
+
+
+def test_the_demo_tells_the_seed_story_side_by_side():
+    from gangway.demo import seed
+    greedy, gangway = seed.tell(greedy=True), seed.tell(greedy=False)
+    assert greedy == {"gpus_free": 16, "largest_island": 2, "fits_8": 0, "fine_tune": "pending"}
+    assert gangway == {"gpus_free": 16, "largest_island": 8, "fits_8": 2, "fine_tune": "running"}
+    assert seed.lines()[-1].split()[-2:] == ["pending", "running"]

@@ -85,6 +85,10 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
             print(log_line(env, envs[0].time_ms))
     console.print(team_table(rows))
     _explain_first_eviction(console, envs, out)
+    from gangway.demo import seed
+    console.rule("topology: the seed story, greedy placement beside gangway's (in memory)")
+    for line in seed.lines():
+        print(line)
     from gangway.services.audit.replay import verify
     report = verify(envs)
     console.print(f"{len(envs)} events written to {out}; replay reproduced {report.verified} of {report.decisions} "
