@@ -66,9 +66,10 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         t0 = running.clock.now_ms()
         asyncio.run(stack.publish_config(bootstrap, contract, "gangway/demo/contract.yaml", t0))
         _wait(bootstrap, lambda s, e: len(s.nodes) == 8, deadline, "the binder's nodes", running.supervise_once)
+        night_ms = running.clock.now_ms()  # the morning is measured from the night, not from start-up
         asyncio.run(stack.publish_jobs(bootstrap, night))
         console.print(f"submitted {len(night)} jobs for the night; the morning's canary comes 10 minutes later (cluster time)")
-        time.sleep(running.clock.wall_seconds_until(t0 + MORNING_AFTER_MS))
+        time.sleep(running.clock.wall_seconds_until(night_ms + MORNING_AFTER_MS))
         asyncio.run(stack.publish_jobs(bootstrap, morning))
         expected = len(night) + len(morning)
         state, envs = _wait(bootstrap, lambda s, e: _all_done(s, expected), deadline, "every job to finish",
