@@ -33,7 +33,7 @@ from gangway.events.quota import QuotaView
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, index_of, total_request,
 )
-from gangway.events.state import State, WorkloadState
+from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.placement.policy import (
     Free, copy_free, free_capacity, keep_smaller, place_gang, release_nodes, reserve_room, take_assignments,
@@ -95,6 +95,8 @@ class Snapshot:
         self.reservation: tuple[str, int] | None = None
         #: Shapes that did not fit, and why: room only shrinks within a cycle.
         self.failed: dict[tuple, Outcome] = {}
+        #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
+        self.borrows: dict[str, bool] = {}
 
     # --- quota ---------------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class Snapshot:
 
     def take(self, cq: str, held: dict[str, int]) -> None:
         self.view.add(cq, held)
+        self.borrows.clear()
         for view in (self._bound, self._later):
             if view is not None:
                 view.add(cq, held)
@@ -134,7 +137,7 @@ class Snapshot:
 
     def try_admit(self, wl: WorkloadState) -> Outcome:
         """Admit ``wl`` in the snapshot if it fits (quota and a whole placement), else say why."""
-        key = shape_key(wl)
+        key = self.failure_key(wl)
         failed = self.failed.get(key)
         if failed is not None:
             return Outcome(wl, None, failed.why, failed.preempt_flavors)
@@ -150,6 +153,11 @@ class Snapshot:
         if outcome.admission is None:
             self.failed[key] = outcome
         return outcome
+
+    def failure_key(self, wl: WorkloadState) -> tuple:
+        """Gangs of one shape fail alike; the runtime matters only while a reservation is held
+        (backfill lets a gang in if it ends in time), and the memo is cleared when one is made."""
+        return (wl.shape or shape_of(wl.spec), wl.spec.runtime_ms if self.reservation is not None else None)
 
     def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
         """The most pods (down to each pod set's min_count) that fit: a binary search."""
@@ -341,10 +349,9 @@ def _no_fit_why(view: QuotaView, cq, group, request: dict[str, int]) -> str:
 
 
 def shape_key(wl: WorkloadState) -> tuple:
-    """What decides whether a gang fits: its queue and the shape of its pod sets."""
-    return (wl.spec.cluster_queue, tuple(
-        (ps.count, ps.min_count, tuple(sorted(ps.resources.items()))) for ps in wl.spec.pod_sets),
-        wl.spec.runtime_ms)
+    """What decides whether a gang fits: its queue and the shape of its pod sets (computed once by
+    the fold, ``WorkloadState.shape``), and its runtime (backfill)."""
+    return (wl.shape or shape_of(wl.spec), wl.spec.runtime_ms)
 
 
 def queue_order(state: State) -> list[WorkloadState]:
@@ -423,6 +430,14 @@ def _order_key(wl: WorkloadState) -> tuple:
 
 
 def _needs_borrowing(snap: Snapshot, wl: WorkloadState) -> bool:
+    shape = wl.shape or shape_of(wl.spec)
+    answer = snap.borrows.get(shape)
+    if answer is None:
+        answer = snap.borrows[shape] = _borrows(snap, wl)
+    return answer
+
+
+def _borrows(snap: Snapshot, wl: WorkloadState) -> bool:
     cq = wl.spec.cluster_queue
     if cq not in snap.idx.tree.queues:
         return False
@@ -460,13 +475,16 @@ def _strict(idx: ContractIndex, cq: str) -> bool:
 
 
 def decide_admission(state: State) -> list[WorkloadAdmitted]:
-    if state.contract is None:
+    if state.contract is None or not state.pending:
         return []
     idx = index_of(state.contract)
     decisions: list[WorkloadAdmitted] = []
-    for outcome, _snap in admission_cycle(state, idx):
+    counted = sum(state.pending_shapes.values()) == len(state.pending)  # (snapshots older than the counts)
+    for outcome, snap in admission_cycle(state, idx):
         a = outcome.admission
         if a is None:
+            if counted and _nothing_left(state, snap):
+                break
             continue
         wl = outcome.wl
         decisions.append(WorkloadAdmitted(
@@ -477,6 +495,14 @@ def decide_admission(state: State) -> list[WorkloadAdmitted]:
         if len(decisions) >= ADMISSIONS_PER_CYCLE_MAX:
             break
     return decisions
+
+
+def _nothing_left(state: State, snap: Snapshot) -> bool:
+    """Has every kind of pending workload failed in this cycle — every shape, or while a reservation
+    is held every shape and runtime (``Snapshot.failure_key``)? Room only shrinks within a cycle, so
+    none of the rest can be admitted: a deep queue of a few kinds is not walked to its end."""
+    kinds = state.pending_runs if snap.reservation is not None else state.pending_shapes
+    return len(snap.failed) >= len(kinds)
 
 
 def _reason(idx: ContractIndex, wl: WorkloadState, a: Admission) -> str:

@@ -30,8 +30,8 @@ from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaView
 from gangway.events.quantity import format_resource
 from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
-from gangway.events.state import State, WorkloadState
-from gangway.services.admission.policy import Snapshot, admission_cycle, shape_key
+from gangway.events.state import State, WorkloadState, shape_of
+from gangway.services.admission.policy import Snapshot, admission_cycle
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes, victims_in_flight
 from gangway.services.preemption.defrag import plan_moves
 
@@ -47,7 +47,7 @@ def work_lost_ms(wl: WorkloadState, now_ms: int) -> int:
 
 
 def decide_preemption(state: State) -> list[EvictionOrdered]:
-    if state.contract is None:
+    if state.contract is None or not state.pending:
         return []
     idx = index_of(state.contract)
     waiting = victims_in_flight(state)
@@ -59,7 +59,7 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
         wl = outcome.wl
         if outcome.admission is not None or wl.spec.workload in waiting or not outcome.preempt_flavors:
             continue
-        key = _preemptor_key(idx, wl)
+        key = _preemptor_key(idx, wl, snap)
         if key in hopeless:
             continue
         found = None
@@ -104,11 +104,14 @@ def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSt
     return flavors, [(moved, rule) for moved in moves]
 
 
-def _preemptor_key(idx: ContractIndex, wl: WorkloadState) -> tuple:
-    """Preemptors with equal keys find the same victims (age matters only under LowerOrNewerEqualPriority)."""
+def _preemptor_key(idx: ContractIndex, wl: WorkloadState, snap: Snapshot) -> tuple:
+    """Preemptors with equal keys find the same victims: the same queue and shape (the runtime
+    plays no part), the same priority, the same age under LowerOrNewerEqualPriority, and the
+    same room (the gang holding the reservation sees its reserved nodes as its own)."""
     cq = idx.cluster_queues.get(wl.spec.cluster_queue)
     newer = cq is not None and cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
-    return (shape_key(wl), wl.spec.priority, wl.queued_ms if newer else None)
+    holder = snap.reservation is not None and snap.reservation[0] == wl.spec.workload
+    return (wl.shape or shape_of(wl.spec), wl.spec.priority, wl.queued_ms if newer else None, holder)
 
 
 class _Trial:
@@ -169,6 +172,8 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     cq = idx.cluster_queues.get(cq_name)
     if cq is None:
         return []
+    if _preempts_nobody(idx, cq):
+        return []
     view = trial.snap.later_view()
     node = idx.tree.queues[cq_name]
     own = view.usage.get(cq_name, {})
@@ -177,17 +182,22 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     fair = idx.contract.fair_sharing.enable
     found: list[tuple[tuple, WorkloadState, str]] = []
     shares: dict[str, int] = {}
+    #: Per victim queue: is it in the preemptor's cohort tree and borrowing what it needs? (The
+    #: cheap tests go first; the per-victim ones only for victims a rule allows.)
+    reclaimable: dict[str, bool] = {}
     for name in state.active:
         victim = state.workloads[name]
         if victim.phase == "evicting" or victim.admission is None or name in ordered_out:
             continue
-        if not _shares_something(state, trial, victim) or _protected(idx, state, victim):
-            continue
         vq = victim.spec.cluster_queue
         if vq == cq_name:
             rule, group = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim), 1
-        elif root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root \
-                and view.borrowing(vq, trial.held):
+        else:
+            if vq not in reclaimable:
+                reclaimable[vq] = (root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root
+                                   and view.borrowing(vq, trial.held))
+            if not reclaimable[vq]:
+                continue
             group = 0
             if fair:
                 rule = f"fair sharing: {vq} is above its fair share of cohort {root}"
@@ -195,9 +205,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
                 rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
             else:
                 rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)
-        else:
-            continue
-        if rule:
+        if rule and _shares_something(state, trial, victim) and not _protected(idx, state, victim):
             lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
             # With fair sharing, the queue furthest above its share gives first (Kueue's order).
             share = 0
@@ -207,6 +215,13 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
             found.append((key, victim, rule))
     found.sort(key=lambda item: item[0])
     return [(victim, rule) for _, victim, rule in found]
+
+
+def _preempts_nobody(idx: ContractIndex, cq) -> bool:
+    """A queue whose every preemption policy is Never (and no fair sharing) has no candidates."""
+    p = cq.preemption
+    return (p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never"
+            and p.borrow_within_cohort.policy != "LowerPriority" and not idx.contract.fair_sharing.enable)
 
 
 def _shares_something(state: State, trial: _Trial, victim: WorkloadState) -> bool:
