@@ -165,12 +165,13 @@ def bench_core(gpu_steps=GPU_STEPS, pending_steps=PENDING_STEPS, seed: int = 42)
 
 
 def table(result: dict) -> str:
-    head = (f"{'GPUs':>6} {'pending':>8} {'admitted':>8} {'placed':>6} {'admit ms':>9} {'place ms':>9} "
+    head = (f"{'GPUs':>6} {'pending':>8} {'admitted':>8} {'placed':>6} {'admit ms':>9} {'admit/s':>8} {'place ms':>9} "
             f"{'fold ms':>8} {'cycle ms':>9} {'adm+pl/s':>9} {'fold µs/ev':>10}")
     lines = [head]
     for r in result["rows"]:
         lines.append(f"{r['gpus']:>6} {r['pending']:>8} {r['admitted']:>8} {r['placed']:>6} "
-                     f"{r['admission_s'] * 1e3:>9.1f} {r['placement_s'] * 1e3:>9.1f} {r['fold_s'] * 1e3:>8.1f} "
+                     f"{r['admission_s'] * 1e3:>9.1f} {r['admitted'] / r['admission_s'] if r['admission_s'] else 0:>8.0f} "
+                     f"{r['placement_s'] * 1e3:>9.1f} {r['fold_s'] * 1e3:>8.1f} "
                      f"{r['cycle_s'] * 1e3:>9.1f} {r['admissions_placements_per_s']:>9.0f} "
                      f"{(r['fold_step_us'] or 0):>10.1f}")
     m = result["memory"]
