@@ -248,22 +248,11 @@ async def _watch(bootstrap: str, expected: int, deadline_s: float) -> dict[str, 
 
 def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, int]]]:
     """Per ClusterQueue: (from, to, cpu milli) for every admission, until its quota was released."""
-    from gangway.events.fold import apply
-    from gangway.events.state import HOLDS_QUOTA, State
+    from gangway.events.state import HOLDS_QUOTA
+    from gangway.reports import holding_intervals
     held: dict[str, list[tuple[int, int, int]]] = {}
-    since: dict[str, int] = {}
-    state = State()
-    for env in envs:
-        name = getattr(env.data, "workload", None)
-        apply(state, env)
-        wl = state.workloads.get(name) if name else None
-        if wl is None:
-            continue
-        holds = wl.phase in HOLDS_QUOTA
-        if holds and name not in since:
-            since[name] = env.time_ms
-        elif not holds and name in since:
-            held.setdefault(wl.spec.cluster_queue, []).append((since.pop(name), env.time_ms, wl.request.get("cpu", 0)))
+    for wl, start, end in holding_intervals(envs, HOLDS_QUOTA):
+        held.setdefault(wl.spec.cluster_queue, []).append((start, end, wl.request.get("cpu", 0)))
     return held
 
 

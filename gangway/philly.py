@@ -192,24 +192,10 @@ def _figures(policy: str, sim: Simulation, jobs: list[Job], capacity: int, sampl
 
 def _busy_gpu_seconds(log, capacity: int) -> float:
     """GPU-seconds held on nodes (placement to finish or eviction), from the log."""
-    from gangway.events.fold import apply
     from gangway.events.state import HOLDS_NODES
-    state = State()
-    since: dict[str, tuple[int, int]] = {}
-    total_ms = 0
-    for env in log:
-        name = getattr(env.data, "workload", None)
-        apply(state, env)
-        wl = state.workloads.get(name) if name else None
-        if wl is None:
-            continue
-        holds = wl.phase in HOLDS_NODES
-        if holds and name not in since:
-            since[name] = (env.time_ms, wl.request.get(GPU, 0) // MILLI)
-        elif not holds and name in since:
-            t, gpus = since.pop(name)
-            total_ms += (env.time_ms - t) * gpus
-    return total_ms / 1000
+    from gangway.reports import holding_intervals
+    return sum((end - start) * (wl.request.get(GPU, 0) // MILLI)
+               for wl, start, end in holding_intervals(log, HOLDS_NODES)) / 1000
 
 
 def _time_weighted(samples: list[tuple], index: int, end_ms: int) -> float:

@@ -119,3 +119,21 @@ def team_table(rows) -> Table:
     for row in rows:
         table.add_row(row.team, f"{row.gpu_hours:.2f}", str(row.workloads))
     return table
+
+
+def holding_intervals(envs, phases: tuple[str, ...]):
+    """Fold a log and yield (workload, from ms, to ms) for every stretch a workload spent in
+    ``phases`` (quota held: HOLDS_QUOTA; nodes held: HOLDS_NODES)."""
+    from gangway.events.fold import apply
+    state = State()
+    since: dict[str, int] = {}
+    for env in envs:
+        name = getattr(env.data, "workload", None)
+        apply(state, env)
+        wl = state.workloads.get(name) if name else None
+        if wl is None:
+            continue
+        if wl.phase in phases:
+            since.setdefault(name, env.time_ms)
+        elif name in since:
+            yield wl, since.pop(name), env.time_ms
