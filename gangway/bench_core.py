@@ -65,23 +65,21 @@ def _workload(name: str, team: str, pods: int, per_pod: int, priority: int) -> e
     )
 
 
+def _step(log: _Log, decide, prefix: str) -> tuple[list, float, float]:
+    """One service's turn: its decisions, the seconds deciding, the seconds folding them."""
+    t = time.perf_counter()
+    decisions = decide(log.state)
+    t_decide = time.perf_counter() - t
+    t = time.perf_counter()
+    for d in decisions:
+        log.fold(decision_id(prefix, d.workload, d.based_on), d)
+    return decisions, t_decide, time.perf_counter() - t
+
+
 def _cycle(log: _Log) -> dict:
     """One admission + placement cycle, as the services run it; times in seconds."""
-    state = log.state
-    t = time.perf_counter()
-    admitted = decide_admission(state)
-    t_admit = time.perf_counter() - t
-    t = time.perf_counter()
-    for d in admitted:
-        log.fold(decision_id("admit", d.workload, d.based_on), d)
-    t_fold_admit = time.perf_counter() - t
-    t = time.perf_counter()
-    placed = decide_placement(state)
-    t_place = time.perf_counter() - t
-    t = time.perf_counter()
-    for d in placed:
-        log.fold(decision_id("place", d.workload, d.based_on), d)
-    t_fold_place = time.perf_counter() - t
+    admitted, t_admit, t_fold_admit = _step(log, decide_admission, "admit")
+    placed, t_place, t_fold_place = _step(log, decide_placement, "place")
     return {"admitted": len(admitted), "placed": len(placed), "admission_s": t_admit, "placement_s": t_place,
             "fold_s": t_fold_admit + t_fold_place, "folded": len(admitted) + len(placed)}
 

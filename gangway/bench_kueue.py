@@ -192,29 +192,6 @@ def job(s: Spec) -> ev.JobSubmitted:
     )
 
 
-async def _publish(bootstrap: str, specs: list[Spec], t0: float) -> dict[str, int]:
-    """Send every job at its creation time (wall clock from ``t0``); returns workload → sent ms."""
-    from gangway.events import topics
-    from gangway.services.submission.manifests import to_cloudevent_record
-    prod = kafka.producer(bootstrap)
-    await prod.start()
-    sent: dict[str, int] = {}
-    try:
-        futures = []
-        for s in specs:
-            delay = t0 + s.create_ms / 1000 - time.time()
-            if delay > 0.001:
-                await asyncio.sleep(delay)
-            now = int(time.time() * 1000)
-            key, value, headers = to_cloudevent_record(job(s), "gangway/bench-kueue", now)
-            sent[f"{s.namespace}/{s.name}"] = now
-            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
-        await asyncio.gather(*futures)
-    finally:
-        await prod.stop()
-    return sent
-
-
 async def _watch(bootstrap: str, expected: int, deadline_s: float) -> dict[str, dict]:
     """Follow the log until ``expected`` workloads finished: per workload, its event times."""
     seen: dict[str, dict] = {}
@@ -325,9 +302,10 @@ def run(sc: Scenario, deadline_s: float | None = None) -> dict:
 
 
 async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float):
-    t0 = time.time() + 0.5
     watcher = asyncio.create_task(_watch(bootstrap, len(sc.specs), deadline_s))
-    sent = await _publish(bootstrap, sc.specs, t0)
+    # Every job at its creation time (half a second from now, to let the watcher start).
+    sent = await stack.publish_jobs(bootstrap, [job(s) for s in sc.specs],
+                                    at_s=[0.5 + s.create_ms / 1000 for s in sc.specs], source="gangway/bench-kueue")
     seen = await watcher
     return sent, seen
 

@@ -113,9 +113,11 @@ async def read_state(bootstrap: str) -> tuple[State, list[Envelope]]:
     return state, envs
 
 
-async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: float | None = None) -> dict[str, int]:
-    """Publish jobs as a producer does (binary-mode CloudEvents on gangway.submissions), all at
-    once or ``rate_per_s`` a second. Returns workload id → wall-clock ms when it was sent."""
+async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: float | None = None,
+                       at_s: list[float] | None = None, source: str = "gangway/cli") -> dict[str, int]:
+    """Publish jobs as a producer does (binary-mode CloudEvents on gangway.submissions): all at
+    once, ``rate_per_s`` a second, or each ``at_s[i]`` seconds after the call. Returns workload id
+    → wall-clock ms when it was sent."""
     from gangway.services.submission.manifests import to_cloudevent_record
     prod = kafka.producer(bootstrap)
     await prod.start()
@@ -124,10 +126,11 @@ async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: flo
     try:
         futures = []
         for i, job in enumerate(jobs):
-            if rate_per_s:
-                await asyncio.sleep(max(0.0, started + i / rate_per_s - time.monotonic()))
+            due = at_s[i] if at_s is not None else (i / rate_per_s if rate_per_s else 0.0)
+            if due:
+                await asyncio.sleep(max(0.0, started + due - time.monotonic()))
             now = int(time.time() * 1000)
-            key, value, headers = to_cloudevent_record(job, "gangway/cli", now)
+            key, value, headers = to_cloudevent_record(job, source, now)
             sent[f"{job.namespace}/{job.job_id}"] = now
             futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
         await asyncio.gather(*futures)
