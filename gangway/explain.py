@@ -72,8 +72,7 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
             report[name] = Pending("admissible", "fits now: admission will admit it in its next cycle",
                                    lq_pos[name], cq_pos[name])
             continue
-        fits_alone = _fits_alone(alone, outcome)
-        code = classify(outcome, snap, fits_alone)
+        code = classify(outcome, snap, alone.would_admit(outcome.wl))
         reason = outcome.why
         if code == "behind_higher_priority":
             reason = "fits on its own, but workloads ahead of it (higher priority or older) take the room first"
@@ -85,14 +84,6 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
         for name, eta in forecast_starts(state, set(report)).items():
             report[name].eta_ms = eta
     return report
-
-
-def _fits_alone(alone: Snapshot, outcome: Outcome) -> bool:
-    """Would it fit the cycle's starting room if nobody else were queued? (No snapshot change.)"""
-    wl = outcome.wl
-    if alone.idx.cluster_queues.get(wl.spec.cluster_queue) is None:
-        return False
-    return alone._assign(wl, wl.spec.pod_sets, commit=False).admission is not None
 
 
 def _positions(state: State) -> tuple[dict[str, int], dict[str, int]]:

@@ -313,13 +313,7 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
 
 def placement_nodes(state: State, wl: WorkloadState):
     """The nodes an admitted workload may use: those with every assigned flavor's labels (None: all)."""
-    idx = index_of(state.contract)
-    allowed = None
-    for flavor in sorted(set(wl.admission.flavors.values())):
-        nodes = idx.flavor_nodes(flavor, state)
-        if nodes is not None:
-            allowed = nodes if allowed is None else allowed & nodes
-    return allowed
+    return index_of(state.contract).nodes_of(wl.admission.flavors, state)
 
 
 def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> None:

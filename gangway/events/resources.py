@@ -92,6 +92,15 @@ class ContractIndex:
                     chosen[resource] = group[0].flavor
         return chosen
 
+    def nodes_of(self, flavors: dict[str, str], state) -> frozenset[str] | None:
+        """The state's nodes with the labels of every flavor in a flavor assignment (None: all)."""
+        allowed = None
+        for flavor in sorted(set(flavors.values())):
+            nodes = self.flavor_nodes(flavor, state)
+            if nodes is not None:
+                allowed = nodes if allowed is None else allowed & nodes
+        return allowed
+
     def flavor_nodes(self, flavor: str, state) -> frozenset[str] | None:
         """Names of the state's nodes with all of a flavor's labels (None: the flavor selects no labels)."""
         rf = self.flavors.get(flavor)

@@ -211,12 +211,13 @@ class Snapshot:
         return Outcome(wl, None, why, preempt_flavors)
 
     def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:
-        allowed = None
-        for flavor in sorted(set(flavors.values())):
-            nodes = self.idx.flavor_nodes(flavor, self.state)
-            if nodes is not None:
-                allowed = nodes if allowed is None else allowed & nodes
-        return allowed
+        return self.idx.nodes_of(flavors, self.state)
+
+    def would_admit(self, wl: WorkloadState) -> bool:
+        """Would ``wl`` fit this snapshot's room now, whole? (The snapshot is not changed.)"""
+        if self.idx.cluster_queues.get(wl.spec.cluster_queue) is None:
+            return False
+        return self._assign(wl, wl.spec.pod_sets, commit=False).admission is not None
 
     def _place(self, wl: WorkloadState, pod_sets: list[PodSet], nodes, commit: bool) -> bool:
         """Is there a whole placement (taking it in the snapshot when ``commit``)? A workload that
