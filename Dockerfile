@@ -9,6 +9,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gangway ./gangway
+COPY events ./events
+COPY services ./services
 RUN pip install . \
     && useradd --system --uid 10001 --create-home --home-dir /var/lib/gangway gangway
 

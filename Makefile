@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
+.PHONY: demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/gangway demo
 
 test: $(STAMP)
-	$(BIN)/ruff check gangway tests
+	$(BIN)/ruff check gangway events services tests
 	$(BIN)/python -m pytest -q
 
 # The long benchmarks (minutes each; not part of `make test`). Figures go to bench/results/.
@@ -39,6 +39,10 @@ bench-kueue-large: $(STAMP)
 bench-philly: $(STAMP)
 	$(BIN)/gangway simulate --trace philly
 	$(BIN)/gangway simulate --trace philly --capacity 0.25
+
+# The layers contract (.importlinter), checked on the package laid out as installed.
+lint-imports: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_layers.py
 
 schemas: $(STAMP)
 	$(BIN)/gangway schemas --write

@@ -13,7 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from gangway import stack
-from gangway.logfile import LogFileError, read_export, write_export
+from gangway.benchmarks import cli as benchmarks_cli
+from gangway.read.logfile import LogFileError, read_export, write_export
 
 console = Console(highlight=False)
 
@@ -110,7 +111,7 @@ def cmd_submit(args) -> int:
 
 def cmd_status(args) -> int:
     state, _ = asyncio.run(stack.read_state(_kafka()))
-    from gangway.reports import status_tables
+    from gangway.read.reports import status_tables
     for table in status_tables(state):
         console.print(table)
     console.print(f"log offset {state.offset}; {state.decisions} decisions applied, {state.superseded} superseded")
@@ -118,7 +119,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_log(args) -> int:
-    from gangway.reports import log_line
+    from gangway.read.reports import log_line
     bootstrap = _kafka()
     if args.export:
         _, envs = asyncio.run(stack.read_state(bootstrap))
@@ -170,7 +171,7 @@ def _log_of(args) -> list:
 
 
 def cmd_explain(args) -> int:
-    from gangway.explain import explain
+    from gangway.read.explain import explain
     lines = explain(_log_of(args), args.job, forecast=not args.no_forecast)
     for line in lines:
         print(line)
@@ -178,7 +179,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_rules(args) -> int:
-    from gangway import rules
+    from gangway.read import rules
     from gangway.contract import ConfigError, contract_digest, load_contract_file
     if args.config:
         try:
@@ -210,75 +211,8 @@ def cmd_demo(args) -> int:
     return run_demo(console, time_scale=args.time_scale, out=args.out)
 
 
-def cmd_bench(args) -> int:
-    from gangway import bench
-    if args.what in TOPOLOGY_BENCHES:
-        return cmd_bench_topology(args)
-    if args.what == "core":
-        from gangway import bench_core
-        out = args.out or "bench/results/core.json"
-        result = bench_core.bench_core(**({"gpu_steps": (64, 512), "pending_steps": (100, 1000)} if args.quick else {}))
-        print(bench_core.table(result))
-        bench.write_json(result, out)
-        bench_core.plot(result, str(Path(out).with_suffix(".png")))
-        return 0
-    if args.what == "kueue":
-        from gangway import bench_kueue
-        return bench_kueue.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
-    if args.what == "pipeline":
-        result = bench.bench_pipeline(jobs=args.jobs, rate=args.rate)
-    else:
-        result = bench.bench_replay(workloads=args.workloads, events=args.events, load=args.load)
-    bench.print_json(result)
-    if args.out:
-        bench.write_json(result, args.out)
-    return 0
-
-
-def cmd_simulate(args) -> int:
-    from gangway import philly
-    return philly.main(args.trace, jobs=args.jobs, out_dir=args.out, data_dir=args.data, capacity=args.capacity)
-
-
-# --- topology-aware placement benchmarks (issue 4) ----------------------------------------------
-TOPOLOGY_BENCHES = ("fgd", "placement")
-
-
-def _seeds(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
-
-
-def cmd_bench_topology(args) -> int:
-    from gangway import bench, fgd
-    if args.what == "fgd":
-        traces = list(fgd.TRACES) if args.trace == "all" else [args.trace]
-        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, workers=args.workers)
-        print(fgd.table(result))
-        out = args.out or "bench/results/fgd.json"
-    else:
-        from gangway import placement_bench
-        result = placement_bench.bench_placement(gpus=args.gpus, gangs=args.gangs)
-        print(placement_bench.table(result))
-        out = args.out
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(bench.to_json(result))
-    return 0
-
-
-def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--trace", default="default", help="fgd: default, multigpu50, gpushare100, cpu050 or all")
-    s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
-    s.add_argument("--policy", default="gangway",
-                   help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
-    s.add_argument("--workers", type=int, default=2, help="fgd: processes")
-    s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
-    s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")
-
-
 def cmd_schemas(args) -> int:
-    from gangway import schemas
+    from gangway.read import schemas
     return schemas.main(write=args.write)
 
 
@@ -329,27 +263,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-scale", type=float, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.set_defaults(func=cmd_demo)
-    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, fgd, placement)")
-    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", *TOPOLOGY_BENCHES))
-    s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
-    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
-    s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues)")
-    s.add_argument("--events", type=int, help="replay: events in the generated log (exported, read back, verified)")
-    s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
-    s.add_argument("--quick", action="store_true", help="core: a small grid only")
-    s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
-    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
-    s.add_argument("--data", help="kueue: the shared data folder (default: ../shared/data beside the project)")
-    s.add_argument("--out", help="also write the figures as JSON to this file")
-    add_topology_bench_options(s)
-    s.set_defaults(func=cmd_bench)
-    s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
-    s.add_argument("--trace", choices=("philly",), default="philly")
-    s.add_argument("--jobs", type=int, help="only the first N jobs of the trace")
-    s.add_argument("--capacity", type=float, default=1.0, help="nodes per team: this fraction of philly_vc.csv's")
-    s.add_argument("--data", help="the shared data folder (default: ../shared/data beside the project)")
-    s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
-    s.set_defaults(func=cmd_simulate)
+    benchmarks_cli.add_parsers(sub)
     s = sub.add_parser("schemas", help="check (or --write) the JSON Schemas and AsyncAPI document")
     s.add_argument("--write", action="store_true")
     s.set_defaults(func=cmd_schemas)

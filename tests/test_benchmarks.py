@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gangway import bench, bench_core
+from gangway.benchmarks import core as bench_core, pipeline as bench, results
 from gangway.cli import main
 
 
@@ -37,11 +37,11 @@ def test_bench_core_writes_a_table_json_and_a_plot(tmp_path, capsys):
 
 @pytest.mark.broker
 def test_a_shrunk_kueue_scenario_runs_end_to_end_and_every_workload_finishes(tmp_path, capsys):
-    from gangway import bench_kueue
+    from gangway.benchmarks import kueue_scenarios as bench_kueue
     out = tmp_path / "kueue.json"
     assert main(["bench", "kueue", "--scenario", "baseline", "--shrink", "0.05", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    sc = bench_kueue.load(bench.shared_data() / "kueue-perf" / "baseline" / "generator.yaml", 0.05)
+    sc = bench_kueue.load(results.shared_data() / "kueue-perf" / "baseline" / "generator.yaml", 0.05)
     assert result["workloads"] == len(sc.specs)
     assert set(result["avg_time_to_admission_ms"]) == {"large", "medium", "small"}
     assert result["wall_ms"] >= result["lower_bound_ms"] * 0.95  # no run beats the bound (clock jitter aside)
@@ -51,11 +51,11 @@ def test_a_shrunk_kueue_scenario_runs_end_to_end_and_every_workload_finishes(tmp
 
 
 def test_kueue_scenarios_load_as_kueue_defines_them():
-    from gangway import bench_kueue
-    sc = bench_kueue.load(bench.shared_data() / "kueue-perf" / "baseline" / "generator.yaml")
+    from gangway.benchmarks import kueue_scenarios as bench_kueue
+    sc = bench_kueue.load(results.shared_data() / "kueue-perf" / "baseline" / "generator.yaml")
     assert len(sc.specs) == 15_000 and len(sc.contract.cluster_queues) == 30
     assert bench_kueue.lower_bound_ms(sc)["lower_bound_ms"] == 66_000
-    large = bench_kueue.load(bench.shared_data() / "kueue-perf" / "large-scale" / "generator.yaml")
+    large = bench_kueue.load(results.shared_data() / "kueue-perf" / "large-scale" / "generator.yaml")
     assert len(large.specs) == 50_000 and len(large.contract.cluster_queues) == 1_000
 
 
@@ -72,7 +72,7 @@ def test_a_philly_prefix_runs_under_three_policies_and_every_job_finishes(tmp_pa
 
 
 def test_kueue_like_admits_at_most_one_workload_per_cluster_queue_per_cycle():
-    from gangway.philly import first_admission_per_queue
+    from gangway.benchmarks.trace_simulation import first_admission_per_queue
 
     class Admitted:
         def __init__(self, workload, cluster_queue):

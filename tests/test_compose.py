@@ -14,8 +14,8 @@ from gangway.events import topics
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
-#: Packages under gangway/services/ that are services (runtime is the shell they share).
-REAL_SERVICES = sorted(p.parent.name for p in ROOT.glob("gangway/services/*/__init__.py") if p.parent.name != "runtime")
+#: Packages under services/ that are services (runtime is the shell they share).
+REAL_SERVICES = sorted(p.parent.name for p in ROOT.glob("services/*/__init__.py") if p.parent.name != "runtime")
 INFRA_YAML = sorted(ROOT.glob("infra/**/*.yaml"))
 
 

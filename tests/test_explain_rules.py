@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from builders import LogBuilder, cluster_queue, contract, node, workload
-from gangway import cli, rules
+from gangway import cli
+from gangway.read import rules
 from gangway.contract import load_contract_file
-from gangway.explain import explain, pending_report
-from gangway.logfile import write_export
+from gangway.read.explain import explain, pending_report
+from gangway.read.logfile import write_export
 from test_preemption_rules import incident, wl
 
 DEMO_CONTRACT = "gangway/demo/contract.yaml"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gangway import fgd
+from gangway.benchmarks import fragmentation as fgd
 from gangway.services.placement.fragmentation import (
     WHOLE, Nodes, Shape, ShapeMix, ShapeTable, fragmentation, stranded,
 )

@@ -1,6 +1,6 @@
 """schemas/ is generated from the code: it must not drift, and its schemas must fit real events.
 
-Fix a drift with `make schemas` (or `python -m gangway.schemas --write`).
+Fix a drift with `make schemas` (or `python -m gangway.read.schemas --write`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gangway import schemas
+from gangway.read import schemas
 from gangway.events import catalogue as ev
 from gangway.events import topics
 from gangway.events.codec import encode_data

@@ -224,7 +224,7 @@ def test_the_fragmentation_measure_follows_every_placement_and_release():
 
 def test_status_shows_the_fragmentation():
     from rich.console import Console
-    from gangway.reports import status_tables
+    from gangway.read.reports import status_tables
     log = with_running(racks(("b1", "r1", 2)), busy("x", 2, "n1"))
     console = Console(width=200, record=True)
     for table in status_tables(log.state):
@@ -234,11 +234,11 @@ def test_status_shows_the_fragmentation():
 
 
 def test_the_placement_benchmark_runs_small_and_places_every_shape():
-    from gangway import placement_bench
-    result = placement_bench.bench_placement(gpus=1024, gangs=120)
+    from gangway.benchmarks import placement_speed
+    result = placement_speed.bench_placement(gpus=1024, gangs=120)
     assert result["nodes"] == 128
     assert all(s["placed"] > 0 for s in result["by_shape"].values() if s["tried"])
-    assert "every gang" in placement_bench.table(result)
+    assert "every gang" in placement_speed.table(result)
 
 
 def test_a_preferred_level_whose_slices_fail_halfway_leaves_no_trace_in_free():

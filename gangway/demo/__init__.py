@@ -14,7 +14,7 @@ from rich.console import Console
 from gangway import stack
 from gangway.events import catalogue as ev
 from gangway.events.state import State
-from gangway.reports import log_line, team_table
+from gangway.read.reports import log_line, team_table
 
 MORNING_AFTER_MS = 10 * 60_000
 WALL_TIMEOUT_S = 100.0
@@ -39,7 +39,7 @@ def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) 
         if until(state, envs):
             return state, envs
         if time.monotonic() > deadline:
-            from gangway.reports import status_tables
+            from gangway.read.reports import status_tables
             for table in status_tables(state):
                 Console(stderr=True).print(table)
             raise TimeoutError(f"demo: timed out waiting for {what}")
@@ -48,7 +48,7 @@ def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) 
 
 def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-log.jsonl") -> int:
     from gangway.contract import load_contract_file
-    from gangway.logfile import write_export
+    from gangway.read.logfile import write_export
     from gangway.services.submission.manifests import load_jobs
 
     sdir = Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway")) / "demo"
@@ -100,7 +100,7 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
 
 def _explain_first_eviction(console: Console, envs: list[ev.Envelope], out: str) -> None:
     """What `gangway explain` says about the first workload the demo preempted."""
-    from gangway.explain import explain
+    from gangway.read.explain import explain
     victim = next((e.data.workload for e in envs if isinstance(e.data, ev.EvictionOrdered)), None)
     if victim is None:
         return

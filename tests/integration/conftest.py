@@ -36,7 +36,7 @@ from gangway.events import codec, topics
 from gangway.events import catalogue as ev
 from gangway.events.fold import apply
 from gangway.events.state import State
-from gangway.reports import log_line
+from gangway.read.reports import log_line
 
 #: Cluster seconds per wall second: a 60 s job runs for 0.1 s of wall time.
 TIME_SCALE = 600.0

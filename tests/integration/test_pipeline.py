@@ -20,7 +20,7 @@ from cloudevents.core.v1.event import CloudEvent
 from cloudevents.v1 import http as ce_http
 from cloudevents.v1.kafka import KafkaMessage, from_binary
 
-from gangway.logfile import read_export, write_export
+from gangway.read.logfile import read_export, write_export
 from outside_client import read_records
 from gangway.demo import demo_file
 from gangway.events import codec, topics

@@ -14,7 +14,7 @@ import yaml
 from conftest import running_stack
 from gangway.events import catalogue as ev
 from gangway.events.resources import GPU
-from gangway.explain import explain
+from gangway.read.explain import explain
 
 pytestmark = pytest.mark.broker
 

@@ -86,7 +86,7 @@ FORECAST_PENDING_MAX = 200
 
 
 def _pending_table(state: State) -> Table:
-    from gangway.explain import pending_report
+    from gangway.read.explain import pending_report
 
     report = pending_report(state, forecast=len(state.pending) <= FORECAST_PENDING_MAX)
     table = Table(title="Pending workloads")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gangway.bench import percentile, shared_data, write_json
+from gangway.benchmarks.results import percentile, shared_data, write_json
 from gangway.events.catalogue import NodeObserved, PodSet, WorkloadQueued
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, Quota
 from gangway.events.state import State
@@ -193,7 +193,7 @@ def _figures(policy: str, sim: Simulation, jobs: list[Job], capacity: int, sampl
 def _busy_gpu_seconds(log, capacity: int) -> float:
     """GPU-seconds held on nodes (placement to finish or eviction), from the log."""
     from gangway.events.state import HOLDS_NODES
-    from gangway.reports import holding_intervals
+    from gangway.read.reports import holding_intervals
     return sum((end - start) * (wl.request.get(GPU, 0) // MILLI)
                for wl, start, end in holding_intervals(log, HOLDS_NODES)) / 1000
 

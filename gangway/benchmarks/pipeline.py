@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import msgspec
 import yaml
 
 from gangway import stack
+from gangway.benchmarks.results import percentile
 from gangway.events import catalogue as ev
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
 
@@ -66,9 +66,6 @@ async def _wait_running(bootstrap: str, expected: set[str], deadline_s: float) -
     return running
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _phase(bootstrap: str, jobs: list[ev.JobSubmitted], rate: float | None) -> dict[str, float]:
@@ -161,7 +158,7 @@ def simulated_log(workloads: int | None = None, seed: int = 42, events: int | No
 
 
 def _generate_export(path: str, events: int, seed: int, load: float) -> None:
-    from gangway.logfile import write_export
+    from gangway.read.logfile import write_export
     write_export(simulated_log(events=events, seed=seed, load=load), path)
 
 
@@ -189,7 +186,7 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
         return result
     import multiprocessing
 
-    from gangway.logfile import read_export
+    from gangway.read.logfile import read_export
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "log.jsonl")
         started = time.perf_counter()
@@ -213,27 +210,3 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
     })
     result["ratio_to_target"] = result["events_per_s"] / 50_000
     return result
-
-
-def to_json(result: dict) -> str:
-    return msgspec.json.format(msgspec.json.encode(result), indent=2).decode() + "\n"
-
-
-def shared_data(data_dir: str | None = None) -> Path:
-    """The shared reference data: ``data_dir``, else ``../shared/data`` beside the project (or the cwd)."""
-    if data_dir:
-        return Path(data_dir)
-    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
-        candidate = root.parent / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    raise SystemExit("gangway: ../shared/data not found; give --data")
-
-
-def write_json(result: dict, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(to_json(result))
-
-
-def print_json(result: dict) -> None:
-    print(to_json(result), end="")

@@ -28,7 +28,7 @@ import yaml
 
 from gangway import stack
 from gangway.adapters import kafka
-from gangway.bench import shared_data, write_json
+from gangway.benchmarks.results import shared_data, write_json
 from gangway.events import catalogue as ev
 from gangway.events.contract import (
     ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
@@ -226,7 +226,7 @@ async def _watch(bootstrap: str, expected: int, deadline_s: float) -> dict[str, 
 def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, int]]]:
     """Per ClusterQueue: (from, to, cpu milli) for every admission, until its quota was released."""
     from gangway.events.state import HOLDS_QUOTA
-    from gangway.reports import holding_intervals
+    from gangway.read.reports import holding_intervals
     held: dict[str, list[tuple[int, int, int]]] = {}
     for wl, start, end in holding_intervals(envs, HOLDS_QUOTA):
         held.setdefault(wl.spec.cluster_queue, []).append((start, end, wl.request.get("cpu", 0)))
@@ -296,7 +296,7 @@ def run(sc: Scenario, deadline_s: float | None = None) -> dict:
             else:
                 os.environ["GANGWAY_STATE_DIR"] = old
     result = figures(sc, sent, seen, envs)
-    from gangway.bench import _replay_speed
+    from gangway.benchmarks.pipeline import _replay_speed
     result["replay"] = _replay_speed(envs)
     return result
 

@@ -24,7 +24,7 @@ from gangway.services.placement.fragmentation import (
     WHOLE, Nodes, Shape, ShapeMix, ShapeTable, after_one_pod, best_fit_gpu, fits, fragmentation,
 )
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 TRACES = ("default", "multigpu50", "gpushare100", "cpu050")
 LEVELS = tuple(range(0, 131))
 SHOWN_LEVELS = (50, 80, 90, 100, 110, 120, 130)

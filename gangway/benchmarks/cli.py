@@ -1,0 +1,102 @@
+"""`gangway bench` and `gangway simulate`: the benchmark commands, which print figures beside their targets.
+
+They are commands, never timed unit tests; their results and notes are in ``bench/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gangway.benchmarks import results
+
+TOPOLOGY_BENCHES = ("fgd", "placement")
+
+
+def cmd_bench(args) -> int:
+    if args.what in TOPOLOGY_BENCHES:
+        return cmd_bench_topology(args)
+    if args.what == "core":
+        from gangway.benchmarks import core
+        out = args.out or "bench/results/core.json"
+        result = core.bench_core(**({"gpu_steps": (64, 512), "pending_steps": (100, 1000)} if args.quick else {}))
+        print(core.table(result))
+        results.write_json(result, out)
+        core.plot(result, str(Path(out).with_suffix(".png")))
+        return 0
+    if args.what == "kueue":
+        from gangway.benchmarks import kueue_scenarios
+        return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
+    from gangway.benchmarks import pipeline
+    if args.what == "pipeline":
+        result = pipeline.bench_pipeline(jobs=args.jobs, rate=args.rate)
+    else:
+        result = pipeline.bench_replay(workloads=args.workloads, events=args.events, load=args.load)
+    results.print_json(result)
+    if args.out:
+        results.write_json(result, args.out)
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from gangway.benchmarks import trace_simulation
+    return trace_simulation.main(args.trace, jobs=args.jobs, out_dir=args.out, data_dir=args.data,
+                                 capacity=args.capacity)
+
+
+def _seeds(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def cmd_bench_topology(args) -> int:
+    if args.what == "fgd":
+        from gangway.benchmarks import fragmentation as fgd
+        traces = list(fgd.TRACES) if args.trace == "all" else [args.trace]
+        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, workers=args.workers)
+        print(fgd.table(result))
+        out = args.out or "bench/results/fgd.json"
+    else:
+        from gangway.benchmarks import placement_speed
+        result = placement_speed.bench_placement(gpus=args.gpus, gangs=args.gangs)
+        print(placement_speed.table(result))
+        out = args.out
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(results.to_json(result))
+    return 0
+
+
+def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--trace", default="default", help="fgd: default, multigpu50, gpushare100, cpu050 or all")
+    s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
+    s.add_argument("--policy", default="gangway",
+                   help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
+    s.add_argument("--workers", type=int, default=2, help="fgd: processes")
+    s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
+    s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")
+
+
+def add_parsers(sub) -> None:
+    """Add `bench` and `simulate` to the `gangway` command's subparsers."""
+    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, fgd, placement)")
+    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", *TOPOLOGY_BENCHES))
+    s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
+    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
+    s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues)")
+    s.add_argument("--events", type=int, help="replay: events in the generated log (exported, read back, verified)")
+    s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
+    s.add_argument("--quick", action="store_true", help="core: a small grid only")
+    s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
+    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
+    s.add_argument("--data", help="kueue: the reference data folder (default: $GANGWAY_DATA, else ../shared/data beside the project)")
+    s.add_argument("--out", help="also write the figures as JSON to this file")
+    add_topology_bench_options(s)
+    s.set_defaults(func=cmd_bench)
+    s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
+    s.add_argument("--trace", choices=("philly",), default="philly")
+    s.add_argument("--jobs", type=int, help="only the first N jobs of the trace")
+    s.add_argument("--capacity", type=float, default=1.0, help="nodes per team: this fraction of philly_vc.csv's")
+    s.add_argument("--data", help="the reference data folder (default: $GANGWAY_DATA, else ../shared/data beside the project)")
+    s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
+    s.set_defaults(func=cmd_simulate)
