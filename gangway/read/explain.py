@@ -18,7 +18,8 @@ from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
 from gangway.events.resources import index_of
 from gangway.events.state import State
-from gangway.services.admission.policy import Outcome, Snapshot, admission_cycle, queue_order
+from gangway.services.admission.policy import admission_cycle, queue_order
+from gangway.services.admission.snapshot import Outcome, Snapshot
 from gangway.sim import Simulation
 
 #: Forecasts look this far ahead at most (cluster time).

@@ -18,7 +18,7 @@ from __future__ import annotations
 from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, ContractIndex, admitted_pod_sets
 from gangway.events.state import State, WorkloadState
-from gangway.services.admission.policy import Snapshot
+from gangway.services.admission.snapshot import Snapshot
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 #: At most this many workloads are moved for one gang.

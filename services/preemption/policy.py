@@ -31,7 +31,8 @@ from gangway.events.quota import QuotaView
 from gangway.events.quantity import format_resource
 from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, shape_of
-from gangway.services.admission.policy import Snapshot, admission_cycle
+from gangway.services.admission.policy import admission_cycle
+from gangway.services.admission.snapshot import Snapshot
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes, victims_in_flight
 from gangway.services.preemption.defrag import plan_moves
 

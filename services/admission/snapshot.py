@@ -1,0 +1,334 @@
+"""The snapshot a scheduling cycle works on (pure): quota usage and free capacity, copied from the
+state, which admission, preemption and defragmentation change by trial without touching ``State``.
+
+``Snapshot.try_admit`` answers for one pending workload whether it fits its quota in some flavor
+*and* a whole placement exists on that flavor's free nodes (``Outcome``: an ``Admission`` or the
+reason it does not fit). The snapshot also holds what is already promised: admitted gangs not yet
+placed, the room preemptors wait for, and the nodes reserved for one gang blocked by capacity
+(EASY backfill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+
+import msgspec
+
+from gangway.events.catalogue import PodSet
+from gangway.events.decay import averages
+from gangway.events.fold import held_quota
+from gangway.events.quota import QuotaView
+from gangway.events.resources import (
+    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
+)
+from gangway.events.state import State, WorkloadState, shape_of
+from gangway.services.admission.flavors import Option, group_options, uncovered
+from gangway.services.placement.policy import (
+    Free, copy_free, free_capacity, keep_smaller, place_gang, release_nodes, reserve_room, take_assignments,
+)
+#: Expected runtime of a workload that declares none (for reservations and ETAs).
+ASSUMED_RUNTIME_MS = 3_600_000
+
+
+@dataclass
+class Admission:
+    """How a workload is admitted: flavors per resource, pods per pod set, what it holds."""
+
+    flavors: dict[str, str]
+    pod_sets: list[PodSet]
+    counts: dict[str, int]
+    request: dict[str, int]
+    borrowed: dict[str, int]
+
+
+@dataclass
+class Outcome:
+    """What a cycle made of one pending workload."""
+
+    wl: WorkloadState
+    admission: Admission | None = None
+    why: str = ""
+    #: Flavor assignments (resource → flavor) under which evicting workloads would make room.
+    preempt_flavors: list[dict[str, str]] = field(default_factory=list)
+    #: The reservation held for it: (expected start ms, nodes kept).
+    reserved: tuple[int, list[str]] | None = None
+
+
+class Snapshot:
+    """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``.
+
+    ``view`` is the quota in use now (what the fold will check an admission against); ``later``
+    is how usage will change once the victims of waiting preemptors are gone and the preemptors
+    are in. A workload is admitted only if it fits both now and later, so it neither lands over
+    quota nor takes a preemptor's room.
+    """
+
+    def __init__(self, state: State, idx: ContractIndex):
+        self.state = state
+        self.idx = idx
+        self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage), averages(state))
+        self.later: dict[str, dict[str, int]] = {}
+        self._bound: QuotaView | None = None
+        self._later: QuotaView | None = None
+        self.free: Free = free_capacity(state)
+        # Admission asks only whether a whole placement exists: plain best fit answers that, and
+        # faster than the fragmentation score, which chooses among placements (placement's job).
+        self.free.scorer = None
+        #: Capacity before reservations: backfill that ends in time may use it.
+        self.free_unreserved: Free | None = None
+        self.reservation: tuple[str, int] | None = None
+        #: Shapes that did not fit, and why: room only shrinks within a cycle.
+        self.failed: dict[tuple, Outcome] = {}
+        #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
+        self.borrows: dict[str, bool] = {}
+
+    # --- quota ---------------------------------------------------------------------------------
+
+    def bound_view(self) -> QuotaView:
+        """Quota to fit under: usage now plus what waiting preemptors will take, per queue."""
+        if not self.later:
+            return self.view
+        if self._bound is None:
+            self._bound = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            for cq, deltas in sorted(self.later.items()):
+                grow = {fr: d for fr, d in deltas.items() if d > 0}
+                if cq in self.idx.tree.queues and grow:
+                    self._bound.add(cq, grow)
+        return self._bound
+
+    def later_view(self) -> QuotaView:
+        """Quota once every victim in flight is gone and every waiting preemptor is in (what a
+        preemption trial starts from: room already promised is neither taken nor made twice)."""
+        if self._later is None:
+            self._later = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            for cq, deltas in sorted(self.later.items()):
+                if cq not in self.idx.tree.queues:
+                    continue
+                for sign in (-1, 1):  # give back before taking, so no node goes below zero
+                    part = {fr: abs(d) for fr, d in deltas.items() if d * sign > 0}
+                    if part:
+                        self._later.add(cq, part, sign)
+        return self._later
+
+    def take(self, cq: str, held: dict[str, int]) -> None:
+        self.view.add(cq, held)
+        self.borrows.clear()
+        for view in (self._bound, self._later):
+            if view is not None:
+                view.add(cq, held)
+
+    # --- one workload --------------------------------------------------------------------------
+
+    def try_admit(self, wl: WorkloadState) -> Outcome:
+        """Admit ``wl`` in the snapshot if it fits (quota and a whole placement), else say why."""
+        key = self.failure_key(wl)
+        failed = self.failed.get(key)
+        if failed is not None:
+            return Outcome(wl, None, failed.why, failed.preempt_flavors)
+        cq = self.idx.cluster_queues.get(wl.spec.cluster_queue)
+        if cq is None:
+            return Outcome(wl, None, f"ClusterQueue {wl.spec.cluster_queue} is not in the contract")
+        missing = uncovered(self.idx, cq.name, wl.request)
+        if missing:
+            return Outcome(wl, None, f"ClusterQueue {cq.name} has no quota for {', '.join(missing)}")
+        outcome = self._assign(wl, wl.spec.pod_sets)
+        if outcome.admission is None and _partial(wl):
+            outcome = self._partial(wl, outcome)
+        if outcome.admission is None:
+            self.failed[key] = outcome
+        return outcome
+
+    def failure_key(self, wl: WorkloadState) -> tuple:
+        """Gangs of one shape fail alike; the runtime matters only while a reservation is held
+        (backfill lets a gang in if it ends in time), and the memo is cleared when one is made."""
+        return (wl.shape or shape_of(wl.spec), wl.spec.runtime_ms if self.reservation is not None else None)
+
+    def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
+        """The most pods (down to each pod set's min_count) that fit: a binary search."""
+        most = max(ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in wl.spec.pod_sets)
+        low, high, best = 1, most, None
+        while low <= high:
+            cut = (low + high) // 2
+            trial = self._assign(wl, _cut(wl.spec.pod_sets, cut), commit=False)
+            if trial.admission is not None:
+                best, high = cut, cut - 1
+            else:
+                low = cut + 1
+        if best is None:
+            return full
+        return self._assign(wl, _cut(wl.spec.pod_sets, best))
+
+    def _assign(self, wl: WorkloadState, pod_sets: list[PodSet], commit: bool = True) -> Outcome:
+        cq = self.idx.cluster_queues[wl.spec.cluster_queue]
+        request = total_request(pod_sets)
+        per_group: list[list[Option]] = []
+        preempt: list[list[Option]] = []
+        reasons: list[str] = []
+        for group in self.idx.groups[cq.name]:
+            if not any(request.get(r, 0) > 0 for r in group[0].resources):
+                continue
+            now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable)
+            per_group.append(now)
+            rank = {fq.flavor: i for i, fq in enumerate(group)}
+            preempt.append(sorted(now + pre, key=lambda o: rank[o.flavor]))
+            if not now:
+                reasons.append(pre[0].why if pre else _no_fit_why(self.view, cq, group, request))
+        preempt_flavors = [_flavors(combo) for combo in _product(preempt)]
+        if reasons:
+            return Outcome(wl, None, reasons[0], preempt_flavors)
+        why = ""
+        for combo in _product(per_group):
+            flavors = _flavors(combo)
+            held = by_flavor(request, flavors)
+            ok, borrowed, why = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), "")
+            if not ok:
+                continue
+            nodes = self.flavor_nodes(flavors)
+            if not self._place(wl, pod_sets, nodes, commit):
+                why = "no placement for the whole gang on free capacity" + (
+                    f" of flavor {', '.join(sorted(set(flavors.values())))}" if nodes is not None else "")
+                continue
+            if commit:
+                self.take(cq.name, held)
+            counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
+            return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
+        return Outcome(wl, None, why, preempt_flavors)
+
+    def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:
+        return self.idx.nodes_of(flavors, self.state)
+
+    def would_admit(self, wl: WorkloadState) -> bool:
+        """Would ``wl`` fit this snapshot's room now, whole? (The snapshot is not changed.)"""
+        if self.idx.cluster_queues.get(wl.spec.cluster_queue) is None:
+            return False
+        return self._assign(wl, wl.spec.pod_sets, commit=False).admission is not None
+
+    def _place(self, wl: WorkloadState, pod_sets: list[PodSet], nodes, commit: bool) -> bool:
+        """Is there a whole placement (taking it in the snapshot when ``commit``)? A workload that
+        ends before the reserved gang starts may use the reserved nodes (backfill)."""
+        free = self.free if commit else copy_free(self.free)
+        assignments = place_gang(free, pod_sets, nodes=nodes)
+        if assignments is not None:
+            if commit and self.free_unreserved is not None:  # the same pods leave the raw capacity
+                take_assignments(self.free_unreserved, pod_sets, assignments)
+            return True
+        if self.free_unreserved is None or not self._ends_before_reservation(wl):
+            return False
+        raw = copy_free(self.free_unreserved)
+        if place_gang(raw, pod_sets, nodes=nodes) is None:
+            return False
+        if commit:  # backfill: it ends before the reserved gang can start
+            self.free_unreserved = raw
+            keep_smaller(self.free, raw)
+        return True
+
+    def room_for(self, wl: WorkloadState) -> Free:
+        """Free capacity as ``wl`` sees it: the nodes reserved for it are its own."""
+        if self.reservation is not None and self.reservation[0] == wl.spec.workload and self.free_unreserved:
+            return self.free_unreserved
+        return self.free
+
+    def _ends_before_reservation(self, wl: WorkloadState) -> bool:
+        if self.reservation is None or wl.spec.runtime_ms is None:
+            return False
+        return self.state.time_ms + wl.spec.runtime_ms <= self.reservation[1]
+
+    # --- reservations ------------------------------------------------------------------------
+
+    def reserve_admitted(self) -> None:
+        """Admitted gangs not yet placed will be: keep their room."""
+        for name in self.state.unplaced:
+            wl = self.state.workloads[name]
+            place_gang(self.free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
+                       nodes=self.flavor_nodes(wl.admission.flavors))
+
+    def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState],
+                              flavors: dict[str, str]) -> None:
+        """Hold the room a preemptor waits for: its victims' quota and nodes will be its own."""
+        for victim in victims:
+            add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
+        add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(wl.request, flavors))
+        self._bound = self._later = None
+        self.failed.clear()
+        reserve_room(self.free, wl, victims)
+
+    def reserve_for_gang(self, wl: WorkloadState, nodes=None) -> tuple[int, list[str]] | None:
+        """Keep the nodes that free soonest for a gang blocked by capacity alone (EASY backfill).
+
+        Running workloads are released in the order they are expected to end until the gang
+        fits; those nodes keep for it what they will have then. Returns (expected start, nodes).
+        """
+        if self.reservation is not None:
+            return None
+        later = copy_free(self.free)
+        start = self.state.time_ms
+        for end, victim in expected_ends(self.state):
+            if place_gang(copy_free(later), wl.spec.pod_sets, nodes=nodes) is not None:
+                break
+            release_nodes(later, victim)
+            start = max(start, end)
+        trial = copy_free(later)
+        assignments = place_gang(trial, wl.spec.pod_sets, nodes=nodes)
+        if assignments is None:
+            return None
+        nodes = sorted({a.node for a in assignments})
+        self.free_unreserved = copy_free(self.free)
+        keep_smaller(self.free, trial, nodes)
+        self.reservation = (wl.spec.workload, start)
+        self.failed.clear()
+        return start, nodes
+
+
+def expected_ends(state: State) -> list[tuple[int, WorkloadState]]:
+    """Workloads holding nodes, by the time they are expected to release them."""
+    ends = []
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.placement is None:
+            continue
+        if wl.phase == "evicting" and wl.eviction is not None:
+            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
+        else:
+            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
+            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
+        ends.append((max(end, state.time_ms), name, wl))
+    ends.sort(key=lambda item: item[:2])
+    return [(end, wl) for end, _, wl in ends]
+
+
+def _copy(usage: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {k: dict(v) for k, v in usage.items()}
+
+
+def _partial(wl: WorkloadState) -> bool:
+    return any(ps.min_count is not None and ps.min_count < ps.count for ps in wl.spec.pod_sets)
+
+
+def _cut(pod_sets: list[PodSet], cut: int) -> list[PodSet]:
+    """Each partially admissible pod set ``cut`` pods smaller, never below its min_count."""
+    out = []
+    for ps in pod_sets:
+        if ps.min_count is not None and ps.min_count < ps.count:
+            ps = msgspec.structs.replace(ps, count=max(ps.min_count, ps.count - cut))
+        out.append(ps)
+    return out
+
+
+def _flavors(combo) -> dict[str, str]:
+    return {r: o.flavor for o in combo for r in o.resources}
+
+
+def _borrowed(combo) -> dict[str, int]:
+    return {fr: v for o in combo for fr, v in o.borrowed}
+
+
+def _product(groups: list[list[Option]]):
+    return product(*groups)
+
+
+def _no_fit_why(view: QuotaView, cq, group, request: dict[str, int]) -> str:
+    """Why no flavor of a group fits: the first flavor's own reason says most."""
+    fq = group[0]
+    _, _, why = view.fit(cq.name, by_flavor(request, {r: fq.flavor for r in fq.resources}))
+    return why or f"no flavor of {cq.name} ({', '.join(f.flavor for f in group)}) has room for the request"
