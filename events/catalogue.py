@@ -13,6 +13,7 @@ from typing import Literal, Union
 import msgspec
 
 from gangway.events.contract import Contract
+from gangway.events.reasons import Param, ReasonCode
 
 JobKind = Literal["Job", "JobSet", "PyTorchJob"]
 
@@ -118,6 +119,10 @@ class WorkloadAdmitted(_Event, frozen=True):
     borrowed: dict[str, int]
     based_on: int
     reason: str = ""
+    #: The reason as data (``events/reasons.py``): ``reason`` is the sentence rendered from them.
+    #: None in records written before reasons were codes.
+    reason_code: ReasonCode | None = None
+    reason_params: dict[str, Param] = {}
     #: The ResourceFlavor whose quota (and nodes) each resource uses ({}: each resource's first).
     flavors: dict[str, str] = {}
     #: Pods admitted per pod set when fewer than requested (partial admission down to min_count).
@@ -153,6 +158,10 @@ class PlacementDecided(_Event, frozen=True):
     assignments: list[PodAssignment]
     based_on: int
     reason: str = ""
+    #: The reason as data (``events/reasons.py``): ``reason`` is the sentence rendered from them.
+    #: None in records written before reasons were codes.
+    reason_code: ReasonCode | None = None
+    reason_params: dict[str, Param] = {}
     #: The cluster's fragmentation once this placement (and those before it in its cycle) holds.
     fragmentation: Fragmentation | None = None
 
@@ -163,6 +172,10 @@ class EvictionOrdered(_Event, frozen=True):
     based_on: int
     grace_ms: int
     reason: str = ""
+    #: The reason as data (``events/reasons.py``): ``reason`` is the sentence rendered from them.
+    #: None in records written before reasons were codes.
+    reason_code: ReasonCode | None = None
+    reason_params: dict[str, Param] = {}
     #: Work the victim loses: time run since it started or last saved a checkpoint, at the order.
     work_lost_ms: int = 0
 

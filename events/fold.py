@@ -18,6 +18,7 @@ from gangway.events import catalogue as ev
 from gangway.events import freeindex, gpus
 from gangway.events.decay import bring_up_to_date
 from gangway.events.quota import QuotaView
+from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import (
     GPU, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
@@ -74,10 +75,11 @@ def _dequeue(state: State, wl: WorkloadState) -> None:
             counts.pop(key, None)
 
 
-def _supersede(state: State, wl: WorkloadState | None, why: str) -> None:
+def _supersede(state: State, wl: WorkloadState | None, what: str, env: ev.Envelope, why: Reason) -> None:
     state.superseded += 1
     if wl is not None:
-        wl.superseded = why
+        wl.superseded = f"{what} {env.id}: {why.message}"
+        wl.superseded_code = why.code
 
 
 def _release_nodes(state: State, wl: WorkloadState) -> None:
@@ -177,11 +179,11 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
         return
     why = admission_invalid(state, wl, e)
     if why:
-        _supersede(state, wl, f"admission {env.id}: {why}")
+        _supersede(state, wl, "admission", env, why)
         return
     _set_phase(state, wl, "admitted")
     wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
-    wl.superseded = None
+    wl.superseded = wl.superseded_code = None
     wl.nominated = False
     bring_up_to_date(state, e.cluster_queue)
     quota_view(state).add(e.cluster_queue, held_quota(state, e))
@@ -190,26 +192,26 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     state.decisions += 1
 
 
-def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted) -> str:
-    """Why this admission no longer holds ('' when it does)."""
+def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted) -> Reason | None:
+    """Why this admission no longer holds (None when it does)."""
     if wl is None:
-        return "unknown workload"
+        return reason(C.UNKNOWN_WORKLOAD)
     if wl.phase != "pending":
-        return f"workload is {wl.phase}, not pending"
+        return reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected="pending")
     if e.based_on < wl.seq:
-        return f"decided at offset {e.based_on}, before the workload (re)entered its queue at {wl.seq}"
+        return reason(C.DECIDED_BEFORE, based_on=e.based_on, what="the workload (re)entered its queue", since=wl.seq)
     if state.contract is None:
-        return "no contract in force"
+        return reason(C.NO_CONFIG)
     if e.cluster_queue != wl.spec.cluster_queue:
-        return f"workload belongs to {wl.spec.cluster_queue}"
+        return reason(C.WRONG_CLUSTER_QUEUE, cluster_queue=wl.spec.cluster_queue)
     why = _counts_invalid(wl, e.counts)
     if why:
         return why
     if e.usage != total_request(admitted_pod_sets(wl.spec.pod_sets, e.counts)):
-        return "usage differs from the workload's request"
+        return reason(C.USAGE_DIFFERS)
     idx = index_of(state.contract)
     if e.cluster_queue not in idx.tree.queues:
-        return f"ClusterQueue {e.cluster_queue} is not in the contract in force"
+        return reason(C.UNKNOWN_CLUSTER_QUEUE, cluster_queue=e.cluster_queue)
     why = _flavors_invalid(idx, e)
     if why:
         return why
@@ -217,29 +219,30 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
     if not fits:
         return why
     if by_resource(borrowed) != e.borrowed:
-        return "borrowing differs from the quota in force"
-    return ""
+        return reason(C.BORROWING_DIFFERS)
+    return None
 
 
-def _counts_invalid(wl: WorkloadState, counts: dict[str, int]) -> str:
+def _counts_invalid(wl: WorkloadState, counts: dict[str, int]) -> Reason | None:
     for ps in wl.spec.pod_sets:
         if ps.name in counts:
             low = ps.min_count if ps.min_count is not None else ps.count
             if not low <= counts[ps.name] <= ps.count:
-                return f"pod set {ps.name}: {counts[ps.name]} pods admitted, outside {low}..{ps.count}"
-    if set(counts) - {ps.name for ps in wl.spec.pod_sets}:
-        return "counts name a pod set the workload does not have"
-    return ""
+                return reason(C.COUNTS_OUT_OF_RANGE, pod_set=ps.name, count=counts[ps.name], low=low, high=ps.count)
+    unknown = sorted(set(counts) - {ps.name for ps in wl.spec.pod_sets})
+    if unknown:
+        return reason(C.UNKNOWN_POD_SET, pod_set=unknown[0])
+    return None
 
 
-def _flavors_invalid(idx, e: ev.WorkloadAdmitted) -> str:
+def _flavors_invalid(idx, e: ev.WorkloadAdmitted) -> Reason | None:
     for resource, flavor in e.flavors.items():
         if not any(fq.flavor == flavor and resource in fq.resources for fq in idx.cluster_queues[e.cluster_queue].flavors):
-            return f"flavor {flavor} of {e.cluster_queue} has no quota for {resource}"
+            return reason(C.FLAVOR_WITHOUT_QUOTA, flavor=flavor, cluster_queue=e.cluster_queue, resource=resource)
     missing = [r for r, v in e.usage.items() if v > 0 and r not in e.flavors]
     if e.flavors and missing:
-        return f"no flavor assigned for {', '.join(sorted(missing))}"
-    return ""
+        return reason(C.FLAVOR_MISSING, resources=", ".join(sorted(missing)))
+    return None
 
 
 def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
@@ -247,20 +250,20 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     if _seen(state, wl, env):
         return
     held = placement_invalid(state, wl, e) or placement_gpus(state, wl, e)
-    if isinstance(held, str):
-        _supersede(state, wl, f"placement {env.id}: {held}")
+    if isinstance(held, Reason):
+        _supersede(state, wl, "placement", env, held)
         return
     _set_phase(state, wl, "placed")
     wl.placement, wl.placement_id = e, env.id
     wl.placement_gpus = held
-    wl.superseded = None
+    wl.superseded = wl.superseded_code = None
     for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
         add_into(state.nodes[name].free, used, -1)
     _gpus_held(state, wl, sign=-1)
     state.decisions += 1
 
 
-def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> list[list[int]] | str:
+def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> list[list[int]] | Reason:
     """The GPU indexes each assignment takes (as named, or chosen best fit), or why they do not fit."""
     gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
     trial: dict[str, list[int]] = {}
@@ -273,42 +276,42 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
         free = trial.setdefault(a.node, list(node.gpus))
         indexes = list(a.gpus) if a.gpus else gpus.choose(free, node.islands, milli, a.count)
         if indexes is None or not gpus.fits(free, indexes, milli, a.count):
-            return f"{a.count} pod(s) of {a.pod_set} no longer fit the GPUs of {a.node}"
+            return reason(C.GPUS_NO_LONGER_FIT, count=a.count, pod_set=a.pod_set, node=a.node)
         gpus.apply(free, indexes, milli)
         out.append(indexes)
     return out
 
 
-def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> str:
+def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> Reason | None:
     if wl is None:
-        return "unknown workload"
+        return reason(C.UNKNOWN_WORKLOAD)
     if wl.phase != "admitted":
-        return f"workload is {wl.phase}, not admitted"
+        return reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected="admitted")
     if e.based_on < wl.admitted_at:
-        return f"decided at offset {e.based_on}, before the admission in force (offset {wl.admitted_at})"
+        return reason(C.DECIDED_BEFORE, based_on=e.based_on, what="the admission in force", since=wl.admitted_at)
     per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
     placed = {name: 0 for name in per_pod}
     allowed = placement_nodes(state, wl)
     taken: dict[str, dict[str, int]] = {}
     for a in e.assignments:
         if a.pod_set not in per_pod:
-            return f"no pod set {a.pod_set}"
+            return reason(C.UNKNOWN_POD_SET, pod_set=a.pod_set)
         node = state.nodes.get(a.node)
         if node is None:
-            return f"node {a.node} is gone"
+            return reason(C.NODE_GONE, node=a.node)
         if allowed is not None and a.node not in allowed:
-            return f"node {a.node} does not have the admitted flavors' labels"
+            return reason(C.NODE_WITHOUT_FLAVOR, node=a.node)
         if a.count <= 0:
-            return "empty assignment"
+            return reason(C.EMPTY_ASSIGNMENT)
         free = taken.setdefault(a.node, dict(node.free))
         if pods_that_fit(free, per_pod[a.pod_set]) < a.count:
-            return f"{a.count} pod(s) of {a.pod_set} no longer fit on {a.node}"
+            return reason(C.PODS_NO_LONGER_FIT, count=a.count, pod_set=a.pod_set, node=a.node)
         add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
         placed[a.pod_set] += a.count
     for ps in admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts):
         if placed[ps.name] != ps.count:
-            return f"pod set {ps.name}: {placed[ps.name]} of {ps.count} pods placed (a gang is all or nothing)"
-    return ""
+            return reason(C.GANG_INCOMPLETE, pod_set=ps.name, placed=placed[ps.name], count=ps.count)
+    return None
 
 
 def placement_nodes(state: State, wl: WorkloadState):
@@ -320,11 +323,15 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
     wl = state.workloads.get(e.workload)
     if _seen(state, wl, env):
         return
-    if wl is None or wl.phase not in ("admitted", "placed", "bound", "running"):
-        _supersede(state, wl, f"eviction {env.id}: workload is {wl.phase if wl else 'unknown'}")
+    if wl is None:
+        _supersede(state, wl, "eviction", env, reason(C.UNKNOWN_WORKLOAD))
+        return
+    if wl.phase not in ("admitted", "placed", "bound", "running"):
+        _supersede(state, wl, "eviction", env, reason(C.WORKLOAD_MOVED_ON, phase=wl.phase))
         return
     if e.based_on < wl.admitted_at:
-        _supersede(state, wl, f"eviction {env.id}: decided before the admission in force (offset {wl.admitted_at})")
+        _supersede(state, wl, "eviction", env, reason(C.DECIDED_BEFORE, based_on=e.based_on,
+                                                      what="the admission in force", since=wl.admitted_at))
         return
     wl.eviction, wl.eviction_id, wl.eviction_ms = e, env.id, env.time_ms
     wl.evictions.append((e.preemptor, e.reason, e.work_lost_ms))

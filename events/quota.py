@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gangway.events.contract import WEIGHT_ONE, Contract, FlavorQuotas
+from gangway.events.reasons import C, Reason, reason
 
 Usage = dict[str, dict[str, int]]
 
@@ -172,18 +173,18 @@ class QuotaView:
                 g = node.guaranteed.get(fr, 0)
                 delta = max(0, old + delta - g) - max(0, old - g)
 
-    def fit(self, queue: str, amounts: dict[str, int]) -> tuple[bool, dict[str, int], str]:
+    def fit(self, queue: str, amounts: dict[str, int]) -> tuple[bool, dict[str, int], Reason | None]:
         """(fits, borrowed per fr, why not). Borrowed: what lands above the queue's nominal."""
         node = self.structure.queues.get(queue)
         if node is None:
-            return False, {}, f"ClusterQueue {queue} does not exist"
+            return False, {}, reason(C.UNKNOWN_CLUSTER_QUEUE, cluster_queue=queue)
         borrowed: dict[str, int] = {}
         for fr, amount in sorted(amounts.items()):
             if amount <= 0:
                 continue
             if fr not in node.nominal:
                 flavor, resource = split_fr(fr)
-                return False, {}, f"ClusterQueue {queue} has no quota for {resource} in flavor {flavor}"
+                return False, {}, reason(C.NO_QUOTA_IN_FLAVOR, cluster_queue=queue, resource=resource, flavor=flavor)
             available = self.available(queue, fr)
             used = self.used(node, fr)
             if amount > available:
@@ -192,21 +193,20 @@ class QuotaView:
             over = max(0, used + amount - nominal) - max(0, used - nominal)
             if over:
                 borrowed[fr] = over
-        return True, borrowed, ""
+        return True, borrowed, None
 
-    def why_not(self, node: QuotaNode, fr: str, used: int, amount: int, available: int) -> str:
+    def why_not(self, node: QuotaNode, fr: str, used: int, amount: int, available: int) -> Reason:
         flavor, resource = split_fr(fr)
-        what = f"{resource} ({flavor})"
+        said = {"resource": resource, "flavor": flavor, "cluster_queue": node.name}
         nominal = node.nominal.get(fr, 0)
         if not node.parent:
-            return f"{what}: {used + amount} over nominal quota {nominal} of {node.name}"
+            return reason(C.OVER_NOMINAL_QUOTA, **said, wanted=used + amount, nominal=nominal)
         limit = node.borrowing_limit.get(fr)
         if limit is not None and used + amount > nominal + limit:
-            return f"{what}: {used + amount} over nominal {nominal} + borrowing limit {limit} of {node.name}"
+            return reason(C.OVER_BORROWING_LIMIT, **said, wanted=used + amount, nominal=nominal, limit=limit)
         if used + amount <= nominal:
-            return (f"{what}: within the nominal quota of {node.name}, but cohort {node.parent} lent it "
-                    f"to queues that borrow (to be reclaimed)")
-        return f"{what}: cohort {node.parent} has {max(0, available)} left to lend, {node.name} needs {amount}"
+            return reason(C.NOMINAL_QUOTA_LENT_OUT, **said, cohort=node.parent)
+        return reason(C.COHORT_EXHAUSTED, **said, cohort=node.parent, available=max(0, available), amount=amount)
 
     def borrowing(self, queue: str, frs=None) -> bool:
         """Does the queue use more than its nominal quota of anything (of ``frs``, when given)?"""

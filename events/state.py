@@ -9,6 +9,7 @@ import msgspec
 from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadQueued
 from gangway.events.contract import Contract
 from gangway.events.freeindex import FreeIndex
+from gangway.events.reasons import ReasonCode
 
 Phase = Literal["pending", "admitted", "placed", "bound", "running", "evicting", "finished"]
 #: Phases in which a workload holds quota (and, from "placed" on, node resources).
@@ -76,6 +77,8 @@ class WorkloadState(msgspec.Struct):
     decided: list[str] = []
     #: The most recent decision about this workload that did not hold where it landed, and why.
     superseded: str | None = None
+    #: Its reason as data (``events/reasons.py``).
+    superseded_code: ReasonCode | None = None
     #: Cluster time of its last checkpoint in the current attempt (None: none saved).
     checkpoint_ms: int | None = None
     #: Every eviction it suffered: (preemptor, reason, work lost ms), for ``gangway explain``.

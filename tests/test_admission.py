@@ -13,6 +13,7 @@ import pytest
 
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events import catalogue as ev
+from gangway.events.reasons import ReasonCode
 from gangway.events.resources import GPU
 from gangway.services.admission.policy import decide_admission
 
@@ -196,6 +197,7 @@ def test_admission_decision_carries_its_usage_borrowing_basis_and_reason():
     assert decision == ev.WorkloadAdmitted(
         workload="w", cluster_queue="a", usage={GPU: 12_000}, borrowed={GPU: 4_000}, based_on=log.offset,
         reason="fits a by borrowing from its cohort (4 nvidia.com/gpu)", flavors={GPU: "default"},
+        reason_code=ReasonCode.FITS_BORROWING, reason_params={"cluster_queue": "a", "borrowed": "4 nvidia.com/gpu"},
     )
 
 
@@ -203,6 +205,7 @@ def test_admission_within_nominal_says_so():
     log = with_nodes(two_teams(), 8).queue(wl("w", "a", 4))
     [decision] = decide_pure(decide_admission, log.state)
     assert decision.reason == "fits nominal quota of a"
+    assert (decision.reason_code, decision.reason_params) == (ReasonCode.FITS_NOMINAL, {"cluster_queue": "a"})
 
 
 def test_no_contract_no_admission():

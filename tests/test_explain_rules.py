@@ -29,7 +29,7 @@ def job(name: str, queue: str, gpus: float, priority: int = 0, runtime_s: float 
 
 
 CASES = [
-    ("over its quota", lambda: one_queue().queue(job("w", "q", 8, pods=2)), "w", "over_quota"),
+    ("over its quota", lambda: one_queue().queue(job("w", "q", 8, pods=2)), "w", "over_nominal_quota"),
     ("behind a higher priority that takes the room",
      lambda: one_queue().queue(job("hi", "q", 6, priority=5), job("lo", "q", 4)), "lo", "behind_higher_priority"),
     ("the head of a StrictFIFO queue blocks those behind it",
@@ -55,7 +55,7 @@ def test_the_estimated_start_is_when_the_running_job_ends():
     started = log.state.workloads["running"].started_ms
     report = pending_report(log.state)
     assert report["next"].eta_ms == started + 100_000
-    assert report["next"].code == "over_quota"
+    assert report["next"].code == "over_nominal_quota"
 
 
 def test_the_forecast_leaves_the_state_alone():
@@ -84,8 +84,9 @@ def incident_log():
 
 def test_explain_a_preempted_job_names_the_preemptor_the_rule_and_the_work_lost(incident_log):
     lines = explain(incident_log, "sweep-9", forecast=False)
-    [preempted] = [line for line in lines if "preempted by" in line]
+    [preempted] = [line for line in lines if "] preempted by" in line]
     assert "preempted by serve-1: reclaimWithinCohort Any: batch is borrowing" in preempted
+    assert "its nominal quota for serve-1 [reclaim_within_cohort]; grace period" in preempted
     assert "work lost" in preempted and "grace period 30 s" in preempted
     assert any("evicted (attempt 1)" in line for line in lines)
 

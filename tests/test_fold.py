@@ -212,7 +212,7 @@ STALE: list[tuple[str, Setup, MakeEvent, str]] = [
     ("an admission before any contract is in force",
      lambda: LogBuilder().queue(W4),
      lambda log: ev.WorkloadAdmitted(workload="w", cluster_queue="a", usage={GPU: 4000}, borrowed={}, based_on=0),
-     "no contract in force"),
+     "no contract has been applied"),
     ("a placement on a node now full",
      lambda: base().queue(W4).admit("w").running(workload("x").queue("b").gpus(6), on=[("main", "n1", 1)]),
      lambda log: log.placement("w", [("main", "n1", 1)]), "1 pod(s) of main no longer fit on n1"),
@@ -278,7 +278,9 @@ def test_stale_decision_is_superseded_and_changes_nothing_else(setup: Setup, mak
             ("placement stale-decision: ", "eviction stale-decision: "))
         assert why in target.superseded, target.superseded
         assert target.decided[-1] == "stale-decision", "the fold remembers the id: a copy is ignored"
+        assert target.superseded_code is not None
         target.superseded = before.workloads[decision.workload].superseded
+        target.superseded_code = before.workloads[decision.workload].superseded_code
         target.decided = before.workloads[decision.workload].decided
     fields = REDELIVERY_FIELDS + ("superseded", "time_ms")
     assert state_bytes(after, fields) == state_bytes(before, fields)

@@ -10,6 +10,7 @@ import pytest
 
 from builders import cluster_queue, contract, milli
 from gangway.events.quota import QuotaStructure, QuotaView, fr_key
+from gangway.events.reasons import ReasonCode
 from gangway.events.resources import GPU
 
 G = fr_key("default", GPU)
@@ -67,6 +68,9 @@ def test_giving_back_what_was_taken_restores_every_node():
 
 def test_fit_names_what_is_borrowed_and_why_it_does_not_fit():
     v = view(flat(a_borrowing=2), {"b": 6})
-    assert v.fit("a", {G: milli(9)}) == (True, {G: milli(1)}, "")
+    assert v.fit("a", {G: milli(9)}) == (True, {G: milli(1)}, None)
     ok, _, why = v.fit("a", {G: milli(11)})
-    assert not ok and why == "nvidia.com/gpu (default): 11000 over nominal 8000 + borrowing limit 2000 of a"
+    assert not ok and why.code == ReasonCode.OVER_BORROWING_LIMIT
+    assert why.params == {"resource": GPU, "flavor": "default", "cluster_queue": "a", "wanted": 11000, "nominal": 8000,
+                          "limit": 2000}
+    assert why.message == "nvidia.com/gpu (default): 11000 over nominal 8000 + borrowing limit 2000 of a"

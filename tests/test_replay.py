@@ -9,6 +9,7 @@ import pytest
 
 from builders import cluster_queue, contract, node, workload
 from gangway.events import catalogue as ev
+from gangway.events.reasons import ReasonCode
 from gangway.events.fold import copy_state
 from gangway.services.admission.policy import decide_admission
 from gangway.services.audit.replay import verify
@@ -93,7 +94,11 @@ TAMPERING: list[tuple[str, Callable[[], int], Callable[[ev.Envelope], ev.Envelop
      "decides differently"),
     ("an admission's borrowing", lambda: first(ev.WorkloadAdmitted), data(borrowed={"nvidia.com/gpu": 1000}),
      "decides differently"),
-    ("an admission's reason", lambda: first(ev.WorkloadAdmitted), data(reason="because"), "decides differently"),
+    ("an admission's reason code", lambda: first(ev.WorkloadAdmitted), data(reason_code=ReasonCode.STRICT_FIFO),
+     "decides differently"),
+    ("an eviction's reason parameters", lambda: first(ev.EvictionOrdered),
+     lambda env: msgspec.structs.replace(env, data=msgspec.structs.replace(
+         env.data, reason_params={**env.data.reason_params, "policy": "Never"})), "decides differently"),
     ("an admission's workload", lambda: first(ev.WorkloadAdmitted, 1), data(workload="r0"), "decides differently"),
     ("a placement's node", lambda: first(ev.PlacementDecided),
      lambda env: msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, assignments=[
@@ -177,7 +182,7 @@ def test_a_faithful_but_superseded_decision_still_verifies():
 def test_a_superseded_decision_is_verified_too():
     sim, offset = sim_with_a_stale_admission()
     log = list(sim.log)
-    log[offset] = data(reason="forged")(log[offset])
+    log[offset] = data(reason_params={"cluster_queue": "forged"})(log[offset])
     [mismatch] = verify(log).mismatches
     assert mismatch.offset == offset and "decides differently" in mismatch.why
 

@@ -15,6 +15,7 @@ from gangway.read import schemas
 from gangway.events import catalogue as ev
 from gangway.events import topics
 from gangway.events.codec import encode_data
+from gangway.events.reasons import MESSAGES, ReasonCode
 from gangway.events.contract import (
     ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota, ResourceFlavor,
 )
@@ -55,13 +56,16 @@ SAMPLES: dict[type, object] = {
     ),
     ev.WorkloadAdmitted: ev.WorkloadAdmitted(
         workload="ml/j-1", cluster_queue="research", usage={"nvidia.com/gpu": 32000},
-        borrowed={"nvidia.com/gpu": 8000}, based_on=41, reason="fits with borrowing",
+        borrowed={"nvidia.com/gpu": 8000}, based_on=41, reason="fits research by borrowing from its cohort (8 GPUs)",
+        reason_code=ReasonCode.FITS_BORROWING, reason_params={"cluster_queue": "research", "borrowed": "8 GPUs"},
         flavors={"nvidia.com/gpu": "h100"}, counts={"workers": 3},
     ),
     ev.PlacementDecided: ev.PlacementDecided(
         workload="ml/j-1", assignments=[ev.PodAssignment(pod_set="workers", node="n-1", count=4)], based_on=42,
     ),
-    ev.EvictionOrdered: ev.EvictionOrdered(workload="ml/j-0", preemptor="ml/j-1", based_on=43, grace_ms=30_000),
+    ev.EvictionOrdered: ev.EvictionOrdered(workload="ml/j-0", preemptor="ml/j-1", based_on=43, grace_ms=30_000,
+                                           reason_code=ReasonCode.WITHIN_QUEUE_LOWER_PRIORITY,
+                                           reason_params={"policy": "LowerPriority", "priority": 5}),
     ev.WorkloadBound: ev.WorkloadBound(workload="ml/j-1", attempt=0),
     ev.WorkloadRunning: ev.WorkloadRunning(workload="ml/j-1", attempt=0),
     ev.WorkloadFinished: ev.WorkloadFinished(workload="ml/j-1", attempt=0, succeeded=False),
@@ -153,3 +157,17 @@ def test_every_asyncapi_operation_names_a_channel_and_its_messages():
         assert op["action"] in ("send", "receive") and channel in doc["channels"], name
         for ref in op.get("messages", []):
             assert ref["$ref"].removeprefix(f"#/channels/{channel}/messages/") in doc["channels"][channel]["messages"]
+
+
+def test_a_consumer_can_switch_on_the_reason_code():
+    """Every decision's schema lists every code; the AsyncAPI document gives each code its sentence."""
+    for cls in ev.DECISION_TYPES:
+        schema = _schema_of(cls)
+        assert schema["$defs"]["ReasonCode"]["enum"] == sorted(code.value for code in ReasonCode)
+        assert {"$ref": "#/$defs/ReasonCode"} in schema["$defs"][cls.__name__]["properties"]["reason_code"]["anyOf"]
+    doc = yaml.safe_load((schemas.ROOT / schemas.ASYNCAPI).read_text())
+    said = {one["const"]: one["description"] for one in doc["components"]["schemas"]["ReasonCode"]["oneOf"]}
+    assert said == {code.value: MESSAGES[code] for code in ReasonCode}
+    bad = json.loads(encode_data(SAMPLES[ev.EvictionOrdered]))
+    bad["reason_code"] = "because"
+    assert errors(_schema_of(ev.EvictionOrdered), bad)

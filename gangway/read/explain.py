@@ -1,7 +1,7 @@
 """Why a job waits, and what happened to it: pure functions over the state and the log.
 
-- ``pending_report``: for each pending workload its current reason (a code and a sentence, from the
-  admission cycle itself), its position in its LocalQueue and ClusterQueue, and an estimated start.
+- ``pending_report``: for each pending workload its current reason (a ``ReasonCode``, its
+  parameters and their sentence, from the admission cycle itself), its position in its LocalQueue and ClusterQueue, and an estimated start.
 - The estimate is a *forecast*: the pure pipeline run forward from the current state in simulated
   time, with every workload running for its declared runtime (or the binder's default) and nothing
   new arriving. It is what would happen if nobody else submitted anything.
@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gangway.events import catalogue as ev
 from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
+from gangway.events.reasons import C, CONFIG_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State
+from gangway.read.describe import describe
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
 from gangway.sim import Simulation
@@ -29,39 +31,34 @@ FORECAST_ROUNDS_MAX = 20_000
 
 @dataclass
 class Pending:
-    code: str
+    code: ReasonCode
     reason: str
     lq_position: int
     cq_position: int
     eta_ms: int | None = None
+    params: dict[str, Param] = field(default_factory=dict)
 
 
-def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> str:
-    """A short code for why a workload was not admitted this cycle."""
-    why = outcome.why
-    if why.startswith("StrictFIFO"):
-        return "strict_fifo"
-    if why.startswith("waiting for"):
-        return "waiting_for_victims"
-    if outcome.reserved is not None:
-        return "reservation_held"
-    if "ClusterQueue" in why and ("does not exist" in why or "not in the contract" in why or "no quota" in why):
-        return "no_quota"
+def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
+    """Why a workload was not admitted this cycle, as a reason code with its parameters.
+
+    The cycle's own reason stands, except that a workload which would fit on its own is waiting
+    behind others: the gang holding a reservation, or workloads ahead of it in the queue."""
+    why = outcome.reason or reason(C.NO_PLACEMENT)
+    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, *CONFIG_CODES):
+        return why
     if fits_alone:
-        return "reserved_for_another_gang" if snap.reservation else "behind_higher_priority"
-    if "lent it" in why:
-        return "nominal_quota_lent_out"
-    if "left to lend" in why:
-        return "cohort_exhausted"
-    if "over nominal" in why:
-        return "over_quota"
-    return "no_capacity"
+        if snap.reservation:
+            gang, start = snap.reservation
+            return reason(C.RESERVED_FOR_ANOTHER_GANG, gang=gang, start=format_time(start))
+        return reason(C.BEHIND_HIGHER_PRIORITY)
+    return why
 
 
 def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
     """Every pending workload's reason, positions and (with ``forecast``) estimated start."""
     if state.contract is None:
-        return {name: Pending("no_config", "no contract has been applied", 0, 0) for name in state.pending}
+        return {name: _pending(reason(C.NO_CONFIG), 0, 0) for name in state.pending}
     idx = index_of(state.contract)
     lq_pos, cq_pos = _positions(state)
     report: dict[str, Pending] = {}
@@ -69,22 +66,17 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
     alone.reserve_admitted()
     for outcome, snap in admission_cycle(state, idx):
         name = outcome.wl.spec.workload
-        if outcome.admission is not None:
-            report[name] = Pending("admissible", "fits now: admission will admit it in its next cycle",
-                                   lq_pos[name], cq_pos[name])
-            continue
-        code = classify(outcome, snap, alone.would_admit(outcome.wl))
-        reason = outcome.why
-        if code == "behind_higher_priority":
-            reason = "fits on its own, but workloads ahead of it (higher priority or older) take the room first"
-        elif code == "reserved_for_another_gang":
-            gang, start = snap.reservation
-            reason = f"the room it needs is reserved for {gang}, expected to start at {format_time(start)}"
-        report[name] = Pending(code, reason, lq_pos[name], cq_pos[name])
+        why = reason(C.ADMISSIBLE) if outcome.admission is not None else \
+            classify(outcome, snap, alone.would_admit(outcome.wl))
+        report[name] = _pending(why, lq_pos[name], cq_pos[name])
     if forecast and report:
         for name, eta in forecast_starts(state, set(report)).items():
             report[name].eta_ms = eta
     return report
+
+
+def _pending(why: Reason, lq_position: int, cq_position: int) -> Pending:
+    return Pending(why.code, why.message, lq_position, cq_position, params=dict(why.params))
 
 
 def _positions(state: State) -> tuple[dict[str, int], dict[str, int]]:
@@ -131,10 +123,12 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
         before = state.superseded
         apply(state, env)
         wl = state.workloads.get(name)
-        superseded = wl.superseded if state.superseded > before and wl is not None else ""
-        line = _line(env, name, superseded)
+        superseded = None
+        if state.superseded > before and wl is not None and wl.superseded is not None:
+            superseded = f"[{wl.superseded_code}] {wl.superseded}" if wl.superseded_code else wl.superseded
+        line = describe(env, about=name, superseded=superseded)
         if line:
-            lines.append(line)
+            lines.append(f"[{env.offset}] {line}")
     if not lines:
         return [f"{workload}: no such job in the log"]
     wl = state.workloads.get(name)
@@ -164,29 +158,3 @@ def _eta(eta_ms: int | None, now_ms: int) -> str:
     if eta_ms is None:
         return "not within a week at the declared runtimes"
     return f"{format_time(eta_ms)} (in {(eta_ms - now_ms) / 1000:.0f} s, if nothing else arrives)"
-
-
-def _line(env: ev.Envelope, name: str, superseded: str) -> str:
-    data = env.data
-    for_it = isinstance(data, ev.EvictionOrdered) and data.preemptor == name
-    if getattr(data, "workload", None) != name and not for_it:
-        return ""
-    at = f"[{env.offset}] "
-    if isinstance(data, ev.WorkloadQueued):
-        return f"{at}queued in {data.cluster_queue} (LocalQueue {data.namespace}/{data.queue}, priority {data.priority})"
-    if isinstance(data, ev.EvictionOrdered) and data.preemptor == name and data.workload != name:
-        return f"{at}{data.workload} ordered out to make room for it: {data.reason}"
-    if isinstance(data, ev.WorkloadAdmitted):
-        return f"{at}admission {'superseded: ' + superseded if superseded else 'applied: ' + data.reason}"
-    if isinstance(data, ev.PlacementDecided):
-        return f"{at}placement {'superseded: ' + superseded if superseded else 'applied: ' + data.reason}"
-    if isinstance(data, ev.EvictionOrdered):
-        return (f"{at}preempted by {data.preemptor}: {data.reason}; grace period {data.grace_ms / 1000:g} s; "
-                f"work lost {data.work_lost_ms / 1000:g} s")
-    if isinstance(data, ev.WorkloadEvicted):
-        return f"{at}evicted (attempt {data.attempt + 1}); back in its queue"
-    if isinstance(data, ev.CheckpointSaved):
-        return f"{at}checkpoint saved" + (f" at step {data.step}" if data.step is not None else "")
-    if isinstance(data, (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished)):
-        return f"{at}{type(data).__name__.removeprefix('Workload').lower()} (attempt {data.attempt + 1})"
-    return ""

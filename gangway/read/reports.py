@@ -7,47 +7,14 @@ from rich.table import Table
 from gangway.events import catalogue as ev
 from gangway.events.freeindex import measure
 from gangway.events.quantity import format_milli
-from gangway.events.resources import GPU, by_resource, total_request
+from gangway.events.resources import GPU, by_resource
 from gangway.events.state import State
+from gangway.read.describe import describe, gpus
 
 
 def clock(ms: int) -> str:
     seconds = ms // 1000
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _gpus(pod_sets) -> str:
-    return format_milli(total_request(pod_sets).get(GPU, 0))
-
-
-def describe(env: ev.Envelope) -> str:
-    """The event in one line of words."""
-    d = env.data
-    if isinstance(d, ev.WorkloadQueued):
-        return f"{d.workload} queued in {d.namespace}/{d.queue} → {d.cluster_queue} (priority {d.priority}, {_gpus(d.pod_sets)} GPUs)"
-    if isinstance(d, ev.WorkloadAdmitted):
-        return f"{d.workload} admitted: {d.reason}"
-    if isinstance(d, ev.PlacementDecided):
-        after = f"; largest free island {d.fragmentation.largest_island}" if d.fragmentation else ""
-        return f"{d.workload} placed: {d.reason}{after}"
-    if isinstance(d, ev.EvictionOrdered):
-        return f"{d.workload} ordered out for {d.preemptor} (grace {d.grace_ms / 1000:g} s): {d.reason}"
-    if isinstance(d, ev.WorkloadEvicted):
-        return f"{d.workload} evicted: {d.reason}"
-    if isinstance(d, (ev.WorkloadBound, ev.WorkloadRunning)):
-        return f"{d.workload} {'bound' if isinstance(d, ev.WorkloadBound) else 'running'} (attempt {d.attempt + 1})"
-    if isinstance(d, ev.WorkloadFinished):
-        return f"{d.workload} finished{'' if d.succeeded else ' (failed)'}"
-    if isinstance(d, ev.NodeObserved):
-        return f"node {d.node} observed: {format_milli(d.allocatable.get(GPU, 0))} GPUs"
-    if isinstance(d, ev.NodeRemoved):
-        return f"node {d.node} removed"
-    if isinstance(d, ev.ConfigApplied):
-        c = d.contract
-        return f"contract {d.digest[:12]} applied: {len(c.cluster_queues)} ClusterQueues, {len(c.local_queues)} LocalQueues"
-    if isinstance(d, ev.JobRejected):
-        return f"{d.job_id or '?'} rejected ({d.reason}): {d.message}"
-    return type(d).__name__
 
 
 def log_line(env: ev.Envelope, t0_ms: int) -> str:
@@ -70,7 +37,7 @@ def status_tables(state: State) -> list[Table]:
     for name in state.active:
         wl = state.workloads[name]
         nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement else []
-        running.add_row(name, wl.spec.cluster_queue, str(wl.spec.priority), _gpus(wl.spec.pod_sets), wl.phase, ", ".join(nodes))
+        running.add_row(name, wl.spec.cluster_queue, str(wl.spec.priority), gpus(wl.spec.pod_sets), wl.phase, ", ".join(nodes))
     pending = _pending_table(state)
     nodes = Table(title="Nodes")
     for column in ("node", "GPUs free", "GPUs total"):

@@ -20,6 +20,7 @@ import yaml
 from gangway.events import catalogue as ev
 from gangway.events import topics
 from gangway.events.codec import JSON
+from gangway.events.reasons import MESSAGES, ReasonCode
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = "schemas"
@@ -149,6 +150,16 @@ def _channel(ch: Channel, settings: dict) -> dict:
     return doc
 
 
+def reason_codes() -> dict:
+    """The reason codes decisions carry (``reason_code``), each with the sentence it renders."""
+    return {
+        "title": "ReasonCode",
+        "type": "string",
+        "description": " ".join((ReasonCode.__doc__ or "").split()),
+        "oneOf": [{"const": code.value, "description": MESSAGES[code]} for code in ReasonCode],
+    }
+
+
 def _message(cls: type, key: str) -> dict:
     type_name = ev.EVENT_TYPES[cls]
     doc = {"name": cls.__name__, "title": type_name, "contentType": JSON}
@@ -196,7 +207,7 @@ def asyncapi(settings: dict[str, dict]) -> dict:
         "components": {
             "messages": {cls.__name__: _message(cls, settings[ch.topic]["key"])
                          for ch in CHANNELS for cls in ch.messages},
-            "schemas": {"CloudEventHeaders": CLOUDEVENT_HEADERS},
+            "schemas": {"CloudEventHeaders": CLOUDEVENT_HEADERS, "ReasonCode": reason_codes()},
         },
     }
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gangway.events.contract import ClusterQueue, FlavorQuotas
 from gangway.events.quota import QuotaView, fr_key
+from gangway.events.reasons import Reason
 from gangway.events.resources import ContractIndex
 
 FIT, BORROW, PREEMPT, NOFIT = "Fit", "Borrow", "Preempt", "NoFit"
@@ -33,7 +34,7 @@ class Option:
     resources: tuple[str, ...]
     mode: str
     borrowed: tuple[tuple[str, int], ...] = ()
-    why: str = ""
+    why: Reason | None = None
 
 
 def group_options(view: QuotaView, cq: ClusterQueue, group: list[FlavorQuotas], request: dict[str, int],

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from gangway.events.catalogue import WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
+from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
@@ -129,7 +130,7 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
          blocked: set[str]) -> Outcome:
     cq = wl.spec.cluster_queue
     if cq in blocked:
-        return Outcome(wl, None, f"StrictFIFO: behind the head of {cq}")
+        return Outcome(wl, None, reason(C.STRICT_FIFO, cluster_queue=cq))
     outcome = snap.try_admit(wl)
     if outcome.admission is not None:
         return outcome
@@ -137,12 +138,13 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         victims = waiting[wl.spec.workload]
         flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
         snap.reserve_for_preemptor(wl, victims, flavors)
-        outcome.why = f"waiting for {len(victims)} preempted workload(s) to exit"
-    elif outcome.why.startswith("no placement") and snap.reservation is None:
+        outcome.reason = reason(C.WAITING_FOR_VICTIMS, victims=len(victims))
+    elif outcome.reason is not None and outcome.reason.code == C.NO_PLACEMENT and snap.reservation is None:
         flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
         outcome.reserved = snap.reserve_for_gang(wl, snap.flavor_nodes(flavors))
         if outcome.reserved is not None:
-            outcome.why += f"; nodes reserved for it, expected to start at {format_time(outcome.reserved[0])}"
+            outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
+                reserved_start=format_time(outcome.reserved[0]))
     if _strict(idx, cq):
         blocked.add(cq)
     return outcome
@@ -169,7 +171,7 @@ def decide_admission(state: State) -> list[WorkloadAdmitted]:
         decisions.append(WorkloadAdmitted(
             workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
             usage=a.request, borrowed=a.borrowed, based_on=state.offset,
-            reason=_reason(idx, wl, a), flavors=a.flavors, counts=a.counts,
+            flavors=a.flavors, counts=a.counts, **said(_reason(idx, wl, a)),
         ))
         if len(decisions) >= ADMISSIONS_PER_CYCLE_MAX:
             break
@@ -184,15 +186,13 @@ def _nothing_left(state: State, snap: Snapshot) -> bool:
     return len(snap.failed) >= len(kinds)
 
 
-def _reason(idx: ContractIndex, wl: WorkloadState, a: Admission) -> str:
+def _reason(idx: ContractIndex, wl: WorkloadState, a: Admission) -> Reason:
     cq = wl.spec.cluster_queue
+    partial = ", ".join(f"{c} pods of {n}" for n, c in sorted(a.counts.items())) if a.counts else None
+    # A flavor is named only when the queue offered a choice.
+    chosen = (", ".join(sorted(set(a.flavors.values())))
+              if any(len(group) > 1 for group in idx.groups.get(cq, [])) else None)
     if a.borrowed:
-        parts = ", ".join(format_resource(r, v) for r, v in sorted(a.borrowed.items()))
-        said = f"fits {cq} by borrowing from its cohort ({parts})"
-    else:
-        said = f"fits nominal quota of {cq}"
-    if a.counts:
-        said += " with " + ", ".join(f"{c} pods of {n}" for n, c in sorted(a.counts.items())) + " (partial admission)"
-    if any(len(group) > 1 for group in idx.groups.get(cq, [])):  # the queue offered a choice
-        said += f"; flavor {', '.join(sorted(set(a.flavors.values())))}"
-    return said
+        borrowed = ", ".join(format_resource(r, v) for r, v in sorted(a.borrowed.items()))
+        return reason(C.FITS_BORROWING, cluster_queue=cq, borrowed=borrowed, partial=partial, chosen_flavor=chosen)
+    return reason(C.FITS_NOMINAL, cluster_queue=cq, partial=partial, chosen_flavor=chosen)

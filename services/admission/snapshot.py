@@ -19,6 +19,7 @@ from gangway.events.catalogue import PodSet
 from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaView
+from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
 )
@@ -48,11 +49,17 @@ class Outcome:
 
     wl: WorkloadState
     admission: Admission | None = None
-    why: str = ""
+    #: Why it was not admitted (None when it was).
+    reason: Reason | None = None
     #: Flavor assignments (resource → flavor) under which evicting workloads would make room.
     preempt_flavors: list[dict[str, str]] = field(default_factory=list)
     #: The reservation held for it: (expected start ms, nodes kept).
     reserved: tuple[int, list[str]] | None = None
+
+    @property
+    def why(self) -> str:
+        """The reason in words."""
+        return self.reason.message if self.reason is not None else ""
 
 
 class Snapshot:
@@ -125,13 +132,13 @@ class Snapshot:
         key = self.failure_key(wl)
         failed = self.failed.get(key)
         if failed is not None:
-            return Outcome(wl, None, failed.why, failed.preempt_flavors)
+            return Outcome(wl, None, failed.reason, failed.preempt_flavors)
         cq = self.idx.cluster_queues.get(wl.spec.cluster_queue)
         if cq is None:
-            return Outcome(wl, None, f"ClusterQueue {wl.spec.cluster_queue} is not in the contract")
+            return Outcome(wl, None, reason(C.UNKNOWN_CLUSTER_QUEUE, cluster_queue=wl.spec.cluster_queue))
         missing = uncovered(self.idx, cq.name, wl.request)
         if missing:
-            return Outcome(wl, None, f"ClusterQueue {cq.name} has no quota for {', '.join(missing)}")
+            return Outcome(wl, None, reason(C.NO_QUOTA_FOR_RESOURCES, cluster_queue=cq.name, resources=", ".join(missing)))
         outcome = self._assign(wl, wl.spec.pod_sets)
         if outcome.admission is None and _partial(wl):
             outcome = self._partial(wl, outcome)
@@ -164,7 +171,7 @@ class Snapshot:
         request = total_request(pod_sets)
         per_group: list[list[Option]] = []
         preempt: list[list[Option]] = []
-        reasons: list[str] = []
+        reasons: list[Reason] = []
         for group in self.idx.groups[cq.name]:
             if not any(request.get(r, 0) > 0 for r in group[0].resources):
                 continue
@@ -177,17 +184,16 @@ class Snapshot:
         preempt_flavors = [_flavors(combo) for combo in _product(preempt)]
         if reasons:
             return Outcome(wl, None, reasons[0], preempt_flavors)
-        why = ""
+        why: Reason | None = None
         for combo in _product(per_group):
             flavors = _flavors(combo)
             held = by_flavor(request, flavors)
-            ok, borrowed, why = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), "")
+            ok, borrowed, why = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), None)
             if not ok:
                 continue
             nodes = self.flavor_nodes(flavors)
             if not self._place(wl, pod_sets, nodes, commit):
-                why = "no placement for the whole gang on free capacity" + (
-                    f" of flavor {', '.join(sorted(set(flavors.values())))}" if nodes is not None else "")
+                why = reason(C.NO_PLACEMENT, of_flavor=", ".join(sorted(set(flavors.values()))) if nodes is not None else None)
                 continue
             if commit:
                 self.take(cq.name, held)
@@ -327,8 +333,8 @@ def _product(groups: list[list[Option]]):
     return product(*groups)
 
 
-def _no_fit_why(view: QuotaView, cq, group, request: dict[str, int]) -> str:
+def _no_fit_why(view: QuotaView, cq, group, request: dict[str, int]) -> Reason:
     """Why no flavor of a group fits: the first flavor's own reason says most."""
     fq = group[0]
     _, _, why = view.fit(cq.name, by_flavor(request, {r: fq.flavor for r in fq.resources}))
-    return why or f"no flavor of {cq.name} ({', '.join(f.flavor for f in group)}) has room for the request"
+    return why or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq.name, flavors=", ".join(f.flavor for f in group))

@@ -4,6 +4,10 @@ One pass, no state copies: a first look finds every offset some decision was bas
 folding, right after such an offset is applied, the services that decided there are asked to
 decide again, and what they propose is kept until the decisions based on it arrive. A recorded
 decision reproduces when a decision with the same id, time and content comes out again.
+
+Its reason counts as data: the code and parameters must come out again, not the sentence (which is
+their rendering, and may be reworded). A decision recorded before reasons were codes carries only a
+sentence: its content is checked without the reason.
 """
 
 from __future__ import annotations
@@ -68,12 +72,19 @@ def _check(env: Envelope, derived: dict[str, tuple[int, object]] | None) -> str:
     if found is None:
         return f"decide on state[{env.data.based_on}] does not make this decision"
     time_ms, decision = found
-    if decision != env.data:
+    if _content(decision, env.data) != _content(env.data, env.data):
         return (f"decide on state[{env.data.based_on}] decides differently: "
                 f"recorded {msgspec.json.encode(env.data).decode()} / derived {msgspec.json.encode(decision).decode()}")
     if time_ms != env.time_ms:
         return f"recorded time {env.time_ms} ms, the state's time was {time_ms} ms"
     return ""
+
+
+def _content(decision, recorded):
+    """What of ``decision`` the audit compares with ``recorded``: everything but the reason's words."""
+    if recorded.reason_code is None:  # recorded before reasons were codes
+        return msgspec.structs.replace(decision, reason="", reason_code=None, reason_params={})
+    return msgspec.structs.replace(decision, reason="")
 
 
 def verify(envelopes: Iterable[Envelope], progress: Callable[[int], None] | None = None) -> AuditReport:

@@ -22,6 +22,7 @@ from collections.abc import Container, Mapping
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
 from gangway.events.fold import placement_nodes
+from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.services.placement import scoring, topology
@@ -376,7 +377,7 @@ def decide_placement(state: State) -> list[PlacementDecided]:
             continue
         assignments, notes = placed
         decisions.append(PlacementDecided(
-            workload=name, assignments=assignments, based_on=state.offset, reason=_reason(assignments, notes),
+            workload=name, assignments=assignments, based_on=state.offset, **said(_reason(assignments, notes)),
             fragmentation=measure.after(wl.spec.pod_sets, assignments)))
         if len(decisions) >= PLACEMENTS_PER_CYCLE_MAX:
             break
@@ -405,7 +406,7 @@ class _Measure:
         return freeindex.measure(self.index)
 
 
-def _reason(assignments: list[PodAssignment], notes: list[str]) -> str:
+def _reason(assignments: list[PodAssignment], notes: list[str]) -> Reason:
     nodes = sorted({a.node for a in assignments})
-    where = f"best fit on {len(nodes)} node(s): {', '.join(nodes[:8])}{' …' if len(nodes) > 8 else ''}"
-    return where + (f" ({'; '.join(notes)})" if notes else "")
+    return reason(C.BEST_FIT, node_count=len(nodes), nodes=f"{', '.join(nodes[:8])}{' …' if len(nodes) > 8 else ''}",
+                  domains="; ".join(notes) if notes else None)

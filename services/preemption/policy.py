@@ -29,6 +29,7 @@ from gangway.events.catalogue import EvictionOrdered
 from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaView
 from gangway.events.quantity import format_resource
+from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.policy import admission_cycle
@@ -69,7 +70,8 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
             if victims:
                 found = flavors, victims
                 break
-        if found is None and outcome.why.startswith("no placement") and outcome.preempt_flavors:
+        if found is None and outcome.reason is not None and outcome.reason.code in (C.NO_PLACEMENT, C.RESERVATION_HELD) \
+                and outcome.preempt_flavors:
             found = _defragment(state, idx, snap, wl, outcome.preempt_flavors[0], ordered_out)
         if found is None:
             # Nothing changes in the snapshot until a preemption succeeds: an identical
@@ -81,8 +83,8 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
         for victim, rule in victims:
             orders.append(EvictionOrdered(
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
-                grace_ms=idx.grace_ms(victim.spec.priority_class), reason=rule,
-                work_lost_ms=work_lost_ms(victim, state.time_ms),
+                grace_ms=idx.grace_ms(victim.spec.priority_class), work_lost_ms=work_lost_ms(victim, state.time_ms),
+                **said(rule),
             ))
         ordered_out.update(v.spec.workload for v, _ in victims)
         snap.reserve_for_preemptor(wl, [v for v, _ in victims], flavors)
@@ -100,8 +102,7 @@ def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSt
     if not moves:
         return None
     gpus = format_resource(GPU, wl.request.get(GPU, 0))
-    rule = (f"defragmentation: moved so that {wl.spec.workload} ({gpus}) gets a whole placement; "
-            f"every moved workload can be placed again at once")
+    rule = reason(C.DEFRAGMENTATION, preemptor=wl.spec.workload, gpus=gpus)
     return flavors, [(moved, rule) for moved in moves]
 
 
@@ -142,9 +143,9 @@ class _Trial:
 
 
 def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
-                   ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
+                   ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
     trial = _Trial(state, idx, snap, wl, flavors)
-    chosen: list[tuple[WorkloadState, str]] = []
+    chosen: list[tuple[WorkloadState, Reason]] = []
     for candidate in _candidates(trial, ordered_out):
         victim, rule = candidate
         so_far = [v for v, _ in chosen]
@@ -153,7 +154,7 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
             # the preemptor needs, once the victims chosen so far are gone.
             if not trial.view_without(so_far).borrowing(victim.spec.cluster_queue, trial.held):
                 continue
-            if rule.startswith("fair sharing") and not _fair_still(trial, so_far, victim):
+            if rule.code == C.FAIR_SHARING and not _fair_still(trial, so_far, victim):
                 continue
         chosen.append(candidate)
         if trial.fits_without([v for v, _ in chosen]):
@@ -167,7 +168,7 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
     return chosen
 
 
-def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadState, str]]:
+def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
     state, idx, wl = trial.state, trial.idx, trial.wl
     cq_name = wl.spec.cluster_queue
     cq = idx.cluster_queues.get(cq_name)
@@ -181,7 +182,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     within_nominal = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
     root = idx.tree.root_of(cq_name)
     fair = idx.contract.fair_sharing.enable
-    found: list[tuple[tuple, WorkloadState, str]] = []
+    found: list[tuple[tuple, WorkloadState, Reason]] = []
     shares: dict[str, int] = {}
     #: Per victim queue: is it in the preemptor's cohort tree and borrowing what it needs? (The
     #: cheap tests go first; the per-victim ones only for victims a rule allows.)
@@ -201,7 +202,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
                 continue
             group = 0
             if fair:
-                rule = f"fair sharing: {vq} is above its fair share of cohort {root}"
+                rule = reason(C.FAIR_SHARING, victim_queue=vq, cohort=root)
             elif within_nominal:
                 rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
             else:
@@ -241,31 +242,31 @@ def _protected(idx: ContractIndex, state: State, victim: WorkloadState) -> bool:
     return bool(minimum) and victim.started_ms is not None and state.time_ms - victim.started_ms < minimum
 
 
-def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> str:
+def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> Reason | None:
     p, q = wl.spec.priority, victim.spec.priority
     if policy in ("LowerPriority", "LowerOrNewerEqualPriority") and q < p:
-        return f"withinClusterQueue {policy}: priority {q} < {p} of {wl.spec.workload}"
+        return reason(C.WITHIN_QUEUE_LOWER_PRIORITY, policy=policy, priority=p, victim_priority=q,
+                      preemptor=wl.spec.workload)
     if policy == "LowerOrNewerEqualPriority" and q == p and victim.queued_ms > wl.queued_ms:
-        return f"withinClusterQueue {policy}: same priority {q}, queued after {wl.spec.workload}"
-    return ""
+        return reason(C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, policy=policy, priority=q, preemptor=wl.spec.workload)
+    return None
 
 
-def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str) -> str:
+def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str) -> Reason | None:
     p, q = wl.spec.priority, victim.spec.priority
     if policy == "Any" or (policy == "LowerPriority" and q < p):
-        return (f"reclaimWithinCohort {policy}: {vq} is borrowing and {wl.spec.cluster_queue} "
-                f"reclaims its nominal quota for {wl.spec.workload}")
-    return ""
+        return reason(C.RECLAIM_WITHIN_COHORT, policy=policy, victim_queue=vq, cluster_queue=wl.spec.cluster_queue,
+                      preemptor=wl.spec.workload)
+    return None
 
 
-def _borrow_rule(policy, wl: WorkloadState, victim: WorkloadState, vq: str) -> str:
+def _borrow_rule(policy, wl: WorkloadState, victim: WorkloadState, vq: str) -> Reason | None:
     p, q = wl.spec.priority, victim.spec.priority
     if policy.policy != "LowerPriority" or q >= p:
-        return ""
+        return None
     if policy.max_priority_threshold is not None and q > policy.max_priority_threshold:
-        return ""
-    return (f"borrowWithinCohort LowerPriority: {wl.spec.workload} (priority {p}) may borrow by preempting "
-            f"{vq}'s lower-priority workload (priority {q})")
+        return None
+    return reason(C.BORROW_WITHIN_COHORT, preemptor=wl.spec.workload, priority=p, victim_queue=vq, victim_priority=q)
 
 
 def _fair_still(trial: _Trial, chosen: list[WorkloadState], victim: WorkloadState) -> bool:

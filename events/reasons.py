@@ -1,0 +1,190 @@
+"""Reasons as data: every decision, every wait and every superseded decision names a ``ReasonCode``
+with its parameters; the sentence people read is rendered from them (``render``).
+
+A consumer switches on the code (the JSON Schemas list every value), never on the words: rewording a
+template changes what people read and nothing else. Decision events carry all three —
+``reason`` (the sentence), ``reason_code`` and ``reason_params`` — and a record written before
+codes existed decodes with ``reason_code`` None (its sentence is all it has).
+
+A template is a ``str.format`` pattern over the parameters; a *clause* is an optional tail added
+when its parameter is present (in ``CLAUSES`` order), so one code covers, say, an admission with or
+without partial counts.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Union
+
+import msgspec
+
+#: A parameter: a name, a number, or a quantity already written in words ("4 nvidia.com/gpu").
+Param = Union[str, int]
+
+
+class ReasonCode(enum.StrEnum):
+    """Why a decision was made, why a workload waits, or why a decision did not hold where it
+    landed: switch on the code; the parameters (``reason_params``) fill its sentence."""
+
+    # --- admission: why a workload was admitted (WorkloadAdmitted) ---------------------------
+    FITS_NOMINAL = "fits_nominal"
+    FITS_BORROWING = "fits_borrowing"
+    # --- placement (PlacementDecided) ---------------------------------------------------------
+    BEST_FIT = "best_fit"
+    # --- preemption: the rule that let a victim go (EvictionOrdered) ---------------------------
+    WITHIN_QUEUE_LOWER_PRIORITY = "within_queue_lower_priority"
+    WITHIN_QUEUE_NEWER_EQUAL_PRIORITY = "within_queue_newer_equal_priority"
+    RECLAIM_WITHIN_COHORT = "reclaim_within_cohort"
+    BORROW_WITHIN_COHORT = "borrow_within_cohort"
+    FAIR_SHARING = "fair_sharing"
+    DEFRAGMENTATION = "defragmentation"
+    # --- why a pending workload is not admitted (the admission cycle; explain, status) --------
+    ADMISSIBLE = "admissible"
+    NO_CONFIG = "no_config"
+    UNKNOWN_CLUSTER_QUEUE = "unknown_cluster_queue"
+    NO_QUOTA_FOR_RESOURCES = "no_quota_for_resources"
+    NO_QUOTA_IN_FLAVOR = "no_quota_in_flavor"
+    OVER_NOMINAL_QUOTA = "over_nominal_quota"
+    OVER_BORROWING_LIMIT = "over_borrowing_limit"
+    NOMINAL_QUOTA_LENT_OUT = "nominal_quota_lent_out"
+    COHORT_EXHAUSTED = "cohort_exhausted"
+    NO_FLAVOR_ROOM = "no_flavor_room"
+    NO_PLACEMENT = "no_placement"
+    RESERVATION_HELD = "reservation_held"
+    RESERVED_FOR_ANOTHER_GANG = "reserved_for_another_gang"
+    BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
+    STRICT_FIFO = "strict_fifo"
+    WAITING_FOR_VICTIMS = "waiting_for_victims"
+    # --- why a decision did not hold where it landed (the fold: superseded) ------------------
+    UNKNOWN_WORKLOAD = "unknown_workload"
+    WORKLOAD_MOVED_ON = "workload_moved_on"
+    DECIDED_BEFORE = "decided_before"
+    WRONG_CLUSTER_QUEUE = "wrong_cluster_queue"
+    COUNTS_OUT_OF_RANGE = "counts_out_of_range"
+    UNKNOWN_POD_SET = "unknown_pod_set"
+    USAGE_DIFFERS = "usage_differs"
+    BORROWING_DIFFERS = "borrowing_differs"
+    FLAVOR_WITHOUT_QUOTA = "flavor_without_quota"
+    FLAVOR_MISSING = "flavor_missing"
+    NODE_GONE = "node_gone"
+    NODE_WITHOUT_FLAVOR = "node_without_flavor"
+    EMPTY_ASSIGNMENT = "empty_assignment"
+    PODS_NO_LONGER_FIT = "pods_no_longer_fit"
+    GPUS_NO_LONGER_FIT = "gpus_no_longer_fit"
+    GANG_INCOMPLETE = "gang_incomplete"
+
+
+C = ReasonCode
+
+#: The sentence of each code (``str.format`` over its parameters).
+MESSAGES: dict[ReasonCode, str] = {
+    C.FITS_NOMINAL: "fits nominal quota of {cluster_queue}",
+    C.FITS_BORROWING: "fits {cluster_queue} by borrowing from its cohort ({borrowed})",
+    C.BEST_FIT: "best fit on {node_count} node(s): {nodes}",
+    C.WITHIN_QUEUE_LOWER_PRIORITY: "withinClusterQueue {policy}: priority {victim_priority} < {priority} of {preemptor}",
+    C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY: "withinClusterQueue {policy}: same priority {priority}, queued after {preemptor}",
+    C.RECLAIM_WITHIN_COHORT: ("reclaimWithinCohort {policy}: {victim_queue} is borrowing and {cluster_queue} "
+                              "reclaims its nominal quota for {preemptor}"),
+    C.BORROW_WITHIN_COHORT: ("borrowWithinCohort LowerPriority: {preemptor} (priority {priority}) may borrow by "
+                             "preempting {victim_queue}'s lower-priority workload (priority {victim_priority})"),
+    C.FAIR_SHARING: "fair sharing: {victim_queue} is above its fair share of cohort {cohort}",
+    C.DEFRAGMENTATION: ("defragmentation: moved so that {preemptor} ({gpus}) gets a whole placement; "
+                        "every moved workload can be placed again at once"),
+    C.ADMISSIBLE: "fits now: admission will admit it in its next cycle",
+    C.NO_CONFIG: "no contract has been applied",
+    C.UNKNOWN_CLUSTER_QUEUE: "ClusterQueue {cluster_queue} is not in the contract",
+    C.NO_QUOTA_FOR_RESOURCES: "ClusterQueue {cluster_queue} has no quota for {resources}",
+    C.NO_QUOTA_IN_FLAVOR: "ClusterQueue {cluster_queue} has no quota for {resource} in flavor {flavor}",
+    C.OVER_NOMINAL_QUOTA: "{resource} ({flavor}): {wanted} over nominal quota {nominal} of {cluster_queue}",
+    C.OVER_BORROWING_LIMIT: ("{resource} ({flavor}): {wanted} over nominal {nominal} + borrowing limit {limit} "
+                             "of {cluster_queue}"),
+    C.NOMINAL_QUOTA_LENT_OUT: ("{resource} ({flavor}): within the nominal quota of {cluster_queue}, but cohort "
+                               "{cohort} lent it to queues that borrow (to be reclaimed)"),
+    C.COHORT_EXHAUSTED: "{resource} ({flavor}): cohort {cohort} has {available} left to lend, {cluster_queue} needs {amount}",
+    C.NO_FLAVOR_ROOM: "no flavor of {cluster_queue} ({flavors}) has room for the request",
+    C.NO_PLACEMENT: "no placement for the whole gang on free capacity",
+    C.RESERVATION_HELD: "no placement for the whole gang on free capacity",
+    C.RESERVED_FOR_ANOTHER_GANG: "the room it needs is reserved for {gang}, expected to start at {start}",
+    C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",
+    C.STRICT_FIFO: "StrictFIFO: behind the head of {cluster_queue}",
+    C.WAITING_FOR_VICTIMS: "waiting for {victims} preempted workload(s) to exit",
+    C.UNKNOWN_WORKLOAD: "unknown workload",
+    C.WORKLOAD_MOVED_ON: "workload is {phase}",
+    C.DECIDED_BEFORE: "decided at offset {based_on}, before {what} (offset {since})",
+    C.WRONG_CLUSTER_QUEUE: "workload belongs to {cluster_queue}",
+    C.COUNTS_OUT_OF_RANGE: "pod set {pod_set}: {count} pods admitted, outside {low}..{high}",
+    C.UNKNOWN_POD_SET: "no pod set {pod_set}",
+    C.USAGE_DIFFERS: "usage differs from the workload's request",
+    C.BORROWING_DIFFERS: "borrowing differs from the quota in force",
+    C.FLAVOR_WITHOUT_QUOTA: "flavor {flavor} of {cluster_queue} has no quota for {resource}",
+    C.FLAVOR_MISSING: "no flavor assigned for {resources}",
+    C.NODE_GONE: "node {node} is gone",
+    C.NODE_WITHOUT_FLAVOR: "node {node} does not have the admitted flavors' labels",
+    C.EMPTY_ASSIGNMENT: "empty assignment",
+    C.PODS_NO_LONGER_FIT: "{count} pod(s) of {pod_set} no longer fit on {node}",
+    C.GPUS_NO_LONGER_FIT: "{count} pod(s) of {pod_set} no longer fit the GPUs of {node}",
+    C.GANG_INCOMPLETE: "pod set {pod_set}: {placed} of {count} pods placed (a gang is all or nothing)",
+}
+
+#: Optional tails, added in this order when their parameter is present.
+CLAUSES: dict[str, str] = {
+    "expected": ", not {expected}",
+    "partial": " with {partial} (partial admission)",
+    "chosen_flavor": "; flavor {chosen_flavor}",
+    "of_flavor": " of flavor {of_flavor}",
+    "reserved_start": "; nodes reserved for it, expected to start at {reserved_start}",
+    "domains": " ({domains})",
+}
+
+#: Codes a decision event may carry, by event: what a consumer of each event type switches on.
+ADMISSION_CODES = (C.FITS_NOMINAL, C.FITS_BORROWING)
+PLACEMENT_CODES = (C.BEST_FIT,)
+PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, C.RECLAIM_WITHIN_COHORT,
+                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION)
+#: A pending workload's quota is the obstacle (as opposed to capacity, order or configuration).
+QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LENT_OUT, C.COHORT_EXHAUSTED)
+#: The contract itself stands in the way: no queue, or no quota for what is asked.
+CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR)
+
+
+def render(code: ReasonCode, params: dict[str, Param]) -> str:
+    """The sentence of a code with its parameters (and the clauses whose parameter is present)."""
+    text = MESSAGES[code].format_map(params)
+    for key, clause in CLAUSES.items():
+        if key in params:
+            text += clause.format_map(params)
+    return text
+
+
+class Reason(msgspec.Struct, frozen=True, gc=False):
+    """A reason as data: its code and parameters; ``message`` is their sentence."""
+
+    code: ReasonCode
+    params: dict[str, Param] = {}
+
+    @property
+    def message(self) -> str:
+        return render(self.code, self.params)
+
+    def plus(self, **params: Param | None) -> Reason:
+        """The same reason with more parameters (None values are left out)."""
+        return Reason(self.code, {**self.params, **{k: v for k, v in params.items() if v is not None}})
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def reason(code: ReasonCode, **params: Param | None) -> Reason:
+    """A reason with the given parameters (None values are left out: their clause is not said)."""
+    return Reason(code, {k: v for k, v in params.items() if v is not None})
+
+
+def said(why: Reason) -> dict:
+    """The fields a decision event carries for a reason: ``reason``, ``reason_code``, ``reason_params``."""
+    return {"reason": why.message, "reason_code": why.code, "reason_params": why.params}
+
+
+def of_decision(decision) -> Reason | None:
+    """The reason a decision event carries as data (None: recorded before reasons were codes)."""
+    code = getattr(decision, "reason_code", None)
+    return None if code is None else Reason(code, decision.reason_params)

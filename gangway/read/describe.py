@@ -1,0 +1,83 @@
+"""Events in words: the one describer behind ``gangway log``, the demo's timeline and ``gangway explain``.
+
+``describe(env)`` is a line of the log; ``describe(env, about=workload)`` is a line of one workload's
+story (its own events without its name, and the evictions ordered to make room for it). Reasons are
+read from their codes where the event has them; the sentence is what the event recorded.
+"""
+
+from __future__ import annotations
+
+from gangway.events import catalogue as ev
+from gangway.events.quantity import format_milli
+from gangway.events.resources import GPU, total_request
+
+
+def gpus(pod_sets) -> str:
+    return format_milli(total_request(pod_sets).get(GPU, 0))
+
+
+def _rule(d: ev.EvictionOrdered) -> str:
+    """The eviction's rule: its sentence, then its code when the event has one."""
+    return f"{d.reason} [{d.reason_code}]" if d.reason_code is not None else d.reason
+
+
+def _terms(d: ev.EvictionOrdered) -> str:
+    return f"{_rule(d)}; grace period {d.grace_ms / 1000:g} s; work lost {d.work_lost_ms / 1000:g} s"
+
+
+def _own(d, superseded: str | None) -> str:
+    """What happened to the event's workload, said without its name ('' for other events)."""
+    if isinstance(d, ev.WorkloadQueued):
+        return (f"queued in {d.cluster_queue} (LocalQueue {d.namespace}/{d.queue}, priority {d.priority}, "
+                f"{gpus(d.pod_sets)} GPUs)")
+    if isinstance(d, (ev.WorkloadAdmitted, ev.PlacementDecided)) and superseded is not None:
+        return f"{'admission' if isinstance(d, ev.WorkloadAdmitted) else 'placement'} superseded: {superseded}"
+    if isinstance(d, ev.WorkloadAdmitted):
+        return f"admitted: {d.reason}"
+    if isinstance(d, ev.PlacementDecided):
+        after = f"; largest free island {d.fragmentation.largest_island}" if d.fragmentation else ""
+        return f"placed: {d.reason}{after}"
+    if isinstance(d, ev.EvictionOrdered) and superseded is not None:
+        return f"eviction by {d.preemptor} superseded: {superseded}"
+    if isinstance(d, ev.EvictionOrdered):
+        return f"preempted by {d.preemptor}: {_terms(d)}"
+    if isinstance(d, ev.WorkloadEvicted):
+        return f"evicted (attempt {d.attempt + 1}){': ' + d.reason if d.reason else ''}; back in its queue"
+    if isinstance(d, (ev.WorkloadBound, ev.WorkloadRunning)):
+        return f"{'bound' if isinstance(d, ev.WorkloadBound) else 'running'} (attempt {d.attempt + 1})"
+    if isinstance(d, ev.WorkloadFinished):
+        return f"finished (attempt {d.attempt + 1}){'' if d.succeeded else ', failed'}"
+    if isinstance(d, ev.CheckpointSaved):
+        return "checkpoint saved" + (f" at step {d.step}" if d.step is not None else "")
+    return ""
+
+
+def describe(env: ev.Envelope, about: str | None = None, superseded: str | None = None) -> str:
+    """The event in one line of words; with ``about``, as a line of that workload's story ('' when the
+    event is not part of it). ``superseded``: why the event's decision did not hold, if it did not."""
+    d = env.data
+    workload = getattr(d, "workload", None)
+    if about is not None:
+        if isinstance(d, ev.EvictionOrdered) and d.preemptor == about and workload != about:
+            return f"{workload} ordered out to make room for it: {_rule(d)}"
+        return _own(d, superseded) if workload == about else ""
+    if isinstance(d, ev.EvictionOrdered) and superseded is None:
+        return f"{workload} ordered out for {d.preemptor}: {_terms(d)}"
+    if workload is not None:
+        said = _own(d, superseded)
+        if said:
+            return f"{workload} {said}"
+    if isinstance(d, ev.NodeObserved):
+        return f"node {d.node} observed: {format_milli(d.allocatable.get(GPU, 0))} GPUs"
+    if isinstance(d, ev.NodeRemoved):
+        return f"node {d.node} removed"
+    if isinstance(d, ev.ConfigApplied):
+        c = d.contract
+        return f"contract {d.digest[:12]} applied: {len(c.cluster_queues)} ClusterQueues, {len(c.local_queues)} LocalQueues"
+    if isinstance(d, ev.JobRejected):
+        return f"{d.job_id or '?'} rejected ({d.reason}): {d.message}"
+    if isinstance(d, ev.JobSubmitted):
+        return f"{d.namespace}/{d.job_id} submitted to {d.queue}"
+    if isinstance(d, ev.ClockTicked):
+        return f"clock ticked{': ' + d.reason if d.reason else ''}"
+    return type(d).__name__
