@@ -8,11 +8,19 @@
 
 Times are RFC 3339 UTC with milliseconds, so they round-trip exactly to ``time_ms``.
 Decoding errors are ``CodecError`` with a machine-readable ``reason``.
+
+Event versions (DESIGN.md, "How an event type evolves"): within ``.vN`` a type only gains optional
+fields, so every older record of it decodes as it is. A breaking change makes ``.vN+1``; the step
+from ``.vN`` is an *upcaster* registered here (``upcaster``), a pure function on the record's JSON
+data, and a record of an old version is read as the current type — upcasters chain, one version at
+a time, as pyeventsourcing's do. Gangway writes only current versions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -58,10 +66,57 @@ def encode_data(data: Any) -> bytes:
     return _ENCODER.encode(data)
 
 
+#: An upcaster: the JSON data of a record of one version → the data of the next version.
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+#: Old CloudEvents type → (the next version's type, the upcaster that makes its data).
+UPCASTERS: dict[str, tuple[str, Upcaster]] = {}
+_VERSIONED = re.compile(r"^(?P<stem>io\.gangway\.[a-z_]+\.[a-z_]+)\.v(?P<version>[0-9]+)$")
+_CURRENT = {m["stem"]: int(m["version"]) for m in map(_VERSIONED.match, TYPES_BY_NAME) if m}
+
+
+def upcaster(old: str, new: str) -> Callable[[Upcaster], Upcaster]:
+    """Register the decorated function as the step from type ``old`` to ``new`` (one version up)."""
+    a, b = _VERSIONED.match(old), _VERSIONED.match(new)
+    if a is None or b is None or a["stem"] != b["stem"] or int(b["version"]) != int(a["version"]) + 1:
+        raise ValueError(f"an upcaster goes from .vN to .vN+1 of one type: not {old} → {new}")
+    if old in TYPES_BY_NAME or old in UPCASTERS:
+        raise ValueError(f"{old} is current or already has an upcaster")
+
+    def register(fn: Upcaster) -> Upcaster:
+        UPCASTERS[old] = (new, fn)
+        return fn
+    return register
+
+
+def upcast(type_name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The current type and data of a record of an old version (unchanged when it is current)."""
+    while type_name not in TYPES_BY_NAME and type_name in UPCASTERS:
+        type_name, step = UPCASTERS[type_name]
+        data = step(dict(data))
+    return type_name, data
+
+
+def _unknown(type_name: str) -> CodecError:
+    m = _VERSIONED.match(type_name)
+    if m and m["stem"] in _CURRENT and int(m["version"]) > _CURRENT[m["stem"]]:
+        return CodecError("wrong_event_type", f"CloudEvents type {type_name!r} is newer than this gangway reads "
+                                              f"(.v{_CURRENT[m['stem']]}): upgrade gangway")
+    return CodecError("wrong_event_type", f"unknown CloudEvents type {type_name!r}")
+
+
 def decode_data(type_name: str, payload: bytes | str) -> Any:
     cls = TYPES_BY_NAME.get(type_name)
+    if cls is None and type_name in UPCASTERS:
+        try:
+            old = msgspec.json.decode(payload)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise CodecError("malformed_json", f"{type_name}: data is not valid JSON") from exc
+        if not isinstance(old, dict):
+            raise CodecError("invalid_field", f"{type_name}: data is not a JSON object")
+        type_name, data = upcast(type_name, old)
+        cls, payload = TYPES_BY_NAME.get(type_name), _ENCODER.encode(data)
     if cls is None:
-        raise CodecError("wrong_event_type", f"unknown CloudEvents type {type_name!r}")
+        raise _unknown(type_name)
     try:
         return _DECODERS[cls].decode(payload)
     except msgspec.ValidationError as exc:

@@ -1,0 +1,85 @@
+"""Reasons are data: every code has its sentence, and the sentences are only words.
+
+Rewording a template changes what people read and nothing a program decides on: explain and status
+classify by code, preemption chooses its victims by code, the audit compares codes.
+"""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+
+from gangway.events import reasons
+from gangway.events.reasons import CLAUSES, MESSAGES, ReasonCode, reason, render
+from gangway.read.explain import explain, pending_report
+from gangway.services.audit.replay import verify
+from gangway.services.preemption.policy import decide_preemption
+from builders import decide_pure
+from test_explain_rules import CASES, incident_log, one_queue, job  # noqa: F401  (incident_log: a fixture)
+from test_fair_sharing import cohort
+from test_preemption_rules import wl
+
+
+def placeholders(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def test_every_code_has_a_message_template():
+    assert set(MESSAGES) == set(ReasonCode)
+    assert all(MESSAGES[code].strip() for code in ReasonCode)
+
+
+def test_every_clause_says_its_own_parameter():
+    assert all(placeholders(clause) == {key} for key, clause in CLAUSES.items())
+
+
+def test_a_reason_renders_its_template_with_its_parameters_and_present_clauses_only():
+    why = reason(ReasonCode.FITS_NOMINAL, cluster_queue="q", partial="2 pods of main", chosen_flavor=None)
+    assert why.params == {"cluster_queue": "q", "partial": "2 pods of main"}
+    assert why.message == "fits nominal quota of q with 2 pods of main (partial admission)"
+    with pytest.raises(KeyError):
+        render(ReasonCode.STRICT_FIFO, {})  # a parameter its sentence needs is missing
+
+
+@pytest.fixture
+def reworded(monkeypatch):
+    """Every template and clause said differently (and the code still in it, to tell them apart)."""
+    monkeypatch.setattr(reasons, "MESSAGES", {
+        code: f"REWORDED {code.value} " + " ".join("{%s}" % p for p in sorted(placeholders(t)))
+        for code, t in MESSAGES.items()})
+    monkeypatch.setattr(reasons, "CLAUSES", {key: f" +{key}={{{key}}}" for key in CLAUSES})
+
+
+def classified() -> dict[str, tuple[str, str]]:
+    out = {}
+    for name, setup, who, _ in CASES:
+        p = pending_report(setup().state, forecast=False)[who]
+        out[name] = (p.code, p.reason)
+    return out
+
+
+def test_rewording_a_template_does_not_change_what_explain_classifies(request):
+    before = classified()
+    request.getfixturevalue("reworded")
+    after = classified()
+    assert {k: code for k, (code, _) in after.items()} == {k: code for k, (code, _) in before.items()}
+    assert all(after[k][1] != before[k][1] and after[k][1].startswith("REWORDED") for k in before)
+
+
+def test_rewording_a_template_changes_no_preemption(request):
+    def orders():
+        log = cohort(strategies=("LessThanOrEqualToFinalShare",), preempt="Any", c_gpus=12)
+        log.running(wl("a0", "a", 8), wl("a1", "a", 2), wl("a2", "a", 2), wl("c0", "c", 4)).queue(wl("b1", "b", 6))
+        return [(o.workload, o.preemptor, o.reason_code, o.reason_params) for o in decide_pure(decide_preemption, log.state)]
+    before = orders()
+    request.getfixturevalue("reworded")
+    assert orders() == before and before and all(code == ReasonCode.FAIR_SHARING for _, _, code, _ in before)
+
+
+def test_a_log_written_with_other_words_still_verifies_and_explains(incident_log, request):
+    request.getfixturevalue("reworded")
+    assert verify(incident_log).mismatches == []
+    [preempted] = [line for line in explain(incident_log, "sweep-9", forecast=False) if "] preempted by" in line]
+    assert "preempted by serve-1: reclaimWithinCohort Any" in preempted  # the words it was written with
+    assert "[reclaim_within_cohort]" in preempted
