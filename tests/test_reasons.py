@@ -16,9 +16,9 @@ from gangway.read.explain import explain, pending_report
 from gangway.services.audit.replay import verify
 from gangway.services.preemption.policy import decide_preemption
 from builders import decide_pure
-from test_explain_rules import CASES, incident_log, one_queue, job  # noqa: F401  (incident_log: a fixture)
+from test_explain_rules import CASES
 from test_fair_sharing import cohort
-from test_preemption_rules import wl
+from test_preemption_rules import incident, wl
 
 
 def placeholders(template: str) -> set[str]:
@@ -77,9 +77,12 @@ def test_rewording_a_template_changes_no_preemption(request):
     assert orders() == before and before and all(code == ReasonCode.FAIR_SHARING for _, _, code, _ in before)
 
 
-def test_a_log_written_with_other_words_still_verifies_and_explains(incident_log, request):
+def test_a_log_written_with_other_words_still_verifies_and_explains(request):
+    sim = incident()
+    sim.submit(wl("serve-1", "serving", 8, priority=1000, pods=2))
+    sim.run(until_ms=sim.now_ms + 120_000)
     request.getfixturevalue("reworded")
-    assert verify(incident_log).mismatches == []
-    [preempted] = [line for line in explain(incident_log, "sweep-9", forecast=False) if "] preempted by" in line]
+    assert verify(sim.log).mismatches == []
+    [preempted] = [line for line in explain(sim.log, "sweep-9", forecast=False) if "] preempted by" in line]
     assert "preempted by serve-1: reclaimWithinCohort Any" in preempted  # the words it was written with
     assert "[reclaim_within_cohort]" in preempted
