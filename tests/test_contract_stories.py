@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builders import node
+from gangway.events.reasons import ReasonCode
 from gangway.contract import load_contract_file
 from gangway.events import catalogue as ev
 from gangway.events.resources import GPU
@@ -58,4 +59,5 @@ def test_four_teams_no_gpu_idles_while_anyone_waits_and_a_returning_team_gets_it
     held = {cq: sum(v for fr, v in u.items() if fr.endswith(GPU)) // 1000 for cq, u in sim.state.usage.items()}
     assert held["team-d"] == 128 and sum(held.values()) == 512
     evicted = [e.data for e in sim.log[start:] if isinstance(e.data, ev.EvictionOrdered)]
-    assert len(evicted) == 16 and all("reclaimWithinCohort Any" in o.reason for o in evicted)
+    assert len(evicted) == 16 and all(o.reason_code == ReasonCode.RECLAIM_WITHIN_COHORT
+                                      and o.reason_params["policy"] == "Any" for o in evicted)

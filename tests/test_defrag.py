@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
+from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.services.preemption.policy import decide_preemption
 from gangway.sim import Simulation
@@ -28,6 +29,7 @@ def test_a_gang_blocked_by_fragmentation_gets_a_consolidation_that_moves_least()
     moved = sorted(o.workload for o in orders)
     nodes = {log.state.workloads[m].placement.assignments[0].node for m in moved}
     assert len(moved) == 3 and len(nodes) == 1  # one node emptied of its three 2-GPU jobs
+    assert all(o.reason_code == ReasonCode.DEFRAGMENTATION for o in orders)
     assert all(o.reason.startswith("defragmentation: moved so that finetune (8 nvidia.com/gpu)") for o in orders)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
+from gangway.events.reasons import ReasonCode
 from gangway.events.decay import average_at
 from gangway.events.quota import fr_key
 from gangway.events.resources import GPU
@@ -100,6 +101,7 @@ def test_preemption_takes_from_the_queue_above_its_fair_share(strategies, victim
     log.queue(wl("b1", "b", 6))
     orders = decide_pure(decide_preemption, log.state)
     assert sorted(o.workload for o in orders) == victims
+    assert all(o.reason_code == ReasonCode.FAIR_SHARING and o.reason_params["victim_queue"] == "a" for o in orders)
     assert all(o.reason.startswith("fair sharing: a is above its fair share") for o in orders)
 
 

@@ -7,6 +7,7 @@ tests/integration/test_stories_on_the_stack.py).
 from __future__ import annotations
 
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
+from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.services.binder.policy import due_reports, next_due_ms
 from gangway.services.preemption.policy import decide_preemption, work_lost_ms
@@ -40,6 +41,7 @@ def test_borrow_within_cohort_preempts_lower_priority_work_of_a_borrowing_queue(
     log = borrowing_cohort().queue(wl("p", "a", 6, priority=10))  # 2 above a's nominal: it must borrow
     orders = decide_pure(decide_preemption, log.state)
     assert [o.workload for o in orders] == ["low"]  # 4 are free; the lowest priority makes the 2 more
+    assert orders[0].reason_code == ReasonCode.BORROW_WITHIN_COHORT
     assert orders[0].reason.startswith("borrowWithinCohort LowerPriority")
 
 

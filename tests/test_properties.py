@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
+from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.events import freeindex
 from gangway.events.freeindex import FreeIndex
@@ -312,7 +313,7 @@ class PipelineMachine(RuleBasedStateMachine):
             event(f"{kind} in the log: {kind in kinds}")
         event(f"borrowed: {any(e.data.borrowed for e in self.sim.log if isinstance(e.data, ev.WorkloadAdmitted))}")
         orders = [e.data for e in self.sim.log if isinstance(e.data, ev.EvictionOrdered)]
-        event(f"defragmentation: {any(o.reason.startswith('defragmentation') for o in orders)}")
+        event(f"defragmentation: {any(o.reason_code == ReasonCode.DEFRAGMENTATION for o in orders)}")
         event(f"partial admission: {any(e.data.counts for e in self.sim.log if isinstance(e.data, ev.WorkloadAdmitted))}")
         report = verify(self.sim.log)
         assert report.mismatches == [], [str(m) for m in report.mismatches[:5]]

@@ -86,3 +86,15 @@ def test_a_log_written_with_other_words_still_verifies_and_explains(request):
     [preempted] = [line for line in explain(sim.log, "sweep-9", forecast=False) if "] preempted by" in line]
     assert "preempted by serve-1: reclaimWithinCohort Any" in preempted  # the words it was written with
     assert "[reclaim_within_cohort]" in preempted
+
+
+def test_the_published_rules_name_the_codes_the_log_records_them_under():
+    import re
+
+    from gangway.contract import load_contract_file
+    from gangway.read import rules
+    text = rules.as_text(rules.sections(load_contract_file("gangway/demo/contract.yaml")))
+    named = {code for group in re.findall(r"\[([a-z_, ]+)\]", text) for code in group.split(", ")}
+    assert named == {"within_queue_lower_priority", "reclaim_within_cohort", "reservation_held",
+                     "reserved_for_another_gang"}
+    assert named <= {code.value for code in ReasonCode}

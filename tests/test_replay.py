@@ -69,8 +69,8 @@ def test_the_simulation_does_all_the_interesting_things():
     assert {ev.WorkloadAdmitted, ev.PlacementDecided, ev.EvictionOrdered, ev.WorkloadEvicted, ev.NodeRemoved,
             ev.WorkloadFinished, ev.ConfigApplied} <= kinds
     assert any(e.data.borrowed for e in LOG if isinstance(e.data, ev.WorkloadAdmitted))
-    assert {e.data.reason.split(":")[0] for e in LOG if isinstance(e.data, ev.EvictionOrdered)} >= {
-        "withinClusterQueue LowerOrNewerEqualPriority", "reclaimWithinCohort Any"}
+    assert {(e.data.reason_code, e.data.reason_params["policy"]) for e in LOG if isinstance(e.data, ev.EvictionOrdered)} >= {
+        (ReasonCode.WITHIN_QUEUE_LOWER_PRIORITY, "LowerOrNewerEqualPriority"), (ReasonCode.RECLAIM_WITHIN_COHORT, "Any")}
     assert all(w.phase == "finished" for w in SIM.state.workloads.values())
 
 

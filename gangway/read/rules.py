@@ -1,6 +1,7 @@
 """The published contract: what each team is guaranteed and risks, in words a team lead reads.
 
-``sections(contract)`` turns the contract into headed lists of sentences; ``as_text`` and
+``sections(contract)`` turns the contract into headed lists of sentences (each preemption rule with
+the reason code under which the log records it); ``as_text`` and
 ``as_html`` render them (``gangway rules [--html]``). Everything is derived from the contract the
 services enforce, so the published rules cannot drift from the enforced ones.
 """
@@ -13,6 +14,7 @@ from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas
 from gangway.events.resources import GPU
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
+from gangway.events.reasons import C, ReasonCode
 
 Section = tuple[str, list[str]]
 
@@ -41,7 +43,8 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         decay = (f" Past usage counts too, halving every {fs.usage_half_life_ms / 3_600_000:g} h."
                  if fs.usage_half_life_ms else "")
         lines.append("Fair sharing is on: idle quota goes first to the team furthest below its weighted share; "
-                     f"a team above its share may be preempted ({', '.join(fs.preemption_strategies)}).{decay}")
+                     f"a team above its share may be preempted ({', '.join(fs.preemption_strategies)})"
+                     f"{_codes(C.FAIR_SHARING)}.{decay}")
     if contract.checkpoint_aware:
         lines.append("When several workloads could be preempted, the one that loses least work since its "
                      "last checkpoint goes first.")
@@ -88,33 +91,42 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
                         if fung.when_can_borrow == "TryNextFlavor" else "")
                      + ("; it waits for preemption in the first flavor where that would make room"
                         if fung.when_can_preempt == "MayStopSearch" else "") + ".")
-    lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it."
-                 if cq.queueing_strategy == "StrictFIFO" else
+    lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it"
+                 + _codes(C.STRICT_FIFO) + "." if cq.queueing_strategy == "StrictFIFO" else
                  "Jobs are admitted by priority, then age; a job that does not fit lets smaller ones pass, "
-                 "but a blocked gang gets the nodes that free soonest reserved (only jobs that end in time use them).")
+                 "but a blocked gang gets the nodes that free soonest reserved (only jobs that end in time use them)"
+                 + _codes(C.RESERVATION_HELD, C.RESERVED_FOR_ANOTHER_GANG) + ".")
     lines.extend(_preemption_words(cq))
     if contract.fair_sharing.enable:
         lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g}.")
     return lines
 
 
+def _codes(*codes: ReasonCode) -> str:
+    """The reason codes under which the log records what a rule does."""
+    return " [" + ", ".join(codes) + "]"
+
+
 def _preemption_words(cq: ClusterQueue) -> list[str]:
     p = cq.preemption
     lines = []
     within = {"Never": "never preempts its own jobs",
-              "LowerPriority": "preempts its own lower-priority jobs",
-              "LowerOrNewerEqualPriority": "preempts its own lower-priority jobs, and newer ones of equal priority"}
+              "LowerPriority": "preempts its own lower-priority jobs" + _codes(C.WITHIN_QUEUE_LOWER_PRIORITY),
+              "LowerOrNewerEqualPriority": "preempts its own lower-priority jobs, and newer ones of equal priority"
+                                           + _codes(C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY)}
     lines.append(f"Within the queue, a waiting job {within[p.within_cluster_queue]}.")
     if cq.cohort:
         reclaim = {"Never": "does not take back",
                    "LowerPriority": "takes back, by preempting lower-priority jobs,",
                    "Any": "takes back, by preempting any of their jobs,"}
         lines.append(f"When it needs its guarantee, it {reclaim[p.reclaim_within_cohort]} the quota other queues "
-                     f"of cohort {cq.cohort} borrowed from it.")
+                     f"of cohort {cq.cohort} borrowed from it"
+                     f"{'' if p.reclaim_within_cohort == 'Never' else _codes(C.RECLAIM_WITHIN_COHORT)}.")
         bwc = p.borrow_within_cohort
         if bwc.policy == "LowerPriority":
             limit = f" of priority at most {bwc.max_priority_threshold}" if bwc.max_priority_threshold is not None else ""
-            lines.append(f"To borrow, it may preempt lower-priority jobs{limit} of borrowing queues in its cohort.")
+            lines.append(f"To borrow, it may preempt lower-priority jobs{limit} of borrowing queues in its cohort"
+                         f"{_codes(C.BORROW_WITHIN_COHORT)}.")
     return lines
 
 
