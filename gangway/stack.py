@@ -25,6 +25,9 @@ from gangway.services.runtime.clock import ClusterClock
 
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 RESTARTS_MAX = 5
+#: How long `gangway up` waits for an outside Kafka (GANGWAY_KAFKA) to answer; the embedded one gets longer to start.
+OUTSIDE_KAFKA_WAIT_S = 5.0
+EMBEDDED_KAFKA_WAIT_S = 20.0
 log = logging.getLogger(__name__)
 
 
@@ -45,6 +48,17 @@ def bootstrap_of_running_stack() -> str:
     if path.exists():
         return path.read_text().strip()
     raise NoBrokerError("no Kafka: set GANGWAY_KAFKA or start the stack with `gangway up`")
+
+
+def what_to_do(unreachable: kafka.BrokerUnreachable) -> str:
+    """The remedy for a Kafka that does not answer, from where its address came."""
+    if configured_bootstrap() == unreachable.bootstrap:
+        return "check GANGWAY_KAFKA (is that Kafka running?), or unset it to use the stack `gangway up` starts"
+    path = state_dir() / "bootstrap"
+    if path.exists() and path.read_text().strip() == unreachable.bootstrap:
+        return (f"{path} is left from a `gangway up` that is no longer running: start the stack again "
+                f"with `gangway up` (or delete {path})")
+    return "is the broker running?"
 
 
 def build_service(name: str, bootstrap: str, cluster_file: str | None, default_runtime_ms: int | None):
@@ -160,7 +174,8 @@ class Stack:
         if not self.bootstrap:
             self.broker = EmbeddedBroker(log_path=str(sdir / "logs" / "broker.log")).start()
             self.bootstrap = self.broker.bootstrap
-        asyncio.run(kafka.ensure_topics(self.bootstrap))
+        wait_s = EMBEDDED_KAFKA_WAIT_S if self.broker is not None else OUTSIDE_KAFKA_WAIT_S
+        asyncio.run(kafka.ensure_topics(self.bootstrap, timeout_s=wait_s))
         (sdir / "bootstrap").write_text(self.bootstrap + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)

@@ -155,28 +155,24 @@ class LogService:
     async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         """Fold, decide and append until ``stop``. With ``standby``, several instances may run:
         all fold, and only the one holding the ``ActiveLease`` decides and appends."""
-        consumer = kafka.log_consumer(self.bootstrap, group_id=self.group_id())
-        producer = kafka.producer(self.bootstrap)
-        await consumer.start()
-        await producer.start()
-        self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
-        keeper = None
-        try:
-            if self.lease is not None:
-                await self.lease.start()
-                keeper = asyncio.create_task(self.lease.keep(stop))
-            consumer.assign([kafka.LOG_PARTITION, *self.input_partitions()])
-            await self._resume(consumer)
-            await self._loop(consumer, producer, stop)
-        finally:
-            self.ready_path.unlink(missing_ok=True)
-            self.save_snapshot()
-            if keeper is not None:
-                stop.set()
-                await keeper
-                await self.lease.stop()
-            await consumer.stop()
-            await producer.stop()
+        async with kafka.log_consumer(self.bootstrap, group_id=self.group_id()) as consumer, \
+                kafka.producer(self.bootstrap) as producer:
+            self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
+            keeper = None
+            try:
+                if self.lease is not None:
+                    await self.lease.start()
+                    keeper = asyncio.create_task(self.lease.keep(stop))
+                consumer.assign([kafka.LOG_PARTITION, *self.input_partitions()])
+                await self._resume(consumer)
+                await self._loop(consumer, producer, stop)
+            finally:
+                self.ready_path.unlink(missing_ok=True)
+                self.save_snapshot()
+                if keeper is not None:
+                    stop.set()
+                    await keeper
+                    await self.lease.stop()
 
     async def _follow_lease(self, consumer) -> None:
         """Read inputs only while active; on becoming active, take them up where they were left.
