@@ -6,15 +6,14 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from gangway.adapters import kafka
-from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap, die_with_parent
+from gangway.adapters import kafka, processes
+from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap
 from gangway.events import topics
 from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
 from gangway.contract import contract_digest
@@ -25,6 +24,8 @@ from gangway.services.runtime.clock import ClusterClock
 
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 RESTARTS_MAX = 5
+#: How long the services get to stop on SIGTERM (they save a snapshot) before they are killed.
+SERVICE_STOP_GRACE_S = 10.0
 #: How long `gangway up` waits for an outside Kafka (GANGWAY_KAFKA) to answer; the embedded one gets longer to start.
 OUTSIDE_KAFKA_WAIT_S = 5.0
 EMBEDDED_KAFKA_WAIT_S = 20.0
@@ -163,7 +164,7 @@ class Stack:
     broker: EmbeddedBroker | None = None
     bootstrap: str = ""
     clock: ClusterClock = field(default_factory=ClusterClock.starting_now)
-    children: dict[str, subprocess.Popen] = field(default_factory=dict)
+    children: dict[str, processes.Process] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
 
     def start(self) -> str:
@@ -202,9 +203,7 @@ class Stack:
             cmd += ["--cluster", self.cluster_file]
         if name == "binder" and self.default_runtime_ms:
             cmd += ["--default-runtime", str(self.default_runtime_ms / 1000)]
-        with open(sdir / "logs" / f"{name}.log", "ab") as out:
-            self.children[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        self.children[name] = processes.spawn(cmd, log_path=sdir / "logs" / f"{name}.log", env=env)
 
     def supervise_once(self) -> None:
         """Restart a service that died (at most RESTARTS_MAX times each)."""
@@ -220,16 +219,7 @@ class Stack:
             self._spawn(name)
 
     def stop(self) -> None:
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.children.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        processes.stop(list(self.children.values()), grace_s=SERVICE_STOP_GRACE_S)
         self.children.clear()
         if self.broker is not None:
             self.broker.stop()

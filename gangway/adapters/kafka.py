@@ -18,7 +18,14 @@ from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
 
 log = logging.getLogger(__name__)
-LOG_PARTITION = TopicPartition(topics.LOG, 0)
+
+
+def only_partition(topic: str) -> TopicPartition:
+    """The one partition of one of gangway's topics (the log's one partition is its total order)."""
+    return TopicPartition(topic, 0)
+
+
+LOG_PARTITION = only_partition(topics.LOG)
 #: Largest record we produce or fetch (a ConfigApplied with many queues is the biggest).
 RECORD_BYTES_MAX = 4 * 1024 * 1024
 
