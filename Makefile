@@ -22,6 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 # The long benchmarks (minutes each; not part of `make test`). Figures go to bench/results/.
+# bench-kueue* and bench-philly read the full reference data from GANGWAY_DATA=DIR (tests/data/reference/README.md).
 bench: bench-core bench-replay bench-philly bench-kueue
 
 bench-replay: $(STAMP)

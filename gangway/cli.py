@@ -13,17 +13,16 @@ from pathlib import Path
 from rich.console import Console
 
 from gangway import stack
+from gangway.adapters.kafka import BrokerUnreachable
 from gangway.benchmarks import cli as benchmarks_cli
+from gangway.benchmarks.results import ReferenceDataMissing
 from gangway.read.logfile import LogFileError, read_export, write_export
 
 console = Console(highlight=False)
 
 
-def _kafka() -> str:
-    try:
-        return stack.bootstrap_of_running_stack()
-    except stack.NoBrokerError as exc:
-        raise SystemExit(f"gangway: {exc}")
+def _bootstrap() -> str:
+    return stack.bootstrap_of_running_stack()
 
 
 def cmd_broker(args) -> int:
@@ -47,7 +46,7 @@ def _wait_for_signal() -> None:
 def cmd_service(args) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
     default_runtime_ms = int(args.default_runtime * 1000) if args.default_runtime else None
-    service = stack.build_service(args.name, _kafka(), args.cluster, default_runtime_ms)
+    service = stack.build_service(args.name, _bootstrap(), args.cluster, default_runtime_ms)
     stack.run_service(service)
     return 0
 
@@ -90,7 +89,7 @@ def cmd_config(args) -> int:
         return 1 if problems else 0
     contract = _load_contract(args.file)
     from gangway.services.runtime.clock import ClusterClock
-    appended = asyncio.run(stack.publish_config(_kafka(), contract, args.file, ClusterClock.from_env().now_ms()))
+    appended = asyncio.run(stack.publish_config(_bootstrap(), contract, args.file, ClusterClock.from_env().now_ms()))
     console.print("contract applied" if appended else "that contract is already in force")
     return 0
 
@@ -103,14 +102,14 @@ def cmd_submit(args) -> int:
     except ManifestError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
-    asyncio.run(stack.publish_jobs(_kafka(), jobs))
+    asyncio.run(stack.publish_jobs(_bootstrap(), jobs))
     for job in jobs:
         console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}")
     return 0
 
 
 def cmd_status(args) -> int:
-    state, _ = asyncio.run(stack.read_state(_kafka()))
+    state, _ = asyncio.run(stack.read_state(_bootstrap()))
     from gangway.read.reports import status_tables
     for table in status_tables(state):
         console.print(table)
@@ -120,7 +119,7 @@ def cmd_status(args) -> int:
 
 def cmd_log(args) -> int:
     from gangway.read.reports import log_line
-    bootstrap = _kafka()
+    bootstrap = _bootstrap()
     if args.export:
         _, envs = asyncio.run(stack.read_state(bootstrap))
         write_export(envs, args.export)
@@ -145,10 +144,7 @@ def cmd_replay(args) -> int:
     from rich.progress import Progress
 
     from gangway.services.audit.replay import verify
-    try:
-        envs = read_export(args.file) if args.file else asyncio.run(stack.read_state(_kafka()))[1]
-    except LogFileError as exc:
-        raise SystemExit(f"gangway: {exc}")
+    envs = read_export(args.file) if args.file else asyncio.run(stack.read_state(_bootstrap()))[1]
     with Progress(console=console, transient=True, disable=len(envs) < 20_000) as progress:
         task = progress.add_task("replaying", total=len(envs))
         started = time.perf_counter()
@@ -164,10 +160,7 @@ def cmd_replay(args) -> int:
 
 def _log_of(args) -> list:
     """The log to read: an exported file (``--log``) or the running stack's."""
-    try:
-        return read_export(args.log) if args.log else asyncio.run(stack.read_state(_kafka()))[1]
-    except LogFileError as exc:
-        raise SystemExit(f"gangway: {exc}")
+    return read_export(args.log) if args.log else asyncio.run(stack.read_state(_bootstrap()))[1]
 
 
 def cmd_explain(args) -> int:
@@ -271,5 +264,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. What a user can put right (no broker, an unreachable one, a bad log file,
+    missing reference data) ends in one line on stderr and exit status 1, never a traceback."""
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokerUnreachable as exc:
+        return _fail(f"{exc}; {stack.what_to_do(exc)}")
+    except (stack.NoBrokerError, LogFileError, ReferenceDataMissing) as exc:
+        return _fail(str(exc))
+
+
+def _fail(message: str) -> int:
+    print(f"gangway: {message}", file=sys.stderr)
+    return 1

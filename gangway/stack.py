@@ -6,15 +6,14 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from gangway.adapters import kafka
-from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap, die_with_parent
+from gangway.adapters import kafka, processes
+from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap
 from gangway.events import topics
 from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
 from gangway.contract import contract_digest
@@ -25,6 +24,11 @@ from gangway.services.runtime.clock import ClusterClock
 
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 RESTARTS_MAX = 5
+#: How long the services get to stop on SIGTERM (they save a snapshot) before they are killed.
+SERVICE_STOP_GRACE_S = 10.0
+#: How long `gangway up` waits for an outside Kafka (GANGWAY_KAFKA) to answer; the embedded one gets longer to start.
+OUTSIDE_KAFKA_WAIT_S = 5.0
+EMBEDDED_KAFKA_WAIT_S = 20.0
 log = logging.getLogger(__name__)
 
 
@@ -45,6 +49,17 @@ def bootstrap_of_running_stack() -> str:
     if path.exists():
         return path.read_text().strip()
     raise NoBrokerError("no Kafka: set GANGWAY_KAFKA or start the stack with `gangway up`")
+
+
+def what_to_do(unreachable: kafka.BrokerUnreachable) -> str:
+    """The remedy for a Kafka that does not answer, from where its address came."""
+    if configured_bootstrap() == unreachable.bootstrap:
+        return "check GANGWAY_KAFKA (is that Kafka running?), or unset it to use the stack `gangway up` starts"
+    path = state_dir() / "bootstrap"
+    if path.exists() and path.read_text().strip() == unreachable.bootstrap:
+        return (f"{path} is left from a `gangway up` that is no longer running: start the stack again "
+                f"with `gangway up` (or delete {path})")
+    return "is the broker running?"
 
 
 def build_service(name: str, bootstrap: str, cluster_file: str | None, default_runtime_ms: int | None):
@@ -149,7 +164,7 @@ class Stack:
     broker: EmbeddedBroker | None = None
     bootstrap: str = ""
     clock: ClusterClock = field(default_factory=ClusterClock.starting_now)
-    children: dict[str, subprocess.Popen] = field(default_factory=dict)
+    children: dict[str, processes.Process] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
 
     def start(self) -> str:
@@ -160,7 +175,8 @@ class Stack:
         if not self.bootstrap:
             self.broker = EmbeddedBroker(log_path=str(sdir / "logs" / "broker.log")).start()
             self.bootstrap = self.broker.bootstrap
-        asyncio.run(kafka.ensure_topics(self.bootstrap))
+        wait_s = EMBEDDED_KAFKA_WAIT_S if self.broker is not None else OUTSIDE_KAFKA_WAIT_S
+        asyncio.run(kafka.ensure_topics(self.bootstrap, timeout_s=wait_s))
         (sdir / "bootstrap").write_text(self.bootstrap + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)
@@ -187,9 +203,7 @@ class Stack:
             cmd += ["--cluster", self.cluster_file]
         if name == "binder" and self.default_runtime_ms:
             cmd += ["--default-runtime", str(self.default_runtime_ms / 1000)]
-        with open(sdir / "logs" / f"{name}.log", "ab") as out:
-            self.children[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        self.children[name] = processes.spawn(cmd, log_path=sdir / "logs" / f"{name}.log", env=env)
 
     def supervise_once(self) -> None:
         """Restart a service that died (at most RESTARTS_MAX times each)."""
@@ -205,16 +219,7 @@ class Stack:
             self._spawn(name)
 
     def stop(self) -> None:
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.children.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        processes.stop(list(self.children.values()), grace_s=SERVICE_STOP_GRACE_S)
         self.children.clear()
         if self.broker is not None:
             self.broker.stop()

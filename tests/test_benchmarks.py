@@ -4,11 +4,15 @@ together (every decision reproduced, every workload placed). Speed is never asse
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from gangway.benchmarks import core as bench_core, pipeline as bench, results
+from gangway.benchmarks import core as bench_core, pipeline as bench
 from gangway.cli import main
+
+#: The small reference subset shipped with the tests (its README says where it comes from).
+REFERENCE = Path(__file__).parent / "data" / "reference"
 
 
 def test_replay_benchmark_exports_reads_back_and_reproduces_every_decision():
@@ -39,9 +43,9 @@ def test_bench_core_writes_a_table_json_and_a_plot(tmp_path, capsys):
 def test_a_shrunk_kueue_scenario_runs_end_to_end_and_every_workload_finishes(tmp_path, capsys):
     from gangway.benchmarks import kueue_scenarios as bench_kueue
     out = tmp_path / "kueue.json"
-    assert main(["bench", "kueue", "--scenario", "baseline", "--shrink", "0.05", "--out", str(out)]) == 0
+    assert main(["bench", "kueue", "--scenario", "baseline", "--shrink", "0.05", "--data", str(REFERENCE), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    sc = bench_kueue.load(results.shared_data() / "kueue-perf" / "baseline" / "generator.yaml", 0.05)
+    sc = bench_kueue.load(REFERENCE / "kueue-perf" / "baseline" / "generator.yaml", 0.05)
     assert result["workloads"] == len(sc.specs)
     assert set(result["avg_time_to_admission_ms"]) == {"large", "medium", "small"}
     assert result["wall_ms"] >= result["lower_bound_ms"] * 0.95  # no run beats the bound (clock jitter aside)
@@ -52,15 +56,15 @@ def test_a_shrunk_kueue_scenario_runs_end_to_end_and_every_workload_finishes(tmp
 
 def test_kueue_scenarios_load_as_kueue_defines_them():
     from gangway.benchmarks import kueue_scenarios as bench_kueue
-    sc = bench_kueue.load(results.shared_data() / "kueue-perf" / "baseline" / "generator.yaml")
+    sc = bench_kueue.load(REFERENCE / "kueue-perf" / "baseline" / "generator.yaml")
     assert len(sc.specs) == 15_000 and len(sc.contract.cluster_queues) == 30
     assert bench_kueue.lower_bound_ms(sc)["lower_bound_ms"] == 66_000
-    large = bench_kueue.load(results.shared_data() / "kueue-perf" / "large-scale" / "generator.yaml")
+    large = bench_kueue.load(REFERENCE / "kueue-perf" / "large-scale" / "generator.yaml")
     assert len(large.specs) == 50_000 and len(large.contract.cluster_queues) == 1_000
 
 
 def test_a_philly_prefix_runs_under_three_policies_and_every_job_finishes(tmp_path, capsys):
-    assert main(["simulate", "--trace", "philly", "--jobs", "150", "--out", str(tmp_path)]) == 0
+    assert main(["simulate", "--trace", "philly", "--jobs", "150", "--data", str(REFERENCE), "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "philly-150.json").read_text())
     assert [r["policy"] for r in result["results"]] == ["greedy-fifo", "kueue-like", "gangway"]
     for r in result["results"]:

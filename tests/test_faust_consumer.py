@@ -2,7 +2,7 @@
 
 Real embedded broker, real gangway events appended with ``gangway.adapters.kafka.append``, and a
 faust App run in this test's event loop: one agent on ``gangway.log`` with raw serialization, no
-tables and no exactly-once (neither works on Tansu: KNOWN-BROKER-LIMITS.md), no web server. Each
+tables and no exactly-once (neither works on Tansu: docs/embedded-broker.md), no web server. Each
 record is decoded with ``gangway.events.codec.from_record`` from faust's ``event.value`` and
 ``event.headers``; the decoded envelopes must be exactly what was appended, in log order.
 """
@@ -29,7 +29,7 @@ faust = pytest.importorskip("faust")
 
 pytestmark = pytest.mark.broker
 
-#: Generous: a consumer-group join on Tansu takes seconds (KNOWN-BROKER-LIMITS.md).
+#: Generous: a consumer-group join on Tansu takes seconds (docs/embedded-broker.md).
 RECEIVE_DEADLINE_S = 60.0
 #: Tansu answers a JoinGroup only after half the member's session timeout (at least 1 s): faust's
 #: default of 60 s makes the join alone take 30 s. 2 s (join in 1 s) is plenty for a consumer whose

@@ -14,6 +14,8 @@ from gangway.services.placement.fragmentation import (
 
 ANY = np.ones((1, 3), dtype=bool)  # spec 0: any of models 0 (none), 1, 2
 ONLY_MODEL_2 = np.array([[True, True, True], [False, False, True]])
+#: The small reference subset shipped with the tests (its README says where it comes from).
+REFERENCE = Path(__file__).parent / "data" / "reference"
 
 
 def one_node(gpus: list[int], cpu: int = 64_000, memory: int = 256_000, model: int = 1) -> Nodes:
@@ -108,14 +110,13 @@ def test_pods_arrive_in_a_seeded_order_inflated_to_the_asked_capacity():
     assert fgd.arrivals(pods, seed=43, gpu_milli_max=10_000) != order
 
 
-@pytest.mark.skipif(not (fgd.data_dir() / "alibaba-gpu-v2023").exists(), reason="shared data not present")
 def test_smoke_one_trace_one_seed_up_to_forty_percent_places_everything_and_overbooks_nothing():
-    cluster, pods = fgd._inputs(fgd.data_dir(), "gpushare100")
+    cluster, pods = fgd._inputs(REFERENCE, "gpushare100")
     result = fgd.run(cluster, pods, seed=42, levels=(20, 40))
     assert (result["failed_pods"], result["overbooked_nodes"]) == (0, 0)
     for level, ratio in result["ratios"].items():
         assert level <= ratio < level + 1, (level, ratio)
-    assert fgd.paper_results(fgd.data_dir())["gpushare100"]["06-FGD"][100] == pytest.approx(86.64, abs=0.01)
+    assert fgd.paper_results(REFERENCE)["gpushare100"]["06-FGD"][100] == pytest.approx(86.64, abs=0.01)
 
 
 SHAPE_CASES = [
@@ -140,9 +141,8 @@ def test_the_live_scorer_weighs_the_pods_queued_so_far():
         [(1, 500, 1000), (1, 1000, 3000), (8, 1000, 8000)]
 
 
-@pytest.mark.skipif(not (fgd.data_dir() / "alibaba-gpu-v2023").exists(), reason="shared data not present")
 def test_smoke_the_live_place_gang_runs_the_fgd_experiment_to_twenty_percent():
-    cluster, pods = fgd._inputs(fgd.data_dir(), "multigpu50")
+    cluster, pods = fgd._inputs(REFERENCE, "multigpu50")
     result = fgd.run(cluster, pods, seed=42, policy="live", levels=(10, 20))
     assert (result["failed_pods"], result["overbooked_nodes"]) == (0, 0)
     assert 20 <= result["ratios"][20] < 21

@@ -1,13 +1,17 @@
-"""The pure core stays pure: no I/O library in gangway.events nor in the services' policies.
+"""The house's import rules (.importlinter): layers top to bottom, siblings apart, the pure core pure
+(no I/O library in gangway.events nor in the services' policies), and where Kafka, processes, SQL and
+YAML are allowed (gangway/adapters/__init__.py states the rule).
 
-Two independent checks, so that a misconfigured linter cannot hide a violation: import-linter's
-contracts in `.importlinter` (which also catch indirect imports), and a walk over the source's
-import statements.
+The linter runs on the package laid out as installed, once as it is (every contract kept) and once
+with one forbidden import added for each contract (every contract broken), so that a contract that
+checks nothing fails here. The purity rules are also checked by a walk over the source's import
+statements, so that a misconfigured linter cannot hide a violation.
 """
 
 from __future__ import annotations
 
 import ast
+import configparser
 import shutil
 import subprocess
 import sys
@@ -73,14 +77,51 @@ def installed_layout(into: Path) -> Path:
     return into
 
 
-def test_import_linter_contracts_are_kept(tmp_path):
-    tree = installed_layout(tmp_path)
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache", "--no-logo"],
-        cwd=tree, capture_output=True, text=True, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+def lint_imports(tree: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache", "--no-logo"], cwd=tree,
+        capture_output=True, text=True, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "COLUMNS": "1000"},
     )
+
+
+def contract_names() -> dict[str, str]:
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / ".importlinter")
+    return {section.split(":")[-1]: parser[section]["name"] for section in parser.sections()
+            if section.startswith("importlinter:contract:")}
+
+
+def test_import_linter_contracts_are_kept(tmp_path):
+    result = lint_imports(installed_layout(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert f"Contracts: {len(contract_names())} kept, 0 broken." in result.stdout
+    assert len(contract_names()) == 9
+
+
+#: An import each contract must refuse: (module, the line added to it).
+VIOLATIONS = {
+    "layers": ("gangway.events.fold", "import gangway.services.runtime.shell"),
+    "events-pure": ("gangway.events.codec", "import gangway.stack"),
+    "policies-pure": ("gangway.services.admission.policy", "import gangway.read.rules"),
+    "services-apart": ("gangway.services.submission.service", "import gangway.services.binder.cluster"),
+    "adapters-apart-from-contract": ("gangway.contract.kueue", "import gangway.adapters.kafka"),
+    "kafka-in-adapters": ("gangway.stack", "import aiokafka"),
+    "processes-in-adapters": ("gangway.sim", "import subprocess"),
+    "sql-in-adapters-and-ledger": ("gangway.read.reports", "from sqlalchemy import select"),
+    "yaml-where-files-are-parsed": ("gangway.services.runtime.shell", "import yaml"),
+}
+
+
+def test_every_contract_refuses_an_import_it_forbids(tmp_path):
+    assert set(VIOLATIONS) == set(contract_names())
+    tree = installed_layout(tmp_path)
+    for module, line in VIOLATIONS.values():
+        path = tree / Path(*module.split("."))
+        path = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+        path.write_text(path.read_text() + f"\n{line}\n")
+    result = lint_imports(tree)
+    broken = {key for key, name in contract_names().items() if f"{name} BROKEN" in result.stdout}
+    assert broken == set(VIOLATIONS), result.stdout
 
 
 @pytest.mark.parametrize("path", sorted(EVENTS.glob("*.py")), ids=lambda p: p.name)

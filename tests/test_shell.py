@@ -134,3 +134,39 @@ async def _len_at_least(items, n: int) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_each_proposal_goes_to_its_own_topic_and_only_the_log_ones_wait_in_flight(tmp_path):
+    from gangway.events import codec, topics
+    from gangway.services.runtime.shell import LogService, Proposal
+
+    class TwoTopics(LogService):
+        name = "two-topics"
+        snapshots = False
+        decided = False
+
+        def decide(self, state):
+            if self.decided:
+                return []
+            self.decided = True
+            node = NodeObserved(node="n", allocatable={"nvidia.com/gpu": 8000})
+            return [("to-log", 1, node), Proposal("to-rejections", 2, node, topics.REJECTIONS)]
+
+    with EmbeddedBroker() as broker:
+        await kafka.ensure_topics(broker.bootstrap)
+        service = TwoTopics(broker.bootstrap, tmp_path)
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.run(stop))
+        for _ in range(400):
+            if service.state.offset >= 0:
+                break
+            await asyncio.sleep(0.05)
+        assert "to-rejections" not in service.in_flight
+        stop.set()
+        await task
+        assert [e.id async for e in kafka.read_log(broker.bootstrap, idle_ms=50)] == ["to-log"]
+        async with kafka.log_consumer(broker.bootstrap) as consumer:
+            consumer.assign([kafka.only_partition(topics.REJECTIONS)])
+            batch = await consumer.getmany(timeout_ms=2000)
+        records = [r for rs in batch.values() for r in rs]
+        assert [codec.from_record(r.value, r.headers, r.offset).id for r in records] == ["to-rejections"]

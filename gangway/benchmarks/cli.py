@@ -53,7 +53,7 @@ def cmd_bench_topology(args) -> int:
     if args.what == "fgd":
         from gangway.benchmarks import fragmentation as fgd
         traces = list(fgd.TRACES) if args.trace == "all" else [args.trace]
-        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, workers=args.workers)
+        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, root=args.data, workers=args.workers)
         print(fgd.table(result))
         out = args.out or "bench/results/fgd.json"
     else:
@@ -89,7 +89,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--quick", action="store_true", help="core: a small grid only")
     s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
     s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
-    s.add_argument("--data", help="kueue: the reference data folder (default: $GANGWAY_DATA, else ../shared/data beside the project)")
+    s.add_argument("--data", help="kueue, fgd: the full reference data folder (default: $GANGWAY_DATA)")
     s.add_argument("--out", help="also write the figures as JSON to this file")
     add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)
@@ -97,6 +97,6 @@ def add_parsers(sub) -> None:
     s.add_argument("--trace", choices=("philly",), default="philly")
     s.add_argument("--jobs", type=int, help="only the first N jobs of the trace")
     s.add_argument("--capacity", type=float, default=1.0, help="nodes per team: this fraction of philly_vc.csv's")
-    s.add_argument("--data", help="the reference data folder (default: $GANGWAY_DATA, else ../shared/data beside the project)")
+    s.add_argument("--data", help="the full reference data folder (default: $GANGWAY_DATA)")
     s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
     s.set_defaults(func=cmd_simulate)

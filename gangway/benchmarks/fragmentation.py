@@ -1,6 +1,6 @@
 """The FGD experiment, offline: gangway's fragmentation scoring against the paper's published results.
 
-Defined in ``../shared/data/README.md`` ("Beware of Fragmentation", USENIX ATC'23): the Alibaba
+As the paper defines it ("Beware of Fragmentation", USENIX ATC'23): the Alibaba
 openb nodes, the pods of one trace in a random order (seed 42..51), placed one by one and never
 leaving, until the GPUs they ask reach 130 % of the cluster's 6,212. A trace asking for less than
 that is inflated with pods drawn from it at random (same seed), as the paper's simulator does. At
@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gangway.benchmarks.results import reference_data
 from gangway.events.resources import GPU
 from gangway.services.placement.scoring import MIB_MILLI
 from gangway.services.placement.fragmentation import (
     WHOLE, Nodes, Shape, ShapeMix, ShapeTable, after_one_pod, best_fit_gpu, fits, fragmentation,
 )
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 TRACES = ("default", "multigpu50", "gpushare100", "cpu050")
 LEVELS = tuple(range(0, 131))
 SHOWN_LEVELS = (50, 80, 90, 100, 110, 120, 130)
@@ -43,10 +43,6 @@ class Cluster(NamedTuple):
     @property
     def gpus(self) -> int:
         return int((self.nodes.gpu == WHOLE).sum())
-
-
-def data_dir(root: Path | None = None) -> Path:
-    return (root or DATA).resolve()
 
 
 def load_cluster(path: Path, traces: list[list[dict]] = ()) -> Cluster:
@@ -254,10 +250,14 @@ def _inputs(root: Path, trace: str) -> tuple[Cluster, list[Shape]]:
     return _CACHE[key]
 
 
-def bench_fgd(traces: list[str], seeds: list[int], policy: str = "gangway", root: Path | None = None,
+def bench_fgd(traces: list[str], seeds: list[int], policy: str = "gangway", root: str | Path | None = None,
               workers: int = 2, levels: tuple[int, ...] = LEVELS) -> dict:
-    """Every trace × seed (in ``workers`` processes), averaged, beside the paper's figures."""
-    root = data_dir(root)
+    """Every trace × seed (in ``workers`` processes), averaged, beside the paper's figures.
+
+    ``root``: the reference data folder (default ``$GANGWAY_DATA``; see ``results.reference_data``)."""
+    root = reference_data(root, "alibaba-gpu-v2023/openb_node_list_all_node.csv").resolve()
+    for trace in traces:
+        reference_data(root, f"alibaba-gpu-v2023/openb_pod_list_{trace}.csv")
     jobs = [(str(root), t, s, policy, levels) for t in traces for s in seeds]
     started = time.perf_counter()
     if workers > 1 and len(jobs) > 1:

@@ -28,7 +28,7 @@ import yaml
 
 from gangway import stack
 from gangway.adapters import kafka
-from gangway.benchmarks.results import shared_data, write_json
+from gangway.benchmarks.results import reference_data, write_json
 from gangway.events import catalogue as ev
 from gangway.events.contract import (
     ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
@@ -340,7 +340,8 @@ def report(result: dict) -> str:
 def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: str | None = None) -> int:
     if not re.fullmatch(r"[a-z-]+", scenario):
         raise SystemExit(f"gangway: bad scenario name {scenario!r}")
-    path = shared_data(data_dir) / "kueue-perf" / scenario / "generator.yaml"
+    needs = f"kueue-perf/{scenario}/generator.yaml"
+    path = reference_data(data_dir, needs) / needs
     sc = load(path, shrink)
     if sc.topology:
         print(f"note: {scenario} has a topology ({sc.topology['name']}): its nodes carry the level labels and "

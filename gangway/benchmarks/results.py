@@ -17,23 +17,29 @@ def to_json(result: dict) -> str:
     return msgspec.json.format(msgspec.json.encode(result), indent=2).decode() + "\n"
 
 
-def shared_data(data_dir: str | None = None) -> Path:
-    """The full reference data of the long benchmarks: ``data_dir`` (``--data``), else ``$GANGWAY_DATA``,
-    else ``../shared/data`` beside the project (or beside the working directory).
+class ReferenceDataMissing(RuntimeError):
+    """A long benchmark was not given the full reference data (or it lacks a file the benchmark reads)."""
 
-    Raises ``SystemExit`` with a clear message (exit status 2) when none of them is a folder.
+
+def reference_data(data_dir: str | Path | None = None, needs: str | None = None) -> Path:
+    """The full reference data of the long benchmarks: ``data_dir`` (``--data``), else ``$GANGWAY_DATA``.
+
+    It is not in the repository (tests/data/reference/README.md says where each part comes from; the
+    tests read the small subset there). ``needs``: a file the benchmark reads, relative to the folder.
+    Raises ``ReferenceDataMissing``, whose message is one line saying what to give, when the folder is
+    not given, is not a folder, or lacks ``needs``.
     """
     given = data_dir or os.environ.get("GANGWAY_DATA")
-    if given:
-        if not Path(given).is_dir():
-            raise SystemExit(f"gangway: reference data folder {given} does not exist (from --data or GANGWAY_DATA)")
-        return Path(given)
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        candidate = root.parent / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    raise SystemExit("gangway: this benchmark needs the full reference data, which is not in the repository; "
-                     "give its folder with --data DIR or GANGWAY_DATA=DIR (see bench/README.md)")
+    if not given:
+        raise ReferenceDataMissing("this benchmark reads the full reference data, which is not in the repository: "
+                                   "give its folder with --data DIR or GANGWAY_DATA=DIR "
+                                   "(tests/data/reference/README.md says where it comes from)")
+    root = Path(given)
+    if not root.is_dir():
+        raise ReferenceDataMissing(f"reference data folder {root} does not exist (from --data or GANGWAY_DATA)")
+    if needs is not None and not (root / needs).is_file():
+        raise ReferenceDataMissing(f"reference data folder {root} has no {needs} (from --data or GANGWAY_DATA)")
+    return root
 
 
 def write_json(result: dict, path: str) -> None:

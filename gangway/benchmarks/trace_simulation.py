@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gangway.benchmarks.results import percentile, shared_data, write_json
+from gangway.benchmarks.results import percentile, reference_data, write_json
 from gangway.events.catalogue import NodeObserved, PodSet, WorkloadQueued
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, Quota
 from gangway.events.state import State
@@ -266,7 +266,7 @@ def main(trace: str, jobs: int | None = None, out_dir: str = "bench/results", da
          policies: tuple[str, ...] = POLICIES, capacity: float = 1.0) -> int:
     if trace != "philly":
         raise SystemExit(f"gangway: unknown trace {trace!r}")
-    trace_jobs, nodes = load_trace(shared_data(data_dir), jobs, capacity)
+    trace_jobs, nodes = load_trace(reference_data(data_dir, "philly/philly.csv"), jobs, capacity)
     print(f"Philly: {len(trace_jobs)} jobs, {sum(nodes.values())} nodes ({sum(nodes.values()) * GPUS_PER_NODE} GPUs, "
           f"{capacity:g} × philly_vc.csv), a scheduling cycle every {CYCLE_MS} ms", flush=True)
     results = []

@@ -4,8 +4,9 @@ One loop, the same for every service:
 1. fetch what the log has past our offset and fold it (``apply``);
 2. when caught up (position = fetch high-water) and none of our proposals is still in flight,
    ``decide`` on the state and append the proposals, each with ``based_on`` = our offset;
-3. keep those ids in flight until they come back through the log — so the next decision is
-   taken from a state that includes them, and nothing is proposed twice;
+3. keep the ids of those bound for the log in flight until they come back through it — so the
+   next decision is taken from a state that includes them, and nothing is proposed twice
+   (a proposal names its topic: the log unless it says otherwise);
 4. now and then, snapshot (state + offset) so a restart does not refold from zero.
 
 Subclasses give ``decide`` (pure, from the policy module) and optionally ``wake_in_s`` (when to
@@ -19,20 +20,32 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from gangway.adapters import kafka
 from gangway.events import topics
-from gangway.events.catalogue import Envelope, JobRejected
+from gangway.events.catalogue import Envelope
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.deciders import propose
 from gangway.services.runtime.clock import ClusterClock
 
 log = logging.getLogger(__name__)
-#: A proposal: (event id, event time in cluster ms, event data).
-Proposal = tuple[str, int, object]
+
+
+class Proposal(NamedTuple):
+    """An event a service proposes: its id, its time (cluster ms), its data, and the topic it goes to.
+
+    ``decide`` may return plain ``(id, time_ms, data)`` triples for the log."""
+
+    id: str
+    time_ms: int
+    data: object
+    topic: str = topics.LOG
+
+
 FETCH_RECORDS_MAX = 20_000
 IDLE_WAIT_S = 1.0
 FETCH_WAIT_S = 0.05
@@ -155,28 +168,24 @@ class LogService:
     async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         """Fold, decide and append until ``stop``. With ``standby``, several instances may run:
         all fold, and only the one holding the ``ActiveLease`` decides and appends."""
-        consumer = kafka.log_consumer(self.bootstrap, group_id=self.group_id())
-        producer = kafka.producer(self.bootstrap)
-        await consumer.start()
-        await producer.start()
-        self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
-        keeper = None
-        try:
-            if self.lease is not None:
-                await self.lease.start()
-                keeper = asyncio.create_task(self.lease.keep(stop))
-            consumer.assign([kafka.LOG_PARTITION, *self.input_partitions()])
-            await self._resume(consumer)
-            await self._loop(consumer, producer, stop)
-        finally:
-            self.ready_path.unlink(missing_ok=True)
-            self.save_snapshot()
-            if keeper is not None:
-                stop.set()
-                await keeper
-                await self.lease.stop()
-            await consumer.stop()
-            await producer.stop()
+        async with kafka.log_consumer(self.bootstrap, group_id=self.group_id()) as consumer, \
+                kafka.producer(self.bootstrap) as producer:
+            self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
+            keeper = None
+            try:
+                if self.lease is not None:
+                    await self.lease.start()
+                    keeper = asyncio.create_task(self.lease.keep(stop))
+                consumer.assign([kafka.LOG_PARTITION, *self.input_partitions()])
+                await self._resume(consumer)
+                await self._loop(consumer, producer, stop)
+            finally:
+                self.ready_path.unlink(missing_ok=True)
+                self.save_snapshot()
+                if keeper is not None:
+                    stop.set()
+                    await keeper
+                    await self.lease.stop()
 
     async def _follow_lease(self, consumer) -> None:
         """Read inputs only while active; on becoming active, take them up where they were left.
@@ -260,15 +269,17 @@ class LogService:
                 del self.in_flight[pid]
         if self.in_flight and self.waits_for_own_writes:
             return IDLE_WAIT_S
-        proposals = self.decide(self.state)
+        proposals = [Proposal(*p) for p in self.decide(self.state)]
         if not proposals:
             return self.wake_in_s(self.state)
-        envelopes = [Envelope(id=pid, source=f"gangway/{self.name}", time_ms=t, data=data) for pid, t, data in proposals]
-        to_log = [e for e in envelopes if not isinstance(e.data, JobRejected)]
-        rejected = [e for e in envelopes if isinstance(e.data, JobRejected)]
+        by_topic: dict[str, list[Envelope]] = {topics.LOG: []}  # the log's first, then the others in order
+        for p in proposals:
+            env = Envelope(id=p.id, source=f"gangway/{self.name}", time_ms=p.time_ms, data=p.data)
+            by_topic.setdefault(p.topic, []).append(env)
+        to_log = by_topic[topics.LOG]
         self.in_flight.update((e.id, now) for e in to_log)
-        await kafka.append(producer, to_log)
-        await kafka.append(producer, rejected, topic=topics.REJECTIONS)
+        for topic, envelopes in by_topic.items():
+            await kafka.append(producer, envelopes, topic=topic)
         await self.after_append()
         return IDLE_WAIT_S if to_log else 0.0
 

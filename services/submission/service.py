@@ -1,4 +1,4 @@
-"""The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected out.
+"""The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected to gangway.rejections.
 
 It also relays checkpoints from ``gangway.telemetry`` onto the log (``telemetry.py``).
 
@@ -9,8 +9,6 @@ is acknowledged by the broker; a record seen again after a crash is recognised b
 
 from __future__ import annotations
 
-from aiokafka import TopicPartition
-
 from gangway.adapters import kafka
 from gangway.events import topics
 from gangway.events.catalogue import CheckpointSaved, JobRejected, WorkloadQueued
@@ -19,8 +17,8 @@ from gangway.services.runtime.shell import LogService, Proposal
 from gangway.services.submission.policy import decide_submission
 from gangway.services.submission.telemetry import decide_telemetry
 
-SUBMISSIONS_PARTITION = TopicPartition(topics.SUBMISSIONS, 0)
-TELEMETRY_PARTITION = TopicPartition(topics.TELEMETRY, 0)
+SUBMISSIONS_PARTITION = kafka.only_partition(topics.SUBMISSIONS)
+TELEMETRY_PARTITION = kafka.only_partition(topics.TELEMETRY)
 #: At most this many submissions are validated per cycle.
 SUBMISSIONS_PER_CYCLE_MAX = 5_000
 
@@ -34,7 +32,8 @@ class SubmissionService(LogService):
         self.max_bytes = max_bytes
         self.inputs: list = []
         self.consumer = None
-        self.commit_to: dict[TopicPartition, int] = {}
+        #: Input partition → the offset to commit once this cycle's proposals are acknowledged.
+        self.commit_to: dict = {}
 
     def group_id(self) -> str:
         return "gangway-submission"
@@ -64,17 +63,19 @@ class SubmissionService(LogService):
             headers = list(rec.headers or ())
             if rec.topic == topics.TELEMETRY:
                 result = decide_telemetry(rec.value, rec.key, headers, state, where)
-                proposals.append((f"checkpoint/{where}" if isinstance(result, CheckpointSaved) else f"rejected/{where}",
-                                  now, result))
+                if isinstance(result, CheckpointSaved):
+                    proposals.append(Proposal(f"checkpoint/{where}", now, result))
+                else:
+                    proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
                 self.commit_to[TELEMETRY_PARTITION] = rec.offset + 1
                 continue
             result = decide_submission(rec.value, rec.key, headers, state, taken, where, self.max_bytes)
             self.commit_to[SUBMISSIONS_PARTITION] = rec.offset + 1
             if isinstance(result, WorkloadQueued):
                 taken.add(result.workload)
-                proposals.append((f"queued/{result.workload}", now, result))
+                proposals.append(Proposal(f"queued/{result.workload}", now, result))
             elif isinstance(result, JobRejected):
-                proposals.append((f"rejected/{where}", now, result))
+                proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
         return proposals
 
     def wake_in_s(self, state: State) -> float:

@@ -1,0 +1,107 @@
+"""What a user can put right ends in one line and a non-zero exit, never a traceback: a Kafka that does
+not answer (a wrong GANGWAY_KAFKA, or a .gangway/bootstrap left by a `gangway up` that was killed), and
+the long benchmarks run without their reference data. Each command runs as a user runs it: a process."""
+
+from __future__ import annotations
+
+import os
+import socketserver
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gangway.adapters.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "gangway" / "demo"
+
+#: Every command that talks to the broker (the ones that start a stack are given an outside Kafka).
+BROKER_COMMANDS = {
+    "status": ["status"],
+    "log": ["log"],
+    "log --follow": ["log", "--follow"],
+    "log --export": ["log", "--export", "out.jsonl"],
+    "replay without a file": ["replay"],
+    "explain without --log": ["explain", "research/sweep-3"],
+    "rules without --config": ["rules"],
+    "submit": ["submit", str(DEMO / "jobs-night.yaml")],
+    "config apply": ["config", "apply", str(DEMO / "contract.yaml")],
+    "service admission": ["service", "admission"],
+    "service submission": ["service", "submission"],
+    "bench pipeline": ["bench", "pipeline", "--jobs", "10"],
+    "up": ["up"],
+}
+#: Some of those that find the broker through the state directory's bootstrap file (all of them do it
+#: through one function, and all fail through one error).
+STACK_COMMANDS = ["status", "submit", "service submission"]
+
+
+def gangway(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("GANGWAY_KAFKA", "GANGWAY_DATA", "GANGWAY_STATE_DIR")}
+    return subprocess.run([sys.executable, "-m", "gangway", *args], cwd=cwd, env={**clean, **env},
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def assert_one_line_failure(result: subprocess.CompletedProcess, *expected: str) -> str:
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for text in expected:
+        assert text in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", list(BROKER_COMMANDS))
+def test_a_wrong_gangway_kafka_fails_in_one_line_naming_the_address_and_what_to_do(command, tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    result = gangway(BROKER_COMMANDS[command], tmp_path, GANGWAY_KAFKA=address, GANGWAY_STATE_DIR=str(tmp_path / "s"))
+    line = assert_one_line_failure(result, f"cannot reach Kafka at {address}", "check GANGWAY_KAFKA")
+    assert line.startswith("gangway: ")
+
+
+@pytest.mark.parametrize("command", STACK_COMMANDS)
+def test_a_stale_bootstrap_file_fails_in_one_line_saying_the_stack_is_gone(command, tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "bootstrap").write_text(address + "\n")
+    result = gangway(BROKER_COMMANDS[command], tmp_path, GANGWAY_STATE_DIR=str(tmp_path / "state"))
+    assert_one_line_failure(result, f"cannot reach Kafka at {address}", "no longer running", "gangway up")
+
+
+def test_without_a_stack_a_command_says_how_to_get_one(tmp_path):
+    result = gangway(["status"], tmp_path, GANGWAY_STATE_DIR=str(tmp_path / "none"))
+    assert_one_line_failure(result, "set GANGWAY_KAFKA or start the stack with `gangway up`")
+
+
+def test_an_address_that_is_not_kafka_is_told_apart_from_one_where_nothing_listens(tmp_path):
+    # A server of another kind, which hangs up on what it does not understand.
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), socketserver.BaseRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = "127.0.0.1:%d" % server.server_address[1]
+        result = gangway(["status"], tmp_path, GANGWAY_KAFKA=address)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert_one_line_failure(result, f"cannot reach Kafka at {address}", "does not answer as Kafka")
+
+
+LONG_BENCHMARKS = {
+    "bench kueue": ["bench", "kueue"],
+    "bench fgd": ["bench", "fgd", "--seeds", "42"],
+    "simulate": ["simulate", "--jobs", "10"],
+}
+
+
+@pytest.mark.parametrize("command", list(LONG_BENCHMARKS))
+def test_a_long_benchmark_without_its_reference_data_says_how_to_give_it(command, tmp_path):
+    result = gangway(LONG_BENCHMARKS[command], tmp_path)
+    assert_one_line_failure(result, "--data DIR or GANGWAY_DATA=DIR")
+    result = gangway(LONG_BENCHMARKS[command], tmp_path, GANGWAY_DATA=str(tmp_path / "nowhere"))
+    assert_one_line_failure(result, f"{tmp_path / 'nowhere'} does not exist")
+    result = gangway([*LONG_BENCHMARKS[command], "--data", str(tmp_path)], tmp_path)
+    assert_one_line_failure(result, f"reference data folder {tmp_path} has no ")
