@@ -79,6 +79,8 @@ class EmbeddedBroker:
         if out is not subprocess.DEVNULL:
             out.close()
         _wait_for_port(self.port, self.proc, BROKER_START_TIMEOUT_S)
+        from gangway.adapters.kafka import mark_embedded
+        mark_embedded(self.bootstrap)
         return self
 
     def stop(self) -> None:
