@@ -349,6 +349,7 @@ def test_the_cloudevents_sdk_reads_every_event_on_the_log_and_the_structured_exp
     assert [e.id for e in read_export(str(export))] == [e.id for e in envs]
 
 
+@pytest.mark.both_brokers
 def test_replay_reproduces_every_decision_and_names_a_tampered_one(gw, demo_run, tmp_path):
     envs = list(gw.log())
     report = verify(envs)
