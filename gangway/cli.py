@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -28,11 +29,35 @@ def _kafka() -> str:
 
 def cmd_broker(args) -> int:
     import gangway.adapters.kafka as kafka
-    from gangway.adapters.broker import EmbeddedBroker
-    with EmbeddedBroker(port=args.port) as broker:
+    if args.kafka == "apache":
+        from gangway.adapters.apache_kafka import ApacheKafka, kafka_version
+        console.print(f"starting Apache Kafka {kafka_version()} (KRaft, one node; data in a temporary directory)…")
+        broker = ApacheKafka(port=args.port)
+    else:
+        from gangway.adapters.broker import EmbeddedBroker
+        broker = EmbeddedBroker(port=args.port)
+    with broker:
         asyncio.run(kafka.ensure_topics(broker.bootstrap))
         console.print(f"broker ready at {broker.bootstrap} (topics created); Ctrl-C stops it")
         _wait_for_signal()
+    return 0
+
+
+def cmd_acls(args) -> int:
+    from gangway.adapters import kafka, kafka_acls
+    tenants = {}
+    for item in args.tenant:
+        namespace, sep, principal = item.partition("=")
+        if not sep or not namespace or not principal:
+            raise SystemExit(f"gangway: --tenant {item!r}: expected NAMESPACE=PRINCIPAL")
+        tenants[namespace] = principal
+    acls = kafka_acls.acl_model(args.service, args.admin, tenants)
+    for acl in acls:
+        print(acl)
+    if args.apply:
+        created = kafka_acls.apply_acls(_kafka(), acls, sorted(tenants), kafka.settings().rdkafka_config())
+        console.print(f"{len(acls)} ACLs applied; topics created: {', '.join(created) or 'none'}"
+                      + ("; restart the submission service to read new tenant topics" if created else ""))
     return 0
 
 
@@ -219,9 +244,17 @@ def cmd_schemas(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangway", description="GPU batch scheduling for shared Kubernetes clusters")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("broker", help="run the embedded Kafka-compatible broker and create the topics")
+    s = sub.add_parser("broker", help="run a broker on loopback (the embedded one, or Apache Kafka) and create the topics")
     s.add_argument("--port", type=int, default=0)
+    s.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
+                   help="apache: Apache Kafka from Maven Central (needs java, and mvn the first time)")
     s.set_defaults(func=cmd_broker)
+    s = sub.add_parser("acls", help="the Kafka ACLs of who may write what (--apply: create them and the tenant topics)")
+    s.add_argument("--service", default="User:gangway", help="the services' principal")
+    s.add_argument("--admin", default="User:gangway-admin", help="the operators' principal (config apply)")
+    s.add_argument("--tenant", action="append", default=[], metavar="NAMESPACE=PRINCIPAL")
+    s.add_argument("--apply", action="store_true", help="apply with the GANGWAY_KAFKA_* credentials (a super user)")
+    s.set_defaults(func=cmd_acls)
     s = sub.add_parser("service", help="run one service (what `up` starts)")
     s.add_argument("name", choices=stack.SERVICES)
     s.add_argument("--cluster", help="binder: cluster file of Kubernetes Node objects")
@@ -272,4 +305,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    from aiokafka.errors import (
+        AuthenticationFailedError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
+        SaslAuthenticationFailed, TopicAuthorizationFailedError,
+    )
+    from gangway.adapters.kafka import KafkaConfigError
+    try:
+        return args.func(args)
+    except KafkaConfigError as exc:
+        raise SystemExit(f"gangway: {exc}")
+    except (SaslAuthenticationFailed, AuthenticationFailedError) as exc:
+        raise SystemExit(f"gangway: Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")
+    except (TopicAuthorizationFailedError, GroupAuthorizationFailedError, ClusterAuthorizationFailedError) as exc:
+        who = os.environ.get("GANGWAY_KAFKA_USERNAME") or "ANONYMOUS"
+        hint = (" `gangway config apply` needs the admin principal (README: Who may write what)"
+                if args.command == "config" else "")
+        raise SystemExit(f"gangway: not authorised: Kafka denied principal User:{who} ({type(exc).__name__}: {exc}).{hint}")

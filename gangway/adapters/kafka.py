@@ -30,8 +30,6 @@ RECORD_BYTES_MAX = 4 * 1024 * 1024
 #: The topics file: one truth for ensure_topics, docker-compose's `topics` container and the AsyncAPI
 #: bindings (the image copies it and names it with GANGWAY_TOPICS_FILE).
 TOPICS_FILE = Path(os.environ.get("GANGWAY_TOPICS_FILE") or Path(__file__).resolve().parents[2] / "infra" / "topics.yaml")
-#: Tenant submission topics are ``gangway.submissions.<namespace>`` (README "Who may write what").
-TENANT_SUBMISSIONS_PREFIX = topics.SUBMISSIONS + "."
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 #: Bootstrap addresses of embedded (Tansu) brokers this process started or found: no idempotence there.
@@ -219,14 +217,22 @@ async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
             await admin.close()
 
 
-async def tenant_submission_topics(bootstrap: str) -> list[str]:
-    """The per-namespace submission topics (``gangway.submissions.<namespace>``) that exist now."""
-    admin = admin_client(bootstrap)
-    try:
-        await admin.start()
-        return sorted(t for t in await admin.list_topics() if t.startswith(TENANT_SUBMISSIONS_PREFIX))
-    finally:
-        await admin.close()
+async def tenant_submission_topics(bootstrap: str, timeout_s: float = 20.0) -> list[str]:
+    """The per-namespace submission topics (``gangway.submissions.<namespace>``) that exist now
+    (those this principal may describe)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        admin = admin_client(bootstrap)
+        try:
+            await admin.start()
+            return sorted(t for t in await admin.list_topics() if topics.entitled_namespace(t))
+        except Exception as exc:  # the broker may still be starting
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.debug("cannot list topics yet: %s", exc)
+            await asyncio.sleep(0.2)
+        finally:
+            await admin.close()
 
 
 def producer(bootstrap: str) -> AIOKafkaProducer:
