@@ -458,6 +458,15 @@ def _local_queue(idx: ContractIndex, job: JobSubmitted) -> LocalQueue:
             f"queue: LocalQueue {job.namespace}/{job.queue} points at ClusterQueue "
             f"{local_queue.cluster_queue!r}, which the contract does not define",
         )
+    cluster_queue = idx.cluster_queues[local_queue.cluster_queue]
+    if not idx.contract.selects_namespace(cluster_queue, job.namespace):
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(idx.contract.namespace_labels(job.namespace).items()))
+        raise Invalid(
+            "namespace_not_selected",
+            f"queue: ClusterQueue {cluster_queue.name!r} (LocalQueue {job.namespace}/{job.queue}) does not admit "
+            f"namespace {job.namespace!r}: its namespaceSelector does not match the namespace's labels ({labels}); "
+            "Kueue leaves such a workload inadmissible",
+        )
     return local_queue
 
 
