@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from aiokafka.errors import (
         AuthenticationFailedError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
-        SaslAuthenticationFailed, TopicAuthorizationFailedError,
+        KafkaConnectionError, SaslAuthenticationFailed, TopicAuthorizationFailedError,
     )
     from gangway.adapters.kafka import KafkaConfigError
     try:
@@ -321,3 +321,6 @@ def main(argv: list[str] | None = None) -> int:
         hint = (" `gangway config apply` needs the admin principal (README: Who may write what)"
                 if args.command == "config" else "")
         raise SystemExit(f"gangway: not authorised: Kafka denied principal User:{who} ({type(exc).__name__}: {exc}).{hint}")
+    except KafkaConnectionError as exc:
+        raise SystemExit(f"gangway: cannot connect to Kafka ({exc}): check GANGWAY_KAFKA, the listener's "
+                         "GANGWAY_KAFKA_SECURITY_PROTOCOL and the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD)")

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 from aiokafka.helpers import create_ssl_context
 
 from gangway.events import codec, topics
@@ -204,9 +204,13 @@ async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
             missing = new_topics(set(await admin.list_topics()), conf)
             if missing:
                 try:
-                    await admin.create_topics(missing)
+                    response = await admin.create_topics(missing)
                 except TopicAlreadyExistsError:
-                    pass
+                    response = None
+                # Per-topic errors come back in the response (a denied CREATE, a bad config), not raised.
+                for topic, code, *message in getattr(response, "topic_errors", ()):
+                    if code not in (0, TopicAlreadyExistsError.errno):
+                        raise for_code(code)(f"creating {topic}: {message[0] if message else ''}")
             return
         except Exception as exc:  # the broker may still be starting
             if asyncio.get_running_loop().time() > deadline:
@@ -322,9 +326,9 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: b
     The end is the fetch high-water mark (ListOffsets(latest) is unreliable on Tansu).
     """
     consumer = log_consumer(bootstrap)
-    await consumer.start()
     order = InOrder(start)
     try:
+        await consumer.start()
         consumer.assign([LOG_PARTITION])
         consumer.seek(LOG_PARTITION, start)
         while True:

@@ -18,6 +18,7 @@ cannot write another tenant's topic, the log, telemetry (checkpoints) or the sha
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from gangway.events import topics
@@ -72,7 +73,8 @@ def apply_acls(bootstrap: str, acls: list[Acl], tenant_namespaces: list[str], rd
     """Create the tenants' submission topics (if missing) and the ACLs; returns the topics created."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import (
-        AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType,
+        AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
+        ResourceType,
     )
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **rdkafka_config})
@@ -87,11 +89,23 @@ def apply_acls(bootstrap: str, acls: list[Acl], tenant_namespaces: list[str], rd
         except KafkaException as exc:
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise
+    # librdkafka calls Kafka's CLUSTER resource BROKER.
+    kinds = {"TOPIC": ResourceType.TOPIC, "GROUP": ResourceType.GROUP, "CLUSTER": ResourceType.BROKER}
     bindings = [
-        AclBinding(ResourceType[acl.resource], acl.name, ResourcePatternType[acl.pattern], acl.principal, "*",
+        AclBinding(kinds[acl.resource], acl.name, ResourcePatternType[acl.pattern], acl.principal, "*",
                    AclOperation[acl.operation], AclPermissionType.ALLOW)
         for acl in acls
     ]
     for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
         future.result()
-    return created
+    # Created is not yet in force: wait until the broker's authorizer lists every one of them.
+    any_acl = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                               AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = set(admin.describe_acls(any_acl, request_timeout=timeout_s).result())
+        if set(bindings) <= listed:
+            return created
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(set(bindings) - listed)} ACLs still not in force after {timeout_s} s")
+        time.sleep(0.2)  # polling a deadline-bounded wait

@@ -240,7 +240,7 @@ class Harness:
         """Every JobRejected on ``gangway.rejections`` so far, read with confluent-kafka."""
         if self._rejections is None:
             self._rejections = Consumer({
-                "bootstrap.servers": self.bootstrap, "group.id": f"it-rejections-{uid()}",
+                "bootstrap.servers": self.bootstrap, "group.id": f"gangway-it-rejections-{uid()}",
                 "enable.auto.commit": False, "max.partition.fetch.bytes": 16_000_000,
                 "fetch.max.bytes": 32_000_000, "receive.message.max.bytes": 40_000_000,
                 **kafka.settings().rdkafka_config(), **_RDKAFKA_QUIET,
@@ -275,9 +275,10 @@ class Harness:
 
     # --- the gangway CLI as a subprocess -----------------------------------------------------
 
-    def cli(self, *args: str, timeout_s: float = 60.0, state_dir: Path | None = None) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout_s: float = 60.0, state_dir: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, COLUMNS="1000", NO_COLOR="1",
-                   GANGWAY_STATE_DIR=str(state_dir or self.state_dir / "cli"), **broker_env(self.kind))
+                   GANGWAY_STATE_DIR=str(state_dir or self.state_dir / "cli"), **broker_env(self.kind), **(env or {}))
         return subprocess.run([str(VENV_BIN / "gangway"), *args], env=env, capture_output=True, text=True,
                               timeout=timeout_s, stdin=subprocess.DEVNULL)
 
@@ -334,21 +335,22 @@ def broker_env(kind: str) -> dict[str, str]:
 
 @contextmanager
 def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes: int, time_scale: float = TIME_SCALE,
-                  kind: str = "embedded"):
+                  kind: str = "embedded", broker=None, env: dict[str, str] | None = None):
     """A whole stack (broker and six services as processes) with a contract applied; yields a Harness
     once the binder's nodes and the contract are on the log; afterwards, checks nothing survived it.
 
-    ``kind`` "apache-kafka": an Apache Kafka broker is started first and the stack is pointed at it
-    (GANGWAY_KAFKA), as a production deployment is."""
+    ``kind`` "apache-kafka": an Apache Kafka broker (``broker``, which the caller stops, or one
+    started here) is pointed at with GANGWAY_KAFKA, as a production deployment is; ``env`` adds
+    settings (credentials) for the stack and this process."""
     outside = None
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GANGWAY_STATE_DIR", str(state_dir))
         for name in ("GANGWAY_KAFKA", "GANGWAY_DB", "GANGWAY_CLOCK"):
             mp.delenv(name, raising=False)
-        for name, value in broker_env(kind).items():
+        for name, value in {**broker_env(kind), **(env or {})}.items():
             mp.setenv(name, value)
         if kind == "apache-kafka":
-            outside = apache_kafka.ApacheKafka(log_path=str(state_dir / "kafka.log")).start()
+            outside = broker or apache_kafka.ApacheKafka(log_path=str(state_dir / "kafka.log")).start()
             mp.setenv("GANGWAY_KAFKA", outside.bootstrap)
         running = stack_mod.Stack(cluster_file=cluster_file, time_scale=time_scale)
         harness = None
@@ -362,20 +364,23 @@ def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes:
                                lambda s, _e: len(s.nodes) == nodes and s.contract is not None, STARTUP_TIMEOUT_S)
             # The orphan check below finds the stack's processes by their environment: it must see them now.
             seen = {pid for pid, _cmd in processes_with_env("GANGWAY_STATE_DIR", str(state_dir))}
-            broker = running.broker or outside
-            assert seen >= {proc.pid for proc in running.children.values()} | {broker.proc.pid}, seen
+            ours = running.broker or (outside if broker is None else None)
+            assert seen >= {proc.pid for proc in running.children.values()} | ({ours.proc.pid} if ours else set()), seen
             yield harness
         finally:
-            broker = running.broker or outside
-            broker_pid = broker.proc.pid if broker and broker.proc else None
+            ours = running.broker or outside
+            broker_pid = ours.proc.pid if ours and ours.proc else None
             pids = set(harness.pids_seen) if harness else set()
             pids.update(proc.pid for proc in running.children.values())
             if harness is not None:
                 harness.close()
             running.stop()
             if outside is not None:
-                outside.stop()
+                if broker is None:
+                    outside.stop()
                 (state_dir / "bootstrap").unlink(missing_ok=True)  # the stack keeps an outside broker's address
+    if broker is not None:
+        broker_pid = None  # the caller's broker outlives this stack
     alive = [pid for pid in sorted(pids | ({broker_pid} if broker_pid else set())) if pid_alive(pid)]
     assert not alive, f"processes of the stack outlived it: {alive}"
     # (multiprocessing's resource tracker, started by a benchmark test in this process while the
