@@ -11,6 +11,9 @@ COPY pyproject.toml README.md ./
 COPY gangway ./gangway
 COPY events ./events
 COPY services ./services
+# ensure_topics creates the topics this file names (the same file docker-compose's `topics` runs).
+COPY infra/topics.yaml /etc/gangway/topics.yaml
+ENV GANGWAY_TOPICS_FILE=/etc/gangway/topics.yaml
 RUN pip install . \
     && useradd --system --uid 10001 --create-home --home-dir /var/lib/gangway gangway
 

@@ -55,10 +55,51 @@ class FlavorFungibility(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     when_can_preempt: WhenCanPreempt = "TryNextFlavor"
 
 
+SelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+#: The label every Kubernetes namespace carries, with its own name as the value.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+class LabelRequirement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    key: str
+    operator: SelectorOperator
+    values: list[str] = []
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        found = self.key in labels and labels[self.key] in self.values
+        return found if self.operator == "In" else not found
+
+
+class LabelSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A Kubernetes label selector: every matchLabels pair and every requirement must hold
+    ({} selects everything)."""
+
+    match_labels: dict[str, str] = {}
+    match_expressions: list[LabelRequirement] = []
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return (all(labels.get(k) == v for k, v in self.match_labels.items())
+                and all(req.matches(labels) for req in self.match_expressions))
+
+
+class Namespace(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A Kubernetes Namespace named in the contract file, for its labels (namespaceSelector)."""
+
+    name: str
+    labels: dict[str, str] = {}
+
+
 class ClusterQueue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     flavors: list[FlavorQuotas]
     cohort: str | None = None
+    #: Which namespaces may use this queue (Kueue's namespaceSelector); None: the field was left out,
+    #: which gangway reads as every namespace (Kueue itself then admits from none).
+    namespace_selector: LabelSelector | None = None
     preemption: Preemption = Preemption()
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     flavor_fungibility: FlavorFungibility = FlavorFungibility()
@@ -153,6 +194,18 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     checkpoint_aware: bool = True
     prices: list[Price] = []
     currency: str = "USD"
+    #: Namespace objects of the contract file (their labels); every namespace also has the label
+    #: ``kubernetes.io/metadata.name: <name>``, declared or not.
+    namespaces: list[Namespace] = []
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        declared = next((ns.labels for ns in self.namespaces if ns.name == namespace), {})
+        return {**declared, NAMESPACE_NAME_LABEL: namespace}
+
+    def selects_namespace(self, cluster_queue: "ClusterQueue", namespace: str) -> bool:
+        """Kueue's namespaceSelector: may workloads of ``namespace`` use ``cluster_queue``?"""
+        selector = cluster_queue.namespace_selector
+        return selector is None or selector.matches(self.namespace_labels(namespace))
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

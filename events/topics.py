@@ -6,5 +6,18 @@ TELEMETRY = "gangway.telemetry"
 REJECTIONS = "gangway.rejections"
 INVOICES = "gangway.invoices"
 ALL = (SUBMISSIONS, LOG, TELEMETRY, REJECTIONS, INVOICES)
+#: A tenant's own submission topic is ``gangway.submissions.<namespace>``: only that tenant's
+#: principal may write it (a Kafka ACL), and it may name only that namespace (the submission service).
+TENANT_SUBMISSIONS_PREFIX = SUBMISSIONS + "."
+
+
+def tenant_submissions(namespace: str) -> str:
+    return TENANT_SUBMISSIONS_PREFIX + namespace
+
+
+def entitled_namespace(topic: str) -> str | None:
+    """The namespace a submission topic entitles its producers to; None for the shared topic,
+    which only gangway's own principals (the Kubernetes binder, operators) may write."""
+    return topic.removeprefix(TENANT_SUBMISSIONS_PREFIX) if topic.startswith(TENANT_SUBMISSIONS_PREFIX) else None
 #: The one cluster this deployment schedules: the log's key and its only partition.
 DEFAULT_CLUSTER = "default"

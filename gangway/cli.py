@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -27,11 +28,35 @@ def _bootstrap() -> str:
 
 def cmd_broker(args) -> int:
     import gangway.adapters.kafka as kafka
-    from gangway.adapters.broker import EmbeddedBroker
-    with EmbeddedBroker(port=args.port) as broker:
+    if args.kafka == "apache":
+        from gangway.adapters.apache_kafka import ApacheKafka, kafka_version
+        console.print(f"starting Apache Kafka {kafka_version()} (KRaft, one node; data in a temporary directory)…")
+        broker = ApacheKafka(port=args.port)
+    else:
+        from gangway.adapters.broker import EmbeddedBroker
+        broker = EmbeddedBroker(port=args.port)
+    with broker:
         asyncio.run(kafka.ensure_topics(broker.bootstrap))
         console.print(f"broker ready at {broker.bootstrap} (topics created); Ctrl-C stops it")
         _wait_for_signal()
+    return 0
+
+
+def cmd_acls(args) -> int:
+    from gangway.adapters import kafka, kafka_acls
+    tenants = {}
+    for item in args.tenant:
+        namespace, sep, principal = item.partition("=")
+        if not sep or not namespace or not principal:
+            raise SystemExit(f"gangway: --tenant {item!r}: expected NAMESPACE=PRINCIPAL")
+        tenants[namespace] = principal
+    acls = kafka_acls.acl_model(args.service, args.admin, tenants)
+    for acl in acls:
+        print(acl)
+    if args.apply:
+        created = kafka_acls.apply_acls(_bootstrap(), acls, sorted(tenants), kafka.settings().rdkafka_config())
+        console.print(f"{len(acls)} ACLs applied; topics created: {', '.join(created) or 'none'}"
+                      + ("; restart the submission service to read new tenant topics" if created else ""))
     return 0
 
 
@@ -212,9 +237,17 @@ def cmd_schemas(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangway", description="GPU batch scheduling for shared Kubernetes clusters")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("broker", help="run the embedded Kafka-compatible broker and create the topics")
+    s = sub.add_parser("broker", help="run a broker on loopback (the embedded one, or Apache Kafka) and create the topics")
     s.add_argument("--port", type=int, default=0)
+    s.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
+                   help="apache: Apache Kafka from Maven Central (needs java, and mvn the first time)")
     s.set_defaults(func=cmd_broker)
+    s = sub.add_parser("acls", help="the Kafka ACLs of who may write what (--apply: create them and the tenant topics)")
+    s.add_argument("--service", default="User:gangway", help="the services' principal")
+    s.add_argument("--admin", default="User:gangway-admin", help="the operators' principal (config apply)")
+    s.add_argument("--tenant", action="append", default=[], metavar="NAMESPACE=PRINCIPAL")
+    s.add_argument("--apply", action="store_true", help="apply with the GANGWAY_KAFKA_* credentials (a super user)")
+    s.set_defaults(func=cmd_acls)
     s = sub.add_parser("service", help="run one service (what `up` starts)")
     s.add_argument("name", choices=stack.SERVICES)
     s.add_argument("--cluster", help="binder: cluster file of Kubernetes Node objects")
@@ -267,12 +300,23 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. What a user can put right (no broker, an unreachable one, a bad log file,
     missing reference data) ends in one line on stderr and exit status 1, never a traceback."""
     args = parser().parse_args(argv)
+    from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
     try:
         return args.func(args)
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
-    except (stack.NoBrokerError, LogFileError, ReferenceDataMissing) as exc:
+    except (stack.NoBrokerError, LogFileError, ReferenceDataMissing, KafkaConfigError) as exc:
         return _fail(str(exc))
+    except CREDENTIALS_REFUSED as exc:
+        return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")
+    except NOT_AUTHORISED as exc:
+        who = os.environ.get("GANGWAY_KAFKA_USERNAME") or "ANONYMOUS"
+        hint = (" `gangway config apply` needs the admin principal (README: Who may write what)"
+                if args.command == "config" else "")
+        return _fail(f"not authorised: Kafka denied principal User:{who} ({type(exc).__name__}: {exc}).{hint}")
+    except CONNECTION_FAILED as exc:
+        return _fail(f"cannot connect to Kafka ({exc}): check GANGWAY_KAFKA, the listener's "
+                     "GANGWAY_KAFKA_SECURITY_PROTOCOL and the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD)")
 
 
 def _fail(message: str) -> int:

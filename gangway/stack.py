@@ -47,7 +47,11 @@ def bootstrap_of_running_stack() -> str:
         return configured
     path = state_dir() / "bootstrap"
     if path.exists():
-        return path.read_text().strip()
+        # "<address>" or "<address> embedded": the embedded broker refuses idempotent producers.
+        address, *kind = path.read_text().split()
+        if kind == ["embedded"]:
+            kafka.mark_embedded(address)
+        return address
     raise NoBrokerError("no Kafka: set GANGWAY_KAFKA or start the stack with `gangway up`")
 
 
@@ -177,7 +181,7 @@ class Stack:
             self.bootstrap = self.broker.bootstrap
         wait_s = EMBEDDED_KAFKA_WAIT_S if self.broker is not None else OUTSIDE_KAFKA_WAIT_S
         asyncio.run(kafka.ensure_topics(self.bootstrap, timeout_s=wait_s))
-        (sdir / "bootstrap").write_text(self.bootstrap + "\n")
+        (sdir / "bootstrap").write_text(self.bootstrap + (" embedded" if self.broker else "") + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)
             self._spawn(name)
@@ -198,6 +202,9 @@ class Stack:
         sdir = state_dir()
         env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, GANGWAY_CLOCK=self.clock.to_env(),
                    GANGWAY_STATE_DIR=str(sdir), PYTHONUNBUFFERED="1")
+        if self.broker is not None:  # the embedded broker: no idempotent producers, short sessions
+            env.setdefault("GANGWAY_KAFKA_IDEMPOTENCE", "false")
+            env.setdefault("GANGWAY_KAFKA_SESSION_TIMEOUT_MS", "2000")
         cmd = [sys.executable, "-m", "gangway", "service", name]
         if name == "binder" and self.cluster_file:
             cmd += ["--cluster", self.cluster_file]

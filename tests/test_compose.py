@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gangway.adapters import apache_kafka, kafka
 from gangway.events import topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +62,9 @@ def test_every_service_waits_for_kafka_and_accounting_for_postgres(compose):
 
 
 def test_compose_runs_the_pinned_broker_database_and_the_binder_on_its_cluster_file(compose):
-    assert compose["kafka"]["image"] == "apache/kafka:3.9.0"
+    # The Kafka the tests run (infra/kafka/pom.xml) is the Kafka docker-compose runs.
+    assert compose["kafka"]["image"] == f"apache/kafka:{apache_kafka.kafka_version()}"
+    assert compose["topics"]["image"] == compose["kafka"]["image"]
     assert compose["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert compose["postgres"]["image"] == "postgres:16"
     assert compose["binder"]["command"][3:] == ["--cluster", "/config/cluster.yaml"]
@@ -73,9 +76,28 @@ def test_compose_creates_every_topic_as_infra_topics_yaml_says(compose, topic_se
     script = compose["topics"]["command"][0]
     for topic in topic_settings:
         configs = "".join(f" --config {key}={value}" for key, value in topic["config"].items())
-        expected = f"--topic {topic['name']} --partitions {topic['partitions']}{configs}\n"
+        expected = (f'--replication-factor "$$RF" --topic {topic["name"]} --partitions {topic["partitions"]}{configs}'
+                    ' --config min.insync.replicas="$$MIN_ISR"\n')
         assert expected in script, topic["name"]
     assert script.count("--topic ") == len(topic_settings)
+    assert compose["topics"]["environment"] == {"RF": "${GANGWAY_KAFKA_REPLICATION_FACTOR:-1}",
+                                                "MIN_ISR": "${GANGWAY_KAFKA_MIN_INSYNC_REPLICAS:-1}"}
+
+
+def test_ensure_topics_creates_what_compose_creates_from_the_same_file(compose, topic_settings):
+    """ensure_topics (gangway up, the tests) and compose's `topics` both read infra/topics.yaml."""
+    conf = kafka.KafkaSettings(replication_factor=3, min_insync_replicas=2)
+    made = {t.name: t for t in kafka.new_topics(set(), conf)}
+    script = compose["topics"]["command"][0]
+    assert sorted(made) == sorted(t["name"] for t in topic_settings)
+    for topic in topic_settings:
+        new = made[topic["name"]]
+        assert (new.num_partitions, new.replication_factor) == (topic["partitions"], 3)
+        assert new.topic_configs == {**{k: str(v) for k, v in topic["config"].items()}, "min.insync.replicas": "2"}
+        line = next(line for line in script.splitlines() if f"--topic {topic['name']} " in line)
+        configs = dict(part.split("=", 1) for part in line.split(" --config ")[1:])
+        assert configs == {**{k: str(v) for k, v in topic["config"].items()}, "min.insync.replicas": '"$$MIN_ISR"'}
+    assert kafka.new_topics({t["name"] for t in topic_settings}, conf) == []
 
 
 # --- infra/ --------------------------------------------------------------------------------------

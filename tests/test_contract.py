@@ -198,9 +198,9 @@ def test_valid_configs_load(text, cohorts):
 
 WARNINGS = [
     pytest.param(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml\n",
-        "config.yaml: warning: Namespace ml: Namespace is not part of the contract; ignored",
-        id="a Namespace is ignored with a warning",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ml\n",
+        "config.yaml: warning: ConfigMap ml: ConfigMap is not part of the contract; ignored",
+        id="a ConfigMap is ignored with a warning",
     ),
     pytest.param(
         "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata:\n  name: gpus\nspec:\n  levels: []\n",

@@ -16,7 +16,6 @@ import uuid
 import msgspec
 import pytest
 
-from gangway.adapters.broker import EmbeddedBroker
 from gangway.adapters.kafka import append, ensure_topics, producer
 from gangway.contract import contract_digest
 from gangway.events import catalogue as ev
@@ -73,63 +72,63 @@ def _events() -> list[ev.Envelope]:
             for i, d in enumerate(data)]
 
 
-async def test_faust_agent_reads_and_decodes_the_log(tmp_path):
+@pytest.mark.both_brokers
+async def test_faust_agent_reads_and_decodes_the_log(tmp_path, kafka_broker):
     appended = _events()
     tasks_before = asyncio.all_tasks()
     threads_before = set(threading.enumerate())
-    with EmbeddedBroker() as broker:
-        await ensure_topics(broker.bootstrap)
-        prod = producer(broker.bootstrap)
-        await prod.start()
-        try:
-            await append(prod, appended)
-        finally:
-            await prod.stop()
+    broker = kafka_broker
+    await ensure_topics(broker.bootstrap)
+    prod = producer(broker.bootstrap)
+    await prod.start()
+    try:
+        await append(prod, appended)
+    finally:
+        await prod.stop()
 
-        app = faust.App(
-            f"gangway-faust-test-{uuid.uuid4().hex[:12]}",
-            broker=f"kafka://{broker.bootstrap}",
-            store="memory://",
-            datadir=str(tmp_path / "faust"),
-            web_enabled=False,
-            autodiscover=False,
-            consumer_auto_offset_reset="earliest",
-            broker_session_timeout=SESSION_TIMEOUT_S,
-            broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            broker_rebalance_timeout=10.0,
-            topic_disable_leader=True,  # no faust-internal leader topic
-            topic_allow_declare=False,  # gangway's topics exist already
-            key_serializer="raw",
-            value_serializer="raw",
-        )
-        log_topic = app.topic(topics.LOG, key_type=bytes, value_type=bytes,
-                              key_serializer="raw", value_serializer="raw")
-        received: list[ev.Envelope] = []
-        failures: list[BaseException] = []
+    app = faust.App(
+        f"gangway-faust-test-{uuid.uuid4().hex[:12]}",
+        broker=f"kafka://{broker.bootstrap}",
+        store="memory://",
+        datadir=str(tmp_path / "faust"),
+        web_enabled=False,
+        autodiscover=False,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+        broker_rebalance_timeout=10.0,
+        topic_disable_leader=True,  # no faust-internal leader topic
+        topic_allow_declare=False,  # gangway's topics exist already
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    log_topic = app.topic(topics.LOG, key_type=bytes, value_type=bytes,
+                          key_serializer="raw", value_serializer="raw")
+    received: list[ev.Envelope] = []
+    failures: list[BaseException] = []
 
-        @app.agent(log_topic)
-        async def collect(stream):
-            async for event in stream.events():
-                try:
-                    received.append(codec.from_record(
-                        event.value, list(event.headers.items()), event.message.offset))
-                except Exception as exc:  # noqa: BLE001 - reported by the test, not swallowed by faust
-                    failures.append(exc)
+    @app.agent(log_topic)
+    async def collect(stream):
+        async for event in stream.events():
+            try:
+                received.append(codec.from_record(
+                    event.value, list(event.headers.items()), event.message.offset))
+            except Exception as exc:  # noqa: BLE001 - reported by the test, not swallowed by faust
+                failures.append(exc)
 
-        await app.start()
-        try:
-            deadline = asyncio.get_running_loop().time() + RECEIVE_DEADLINE_S
-            while len(received) + len(failures) < len(appended) and not app.should_stop:
-                if asyncio.get_running_loop().time() > deadline:
-                    pytest.fail(f"faust received {len(received)} of {len(appended)} events "
-                                f"within {RECEIVE_DEADLINE_S} s")
-                await asyncio.sleep(0.05)
-            if app.crashed:
-                pytest.fail(f"the faust app crashed: {app.crash_reason!r}")
-        finally:
-            await app.stop()
+    await app.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + RECEIVE_DEADLINE_S
+        while len(received) + len(failures) < len(appended) and not app.should_stop:
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail(f"faust received {len(received)} of {len(appended)} events "
+                            f"within {RECEIVE_DEADLINE_S} s")
+            await asyncio.sleep(0.05)
+        if app.crashed:
+            pytest.fail(f"the faust app crashed: {app.crash_reason!r}")
+    finally:
+        await app.stop()
 
-    assert broker.proc is not None and broker.proc.poll() is not None
     assert not failures, failures
     # The topic is fresh, so event i is at offset i: equality checks ids, types, data and order.
     assert received == [msgspec.structs.replace(env, offset=i) for i, env in enumerate(appended)]

@@ -73,7 +73,8 @@ async def test_a_snapshot_of_another_log_is_refused(tmp_path):
         assert sorted(service.state.nodes) == [f"n{i}" for i in range(10, 16)]
 
 
-async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_path):
+@pytest.mark.both_brokers
+async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_path, kafka_broker):
     from gangway.events.catalogue import ConfigApplied, WorkloadAdmitted, WorkloadQueued
     from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
     from gangway.events.catalogue import PodSet
@@ -100,32 +101,32 @@ async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_p
             assert loop.time() < end, f"timed out: {what}"
             await asyncio.sleep(0.1)
 
-    with EmbeddedBroker() as broker:
-        await kafka.ensure_topics(broker.bootstrap)
-        await append(broker.bootstrap, [Envelope(id="config", source="test", time_ms=1_000,
-                                                 data=ConfigApplied(contract=contract, digest="d"))] + nodes(2))
-        stops = {name: asyncio.Event() for name in ("a", "b")}
-        services = {name: DecidingService("admission", broker.bootstrap, tmp_path / name) for name in stops}
-        tasks = {name: asyncio.create_task(services[name].run(stops[name], standby=True)) for name in stops}
-        try:
-            await append(broker.bootstrap, [queued(i) for i in range(3)])
-            await until(lambda: _len_at_least(admitted(broker.bootstrap), 3), "the first jobs admitted")
+    broker = kafka_broker
+    await kafka.ensure_topics(broker.bootstrap)
+    await append(broker.bootstrap, [Envelope(id="config", source="test", time_ms=1_000,
+                                             data=ConfigApplied(contract=contract, digest="d"))] + nodes(2))
+    stops = {name: asyncio.Event() for name in ("a", "b")}
+    services = {name: DecidingService("admission", broker.bootstrap, tmp_path / name) for name in stops}
+    tasks = {name: asyncio.create_task(services[name].run(stops[name], standby=True)) for name in stops}
+    try:
+        await append(broker.bootstrap, [queued(i) for i in range(3)])
+        await until(lambda: _len_at_least(admitted(broker.bootstrap), 3), "the first jobs admitted")
 
-            async def one_active() -> bool:
-                return sum(bool(s.lease and s.lease.active) for s in services.values()) == 1
-            await until(one_active, "exactly one active instance")
-            first = next(n for n, s in services.items() if s.lease.active)
-            other = "b" if first == "a" else "a"
-            stops[first].set()
-            await tasks[first]
-            await until(lambda: _true(services[other].lease.active), "the standby taking over")
-            await append(broker.bootstrap, [queued(i) for i in range(3, 6)])
-            await until(lambda: _len_at_least(admitted(broker.bootstrap), 6), "jobs admitted by the new active")
-            assert sorted(await admitted(broker.bootstrap)) == [f"t/w{i}" for i in range(6)], "each admitted once"
-        finally:
-            for name in stops:
-                stops[name].set()
-            await asyncio.gather(*tasks.values())
+        async def one_active() -> bool:
+            return sum(bool(s.lease and s.lease.active) for s in services.values()) == 1
+        await until(one_active, "exactly one active instance")
+        first = next(n for n, s in services.items() if s.lease.active)
+        other = "b" if first == "a" else "a"
+        stops[first].set()
+        await tasks[first]
+        await until(lambda: _true(services[other].lease.active), "the standby taking over")
+        await append(broker.bootstrap, [queued(i) for i in range(3, 6)])
+        await until(lambda: _len_at_least(admitted(broker.bootstrap), 6), "jobs admitted by the new active")
+        assert sorted(await admitted(broker.bootstrap)) == [f"t/w{i}" for i in range(6)], "each admitted once"
+    finally:
+        for name in stops:
+            stops[name].set()
+        await asyncio.gather(*tasks.values())
 
 
 async def _len_at_least(items, n: int) -> bool:

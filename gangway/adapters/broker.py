@@ -65,6 +65,8 @@ class EmbeddedBroker:
             log_path=self.log_path, new_session=True,
         )
         _wait_for_port(self.port, self.proc, BROKER_START_TIMEOUT_S)
+        from gangway.adapters.kafka import mark_embedded
+        mark_embedded(self.bootstrap)
         return self
 
     def stop(self) -> None:

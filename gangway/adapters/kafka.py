@@ -1,5 +1,9 @@
 """Kafka through aiokafka: topics, producers, the log reader. Records are CloudEvents (codec.py).
 
+Every client gangway makes (producers, consumers, the admin client, the lease's group member) takes
+its connection settings from one place, ``KafkaSettings.from_env()``: TLS and SASL, idempotence,
+the group session timeout and how topics are replicated. See README "Connecting to Kafka".
+
 Every client made here raises ``BrokerUnreachable`` (one line: the address and why) when it cannot
 connect at start, instead of aiokafka's own error and log lines.
 """
@@ -8,16 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
+import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import (
+    AuthenticationFailedError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError, KafkaConnectionError,
+    SaslAuthenticationFailed, TopicAlreadyExistsError, TopicAuthorizationFailedError, for_code,
+)
+from aiokafka.helpers import create_ssl_context
 
 from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
 
 log = logging.getLogger(__name__)
+#: Kafka refused the credentials.
+CREDENTIALS_REFUSED = (SaslAuthenticationFailed, AuthenticationFailedError)
+#: Kafka's authoriser denied the principal.
+NOT_AUTHORISED = (TopicAuthorizationFailedError, GroupAuthorizationFailedError, ClusterAuthorizationFailedError)
+#: A connection failed after the client had started.
+CONNECTION_FAILED = (KafkaConnectionError,)
 
 
 def only_partition(topic: str) -> TopicPartition:
@@ -25,9 +44,176 @@ def only_partition(topic: str) -> TopicPartition:
     return TopicPartition(topic, 0)
 
 
+def partition_of(record) -> TopicPartition:
+    """The partition a consumed record came from."""
+    return TopicPartition(record.topic, record.partition)
+
+
 LOG_PARTITION = only_partition(topics.LOG)
 #: Largest record we produce or fetch (a ConfigApplied with many queues is the biggest).
 RECORD_BYTES_MAX = 4 * 1024 * 1024
+#: The topics file: one truth for ensure_topics, docker-compose's `topics` container and the AsyncAPI
+#: bindings (the image copies it and names it with GANGWAY_TOPICS_FILE).
+TOPICS_FILE = Path(os.environ.get("GANGWAY_TOPICS_FILE") or Path(__file__).resolve().parents[2] / "infra" / "topics.yaml")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+#: Bootstrap addresses of embedded (Tansu) brokers this process started or found: no idempotence there.
+_EMBEDDED: set[str] = set()
+
+
+class KafkaConfigError(ValueError):
+    """A GANGWAY_KAFKA_* setting is missing or wrong."""
+
+
+def mark_embedded(bootstrap: str) -> None:
+    """Note that ``bootstrap`` is the embedded broker (it refuses idempotent producers)."""
+    _EMBEDDED.add(bootstrap)
+
+
+def _flag(env, name: str) -> bool | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise KafkaConfigError(f"{name}={raw!r}: expected true or false")
+
+
+def _int(env, name: str, default: int | None) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise KafkaConfigError(f"{name}={raw!r}: expected an integer") from None
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """How gangway's clients connect to Kafka and create topics (all from GANGWAY_KAFKA_* variables).
+
+    ``idempotence`` None means: on, except against the embedded broker (which refuses it);
+    ``session_timeout_ms`` None means 2 s on the embedded broker (whose joins take half of it)
+    and 10 s on Kafka (whose brokers refuse less than 6 s unless configured otherwise).
+    """
+
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    username: str | None = None
+    password: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    check_hostname: bool = True
+    idempotence: bool | None = None
+    session_timeout_ms: int | None = None
+    replication_factor: int = 1
+    min_insync_replicas: int | None = None
+
+    @classmethod
+    def from_env(cls, env=None) -> "KafkaSettings":
+        env = os.environ if env is None else env
+        protocol = (env.get("GANGWAY_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT").upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise KafkaConfigError(f"GANGWAY_KAFKA_SECURITY_PROTOCOL={protocol!r}: one of {', '.join(SECURITY_PROTOCOLS)}")
+        mechanism = (env.get("GANGWAY_KAFKA_SASL_MECHANISM") or "SCRAM-SHA-512").upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise KafkaConfigError(f"GANGWAY_KAFKA_SASL_MECHANISM={mechanism!r}: one of {', '.join(SASL_MECHANISMS)}")
+        password = env.get("GANGWAY_KAFKA_PASSWORD")
+        if env.get("GANGWAY_KAFKA_PASSWORD_FILE"):
+            password = Path(env["GANGWAY_KAFKA_PASSWORD_FILE"]).read_text().strip()
+        settings = cls(
+            security_protocol=protocol, sasl_mechanism=mechanism,
+            username=env.get("GANGWAY_KAFKA_USERNAME") or None, password=password or None,
+            ca_file=env.get("GANGWAY_KAFKA_CA_FILE") or None, cert_file=env.get("GANGWAY_KAFKA_CERT_FILE") or None,
+            key_file=env.get("GANGWAY_KAFKA_KEY_FILE") or None,
+            check_hostname=_flag(env, "GANGWAY_KAFKA_CHECK_HOSTNAME") is not False,
+            idempotence=_flag(env, "GANGWAY_KAFKA_IDEMPOTENCE"),
+            session_timeout_ms=_int(env, "GANGWAY_KAFKA_SESSION_TIMEOUT_MS", None),
+            replication_factor=_int(env, "GANGWAY_KAFKA_REPLICATION_FACTOR", 1),
+            min_insync_replicas=_int(env, "GANGWAY_KAFKA_MIN_INSYNC_REPLICAS", None),
+        )
+        if settings.sasl and not (settings.username and settings.password):
+            raise KafkaConfigError(f"GANGWAY_KAFKA_SECURITY_PROTOCOL={protocol} needs GANGWAY_KAFKA_USERNAME "
+                                   "and GANGWAY_KAFKA_PASSWORD (or GANGWAY_KAFKA_PASSWORD_FILE)")
+        return settings
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def idempotent(self, bootstrap: str) -> bool:
+        return self.idempotence if self.idempotence is not None else bootstrap not in _EMBEDDED
+
+    def session_timeout(self, bootstrap: str) -> int:
+        if self.session_timeout_ms is not None:
+            return self.session_timeout_ms
+        return 2_000 if bootstrap in _EMBEDDED else 10_000
+
+    def client_kwargs(self) -> dict:
+        """aiokafka's connection arguments (producers, consumers and the admin client alike)."""
+        kwargs: dict = {"security_protocol": self.security_protocol}
+        if self.tls:
+            ctx = create_ssl_context(cafile=self.ca_file, certfile=self.cert_file, keyfile=self.key_file)
+            ctx.check_hostname = self.check_hostname
+            kwargs["ssl_context"] = ctx
+        if self.sasl:
+            kwargs.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.username,
+                          sasl_plain_password=self.password)
+        return kwargs
+
+    def rdkafka_config(self) -> dict:
+        """The same settings for librdkafka clients (confluent-kafka: outside producers, kcat)."""
+        conf: dict = {"security.protocol": self.security_protocol.lower()}
+        if self.tls:
+            if self.ca_file:
+                conf["ssl.ca.location"] = self.ca_file
+            if self.cert_file:
+                conf.update({"ssl.certificate.location": self.cert_file, "ssl.key.location": self.key_file})
+            if not self.check_hostname:
+                conf["ssl.endpoint.identification.algorithm"] = "none"
+        if self.sasl:
+            conf.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.username,
+                         "sasl.password": self.password})
+        return conf
+
+
+def settings() -> KafkaSettings:
+    return KafkaSettings.from_env()
+
+
+@cache
+def topic_specs() -> tuple[dict, ...]:
+    """infra/topics.yaml's topics: name, partitions and Kafka topic configs."""
+    return tuple(yaml.safe_load(TOPICS_FILE.read_text())["topics"])
+
+
+def new_topics(existing: set[str], conf: KafkaSettings) -> list[NewTopic]:
+    """The topics of infra/topics.yaml that do not exist yet, as production needs them: configs
+    from the file (the log keeps everything), replicated ``conf.replication_factor`` times, with
+    ``min.insync.replicas`` when set (acks=all then waits for that many copies)."""
+    made = []
+    for spec in topic_specs():
+        if spec["name"] in existing:
+            continue
+        configs = {key: str(value) for key, value in spec.get("config", {}).items()}
+        if conf.min_insync_replicas is not None:
+            configs["min.insync.replicas"] = str(conf.min_insync_replicas)
+        made.append(NewTopic(spec["name"], num_partitions=spec["partitions"],
+                             replication_factor=conf.replication_factor, topic_configs=configs))
+    return made
+
+
+def admin_client(bootstrap: str, conf: KafkaSettings | None = None) -> AIOKafkaAdminClient:
+    conf = conf or settings()
+    return _Admin(bootstrap, request_timeout_ms=5000, **conf.client_kwargs())
 
 
 class BrokerUnreachable(ConnectionError):
@@ -84,24 +270,31 @@ class _Consumer(_Connects, AIOKafkaConsumer):
 
 
 class _Admin(_Connects, AIOKafkaAdminClient):
-    pass
+    async def close(self) -> None:
+        if not getattr(self, "_closed", True):  # aiokafka logs a second close
+            await super().close()
 
 
 async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
-    """Create gangway's topics (one partition each: the log's one partition is its total order),
-    trying for ``timeout_s`` while the broker is still starting."""
+    """Create gangway's topics as infra/topics.yaml says (the log's one partition is its total order).
+
+    The embedded broker accepts topic configs but applies none of them (memory storage)."""
+    conf = settings()
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        admin = _Admin(bootstrap, request_timeout_ms=5000)
+        admin = admin_client(bootstrap, conf)
         try:
             await admin.start()
-            existing = set(await admin.list_topics())
-            missing = [NewTopic(t, num_partitions=1, replication_factor=1) for t in topics.ALL if t not in existing]
+            missing = new_topics(set(await admin.list_topics()), conf)
             if missing:
                 try:
-                    await admin.create_topics(missing)
+                    response = await admin.create_topics(missing)
                 except TopicAlreadyExistsError:
-                    pass
+                    response = None
+                # Per-topic errors come back in the response (a denied CREATE, a bad config), not raised.
+                for topic, code, *message in getattr(response, "topic_errors", ()):
+                    if code not in (0, TopicAlreadyExistsError.errno):
+                        raise for_code(code)(f"creating {topic}: {message[0] if message else ''}")
             return
         except Exception as exc:  # the broker may still be starting
             if asyncio.get_running_loop().time() > deadline:
@@ -112,12 +305,33 @@ async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
             await admin.close()
 
 
+async def tenant_submission_topics(bootstrap: str, timeout_s: float = 20.0) -> list[str]:
+    """The per-namespace submission topics (``gangway.submissions.<namespace>``) that exist now
+    (those this principal may describe)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        admin = admin_client(bootstrap)
+        try:
+            await admin.start()
+            return sorted(t for t in await admin.list_topics() if topics.entitled_namespace(t))
+        except BrokerUnreachable:
+            raise  # nothing listens: waiting would not help (the stack creates topics before any service starts)
+        except Exception as exc:  # the broker may still be starting
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.debug("cannot list topics yet: %s", exc)
+            await asyncio.sleep(0.2)
+        finally:
+            await admin.close()
+
+
 def producer(bootstrap: str) -> AIOKafkaProducer:
-    # Tansu refuses idempotent producers (docs/embedded-broker.md): effects are made idempotent
-    # by deterministic event ids instead.
+    """acks=all always; idempotent except on the embedded broker, which refuses it
+    (KafkaSettings.idempotence): there, effects stay idempotent by deterministic event ids."""
+    conf = settings()
     return _Producer(
-        bootstrap, acks="all", enable_idempotence=False, linger_ms=2,
-        max_request_size=RECORD_BYTES_MAX, max_batch_size=1024 * 1024,
+        bootstrap, acks="all", enable_idempotence=conf.idempotent(bootstrap), linger_ms=2,
+        max_request_size=RECORD_BYTES_MAX, max_batch_size=1024 * 1024, **conf.client_kwargs(),
     )
 
 
@@ -125,7 +339,7 @@ def log_consumer(bootstrap: str, group_id: str | None = None) -> AIOKafkaConsume
     return _Consumer(
         bootstrap, group_id=group_id, enable_auto_commit=False,
         auto_offset_reset="earliest", fetch_max_wait_ms=20, fetch_max_bytes=32 * 1024 * 1024,
-        max_partition_fetch_bytes=RECORD_BYTES_MAX * 4,
+        max_partition_fetch_bytes=RECORD_BYTES_MAX * 4, **settings().client_kwargs(),
     )
 
 
@@ -198,9 +412,9 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: b
     The end is the fetch high-water mark (ListOffsets(latest) is unreliable on Tansu).
     """
     consumer = log_consumer(bootstrap)
-    await consumer.start()
     order = InOrder(start)
     try:
+        await consumer.start()
         consumer.assign([LOG_PARTITION])
         consumer.seek(LOG_PARTITION, start)
         while True:
@@ -233,15 +447,16 @@ class ActiveLease:
     carry deterministic ids and are validated where they land.
     """
 
-    #: Tansu answers a JoinGroup after half the session timeout: 2 s joins in 1 s.
-    SESSION_TIMEOUT_MS = 2_000
-
     def __init__(self, bootstrap: str, group: str):
         self.active = False
+        conf = settings()
+        # Tansu answers a JoinGroup after half the session timeout: 2 s there joins in 1 s. Kafka
+        # brokers refuse less than group.min.session.timeout.ms (6 s by default): 10 s there.
+        session_ms = conf.session_timeout(bootstrap)
         self.consumer = _Consumer(
             bootstrap, group_id=group, enable_auto_commit=False,
-            session_timeout_ms=self.SESSION_TIMEOUT_MS, heartbeat_interval_ms=500,
-            rebalance_timeout_ms=self.SESSION_TIMEOUT_MS,
+            session_timeout_ms=session_ms, heartbeat_interval_ms=min(500, session_ms // 3),
+            rebalance_timeout_ms=session_ms, **conf.client_kwargs(),
         )
 
     async def start(self) -> None:

@@ -29,7 +29,11 @@ def cmd_bench(args) -> int:
         return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
     from gangway.benchmarks import pipeline
     if args.what == "pipeline":
-        result = pipeline.bench_pipeline(jobs=args.jobs, rate=args.rate)
+        brokers = pipeline.BROKERS if args.broker == "both" else (args.broker,)
+        if brokers == ("embedded",) and args.repeat == 1:
+            result = pipeline.bench_pipeline(jobs=args.jobs, rate=args.rate)
+        else:
+            result = pipeline.bench_brokers(args.jobs, args.rate, brokers, args.repeat)
     else:
         result = pipeline.bench_replay(workloads=args.workloads, events=args.events, load=args.load)
     results.print_json(result)
@@ -83,6 +87,9 @@ def add_parsers(sub) -> None:
     s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", *TOPOLOGY_BENCHES))
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
     s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
+    s.add_argument("--broker", choices=("embedded", "apache-kafka", "both"), default="embedded",
+                   help="pipeline: the broker (apache-kafka: started from the Maven jars; both: side by side)")
+    s.add_argument("--repeat", type=int, default=1, help="pipeline: runs per broker (medians reported)")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues)")
     s.add_argument("--events", type=int, help="replay: events in the generated log (exported, read back, verified)")
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")

@@ -78,13 +78,42 @@ def _phase(bootstrap: str, jobs: list[ev.JobSubmitted], rate: float | None) -> d
             "max_ms": max(latencies), "mean_ms": statistics.fmean(latencies), "workloads_per_s": len(ids) / span_s}
 
 
-def bench_pipeline(jobs: int = 1000, rate: float = 100.0) -> dict:
+BROKERS = ("embedded", "apache-kafka")
+
+
+def bench_brokers(jobs: int, rate: float, brokers: tuple[str, ...], repeat: int) -> dict:
+    """``bench_pipeline`` ``repeat`` times on each broker (interleaved, so both see the same machine
+    load), with the median of each figure beside the runs."""
+    runs: dict[str, list[dict]] = {b: [] for b in brokers}
+    for _ in range(repeat):
+        for broker in brokers:
+            runs[broker].append(bench_pipeline(jobs, rate, broker))
+    out = {"jobs": jobs, "rate_per_s": rate, "repeat": repeat}
+    for broker, results in runs.items():
+        out[broker] = {"median": {phase: {key: statistics.median(r[phase][key] for r in results)
+                                          for key in ("p50_ms", "p99_ms", "workloads_per_s")}
+                                  for phase in ("paced", "burst")},
+                       "runs": results}
+    return out
+
+
+def bench_pipeline(jobs: int = 1000, rate: float = 100.0, broker: str = "embedded") -> dict:
     """JobSubmitted → WorkloadRunning through the real broker and the six services (time scale 1).
 
     A first phase of 10 jobs warms the stack up (processes starting, the binder's nodes, first
     fetches) and is reported apart as ``warmup``; then ``jobs`` jobs at ``rate`` a second
     (``paced``: latency under a steady load), then ``jobs`` more all at once (``burst``: throughput).
+    ``broker`` "apache-kafka": an Apache Kafka started for the run (idempotent producers) instead of
+    the embedded broker.
     """
+    if broker == "apache-kafka":
+        from gangway.adapters.apache_kafka import ApacheKafka
+        with ApacheKafka() as kafka_broker:
+            os.environ["GANGWAY_KAFKA"] = kafka_broker.bootstrap
+            try:
+                return {"broker": broker, **bench_pipeline(jobs, rate)}
+            finally:
+                del os.environ["GANGWAY_KAFKA"]
     gpus = 2 * jobs + 10
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GANGWAY_STATE_DIR"] = tmp

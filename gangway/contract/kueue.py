@@ -17,6 +17,12 @@ path, and raised together as one ConfigError. Fields Kueue does not have are err
 ``kubectl apply`` makes them); Kueue fields gangway does not act on yet are accepted with a
 warning, silently when they hold Kueue's neutral default. Objects of other Kubernetes kinds are
 ignored with a warning; a ``kind: List`` (``kubectl get -o yaml``) is read item by item.
+
+A ClusterQueue's ``namespaceSelector`` is enforced: a job whose namespace it does not select is
+rejected (``namespace_not_selected``), as Kueue leaves such a workload inadmissible. Namespace
+labels come from ``v1 Namespace`` objects in the same file (``kubectl get ns -o yaml``); every
+namespace has ``kubernetes.io/metadata.name: <name>``, declared or not. A ClusterQueue without the
+field admits every namespace (Kueue admits none: write ``namespaceSelector: {}`` to be explicit).
 """
 
 from __future__ import annotations
@@ -42,7 +48,11 @@ from gangway.events.contract import (
     FairSharingStrategy,
     FlavorFungibility,
     FlavorQuotas,
+    NAMESPACE_NAME_LABEL,
+    LabelRequirement,
+    LabelSelector,
     LocalQueue,
+    Namespace,
     Preemption,
     Price,
     PriorityClass,
@@ -50,6 +60,7 @@ from gangway.events.contract import (
     Quota,
     ReclaimWithinCohort,
     ResourceFlavor,
+    SelectorOperator,
     WithinClusterQueue,
 )
 from gangway.events.quantity import QuantityError, parse_milli
@@ -71,6 +82,7 @@ _LEGACY_K8S_GROUPS = {"", "apps", "batch", "policy", "autoscaling", "extensions"
 _K8S_VERSION = re.compile(r"v[0-9]+((alpha|beta)[0-9]+)?")
 
 _STRATEGIES: tuple[str, ...] = get_args(QueueingStrategy)
+_SELECTOR_OPERATORS: tuple[str, ...] = get_args(SelectorOperator)
 _WITHIN: tuple[str, ...] = get_args(WithinClusterQueue)
 _RECLAIM: tuple[str, ...] = get_args(ReclaimWithinCohort)
 _FAIR_STRATEGIES: tuple[str, ...] = get_args(FairSharingStrategy)
@@ -315,6 +327,8 @@ def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parse
         if kind == "SchedulingPolicy":
             return _read_policy
         at.error("kind", f"{_show(kind)} is not a kind of {GANGWAY_API}; it defines SchedulingPolicy")
+    elif api_version == "v1" and kind == "Namespace":
+        return _read_namespace
     elif group in _LEGACY_K8S_GROUPS or group.endswith(".k8s.io"):
         if _K8S_VERSION.fullmatch(version):
             at.warn("", f"{kind} is not part of the contract; ignored")
@@ -366,6 +380,7 @@ class _Parsed:
     local_queues: dict[tuple[str, str], _Entry] = field(default_factory=dict)
     priority_classes: dict[str, _Entry] = field(default_factory=dict)
     policies: dict[str, _Entry] = field(default_factory=dict)
+    namespaces: dict[str, _Entry] = field(default_factory=dict)
 
     def entries(self) -> Iterator[_Entry]:
         for table in (self.flavors, self.cluster_queues, self.cohorts, self.local_queues,
@@ -429,6 +444,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         priority_classes=classes,
         cohorts=[c for c in _values(parsed.cohorts) if c is not None],
         prices=sorted(policy.prices, key=lambda p: (p.flavor, p.resource)),
+        namespaces=_values(parsed.namespaces),
         **{key: value for key, value in defaults.items() if value is not None},
     )
 
@@ -444,7 +460,6 @@ _RENAMED = {"cohort": "cohortName", "cohortName": "cohort", "parent": "parentNam
 
 #: Kueue fields gangway does not act on yet, with the values that mean "Kueue's default" (silent).
 _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
-    "namespaceSelector": ({},),
     "stopPolicy": ("None",),
     "admissionChecks": ([],),
     "admissionChecksStrategy": ({},),
@@ -471,7 +486,8 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
     if spec is None:
         return
     cohort_field = "cohort" if at.version == "v1beta1" else "cohortName"
-    read = {"resourceGroups", "queueingStrategy", "preemption", "flavorFungibility", "fairSharing", cohort_field}
+    read = {"resourceGroups", "queueingStrategy", "preemption", "flavorFungibility", "fairSharing", "namespaceSelector",
+            cohort_field}
     _check_fields(at, "spec", spec, read, _CLUSTER_QUEUE_IGNORED)
     cohort = _name(at, f"spec.{cohort_field}", spec.get(cohort_field), required=False)
     no_sharing = None if cohort else f"spec.{cohort_field}"
@@ -480,8 +496,51 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
     preemption = _preemption(at, "spec.preemption", spec.get("preemption"))
     queue = ClusterQueue(at.name, flavors, cohort=cohort, preemption=preemption, queueing_strategy=strategy,
                          flavor_fungibility=_fungibility(at, "spec.flavorFungibility", spec.get("flavorFungibility")),
-                         fair_weight=_fair_weight(at, "spec.fairSharing", spec.get("fairSharing")))
+                         fair_weight=_fair_weight(at, "spec.fairSharing", spec.get("fairSharing")),
+                         namespace_selector=_selector(at, "spec.namespaceSelector", spec.get("namespaceSelector")))
     _register(at, parsed.cluster_queues, at.name, queue, refs)
+
+
+def _selector(at: _At, path: str, value: Any) -> LabelSelector | None:
+    """A Kubernetes LabelSelector (matchLabels, matchExpressions); None when the field is absent."""
+    if value is None:
+        return None
+    selector = _dict(at, path, value)
+    if selector is None:
+        return None
+    _check_fields(at, path, selector, {"matchLabels", "matchExpressions"})
+    labels = _labels(at, f"{path}.matchLabels", selector.get("matchLabels"))
+    requirements = []
+    for i, expr in enumerate(_list(at, f"{path}.matchExpressions", selector.get("matchExpressions")) or []):
+        where = f"{path}.matchExpressions[{i}]"
+        expr = _dict(at, where, expr)
+        if expr is None:
+            continue
+        _check_fields(at, where, expr, {"key", "operator", "values"})
+        key = _string(at, f"{where}.key", expr.get("key"))
+        operator = _choice(at, f"{where}.operator", expr.get("operator"), _SELECTOR_OPERATORS, None)
+        if expr.get("operator") is None:
+            at.error(f"{where}.operator", _MISSING)
+        values = _list(at, f"{where}.values", expr.get("values")) or []
+        if any(not isinstance(v, str) for v in values):
+            at.error(f"{where}.values", "every value must be a string")
+        if operator in ("In", "NotIn") and not values:
+            at.error(f"{where}.values", f"operator {operator} needs at least one value")
+        if operator in ("Exists", "DoesNotExist") and values:
+            at.error(f"{where}.values", f"operator {operator} takes no values")
+        if key is not None and operator is not None:
+            requirements.append(LabelRequirement(key=key, operator=operator, values=sorted(map(str, values))))
+    return LabelSelector(match_labels=labels, match_expressions=requirements)
+
+
+def _read_namespace(at: _At, obj: dict, parsed: _Parsed) -> None:
+    """A v1 Namespace: its labels are what ClusterQueues' namespaceSelectors match."""
+    _check_name(at, obj)
+    metadata = _dict(at, "metadata", obj.get("metadata")) or {}
+    labels = _labels(at, "metadata.labels", metadata.get("labels"))
+    if at.name:
+        labels[NAMESPACE_NAME_LABEL] = at.name
+    _register(at, parsed.namespaces, at.name, Namespace(name=at.name, labels=labels))
 
 
 def _read_cohort(at: _At, obj: dict, parsed: _Parsed) -> None:

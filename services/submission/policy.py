@@ -64,12 +64,16 @@ def decide_submission(
     in_flight: set[str],
     submission: str,
     max_bytes: int = MAX_BYTES,
+    entitled: str | None = None,
 ) -> WorkloadQueued | JobRejected | None:
     """Decide what one submission record becomes.
 
     ``submission`` is the record's ``topic/partition/offset``; ``in_flight`` holds the job ids this
     service has queued but not yet seen folded into ``state``. Returns None for a re-delivery of
     a record already turned into a workload (``state.workloads[job_id].spec.submission``).
+    ``entitled`` is the one namespace the record's topic may submit into (a tenant's own
+    ``gangway.submissions.<namespace>``, which only that tenant's principal may write); None for
+    the shared topic, which only gangway's own principals may write.
     """
     try:
         job = read_job(value, headers, max_bytes)
@@ -79,6 +83,7 @@ def decide_submission(
     if known is not None and known.spec.submission == submission:
         return None
     try:
+        _check_entitled(job, entitled, submission)
         return queue_job(job, state, in_flight, submission)
     except Invalid as bad:
         return rejected(bad, job.job_id, value, key, headers, submission)
@@ -263,6 +268,17 @@ def _data_job_id(raw: msgspec.Raw) -> object:
 # --- validating the job --------------------------------------------------------------------------
 
 
+def _check_entitled(job: JobSubmitted, entitled: str | None, submission: str) -> None:
+    """A tenant's topic submits into that tenant's namespace only (what a topic ACL cannot see)."""
+    if entitled is not None and job.namespace != entitled:
+        topic = submission.rsplit("/", 2)[0]
+        raise Invalid(
+            "not_entitled",
+            f"namespace: {job.namespace!r} is not this producer's namespace: records on {topic} may submit "
+            f"only into namespace {entitled!r} (the topic's ACL admits only that tenant's principal)",
+        )
+
+
 def queue_job(job: JobSubmitted, state: State, in_flight: set[str], submission: str) -> WorkloadQueued:
     """The workload a valid job becomes; raises Invalid for the first thing wrong with it."""
     _check_names(job)
@@ -441,6 +457,15 @@ def _local_queue(idx: ContractIndex, job: JobSubmitted) -> LocalQueue:
             "unknown_queue",
             f"queue: LocalQueue {job.namespace}/{job.queue} points at ClusterQueue "
             f"{local_queue.cluster_queue!r}, which the contract does not define",
+        )
+    cluster_queue = idx.cluster_queues[local_queue.cluster_queue]
+    if not idx.contract.selects_namespace(cluster_queue, job.namespace):
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(idx.contract.namespace_labels(job.namespace).items()))
+        raise Invalid(
+            "namespace_not_selected",
+            f"queue: ClusterQueue {cluster_queue.name!r} (LocalQueue {job.namespace}/{job.queue}) does not admit "
+            f"namespace {job.namespace!r}: its namespaceSelector does not match the namespace's labels ({labels}); "
+            "Kueue leaves such a workload inadmissible",
         )
     return local_queue
 

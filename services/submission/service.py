@@ -2,12 +2,20 @@
 
 It also relays checkpoints from ``gangway.telemetry`` onto the log (``telemetry.py``).
 
+Inputs: the shared ``gangway.submissions`` (written by gangway's own principals: the Kubernetes
+binder, operators) and every tenant topic ``gangway.submissions.<namespace>`` that exists when the
+service starts (one partition each; a tenant added later is read after a restart). A record on a
+tenant topic may only name that namespace.
+
 Input offsets are committed (consumer group ``gangway-submission``) only after what they became
 is acknowledged by the broker; a record seen again after a crash is recognised by its
 ``submission`` position and produces nothing twice.
 """
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 from gangway.adapters import kafka
 from gangway.events import topics
@@ -21,6 +29,7 @@ SUBMISSIONS_PARTITION = kafka.only_partition(topics.SUBMISSIONS)
 TELEMETRY_PARTITION = kafka.only_partition(topics.TELEMETRY)
 #: At most this many submissions are validated per cycle.
 SUBMISSIONS_PER_CYCLE_MAX = 5_000
+log = logging.getLogger(__name__)
 
 
 class SubmissionService(LogService):
@@ -34,12 +43,19 @@ class SubmissionService(LogService):
         self.consumer = None
         #: Input partition → the offset to commit once this cycle's proposals are acknowledged.
         self.commit_to: dict = {}
+        self.tenant_partitions: list = []
 
     def group_id(self) -> str:
         return "gangway-submission"
 
     def input_partitions(self) -> list:
-        return [SUBMISSIONS_PARTITION, TELEMETRY_PARTITION]
+        return [SUBMISSIONS_PARTITION, *self.tenant_partitions, TELEMETRY_PARTITION]
+
+    async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
+        self.tenant_partitions = [kafka.only_partition(t) for t in await kafka.tenant_submission_topics(self.bootstrap)]
+        if self.tenant_partitions:
+            log.info("submission: tenant topics %s", ", ".join(tp.topic for tp in self.tenant_partitions))
+        await super().run(stop, standby)
 
     async def on_start(self, consumer) -> None:
         self.consumer = consumer
@@ -69,8 +85,9 @@ class SubmissionService(LogService):
                     proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
                 self.commit_to[TELEMETRY_PARTITION] = rec.offset + 1
                 continue
-            result = decide_submission(rec.value, rec.key, headers, state, taken, where, self.max_bytes)
-            self.commit_to[SUBMISSIONS_PARTITION] = rec.offset + 1
+            result = decide_submission(rec.value, rec.key, headers, state, taken, where, self.max_bytes,
+                                       entitled=topics.entitled_namespace(rec.topic))
+            self.commit_to[kafka.partition_of(rec)] = rec.offset + 1
             if isinstance(result, WorkloadQueued):
                 taken.add(result.workload)
                 proposals.append(Proposal(f"queued/{result.workload}", now, result))

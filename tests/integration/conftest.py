@@ -1,7 +1,9 @@
-"""Integration fixtures: the REAL embedded broker and the six REAL services as OS processes.
+"""Integration fixtures: a REAL broker and the six REAL services as OS processes.
 
-One stack is shared by the whole session (the ``gw`` fixture, a Harness; ``bootstrap`` is its
-address): it is started with the demo's 8 × 8-GPU cluster at ``TIME_SCALE`` cluster seconds per
+The broker is the embedded one, and for tests marked ``both_brokers`` also Apache Kafka (the
+``broker_kind`` fixture of tests/conftest.py; the stack's broker is then an ``ApacheKafka`` named
+to the stack with GANGWAY_KAFKA, its producers idempotent). One stack per broker kind is shared by
+the session (the ``gw`` fixture, a Harness; ``bootstrap`` is its address): it is started with the demo's 8 × 8-GPU cluster at ``TIME_SCALE`` cluster seconds per
 wall second, the demo contract is published, and the fixture yields once the binder's 8 nodes are
 on the log. Tests share it with unique job names and wait for their own jobs to finish, so they do
 not interfere.
@@ -29,7 +31,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from gangway import stack as stack_mod
-from gangway.adapters import kafka
+from gangway.adapters import apache_kafka, kafka
 from gangway.contract.kueue import load_contract
 from gangway.demo import demo_file
 from gangway.events import codec, topics
@@ -82,9 +84,10 @@ class Record:
 class Harness:
     """The running stack and what tests do with it: produce, read the log, wait."""
 
-    def __init__(self, running: stack_mod.Stack, state_dir: Path):
+    def __init__(self, running: stack_mod.Stack, state_dir: Path, kind: str = "embedded"):
         self.stack = running
         self.bootstrap = running.bootstrap
+        self.kind = kind
         self.state_dir = state_dir
         self.envs: list[ev.Envelope] = []
         self.state = State()
@@ -205,9 +208,10 @@ class Harness:
     @property
     def producer(self) -> Producer:
         if self._producer is None:
+            # Idempotent on Apache Kafka; the embedded broker refuses idempotent producers.
             self._producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                                       "enable.idempotence": False, "message.max.bytes": 4_000_000,
-                                       "linger.ms": 2, **_RDKAFKA_QUIET})
+                                       "enable.idempotence": self.kind != "embedded", "message.max.bytes": 4_000_000,
+                                       "linger.ms": 2, **kafka.settings().rdkafka_config(), **_RDKAFKA_QUIET})
         return self._producer
 
     def produce(self, records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]],
@@ -236,9 +240,10 @@ class Harness:
         """Every JobRejected on ``gangway.rejections`` so far, read with confluent-kafka."""
         if self._rejections is None:
             self._rejections = Consumer({
-                "bootstrap.servers": self.bootstrap, "group.id": f"it-rejections-{uid()}",
+                "bootstrap.servers": self.bootstrap, "group.id": f"gangway-it-rejections-{uid()}",
                 "enable.auto.commit": False, "max.partition.fetch.bytes": 16_000_000,
-                "fetch.max.bytes": 32_000_000, "receive.message.max.bytes": 40_000_000, **_RDKAFKA_QUIET,
+                "fetch.max.bytes": 32_000_000, "receive.message.max.bytes": 40_000_000,
+                **kafka.settings().rdkafka_config(), **_RDKAFKA_QUIET,
             })
             self._rejections.assign([TopicPartition(topics.REJECTIONS, 0, OFFSET_BEGINNING)])
         while True:
@@ -270,9 +275,10 @@ class Harness:
 
     # --- the gangway CLI as a subprocess -----------------------------------------------------
 
-    def cli(self, *args: str, timeout_s: float = 60.0, state_dir: Path | None = None) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout_s: float = 60.0, state_dir: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, COLUMNS="1000", NO_COLOR="1",
-                   GANGWAY_STATE_DIR=str(state_dir or self.state_dir / "cli"))
+                   GANGWAY_STATE_DIR=str(state_dir or self.state_dir / "cli"), **broker_env(self.kind), **(env or {}))
         return subprocess.run([str(VENV_BIN / "gangway"), *args], env=env, capture_output=True, text=True,
                               timeout=timeout_s, stdin=subprocess.DEVNULL)
 
@@ -319,19 +325,38 @@ def pid_alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+def broker_env(kind: str) -> dict[str, str]:
+    """What a gangway process is told about the broker of this kind (KafkaSettings)."""
+    if kind == "embedded":
+        return {"GANGWAY_KAFKA_IDEMPOTENCE": "false", "GANGWAY_KAFKA_SESSION_TIMEOUT_MS": "2000"}
+    # The test broker allows 1 s sessions (group.min.session.timeout.ms): standbys take over fast.
+    return {"GANGWAY_KAFKA_IDEMPOTENCE": "true", "GANGWAY_KAFKA_SESSION_TIMEOUT_MS": "2000"}
+
+
 @contextmanager
-def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes: int, time_scale: float = TIME_SCALE):
+def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes: int, time_scale: float = TIME_SCALE,
+                  kind: str = "embedded", broker=None, env: dict[str, str] | None = None):
     """A whole stack (broker and six services as processes) with a contract applied; yields a Harness
-    once the binder's nodes and the contract are on the log; afterwards, checks nothing survived it."""
+    once the binder's nodes and the contract are on the log; afterwards, checks nothing survived it.
+
+    ``kind`` "apache-kafka": an Apache Kafka broker (``broker``, which the caller stops, or one
+    started here) is pointed at with GANGWAY_KAFKA, as a production deployment is; ``env`` adds
+    settings (credentials) for the stack and this process."""
+    outside = None
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GANGWAY_STATE_DIR", str(state_dir))
         for name in ("GANGWAY_KAFKA", "GANGWAY_DB", "GANGWAY_CLOCK"):
             mp.delenv(name, raising=False)
+        for name, value in {**broker_env(kind), **(env or {})}.items():
+            mp.setenv(name, value)
+        if kind == "apache-kafka":
+            outside = broker or apache_kafka.ApacheKafka(log_path=str(state_dir / "kafka.log")).start()
+            mp.setenv("GANGWAY_KAFKA", outside.bootstrap)
         running = stack_mod.Stack(cluster_file=cluster_file, time_scale=time_scale)
         harness = None
         try:
             running.start()
-            harness = Harness(running, state_dir)
+            harness = Harness(running, state_dir, kind)
             contract = load_contract(Path(contract_file).read_text(), contract_file)
             asyncio.run(stack_mod.publish_config(running.bootstrap, contract, str(contract_file),
                                                  running.clock.now_ms()))
@@ -339,15 +364,23 @@ def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes:
                                lambda s, _e: len(s.nodes) == nodes and s.contract is not None, STARTUP_TIMEOUT_S)
             # The orphan check below finds the stack's processes by their environment: it must see them now.
             seen = {pid for pid, _cmd in processes_with_env("GANGWAY_STATE_DIR", str(state_dir))}
-            assert seen >= {proc.pid for proc in running.children.values()} | {running.broker.proc.pid}, seen
+            ours = running.broker or (outside if broker is None else None)
+            assert seen >= {proc.pid for proc in running.children.values()} | ({ours.proc.pid} if ours else set()), seen
             yield harness
         finally:
-            broker_pid = running.broker.proc.pid if running.broker and running.broker.proc else None
+            ours = running.broker or outside
+            broker_pid = ours.proc.pid if ours and ours.proc else None
             pids = set(harness.pids_seen) if harness else set()
             pids.update(proc.pid for proc in running.children.values())
             if harness is not None:
                 harness.close()
             running.stop()
+            if outside is not None:
+                if broker is None:
+                    outside.stop()
+                (state_dir / "bootstrap").unlink(missing_ok=True)  # the stack keeps an outside broker's address
+    if broker is not None:
+        broker_pid = None  # the caller's broker outlives this stack
     alive = [pid for pid in sorted(pids | ({broker_pid} if broker_pid else set())) if pid_alive(pid)]
     assert not alive, f"processes of the stack outlived it: {alive}"
     # (multiprocessing's resource tracker, started by a benchmark test in this process while the
@@ -359,9 +392,10 @@ def running_stack(state_dir: Path, cluster_file: str, contract_file: str, nodes:
 
 
 @pytest.fixture(scope="session")
-def gw(tmp_path_factory):
-    """The stack, running the demo cluster and contract; yields a Harness (``gw.bootstrap``)."""
-    with running_stack(tmp_path_factory.mktemp("gangway-state"), CLUSTER_FILE, CONTRACT_FILE, NODES) as harness:
+def gw(tmp_path_factory, broker_kind):
+    """The stack on a broker of this kind, running the demo cluster and contract; yields a Harness."""
+    with running_stack(tmp_path_factory.mktemp(f"gangway-state-{broker_kind}"), CLUSTER_FILE, CONTRACT_FILE, NODES,
+                       kind=broker_kind) as harness:
         yield harness
 
 

@@ -128,6 +128,7 @@ def demo_run(gw):
 # --- tests ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_brokers
 def test_jobs_from_an_outside_client_run_in_binary_structured_and_plain_json_mode(gw):
     u = gw.uid()
     binary = gw.job(f"binary-{u}", namespace="research", gpus=2, runtime_s=60)
@@ -268,6 +269,7 @@ def test_the_same_job_name_in_two_namespaces_is_two_workloads_and_a_duplicate_is
     assert sorted(queued) == [f"batch/twin-{u}", f"research/twin-{u}"]
 
 
+@pytest.mark.both_brokers
 def test_two_40_gpu_gangs_on_64_gpus_run_one_after_the_other_whole_without_deadlock(gw):
     gw.wait_idle()
     u = gw.uid()
@@ -347,6 +349,7 @@ def test_the_cloudevents_sdk_reads_every_event_on_the_log_and_the_structured_exp
     assert [e.id for e in read_export(str(export))] == [e.id for e in envs]
 
 
+@pytest.mark.both_brokers
 def test_replay_reproduces_every_decision_and_names_a_tampered_one(gw, demo_run, tmp_path):
     envs = list(gw.log())
     report = verify(envs)
@@ -380,6 +383,7 @@ def test_replay_reproduces_every_decision_and_names_a_tampered_one(gw, demo_run,
         assert f"offset {admitted.offset} {admitted.id}" in done.stdout, done.stdout
 
 
+@pytest.mark.both_brokers
 def test_a_killed_service_restarts_and_the_pipeline_goes_on_without_duplicate_decisions(gw):
     gw.wait_idle()
     u = gw.uid()
@@ -434,6 +438,7 @@ def test_a_killed_service_restarts_and_the_pipeline_goes_on_without_duplicate_de
     assert report.ok and report.verified == report.decisions, "\n".join(map(str, report.mismatches))
 
 
+@pytest.mark.both_brokers
 @pytest.mark.postgres
 def test_accounting_bills_runtime_times_gpus_exactly_once_in_sqlite_and_postgresql(gw, request, tmp_path):
     try:
@@ -545,6 +550,7 @@ def test_gangway_status_and_log_export_show_what_the_log_holds(gw, tmp_path):
     assert [int(line.split()[0]) for line in lines] == [e.offset for e in envs]
 
 
+@pytest.mark.both_brokers
 def test_seed_story_on_the_real_broker_2_gpu_jobs_are_packed_and_the_fine_tune_gets_one_nvlink_island(gw):
     """The demo's nodes are 8-GPU NVLink islands. Spread, eight 2-GPU jobs would leave 6 GPUs on every
     node and no home for an 8-GPU tensor-parallel fine-tune; packed, they leave whole nodes."""

@@ -32,6 +32,7 @@ def gpu_job(job_id: str, namespace: str, gpus: int, count: int = 1, runtime_s: f
     return doc
 
 
+@pytest.mark.both_brokers
 def test_the_incident_serving_reclaims_exactly_8_gpus_and_explain_says_why(gw):
     gw.wait_idle()
     u = gw.uid()
