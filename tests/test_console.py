@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from builders import LogBuilder, cluster_queue, contract, node, workload
 from gangway.console import model
 from gangway.console.app import create_app
-from gangway.console.metrics import METRICS
+from gangway.console.metrics import METRICS, dashboard_series, declared_series
 from gangway.events import catalogue as ev
 from gangway.events.resources import GPU, total_request
 from gangway.events.state import HOLDS_NODES
@@ -200,25 +200,9 @@ def test_health_rules_and_the_page_with_its_offline_assets(client, reclaimed):
     assert client.get("/static/console.js").status_code == 200
 
 
-def dashboard_metrics() -> set[str]:
-    """Every metric name an expression of the Grafana dashboard uses."""
-    import re
-    doc = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for panel in doc["panels"] for t in panel.get("targets", [])]
-    exprs += [v.get("query", "") if isinstance(v.get("query"), str) else v.get("query", {}).get("query", "")
-              for v in doc.get("templating", {}).get("list", []) if v.get("type") == "query"]
-    return {m for e in exprs for m in re.findall(r"\b((?:kueue|gangway)_[a-z_]+)", e)}
-
-
-def exported_names(families) -> set[str]:
-    """The series names an exposition offers (a family with no sample yet still declares them)."""
-    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
-    return {f.name + s for f in families.values() for s in suffixes.get(f.type, [""])}
-
-
 def test_every_metric_the_grafana_dashboard_queries_is_exported(client):
     families, text = scrape(client)
-    exported = exported_names(families)
-    used = dashboard_metrics()
+    exported = declared_series(families.values())
+    used = dashboard_series(json.loads(DASHBOARD.read_text()))
     assert len(used) >= 12
     assert not used - exported, f"the dashboard queries metrics nobody exports: {sorted(used - exported)}"

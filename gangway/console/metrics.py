@@ -191,3 +191,19 @@ def _money(folded: Folded):
         busy.add_metric([row["team"]], row["busy_gpu_hours"])
     yield allocated
     yield busy
+
+
+def dashboard_series(dashboard: dict) -> set[str]:
+    """Every gangway or Kueue series a Grafana dashboard's queries name (panels and variables)."""
+    import re
+    exprs = [t.get("expr", "") for panel in dashboard.get("panels", []) for t in panel.get("targets", [])]
+    for var in dashboard.get("templating", {}).get("list", []):
+        query = var.get("query", "")
+        exprs.append(query.get("query", "") if isinstance(query, dict) else str(query))
+    return {m for e in exprs for m in re.findall(r"\b((?:kueue|gangway)_[a-z_]+)", e)}
+
+
+def declared_series(families) -> set[str]:
+    """The series names a parsed exposition declares (a family with no sample yet still does)."""
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    return {f.name + s for f in families for s in suffixes.get(f.type, [""])}

@@ -111,6 +111,9 @@ function gpuCell(node, g, teams, mine) {
 
 function renderMap(el, map, mine) {
   const teams = map.teams;
+  const key = JSON.stringify([map, mine]);
+  if (el._key === key) return;  // unchanged: keep the DOM (hover and selection stay put)
+  el._key = key;
   if (el.id === "map") {
     $("#legend").innerHTML = Object.entries(teams).map(([t, c]) => `<span><i class="sw" style="background:${c}"></i>${esc(t)}</span>`).join("")
       + `<span><i class="sw" style="background:var(--idle)"></i>idle</span>`
@@ -161,8 +164,12 @@ function findNode(name) {
 
 // --- queues ------------------------------------------------------------------------------------
 
+let queuesKey = null;
 function renderQueues() {
   const q = VIEW.queues;
+  const key = JSON.stringify([q, VIEW.map.teams]);
+  if (key === queuesKey) return;
+  queuesKey = key;
   const gpuRows = q.cluster_queues.filter((r) => r.resource === "nvidia.com/gpu");
   const labels = gpuRows.map((r) => `${r.cluster_queue} (${r.flavor})`);
   const g = (v) => v / 1000;
@@ -201,6 +208,7 @@ function chart(id, config) {
 
 // --- the decision stream ------------------------------------------------------------------------
 
+let streamKey = null;
 function renderStream() {
   const fill = (sel, values) => {
     const el = $(sel), cur = el.value;
@@ -212,6 +220,9 @@ function renderStream() {
   fill("#f-team", Object.keys(VIEW.map.teams));
   fill("#f-kind", [...new Set(STREAM.map((x) => x.kind))].sort());
   const team = $("#f-team").value, kind = $("#f-kind").value, job = $("#f-job").value.trim();
+  const key = `${STREAM.length ? STREAM[0].offset : -1}|${team}|${kind}|${job}`;
+  if (key === streamKey) return;
+  streamKey = key;
   const rows = STREAM.filter((x) => (!team || x.team === team || (x.preemptor || "").startsWith(team + "/"))
     && (!kind || x.kind === kind) && (!job || x.job.includes(job) || (x.preemptor || "").includes(job))).slice(0, 500);
   $("#stream-count").textContent = `${rows.length} of the latest ${STREAM.length} events`;
@@ -224,8 +235,12 @@ $("#f-job").addEventListener("input", renderStream);
 
 // --- money ------------------------------------------------------------------------------------
 
+let moneyKey = null;
 function renderMoney() {
   const m = VIEW.money;
+  const key = JSON.stringify(m);
+  if (key === moneyKey) return;
+  moneyKey = key;
   const priced = !!m.currency;
   $("#money-note").textContent = `from the folded log (placement to end)${priced ? `; spend at the contract's prices in ${m.currency}` : "; the contract sets no prices"}`;
   const labels = m.times_ms.map((t) => clock(t));
@@ -255,8 +270,13 @@ async function loadJob(name, quiet) {
   renderJob();
 }
 
+let jobKey = null;
 function renderJob() {
   const j = JOB;
+  if (j.pods.length && VIEW) renderMap($("#job-map"), VIEW.map, j.workload);
+  const key = JSON.stringify(j);
+  if (key === jobKey) return;
+  jobKey = key;
   $("#job-head").innerHTML = `<h1>${teamDot(j.team)}${esc(j.workload)}</h1><span class="phase" data-phase="${esc(j.phase)}">${esc(j.phase)}</span>`
     + `<span>team <b>${esc(j.team)}</b></span><span>ClusterQueue <b>${esc(j.cluster_queue)}</b></span><span>${j.gpus} GPUs</span>`
     + `<span>priority ${j.priority}</span><span>attempt ${j.attempt + 1}</span>`;
@@ -269,8 +289,7 @@ function renderJob() {
       + `<span class="when">[${s.offset}] ${clock(s.time_ms)}</span><div>${detail}</div></li>`;
   }).join("");
   $("#explain").textContent = j.explain.join("\n");
-  if (j.pods.length && VIEW) renderMap($("#job-map"), VIEW.map, j.workload);
-  else $("#job-map").innerHTML = `<p class="muted">${esc(j.workload)} holds no GPUs now (${esc(j.phase)}).</p>`;
+  if (!j.pods.length) { $("#job-map")._key = null; $("#job-map").innerHTML = `<p class="muted">${esc(j.workload)} holds no GPUs now (${esc(j.phase)}).</p>`; }
 }
 
 loadAll();
