@@ -52,7 +52,9 @@ class Console:
         self.listeners: set[asyncio.Queue] = set()
         self.tasks: list[asyncio.Task] = []
         self._pending: tuple[int, dict] = (-2, {})
-        self._pushed = -1
+        #: Events already sent to the browsers (they keep the stream; a new one fetches /api/stream).
+        self._sent = 0
+        self._version: tuple = ()
         self.error: str | None = None
 
     # --- following the log ---------------------------------------------------------------
@@ -86,10 +88,12 @@ class Console:
         while True:
             await asyncio.sleep(PUSH_EVERY_S)
             offset = self.folded.state.offset
-            if offset == self._pushed or not self.listeners:
+            version = (offset, self.end, tuple(sorted(self.services.items())))
+            if version == self._version or not self.listeners:
                 continue
-            fresh = [model.stream_item(e) for e in self.folded.envs if e.offset > self._pushed][-STREAM_FIRST:]
-            self._pushed = offset
+            envs = self.folded.envs
+            fresh = [model.stream_item(e) for e in envs[max(self._sent, len(envs) - STREAM_FIRST):]]
+            self._sent, self._version = len(envs), version
             message = json.dumps({"view": self.view(), "events": fresh})
             for queue in list(self.listeners):
                 if queue.qsize() < 4:
@@ -187,7 +191,10 @@ def create_app(bootstrap: str, log: list | None = None) -> Starlette:
     async def api_live(request: Request) -> Response:
         queue: asyncio.Queue = asyncio.Queue()
         console.listeners.add(queue)
-        console._pushed = -1  # a new listener gets a fresh view at the next push
+        # a new listener gets a fresh view at the next push, with the latest events again (browsers
+        # drop the ones they have), so nothing between its /api/stream and its first push is missed
+        console._version = ()
+        console._sent = max(0, console._sent - STREAM_FIRST)
 
         async def events():
             try:

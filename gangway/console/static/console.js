@@ -5,6 +5,13 @@
 const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const gpuText = (milli) => { const g = milli / 1000; return Number.isInteger(g) ? String(g) : g.toFixed(2).replace(/0+$/, ""); };
+// a quantity in milli units, for people: memory in GiB/TiB, the rest as a number
+const qty = (milli, resource) => {
+  if (milli == null) return "—";
+  if (resource === "memory") { const gi = milli / 1000 / 2 ** 30; return gi >= 1024 ? `${+(gi / 1024).toFixed(2)} Ti` : `${+gi.toFixed(1)} Gi`; }
+  return gpuText(milli);
+};
+const levelName = (level, name) => name.toLowerCase().startsWith(level) ? name : `${level} ${name}`;
 const clock = (ms) => ms ? new Date(ms).toISOString().slice(11, 19) : "-";
 const day = (ms) => ms ? new Date(ms).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "-";
 const rel = (ms, now) => { if (ms == null) return "not within a week"; const s = Math.round((ms - now) / 1000);
@@ -72,7 +79,7 @@ function render() {
 
 function renderSummary() {
   const s = VIEW.summary;
-  $("#summary").innerHTML = `cluster time <b>${esc(day(s.time_ms))}</b> · log offset <b>${s.offset}</b>${s.end != null ? ` of ${s.end}` : ""}`
+  $("#summary").innerHTML = `cluster time <b>${esc(day(s.time_ms))}</b> · <b>${s.offset + 1}</b>${s.end != null ? ` of ${s.end}` : ""} log events folded`
     + ` · <b>${s.active}</b> holding quota · <b>${s.pending}</b> pending · <b>${s.decisions}</b> decisions (${s.superseded} superseded)`
     + (s.contract ? ` · contract ${esc(s.contract)}` : " · no contract yet");
   $("#services").innerHTML = (s.services || []).map((x) => {
@@ -124,8 +131,8 @@ function renderMap(el, map, mine) {
   }
   if (!map.blocks.length) { el.innerHTML = `<p class="muted">No nodes on the log yet.</p>`; return; }
   el.classList.toggle("focus", !!mine);
-  el.innerHTML = map.blocks.map((b) => `<div class="block"><div class="title">block ${esc(b.name)}</div><div class="racks">`
-    + b.racks.map((r) => `<div class="rack"><div class="title">rack ${esc(r.name)}</div><div class="nodes">`
+  el.innerHTML = map.blocks.map((b) => `<div class="block"><div class="title">${esc(levelName("block", b.name))}</div><div class="racks">`
+    + b.racks.map((r) => `<div class="rack"><div class="title">${esc(levelName("rack", r.name))}</div><div class="nodes">`
       + r.nodes.map((n) => nodeCard(n, teams, mine)).join("") + `</div></div>`).join("") + `</div></div>`).join("");
 }
 
@@ -184,14 +191,14 @@ function renderQueues() {
   };
   chart("quota-chart", {type: "bar", data, options: {indexAxis: "y", animation: false, maintainAspectRatio: false,
     scales: {x: {stacked: true, title: {display: true, text: "GPUs"}}, y: {stacked: true}}, plugins: {legend: {position: "bottom"}}}});
-  const lim = (v) => v == null ? "—" : gpuText(v);
+  const lim = (v, r) => v == null ? "—" : qty(v, r);
   $("#quota-table").innerHTML = `<tr><th>ClusterQueue</th><th>cohort</th><th>flavor</th><th>resource</th><th>guaranteed</th><th>used</th><th>borrowed</th><th>lent</th><th>borrowing limit</th><th>lending limit</th></tr>`
     + q.cluster_queues.map((r) => `<tr data-cq="${esc(r.cluster_queue)}"><td>${esc(r.cluster_queue)}</td><td>${esc(r.cohort)}</td><td>${esc(r.flavor)}</td><td>${esc(r.resource)}</td>`
-      + `<td class="num">${gpuText(r.nominal)}</td><td class="num">${gpuText(r.used)}</td><td class="num">${gpuText(r.borrowed)}</td><td class="num">${gpuText(r.lent)}</td>`
-      + `<td class="num">${lim(r.borrowing_limit)}</td><td class="num">${lim(r.lending_limit)}</td></tr>`).join("");
+      + `<td class="num">${qty(r.nominal, r.resource)}</td><td class="num">${qty(r.used, r.resource)}</td><td class="num">${qty(r.borrowed, r.resource)}</td><td class="num">${qty(r.lent, r.resource)}</td>`
+      + `<td class="num">${lim(r.borrowing_limit, r.resource)}</td><td class="num">${lim(r.lending_limit, r.resource)}</td></tr>`).join("");
   $("#cohort-table").innerHTML = `<tr><th>cohort</th><th>members</th><th>flavor</th><th>resource</th><th>quota (members + own)</th><th>used</th><th>borrowed by members</th></tr>`
     + q.cohorts.map((c) => `<tr><td>${esc(c.cohort)}</td><td>${esc(c.members.join(", "))}</td><td>${esc(c.flavor)}</td><td>${esc(c.resource)}</td>`
-      + `<td class="num">${gpuText(c.nominal)}</td><td class="num">${gpuText(c.used)}</td><td class="num">${gpuText(c.borrowed)}</td></tr>`).join("");
+      + `<td class="num">${qty(c.nominal, c.resource)}</td><td class="num">${qty(c.used, c.resource)}</td><td class="num">${qty(c.borrowed, c.resource)}</td></tr>`).join("");
   const now = VIEW.summary.time_ms;
   $("#pending-table").innerHTML = `<tr><th>ClusterQueue</th><th>position</th><th>workload</th><th>GPUs</th><th>priority</th><th>why it waits</th><th>estimated start</th></tr>`
     + (q.pending.length ? q.pending.map((p) => `<tr data-workload="${esc(p.workload)}"><td>${esc(p.cluster_queue)}</td><td class="num">${p.cq_position} <span class="muted">(LQ ${p.lq_position})</span></td>`
@@ -246,7 +253,7 @@ function renderMoney() {
   const labels = m.times_ms.map((t) => clock(t));
   chart("money-chart", {type: "line", data: {labels, datasets: m.teams.map((t) => ({label: t.team, data: t.series, borderColor: t.colour,
     backgroundColor: t.colour, tension: 0.2, pointRadius: 0}))}, options: {animation: false, maintainAspectRatio: false,
-    scales: {y: {title: {display: true, text: "GPU-hours (cumulative)"}}, x: {title: {display: true, text: "cluster time (UTC)"}}}}});
+    scales: {y: {title: {display: true, text: "GPU-hours (cumulative)"}}, x: {title: {display: true, text: "cluster time (UTC)"}, ticks: {maxTicksLimit: 12, maxRotation: 0}}}}});
   chart("busy-chart", {type: "bar", data: {labels: m.teams.map((t) => t.team), datasets: [
     {label: "allocated", data: m.teams.map((t) => t.allocated_gpu_hours), backgroundColor: m.teams.map((t) => t.colour)},
     {label: "busy (pods running)", data: m.teams.map((t) => t.busy_gpu_hours), backgroundColor: "#98a2b3"}]},
