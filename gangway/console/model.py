@@ -29,7 +29,8 @@ PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
            "#59A14F", "#B07AA1", "#9C755F", "#EDC948"]
 #: Kueue's admission wait histogram buckets: 1 s doubling 14 times.
 WAIT_BUCKETS_S = [float(2 ** i) for i in range(14)]
-STREAM_KEEP = 2_000
+#: Pending workloads the queue page lists (the heads of every queue first).
+PENDING_SHOWN = 300
 
 
 def team_of(name: str) -> str:
@@ -199,8 +200,10 @@ def queues_view(folded: Folded, pending: dict | None = None) -> dict:
                         "code": str(getattr(p, "code", "")), "reason": getattr(p, "reason", ""),
                         "lq_position": getattr(p, "lq_position", 0), "cq_position": getattr(p, "cq_position", 0),
                         "eta_ms": getattr(p, "eta_ms", None), "queued_ms": wl.queued_ms})
-    waiting.sort(key=lambda w: (w["cluster_queue"], w["cq_position"]))
-    return {"cluster_queues": rows, "cohorts": cohorts, "pending": waiting}
+    waiting.sort(key=lambda w: (w["cq_position"], w["cluster_queue"]))
+    # the heads of every queue first; a page lists at most PENDING_SHOWN of them
+    shown = sorted(waiting[:PENDING_SHOWN], key=lambda w: (w["cluster_queue"], w["cq_position"]))
+    return {"cluster_queues": rows, "cohorts": cohorts, "pending": shown, "pending_total": len(waiting)}
 
 
 def _lend(rows: list[dict], state: State) -> list[dict]:

@@ -20,6 +20,7 @@ const rel = (ms, now) => { if (ms == null) return "not within a week"; const s =
 let VIEW = null;           // the latest /api/view
 let STREAM = [];           // latest events, newest first
 let JOB = null;            // the job page's data
+let jobLoaded = 0;         // when it was last fetched (ms)
 const charts = {};
 
 // --- routing ---------------------------------------------------------------------------------
@@ -62,7 +63,9 @@ function connect() {
     const fresh = msg.events.filter((x) => !known.has(x.offset)).reverse();
     STREAM = fresh.concat(STREAM).slice(0, 2000);
     render();
-    if (JOB && !$("#tab-job").hidden) loadJob(JOB.workload, true);
+    // the job page asks again when an event is about the job, and now and then for its forecast
+    const about = (x) => JOB && (x.job === JOB.workload || x.preemptor === JOB.workload || x.victim === JOB.workload);
+    if (JOB && !$("#tab-job").hidden && (fresh.some(about) || Date.now() - jobLoaded > 10_000)) loadJob(JOB.workload, true);
   });
 }
 
@@ -204,7 +207,8 @@ function renderQueues() {
     + (q.pending.length ? q.pending.map((p) => `<tr data-workload="${esc(p.workload)}"><td>${esc(p.cluster_queue)}</td><td class="num">${p.cq_position} <span class="muted">(LQ ${p.lq_position})</span></td>`
       + `<td>${teamDot(p.team)}${jobLink(p.workload)}</td><td class="num">${p.gpus}</td><td class="num">${p.priority}</td>`
       + `<td class="reason"><span class="code">${esc(p.code)}</span>${esc(p.reason)}</td><td title="${esc(day(p.eta_ms))}">${esc(rel(p.eta_ms, now))}</td></tr>`).join("")
-      : `<tr><td colspan="7" class="muted">Nothing is waiting.</td></tr>`);
+      : `<tr><td colspan="7" class="muted">Nothing is waiting.</td></tr>`)
+    + (q.pending_total > q.pending.length ? `<tr><td colspan="7" class="muted">… and ${q.pending_total - q.pending.length} more (the first ${q.pending.length} in queue order shown)</td></tr>` : "");
 }
 
 function chart(id, config) {
@@ -274,6 +278,7 @@ async function loadJob(name, quiet) {
     return;
   }
   JOB = await r.json();
+  jobLoaded = Date.now();
   renderJob();
 }
 
