@@ -34,7 +34,7 @@ from gangway.console.metrics import GangwayCollector
 log = logging.getLogger(__name__)
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 PUSH_EVERY_S = 0.5
-SERVICES_EVERY_S = 2.0
+SERVICES_EVERY_S = 1.0
 #: Above this many pending workloads the queue page shows reasons without the forecast start.
 FORECAST_PENDING_MAX = 200
 STREAM_FIRST = 300
@@ -49,6 +49,7 @@ class Console:
         self.end: int | None = None
         self.caught_up = False
         self.services: dict[str, int | None] = {}
+        self.services_end: int | None = None
         self.listeners: set[asyncio.Queue] = set()
         self.tasks: list[asyncio.Task] = []
         self._pending: tuple[int, dict] = (-2, {})
@@ -77,8 +78,10 @@ class Console:
         offsets = CommittedOffsets(self.bootstrap)
         try:
             while True:
+                end = self.end  # the end as it was when the offsets were read: lag = end - offset
                 found = await offsets.read([f"gangway-{s}" for s in SERVICES])
                 self.services = {name.removeprefix("gangway-"): off for name, off in found.items()}
+                self.services_end = end
                 await asyncio.sleep(SERVICES_EVERY_S)
         finally:
             await offsets.close()
@@ -129,7 +132,8 @@ class Console:
                 "money": model.money(folded)}
 
     def health_of_services(self) -> list[dict]:
-        return [{"service": name, "folded": off, "lag": None if off is None or self.end is None else max(0, self.end - off)}
+        end = self.services_end
+        return [{"service": name, "folded": off, "lag": None if off is None or end is None else max(0, end - off)}
                 for name, off in sorted(self.services.items())]
 
     def job(self, name: str) -> dict | None:
@@ -151,7 +155,7 @@ class Console:
 
     def metrics_source(self):
         state = self.folded.state
-        return self.folded, self.pending() if state.pending else {}, self.end, self.services
+        return self.folded, self.pending() if state.pending else {}, self.end, self.services, self.services_end
 
 
 def _static(name: str) -> str:

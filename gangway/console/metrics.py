@@ -35,16 +35,16 @@ class GangwayCollector(Collector):
     """Reads the live fold through ``source()`` at every scrape.
 
     ``source`` returns (folded, pending report or None, log end offset or None, service → committed
-    offset or None)."""
+    offset or None, the log end offset when those were read)."""
 
     def __init__(self, source):
         self.source = source
 
     def collect(self):
-        folded, pending, end, services = self.source()
+        folded, pending, end, services, services_end = self.source()
         yield from _queues(folded, pending or {})
         yield from _nodes(folded)
-        yield from _health(folded, end, services)
+        yield from _health(folded, end, services, services_end)
         yield from _money(folded)
 
 
@@ -150,7 +150,7 @@ def _nodes(folded: Folded):
     yield from (total, free, allocated, busy)
 
 
-def _health(folded: Folded, end: int | None, services: dict[str, int | None]):
+def _health(folded: Folded, end: int | None, services: dict[str, int | None], services_end: int | None):
     g = GaugeMetricFamily("gangway_log_end_offset", "Offset the log's next event will get (its high-water mark)")
     if end is not None:
         g.add_metric([], end)
@@ -167,8 +167,8 @@ def _health(folded: Folded, end: int | None, services: dict[str, int | None]):
         if offset is None:
             continue
         folded_g.add_metric([name], offset)
-        if end is not None:
-            lag.add_metric([name], max(0, end - offset))
+        if services_end is not None:
+            lag.add_metric([name], max(0, services_end - offset))
     yield folded_g
     yield lag
     c = CounterMetricFamily("gangway_decisions", "Decisions applied by the fold")

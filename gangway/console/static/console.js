@@ -8,7 +8,7 @@ const gpuText = (milli) => { const g = milli / 1000; return Number.isInteger(g) 
 // a quantity in milli units, for people: memory in GiB/TiB, the rest as a number
 const qty = (milli, resource) => {
   if (milli == null) return "—";
-  if (resource === "memory") { const gi = milli / 1000 / 2 ** 30; return gi >= 1024 ? `${+(gi / 1024).toFixed(2)} Ti` : `${+gi.toFixed(1)} Gi`; }
+  if (resource === "memory" && milli) { const gi = milli / 1000 / 2 ** 30; return gi >= 1024 ? `${+(gi / 1024).toFixed(2)} Ti` : `${+gi.toFixed(1)} Gi`; }
   return gpuText(milli);
 };
 const levelName = (level, name) => name.toLowerCase().startsWith(level) ? name : `${level} ${name}`;
