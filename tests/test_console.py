@@ -206,3 +206,24 @@ def test_every_metric_the_grafana_dashboard_queries_is_exported(client):
     used = dashboard_series(json.loads(DASHBOARD.read_text()))
     assert len(used) >= 12
     assert not used - exported, f"the dashboard queries metrics nobody exports: {sorted(used - exported)}"
+
+
+def test_spend_is_allocated_gpu_hours_at_the_flavors_price():
+    import msgspec
+    from gangway.events.contract import Price
+    base = contract(cluster_queue("q").gpus(16)).obj()
+    flavor = base.cluster_queues[0].flavors[0].flavor
+    priced = msgspec.structs.replace(base, currency="EUR",
+                                     prices=[Price(flavor=flavor, resource=GPU, per_hour_micros=2_100_000)])
+    log = LogBuilder(step_ms=600_000).configure(priced).nodes(node("n1").gpus(8))
+    log.running(workload("train").queue("q").pod_set("main", count=1, gpus=2))
+    placed = next(e.time_ms for e in log.envelopes if isinstance(e.data, ev.PlacementDecided))
+    log.finish("train")
+    hours = 2 * (log.envelopes[-1].time_ms - placed) / 3_600_000
+    view = model.money(folded_of(log.envelopes))
+    (row,) = view["teams"]
+    assert view["currency"] == "EUR"
+    assert row["allocated_gpu_hours"] == pytest.approx(hours, abs=1e-3)
+    assert row["spend"] == pytest.approx(hours * 2.10, abs=0.01)
+    assert row["spend_series"][-1] == row["spend"]
+    assert row["busy_gpu_hours"] < row["allocated_gpu_hours"]  # placed 10 min before it ran

@@ -213,7 +213,7 @@ function renderQueues() {
 
 function chart(id, config) {
   if (typeof Chart === "undefined") return;
-  if (charts[id]) { charts[id].data = config.data; charts[id].update("none"); return; }
+  if (charts[id]) { charts[id].data = config.data; charts[id].options = config.options; charts[id].update("none"); return; }
   charts[id] = new Chart(document.getElementById(id), config);
 }
 
@@ -255,9 +255,11 @@ function renderMoney() {
   const priced = !!m.currency;
   $("#money-note").textContent = `from the folded log (placement to end)${priced ? `; spend at the contract's prices in ${m.currency}` : "; the contract sets no prices"}`;
   const labels = m.times_ms.map((t) => clock(t));
-  chart("money-chart", {type: "line", data: {labels, datasets: m.teams.map((t) => ({label: t.team, data: t.series, borderColor: t.colour,
-    backgroundColor: t.colour, tension: 0.2, pointRadius: 0}))}, options: {animation: false, maintainAspectRatio: false,
-    scales: {y: {title: {display: true, text: "GPU-hours (cumulative)"}}, x: {title: {display: true, text: "cluster time (UTC)"}, ticks: {maxTicksLimit: 12, maxRotation: 0}}}}});
+  // with prices, the chart is spend per team over time; without, allocated GPU-hours
+  $("#money-title").textContent = priced ? `Spend per team over time (${m.currency})` : "GPU-hours allocated per team over time";
+  chart("money-chart", {type: "line", data: {labels, datasets: m.teams.map((t) => ({label: t.team, data: priced ? t.spend_series : t.series,
+    borderColor: t.colour, backgroundColor: t.colour, tension: 0.2, pointRadius: 0}))}, options: {animation: false, maintainAspectRatio: false,
+    scales: {y: {title: {display: true, text: priced ? `${m.currency} (cumulative)` : "GPU-hours (cumulative)"}}, x: {title: {display: true, text: "cluster time (UTC)"}, ticks: {maxTicksLimit: 12, maxRotation: 0}}}}});
   chart("busy-chart", {type: "bar", data: {labels: m.teams.map((t) => t.team), datasets: [
     {label: "allocated", data: m.teams.map((t) => t.allocated_gpu_hours), backgroundColor: m.teams.map((t) => t.colour)},
     {label: "busy (pods running)", data: m.teams.map((t) => t.busy_gpu_hours), backgroundColor: "#98a2b3"}]},
