@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
+.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,3 +50,7 @@ schemas: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .gangway
+
+# Refresh the web console's vendored browser libraries from the npm registry (the files are committed).
+console-assets:
+	gangway/console/static/vendor/vendor.sh

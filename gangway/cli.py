@@ -226,7 +226,16 @@ def cmd_rules(args) -> int:
 
 def cmd_demo(args) -> int:
     from gangway.demo import run_demo
-    return run_demo(console, time_scale=args.time_scale, out=args.out)
+    return run_demo(console, time_scale=args.time_scale, out=args.out,
+                    console_port=args.port if args.console else None)
+
+
+def cmd_console(args) -> int:
+    from gangway.console.app import serve
+    bootstrap = _kafka()
+    serve(bootstrap, host=args.host, port=args.port,
+          announce=lambda url: console.print(f"gangway console at {url}  (metrics at {url}metrics; Ctrl-C stops it)"))
+    return 0
 
 
 def cmd_schemas(args) -> int:
@@ -288,7 +297,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="the whole system on a simulated 64-GPU cluster")
     s.add_argument("--time-scale", type=float, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
+    s.add_argument("--console", action="store_true", help="afterwards keep the stack and the web console running until Ctrl-C")
+    s.add_argument("--port", type=int, default=8080, help="the console's port (with --console; 0: any free one)")
     s.set_defaults(func=cmd_demo)
+    s = sub.add_parser("console", help="the web console and /metrics of the running stack (read-only)")
+    s.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    s.set_defaults(func=cmd_console)
     benchmarks_cli.add_parsers(sub)
     s = sub.add_parser("schemas", help="check (or --write) the JSON Schemas and AsyncAPI document")
     s.add_argument("--write", action="store_true")

@@ -46,9 +46,11 @@ def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) 
         time.sleep(0.5)
 
 
-def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-log.jsonl") -> int:
+def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-log.jsonl",
+             console_port: int | None = None) -> int:
+    """The demo's story; with ``console_port``, the stack and the web console then keep running
+    until Ctrl-C (the address is printed)."""
     from gangway.contract import load_contract_file
-    from gangway.read.logfile import write_export
     from gangway.services.submission.manifests import load_jobs
 
     sdir = Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway")) / "demo"
@@ -79,6 +81,15 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         _wait_ledger(ledger, envs, deadline)
         rows = ledger.team_usage(envs[0].id)
         ledger.close()
+        ok = _tell(console, envs, rows, out, started)
+        if console_port is not None:
+            _keep_console(console, running, console_port)
+    return 0 if ok else 1
+
+
+def _tell(console: Console, envs: list[ev.Envelope], rows, out: str, started: float) -> bool:
+    """The demo's printout: timeline, team usage, an explained eviction, the seed story, the replay."""
+    from gangway.read.logfile import write_export
     write_export(envs, out)
     console.rule("timeline (cluster time)")
     for env in envs:
@@ -95,7 +106,51 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
     console.print(f"{len(envs)} events written to {out}; replay reproduced {report.verified} of {report.decisions} "
                   f"decisions ({report.superseded} superseded); `gangway replay {out}` checks it again")
     console.print(f"demo took {time.monotonic() - started:.1f} s of wall time")
-    return 0 if report.ok else 1
+    return report.ok
+
+
+def _keep_console(console: Console, running: stack.Stack, port: int) -> None:
+    """Run ``gangway console`` on the demo's stack until Ctrl-C, supervising the stack meanwhile."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from gangway.adapters.broker import die_with_parent, free_port
+    port = port or free_port()
+    env = dict(os.environ, GANGWAY_KAFKA=running.bootstrap)
+    log_path = stack.state_dir() / "logs" / "console.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "gangway", "console", "--port", str(port)], env=env,
+                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=die_with_parent)
+    url = f"http://127.0.0.1:{port}/"
+    stopped: list[bool] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.append(True))
+    try:
+        deadline = time.monotonic() + 30
+        while not stopped:
+            try:
+                urllib.request.urlopen(url + "readyz", timeout=1).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the console did not start; see {log_path}")
+                time.sleep(0.2)
+        console.print(f"[bold]gangway console at {url}[/bold] (metrics at {url}metrics); the stack keeps running: Ctrl-C stops both")
+        while not stopped and proc.poll() is None:
+            running.supervise_once()
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        console.print("stopping…")
 
 
 def _explain_first_eviction(console: Console, envs: list[ev.Envelope], out: str) -> None:

@@ -52,6 +52,9 @@ FETCH_WAIT_S = 0.05
 #: Proposals not seen back after this long are given up (a lost produce); decide again.
 IN_FLIGHT_TIMEOUT_S = 30.0
 SNAPSHOT_EVERY_EVENTS = 50_000
+#: How often, at most, a service commits the log offset it has folded (its consumer group's
+#: committed offset on the log: what the console and any Kafka lag exporter read as its progress).
+FOLDED_COMMIT_EVERY_S = 1.0
 
 
 class LogService:
@@ -77,6 +80,8 @@ class LogService:
         #: Whether the service was active at the last turn of the loop (None: not known yet).
         self.was_active: bool | None = None
         self._since_snapshot = 0
+        #: The folded offset last committed (next offset to fold), and when (monotonic s).
+        self._committed: tuple[int, float] = (0, 0.0)
 
     # --- hooks -----------------------------------------------------------------------------
 
@@ -213,8 +218,23 @@ class LogService:
         return f"gangway-{self.name}-active"
 
     def group_id(self) -> str | None:
-        """Consumer group used only to store input offsets (the log is never committed)."""
-        return None
+        """Consumer group of the service's consumer: it stores input offsets (submission) and, at
+        most once a second, the log offset folded so far (``commit_folded``). The log is always read
+        from the service's own snapshot or from zero, never from this commit: it only reports progress."""
+        return f"gangway-{self.name}"
+
+    async def commit_folded(self, consumer) -> None:
+        """Commit the next log offset to fold, if it moved and a second has passed (cheap: one
+        OffsetCommit a second at most). A failed commit only delays the report."""
+        folded, at = self._committed
+        now = time.monotonic()
+        if self.state.offset + 1 == folded or now - at < FOLDED_COMMIT_EVERY_S:
+            return
+        try:
+            await consumer.commit({kafka.LOG_PARTITION: self.state.offset + 1})
+            self._committed = (self.state.offset + 1, now)
+        except Exception as exc:  # reporting progress must never stop the service
+            log.debug("%s: folded offset not committed: %s", self.name, exc)
 
     async def _loop(self, consumer, producer, stop: asyncio.Event) -> None:
         wait_s = 0.0
@@ -234,6 +254,7 @@ class LogService:
                     self.fold(env)
             if records:
                 await self.on_folded()
+            await self.commit_folded(consumer)
             if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
                 self.save_snapshot()
             if hole:  # a later batch showed up before an earlier one: fetch the earlier one again

@@ -1,0 +1,77 @@
+"""How far the log has grown and how far each service has folded it (for the console and /metrics).
+
+- ``follow_log``: the log's envelopes in order, batch by batch, forever, each batch with the log's
+  end (the fetch high-water mark) seen with it — a reader that follows and knows its own lag.
+- ``CommittedOffsets``: the log offset each service has committed to its consumer group
+  (``gangway-<service>``). A service commits the next offset it will fold at most once a second
+  (``LogService.commit_folded``), so ``end - committed`` is its lag in events — the same figure any
+  Kafka consumer-lag exporter shows for those groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from gangway.adapters.kafka import LOG_PARTITION, InOrder, decode_log_record, log_consumer
+
+log = logging.getLogger(__name__)
+
+
+async def follow_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
+    """Yield ``(envelopes, end)`` for every fetch that brings records or moves the end, forever.
+
+    ``end`` is the log's high-water mark after the fetch (None until the broker has answered one).
+    Records come strictly in offset order (``InOrder`` fetches holes again)."""
+    consumer = log_consumer(bootstrap)
+    await consumer.start()
+    order = InOrder(start)
+    last_end: int | None = None
+    try:
+        consumer.assign([LOG_PARTITION])
+        consumer.seek(LOG_PARTITION, start)
+        while True:
+            batch = await consumer.getmany(LOG_PARTITION, timeout_ms=idle_ms, max_records=10_000)
+            records, hole = order.take(batch.get(LOG_PARTITION, []))
+            if hole:
+                consumer.seek(LOG_PARTITION, order.next)
+                await asyncio.sleep(0.02)
+            envs = [env for env in map(decode_log_record, records) if env is not None]
+            end = consumer.highwater(LOG_PARTITION)
+            if envs or end != last_end:
+                last_end = end
+                yield envs, end
+    finally:
+        await consumer.stop()
+
+
+class CommittedOffsets:
+    """Reads the committed log offset of consumer groups with one admin client kept open."""
+
+    def __init__(self, bootstrap: str):
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        self.started = False
+
+    async def read(self, groups: list[str]) -> dict[str, int | None]:
+        """Group → committed offset on the log (the next offset it will fold), None if it has none
+        (or the broker did not answer)."""
+        if not self.started:
+            await self.admin.start()
+            self.started = True
+        out: dict[str, int | None] = {}
+        for group in groups:
+            try:
+                offsets = await self.admin.list_consumer_group_offsets(group, partitions=[LOG_PARTITION])
+                meta = offsets.get(LOG_PARTITION)
+                out[group] = meta.offset if meta is not None and meta.offset >= 0 else None
+            except Exception as exc:  # a broker without the group (or restarting): no figure
+                log.debug("committed offset of %s not read: %s", group, exc)
+                out[group] = None
+        return out
+
+    async def close(self) -> None:
+        if self.started:
+            await self.admin.close()
+            self.started = False
