@@ -232,7 +232,7 @@ def cmd_demo(args) -> int:
 
 def cmd_console(args) -> int:
     from gangway.console.app import serve
-    bootstrap = _kafka()
+    bootstrap = _bootstrap()
     serve(bootstrap, host=args.host, port=args.port,
           announce=lambda url: console.print(f"gangway console at {url}  (metrics at {url}metrics; Ctrl-C stops it)"))
     return 0

@@ -112,18 +112,15 @@ def _tell(console: Console, envs: list[ev.Envelope], rows, out: str, started: fl
 def _keep_console(console: Console, running: stack.Stack, port: int) -> None:
     """Run ``gangway console`` on the demo's stack until Ctrl-C, supervising the stack meanwhile."""
     import signal
-    import subprocess
     import sys
     import urllib.request
 
-    from gangway.adapters.broker import die_with_parent, free_port
+    from gangway.adapters import processes
+    from gangway.adapters.broker import free_port
     port = port or free_port()
     env = dict(os.environ, GANGWAY_KAFKA=running.bootstrap)
-    log_path = stack.state_dir() / "logs" / "console.log"
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "gangway", "console", "--port", str(port)], env=env,
-                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=die_with_parent)
+    proc = processes.spawn([sys.executable, "-m", "gangway", "console", "--port", str(port)],
+                           log_path=stack.state_dir() / "logs" / "console.log", env=env)
     url = f"http://127.0.0.1:{port}/"
     stopped: list[bool] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -136,20 +133,14 @@ def _keep_console(console: Console, running: stack.Stack, port: int) -> None:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the console did not start; see {log_path}")
+                    raise RuntimeError(f"the console did not start; see {stack.state_dir() / 'logs' / 'console.log'}")
                 time.sleep(0.2)
         console.print(f"[bold]gangway console at {url}[/bold] (metrics at {url}metrics); the stack keeps running: Ctrl-C stops both")
         while not stopped and proc.poll() is None:
             running.supervise_once()
             time.sleep(0.5)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        processes.stop([proc], grace_s=10)
         console.print("stopping…")
 
 
