@@ -141,6 +141,10 @@ ADMISSION_CODES = (C.FITS_NOMINAL, C.FITS_BORROWING)
 PLACEMENT_CODES = (C.BEST_FIT,)
 PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, C.RECLAIM_WITHIN_COHORT,
                     C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION)
+#: The codes each decision event carries, by event type name.
+DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
+    "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,
+}
 #: A pending workload's quota is the obstacle (as opposed to capacity, order or configuration).
 QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LENT_OUT, C.COHORT_EXHAUSTED)
 #: The contract itself stands in the way: no queue, or no quota for what is asked.
