@@ -111,3 +111,19 @@ def test_every_decision_carries_its_code_and_the_sentence_is_their_rendering():
     for d in decisions:
         assert d.reason_code in DECISION_CODES[type(d).__name__]
         assert d.reason == render(d.reason_code, d.reason_params)
+
+
+def test_a_superseded_decision_keeps_its_code_and_explain_names_it():
+    import msgspec
+
+    from builders import LogBuilder, cluster_queue, contract, node, workload
+    log = LogBuilder().configure(contract(cluster_queue("a").gpus(8))).nodes(node("n1").gpus(8))
+    log.queue(workload("w").queue("a").gpus(4).obj())
+    admission = log.admission("w")
+    log.add(admission, event_id="admit-1").add(msgspec.structs.replace(admission, based_on=log.offset), event_id="admit-2")
+    wl_state = log.state.workloads["w"]
+    assert wl_state.superseded_code == ReasonCode.WORKLOAD_MOVED_ON
+    assert wl_state.superseded == "admission admit-2: workload is admitted, not pending"
+    lines = explain(log.envelopes, "w", forecast=False)
+    assert any(line.endswith("admission superseded: [workload_moved_on] admission admit-2: workload is admitted, "
+                             "not pending") for line in lines), lines
