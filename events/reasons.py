@@ -141,8 +141,10 @@ ADMISSION_CODES = (C.FITS_NOMINAL, C.FITS_BORROWING)
 PLACEMENT_CODES = (C.BEST_FIT,)
 PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, C.RECLAIM_WITHIN_COHORT,
                     C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION)
-#: A pending workload's quota is the obstacle (as opposed to capacity, order or configuration).
-QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LENT_OUT, C.COHORT_EXHAUSTED)
+#: The codes each decision event carries, by event type name.
+DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
+    "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,
+}
 #: The contract itself stands in the way: no queue, or no quota for what is asked.
 CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR)
 
@@ -170,9 +172,6 @@ class Reason(msgspec.Struct, frozen=True, gc=False):
         """The same reason with more parameters (None values are left out)."""
         return Reason(self.code, {**self.params, **{k: v for k, v in params.items() if v is not None}})
 
-    def __str__(self) -> str:
-        return self.message
-
 
 def reason(code: ReasonCode, **params: Param | None) -> Reason:
     """A reason with the given parameters (None values are left out: their clause is not said)."""
@@ -182,9 +181,3 @@ def reason(code: ReasonCode, **params: Param | None) -> Reason:
 def said(why: Reason) -> dict:
     """The fields a decision event carries for a reason: ``reason``, ``reason_code``, ``reason_params``."""
     return {"reason": why.message, "reason_code": why.code, "reason_params": why.params}
-
-
-def of_decision(decision) -> Reason | None:
-    """The reason a decision event carries as data (None: recorded before reasons were codes)."""
-    code = getattr(decision, "reason_code", None)
-    return None if code is None else Reason(code, decision.reason_params)

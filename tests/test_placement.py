@@ -12,6 +12,7 @@ import pytest
 
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events import catalogue as ev
+from gangway.events.reasons import ReasonCode
 from gangway.events.resources import GPU
 from gangway.services.placement.policy import as_free, decide_placement, place_gang
 
@@ -124,6 +125,7 @@ def test_placement_decision_names_its_nodes():
         workload="w", assignments=[ev.PodAssignment(pod_set="main", node="n1", count=1, gpus=[0, 1, 2, 3, 4, 5]),
                                    ev.PodAssignment(pod_set="main", node="n2", count=1, gpus=[0, 1, 2, 3, 4, 5])],
         based_on=log.offset, reason="best fit on 2 node(s): n1, n2",
+        reason_code=ReasonCode.BEST_FIT, reason_params={"node_count": 2, "nodes": "n1, n2"},
         fragmentation=ev.Fragmentation(gpus_free=4, largest_island=2, largest_node=2, largest_rack=0,
                                        largest_block=0, fits={"1": 4, "2": 2, "4": 0, "8": 0}),
     )]

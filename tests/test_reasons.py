@@ -98,3 +98,32 @@ def test_the_published_rules_name_the_codes_the_log_records_them_under():
     assert named == {"within_queue_lower_priority", "reclaim_within_cohort", "reservation_held",
                      "reserved_for_another_gang"}
     assert named <= {code.value for code in ReasonCode}
+
+
+def test_every_decision_carries_its_code_and_the_sentence_is_their_rendering():
+    from gangway.events import catalogue as ev
+    from gangway.events.reasons import DECISION_CODES
+    sim = incident()
+    sim.submit(wl("serve-1", "serving", 8, priority=1000, pods=2))
+    sim.run(until_ms=sim.now_ms + 120_000)
+    decisions = [env.data for env in sim.log if isinstance(env.data, ev.DECISION_TYPES)]
+    assert {type(d) for d in decisions} == set(ev.DECISION_TYPES)
+    for d in decisions:
+        assert d.reason_code in DECISION_CODES[type(d).__name__]
+        assert d.reason == render(d.reason_code, d.reason_params)
+
+
+def test_a_superseded_decision_keeps_its_code_and_explain_names_it():
+    import msgspec
+
+    from builders import LogBuilder, cluster_queue, contract, node, workload
+    log = LogBuilder().configure(contract(cluster_queue("a").gpus(8))).nodes(node("n1").gpus(8))
+    log.queue(workload("w").queue("a").gpus(4).obj())
+    admission = log.admission("w")
+    log.add(admission, event_id="admit-1").add(msgspec.structs.replace(admission, based_on=log.offset), event_id="admit-2")
+    wl_state = log.state.workloads["w"]
+    assert wl_state.superseded_code == ReasonCode.WORKLOAD_MOVED_ON
+    assert wl_state.superseded == "admission admit-2: workload is admitted, not pending"
+    lines = explain(log.envelopes, "w", forecast=False)
+    assert any(line.endswith("admission superseded: [workload_moved_on] admission admit-2: workload is admitted, "
+                             "not pending") for line in lines), lines

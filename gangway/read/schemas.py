@@ -20,7 +20,7 @@ import yaml
 from gangway.events import catalogue as ev
 from gangway.events import topics
 from gangway.events.codec import JSON
-from gangway.events.reasons import MESSAGES, ReasonCode
+from gangway.events.reasons import DECISION_CODES, MESSAGES, ReasonCode
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = "schemas"
@@ -155,7 +155,8 @@ def reason_codes() -> dict:
     return {
         "title": "ReasonCode",
         "type": "string",
-        "description": " ".join((ReasonCode.__doc__ or "").split()),
+        "description": " ".join((ReasonCode.__doc__ or "").split()) + " Codes by event: " + "; ".join(
+            f"{event}: {', '.join(codes)}" for event, codes in DECISION_CODES.items()) + ".",
         "oneOf": [{"const": code.value, "description": MESSAGES[code]} for code in ReasonCode],
     }
 
