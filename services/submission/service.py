@@ -1,6 +1,7 @@
 """The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected out.
 
-It also relays checkpoints from ``gangway.telemetry`` onto the log (``telemetry.py``).
+It also relays telemetry — checkpoints, GPU figures, progress — from ``gangway.telemetry`` onto
+the log (``telemetry.py``).
 
 Input offsets are committed (consumer group ``gangway-submission``) only after what they became
 is acknowledged by the broker; a record seen again after a crash is recognised by its
@@ -13,7 +14,7 @@ from aiokafka import TopicPartition
 
 from gangway.adapters import kafka
 from gangway.events import topics
-from gangway.events.catalogue import CheckpointSaved, JobRejected, WorkloadQueued
+from gangway.events.catalogue import JobRejected, WorkloadQueued
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
 from gangway.services.submission.policy import decide_submission
@@ -64,8 +65,8 @@ class SubmissionService(LogService):
             headers = list(rec.headers or ())
             if rec.topic == topics.TELEMETRY:
                 result = decide_telemetry(rec.value, rec.key, headers, state, where)
-                proposals.append((f"checkpoint/{where}" if isinstance(result, CheckpointSaved) else f"rejected/{where}",
-                                  now, result))
+                proposals.append((f"rejected/{where}" if isinstance(result, JobRejected) else f"telemetry/{where}",
+                                   now, result))
                 self.commit_to[TELEMETRY_PARTITION] = rec.offset + 1
                 continue
             result = decide_submission(rec.value, rec.key, headers, state, taken, where, self.max_bytes)

@@ -1,0 +1,177 @@
+"""Money: charges per attempt, prices in force, telemetry, the idle-GPU hunt and invoices from the log."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from gangway.events import catalogue as ev
+from gangway.events.resources import GPU
+from gangway.services.accounting.billing import books_of, invoices, period_bounds, period_of, share_out
+from gangway.services.accounting.ledger import Ledger
+from gangway.services.accounting.policy import open_allocations
+from gangway.services.audit.replay import verify
+from gangway.services.submission.telemetry import decide_telemetry
+from money_story import HOUR, PRICE, START_MS, night
+from test_accounting import NODES, Log
+
+
+@pytest.fixture(scope="module")
+def story():
+    sim = night()
+    return sim, books_of(sim.log)
+
+
+def test_every_charge_carries_what_billing_needs(story) -> None:
+    _, books = story
+    first = books.charges[0]
+    assert (first.workload, first.attempt, first.outcome) == ("research/notebook", 0, "evicted")
+    assert (first.team, first.cluster_queue, first.local_queue) == ("research", "research", "default")
+    assert first.flavors == {GPU: "h100", "cpu": "h100"} and first.prices == {GPU: PRICE, "cpu": 10_000}
+    assert first.placement and first.placement[0].endswith(":0,1,2,3,4,5,6,7")
+    assert first.contract_digest and first.currency == "EUR"
+    assert first.work_lost_ms == HOUR, "no checkpoint: all it ran until the eviction order is lost"
+    hours = first.duration_ms / HOUR
+    assert first.cost_micros() == round(8 * 2.10e6 * hours + 96 * 1e4 * hours)
+
+
+def test_busy_gpu_time_follows_the_profile(story) -> None:
+    _, books = story
+    ratio = {(c.workload, c.attempt): c.busy_milli_ms / c.gpu_milli_ms for c in books.charges}
+    assert ratio[("research/train", 0)] == pytest.approx(0.8)
+    assert ratio[("research/notebook", 0)] == pytest.approx(0.04)
+
+
+def test_useful_tokens_are_those_that_finished_or_were_saved(story) -> None:
+    _, books = story
+    train = next(c for c in books.charges if c.workload == "research/train")
+    assert train.useful_tokens == train.tokens == 1000 * 4 * 3600
+
+
+def test_the_idle_borrower_is_flagged_and_evicted_first_naming_the_rule(story) -> None:
+    sim, _ = story
+    flags = [e for e in sim.log if isinstance(e.data, ev.WorkloadIdle)]
+    assert flags and flags[0].data.workload == "research/notebook" and flags[0].data.sm_active == 40
+    assert flags[0].time_ms - START_MS >= 30 * 60_000
+    (order, *_) = [e.data for e in sim.log if isinstance(e.data, ev.EvictionOrdered)]
+    assert order.workload == "research/notebook"
+    assert "idle first: SM active below 10 % for 30 min (SM active 4 %" in order.reason
+    assert verify(sim.log).ok, "the auditor re-derives the idle flags like any decision"
+
+
+def test_invoices_are_cut_at_the_period_end_and_add_up(story) -> None:
+    sim, books = story
+    assert {(i.team, i.period) for i in books.issued} == {("batch", "2026-11"), ("research", "2026-11")}
+    start, end = period_bounds("2026-11")
+    for inv in books.issued:
+        assert inv.billed_cost_micros == sum(line.billed_cost_micros for line in inv.lines)
+        assert inv.list_cost_micros - inv.credits_micros + inv.idle_cost_micros == inv.billed_cost_micros
+        assert all(start <= line.start_ms <= line.end_ms <= end for line in inv.lines)
+    research = next(i for i in books.issued if i.team == "research")
+    # The notebook's first attempt ran an hour and lost it all: credited.
+    assert research.credits_micros == 8 * PRICE + 96 * 10_000
+    # research/train runs 21:00-01:00: three of its hours are November's.
+    train = [line for line in research.lines if line.workload == "research/train" and line.resource == GPU]
+    assert sum(line.quantity for line in train) == 8000 * 3 * HOUR
+
+
+def test_idle_cluster_cost_is_shared_out_the_chosen_way() -> None:
+    def idle(way: str) -> dict[str, int]:
+        return {i.team: i.idle_cost_micros for i in books_of(night(idle_cost=way).log).issued}
+    weighted, even, apart = idle("weighted"), idle("even"), idle("apart")
+    assert sum(weighted.values()) == sum(even.values()) > 0
+    assert even["batch"] == even["research"] and weighted["research"] > weighted["batch"]
+    assert set(apart.values()) == {0}
+    assert share_out(10, {"a": 1, "b": 1, "c": 1}) == {"a": 4, "b": 3, "c": 3}
+
+
+def test_replaying_the_log_gives_the_identical_invoices(story) -> None:
+    sim, books = story
+    again = books_of(list(sim.log))
+    assert msgspec.json.encode(again.issued) == msgspec.json.encode(books.issued)
+    assert len({i.invoice_id for i in books.issued}) == len(books.issued)
+    other_log = books_of(sim.log, log_id="another-log")
+    assert {i.invoice_id for i in other_log.issued}.isdisjoint({i.invoice_id for i in books.issued})
+
+
+def test_a_price_change_mid_run_splits_the_charge() -> None:
+    change = START_MS + 2 * HOUR
+    books = books_of(night(price_change_at_ms=change, new_price=4_200_000).log)
+    train = [c for c in books.charges if c.workload == "research/train"]
+    assert [(c.segment, c.outcome, c.prices[GPU]) for c in train] == [(0, "repriced", PRICE), (1, "finished", 4_200_000)]
+    assert train[0].end_ms == train[1].start_ms >= change
+    hours = [c.duration_ms / HOUR for c in train]
+    assert train[0].cost_micros() + train[1].cost_micros() == round(8 * (2.1e6 * hours[0] + 4.2e6 * hours[1])
+                                                                   + 96 * 1e4 * sum(hours))
+    assert sum(c.busy_milli_ms for c in train) == pytest.approx(0.8 * 8000 * 4 * HOUR)
+
+
+def test_partial_admission_is_billed_for_what_was_admitted() -> None:
+    log = Log().setup(NODES)
+    pod_set = ev.PodSet(name="main", count=4, resources={GPU: 2000, "cpu": 4000}, min_count=2)
+    log.add(ev.WorkloadQueued(workload="g", namespace="team-a", queue="main", cluster_queue="cq-main",
+                              priority_class=None, priority=0, kind="Job", pod_sets=[pod_set]), 0)
+    usage = {GPU: 4000, "cpu": 8000}
+    log.add(ev.WorkloadAdmitted(workload="g", cluster_queue="cq-main", usage=usage, borrowed={},
+                                based_on=log.state.offset, counts={"main": 2}), 0)
+    log.place("g", {"node-a": 2}).bind("g").run("g", 1_000).finish("g", 3_601_000)
+    (charge,) = log.intervals
+    assert (charge.gpu_milli, charge.resources) == (4000, {GPU: 4000, "cpu": 8000})
+
+
+def test_running_work_accrues_before_it_ends(story) -> None:
+    sim, _ = story
+    mid = books_of(sim.log[:300])
+    running = open_allocations(mid.state, mid.state.time_ms)
+    assert {c.workload for c in running} >= {"research/train"}
+    train = next(c for c in running if c.workload == "research/train")
+    assert train.outcome == "open" and train.end_ms == mid.state.time_ms and train.cost_micros() > 0
+
+
+def test_the_ledger_keeps_charges_running_work_and_invoices(tmp_path, story) -> None:
+    sim, books = story
+    ledger = Ledger(f"sqlite:///{tmp_path}/l.db")
+    mid = books_of(sim.log[:300], log_id="L")
+    ledger.record("L", 299, mid.charges, open_allocations(mid.state, mid.state.time_ms), sim.log[299].id)
+    assert ledger.last_id("L") == sim.log[299].id
+    got = ledger.charges("L")
+    assert got == mid.charges + open_allocations(mid.state, mid.state.time_ms)
+    ledger.record("L", len(sim.log) - 1, [c for c in books.charges if c.offset > 299], [], sim.log[-1].id)
+    assert ledger.charges("L") == books.charges
+    assert all(ledger.record_invoice(i) for i in books.issued)
+    assert not any(ledger.record_invoice(i) for i in books.issued), "issuing again changes nothing"
+    assert ledger.invoices(books.log_id, "2026-11") == sorted(books.issued, key=lambda i: i.team)
+    ledger.close()
+
+
+def test_periods_on_the_calendar() -> None:
+    assert period_of("monthly", START_MS) == "2026-11" and period_of("daily", START_MS) == "2026-11-30"
+    assert period_of("weekly", START_MS) == "2026-W49" and period_of("hourly", START_MS) == "2026-11-30T21"
+    assert period_bounds("2026-02")[1] - period_bounds("2026-02")[0] == 28 * 24 * HOUR
+    with pytest.raises(ValueError):
+        period_bounds("November")
+    assert invoices([], [], None, "2026-11", "L", 0) == []
+
+
+# --- telemetry in: DCGM terms, progress, and bad records kept whole ---------------------------------
+
+def test_dcgm_json_becomes_gpu_telemetry_and_bad_figures_are_rejected(story) -> None:
+    sim, _ = story
+    state = books_of(sim.log[:50]).state
+    good = (b'{"node": "n0", "gpus": [{"gpu": 0, "DCGM_FI_PROF_SM_ACTIVE": 0.31, "DCGM_FI_DEV_GPU_UTIL": 64,'
+            b' "DCGM_FI_DEV_FB_USED": 30512}]}')
+    event = decide_telemetry(good, b"n0", [], state, "gangway.telemetry/0/1")
+    assert event == ev.GpuTelemetry(node="n0", samples=[ev.GpuSample(gpu=0, sm_active=310, gpu_util=64, fb_used_mib=30512)])
+    progress = decide_telemetry(b'{"workload": "research/train", "step": 9, "tokens": 12000}', None, [], state, "t/0/2")
+    assert progress == ev.WorkloadProgress(workload="research/train", step=9, tokens=12000)
+    for bad, why in [
+        (b'{"node": "n0", "gpus": [{"gpu": 0, "DCGM_FI_PROF_SM_ACTIVE": 1.7}]}', "within 0-1"),
+        (b'{"node": "nope", "gpus": [{"gpu": 0, "DCGM_FI_PROF_SM_ACTIVE": 0.1}]}', "not a known node"),
+        (b'{"node": "n0", "gpus": [{"gpu": 0}]}', "missing"),
+        (b'{"workload": "research/ghost", "tokens": 5}', "not a known workload"),
+        (b'{"workload": "research/train", "tokens": -5}', "zero or more"),
+    ]:
+        rejected = decide_telemetry(bad, b"key", [("h", b"v")], state, "gangway.telemetry/0/7")
+        assert isinstance(rejected, ev.JobRejected), bad
+        assert why in rejected.message and rejected.original == bad and rejected.original_key == b"key"
+        assert rejected.original_headers == [("h", b"v")]
