@@ -17,7 +17,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gangway demo
 
-test: $(STAMP)
+# The FinOps FOCUS validator checks `gangway export focus` in the tests. It pins numpy<2 (gangway
+# pins numpy 2), so it lives in a venv of its own, used only as a command.
+FOCUS_VENV := .venv-focus
+FOCUS_STAMP := $(FOCUS_VENV)/.installed
+
+$(FOCUS_STAMP):
+	$(PYTHON) -m venv $(FOCUS_VENV)
+	$(FOCUS_VENV)/bin/pip install --quiet focus-validator==1.0.0 'multimethod<1.11'
+	touch $(FOCUS_STAMP)
+
+test: $(STAMP) $(FOCUS_STAMP)
 	$(BIN)/ruff check gangway events services tests
 	$(BIN)/python -m pytest -q
 
@@ -48,4 +58,4 @@ schemas: $(STAMP)
 	$(BIN)/gangway schemas --write
 
 clean:
-	rm -rf $(VENV) out .gangway
+	rm -rf $(VENV) $(FOCUS_VENV) out .gangway
