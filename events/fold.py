@@ -376,6 +376,7 @@ def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
         _release_quota(state, wl)
         _set_phase(state, wl, "finished")
         wl.finished_ms = env.time_ms
+        wl.idle = wl.low_since_ms = None
 
 
 def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:

@@ -159,6 +159,13 @@ def cmd_replay(args) -> int:
     rate = report.events / elapsed if elapsed > 0 else 0.0
     console.print(f"{report.events} events replayed in {elapsed:.2f} s ({rate:,.0f} events/s); "
                   f"{report.verified} of {report.decisions} decisions reproduced; {report.superseded} superseded")
+    from gangway.services.accounting.billing import books_of
+    books = books_of(envs)
+    for inv in books.issued:
+        console.print(f"invoice {inv.invoice_id}: {inv.team} {inv.period} billed {inv.billed_cost_micros / 1e6:.2f} "
+                      f"{inv.currency} ({len(inv.lines)} lines) re-derived from the log")
+    if not books.issued:
+        console.print("no billing period is over on this log's clock: no invoice to re-derive")
     return 0 if report.ok else 1
 
 

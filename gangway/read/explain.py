@@ -147,7 +147,27 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None:
         lines.append(f"now {wl.phase}")
+    if wl is not None:
+        lines.extend(_money_lines(envs, name))
     return lines
+
+
+def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:
+    """What the workload cost so far (every attempt, running work accrued) and how busy its GPUs were."""
+    from gangway.read.money import money, run_figures
+    from gangway.services.accounting.billing import books_of
+    books = books_of(envs)
+    run = next((r for r in run_figures([c for c in books.known() if c.workload == name], books.state)), None)
+    if run is None:
+        return []
+    currency = books.state.contract.currency if books.state.contract else ""
+    busy = "no GPU telemetry" if run.busy_ratio is None else f"GPUs busy {run.busy_ratio:.0%} (SM active)"
+    out = [f"cost so far: {money(run.list_cost_micros)} {currency} at list price over {run.attempts} attempt(s), "
+           f"{money(run.waste_micros)} of it lost to preemption; {busy}"]
+    wl = books.state.workloads.get(name)
+    if wl is not None and wl.idle is not None:
+        out.append(f"flagged idle now: {wl.idle.reason}")
+    return out
 
 
 def _resolve(envs: list[ev.Envelope], workload: str) -> str:
@@ -186,6 +206,8 @@ def _line(env: ev.Envelope, name: str, superseded: str) -> str:
         return f"{at}evicted (attempt {data.attempt + 1}); back in its queue"
     if isinstance(data, ev.CheckpointSaved):
         return f"{at}checkpoint saved" + (f" at step {data.step}" if data.step is not None else "")
+    if isinstance(data, ev.WorkloadIdle):
+        return f"{at}flagged idle{' (superseded: ' + superseded + ')' if superseded else ''}: {data.reason}"
     if isinstance(data, (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished)):
         return f"{at}{type(data).__name__.removeprefix('Workload').lower()} (attempt {data.attempt + 1})"
     return ""

@@ -239,6 +239,8 @@ class Books:
     #: The next period to cut ("" until the first event), and the invoices cut so far.
     next_period: str = ""
     issued: list[ev.InvoiceIssued] = field(default_factory=list)
+    #: (next_period, its end in ms): computed once per period.
+    _bounds: tuple[str, int] = ("", 0)
 
     def step(self, env: ev.Envelope, state: State | None = None) -> list[ev.InvoiceIssued]:
         """Fold ``env`` (into ``state`` if given, else the books' own); returns invoices it cuts."""
@@ -260,6 +262,10 @@ class Books:
         billing = state.contract.billing
         if not self.next_period:
             self.next_period = period_of(billing.period, state.time_ms)
+        if self._bounds[0] != self.next_period:
+            self._bounds = (self.next_period, period_bounds(self.next_period)[1])
+        if state.time_ms < self._bounds[1] + billing.settle_ms:
+            return []
         cut = []
         while True:
             start, end = period_bounds(self.next_period)
