@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import calendar
+from datetime import datetime, timedelta, timezone
+
 from gangway.events.contract import Contract
 from gangway.events.resources import GPU, admitted_pod_sets, index_of, total_request
 
@@ -88,3 +91,63 @@ def mean_sm(wl) -> int | None:
 
 def gpu_milli(wl) -> int:
     return admitted_request(wl).get(GPU, 0)
+
+
+# --- billing periods (UTC calendar) ---------------------------------------------------------------
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp()) * 1000
+
+
+def period_of(kind: str, ms: int) -> str:
+    """The name of the period holding ``ms``: 2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10."""
+    d = _dt(ms)
+    if kind == "monthly":
+        return f"{d.year:04d}-{d.month:02d}"
+    if kind == "weekly":
+        y, w, _ = d.isocalendar()
+        return f"{y:04d}-W{w:02d}"
+    if kind == "daily":
+        return d.strftime("%Y-%m-%d")
+    return d.strftime("%Y-%m-%dT%H")
+
+
+def period_bounds(period: str) -> tuple[int, int]:
+    """[start, end) in ms of a period name (any of the four kinds); ValueError when it is none."""
+    try:
+        if "W" in period:
+            year, week = period.split("-W")
+            start = datetime.fromisocalendar(int(year), int(week), 1).replace(tzinfo=timezone.utc)
+            return _ms(start), _ms(start + timedelta(days=7))
+        if "T" in period:
+            start = datetime.strptime(period, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
+            return _ms(start), _ms(start + timedelta(hours=1))
+        if period.count("-") == 2:
+            start = datetime.strptime(period, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+            return _ms(start), _ms(start + timedelta(days=1))
+        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=timezone.utc)
+        days = calendar.monthrange(start.year, start.month)[1]
+        return _ms(start), _ms(start + timedelta(days=days))
+    except ValueError:
+        raise ValueError(f"{period!r} is not a billing period (2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10)") from None
+
+
+def billing_deadline(state) -> tuple[int, str] | None:
+    """When the log's clock must next show time passing for a billing period to be cut: the end
+    of the period holding the latest activity, plus the settle time — while a workload holds
+    nodes or ended in that period (an idle cluster is not ticked forever). None: no prices."""
+    contract = state.contract
+    if contract is None or not contract.prices:
+        return None
+    billing = contract.billing
+    period = period_of(billing.period, max(0, state.time_ms - billing.settle_ms))
+    start, end = period_bounds(period)
+    busy = any(state.workloads[n].phase in ("placed", "bound", "running", "evicting") for n in state.active)
+    if not busy and not any(wl.finished_ms is not None and wl.finished_ms >= start for wl in state.workloads.values()):
+        return None
+    return end + billing.settle_ms, f"billing period {period} ends"

@@ -215,29 +215,30 @@ def invoices_csv(invoices: list[ev.InvoiceIssued]) -> str:
 
 def invoices_table(invoices: list[ev.InvoiceIssued]):
     from rich.table import Table
-    table = Table(title="invoices")
-    for col in ("invoice", "team", "period", "lines", "list", "credits", "idle share", "billed"):
-        table.add_column(col, justify="right" if col in ("lines", "list", "credits", "idle share", "billed") else "left")
+    currency = invoices[0].currency if invoices else ""
+    table = Table(title=f"invoices ({currency})")
+    for col in ("period", "team", "lines", "list", "credits", "idle share", "billed", "invoice id"):
+        table.add_column(col, justify="left" if col in ("period", "team", "invoice id") else "right")
     for inv in invoices:
-        table.add_row(inv.invoice_id, inv.team, inv.period, str(len(inv.lines)),
-                      f"{money(inv.list_cost_micros)} {inv.currency}", f"-{money(inv.credits_micros)}",
-                      str(money(inv.idle_cost_micros)), f"{money(inv.billed_cost_micros)} {inv.currency}")
+        table.add_row(inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros)),
+                      f"-{money(inv.credits_micros)}", str(money(inv.idle_cost_micros)),
+                      str(money(inv.billed_cost_micros)), "…" + inv.invoice_id[-16:])
     return table
 
 
 def figures_table(figures: list[TeamFigures], currency: str):
     from rich.table import Table
-    table = Table(title="money per team (list prices)")
-    for col in ("team", "workloads", "GPU-h allocated", "GPU-h busy", "busy", "cost", "per busy GPU-h",
-                "preemption waste", "useful tokens", "per M tokens"):
+    table = Table(title=f"money per team (list prices, {currency})")
+    for col in ("team", "GPU-h", "busy GPU-h", "busy", "cost", "per busy GPU-h", "preempt. waste", "per M tokens"):
         table.add_column(col, justify="left" if col == "team" else "right")
     for f in figures:
         ratio = "—" if f.busy_ratio is None else f"{f.busy_ratio:.0%}"
         per_busy = f.cost_per_busy_gpu_hour_micros
         per_tok = f.cost_per_million_tokens_micros
-        table.add_row(f.team, str(f.workloads), str(hours(f.allocated_gpu_milli_ms)), str(hours(f.busy_gpu_milli_ms)),
-                      ratio, f"{money(f.list_cost_micros)} {currency}", "—" if per_busy is None else str(money(per_busy)),
-                      str(money(f.waste_micros)), f"{f.useful_tokens:,}", "—" if per_tok is None else str(money(per_tok, 4)))
+        table.add_row(f.team, f"{f.allocated_gpu_milli_ms / MILLI_GPU_MS_PER_HOUR:.2f}",
+                      f"{f.busy_gpu_milli_ms / MILLI_GPU_MS_PER_HOUR:.2f}", ratio, str(money(f.list_cost_micros)),
+                      "—" if per_busy is None else str(money(per_busy)), str(money(f.waste_micros)),
+                      "—" if per_tok is None else str(money(per_tok, 4)))
     return table
 
 

@@ -10,15 +10,14 @@ them, ``gangway replay`` and ``gangway invoice`` derive them again.
 
 from __future__ import annotations
 
-import calendar
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 
 import msgspec
 
 from gangway.events import catalogue as ev
 from gangway.events import money
+from gangway.events.money import period_bounds, period_of
 from gangway.events.codec import structured_line
 from gangway.events.contract import Billing, Contract
 from gangway.events.fold import apply
@@ -27,54 +26,6 @@ from gangway.events.state import State
 from gangway.services.accounting.policy import Interval, clipped, open_allocations, usage_effects
 
 MILLI_GPU_MS_PER_HOUR = 1000 * money.MS_PER_HOUR
-
-
-# --- billing periods (UTC calendar) -------------------------------------------------------------
-
-
-def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-def _ms(dt: datetime) -> int:
-    return int(dt.timestamp()) * 1000
-
-
-def period_of(kind: str, ms: int) -> str:
-    """The name of the period holding ``ms``: 2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10."""
-    d = _dt(ms)
-    if kind == "monthly":
-        return f"{d.year:04d}-{d.month:02d}"
-    if kind == "weekly":
-        y, w, _ = d.isocalendar()
-        return f"{y:04d}-W{w:02d}"
-    if kind == "daily":
-        return d.strftime("%Y-%m-%d")
-    return d.strftime("%Y-%m-%dT%H")
-
-
-def period_bounds(period: str) -> tuple[int, int]:
-    """[start, end) in ms of a period name (any of the four kinds); ValueError when it is none."""
-    try:
-        if "W" in period:
-            year, week = period.split("-W")
-            start = datetime.fromisocalendar(int(year), int(week), 1).replace(tzinfo=timezone.utc)
-            return _ms(start), _ms(start + timedelta(days=7))
-        if "T" in period:
-            start = datetime.strptime(period, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
-            return _ms(start), _ms(start + timedelta(hours=1))
-        if period.count("-") == 2:
-            start = datetime.strptime(period, "%Y-%m-%d").replace(tzinfo=timezone.utc)
-            return _ms(start), _ms(start + timedelta(days=1))
-        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=timezone.utc)
-        days = calendar.monthrange(start.year, start.month)[1]
-        return _ms(start), _ms(start + timedelta(days=days))
-    except ValueError:
-        raise ValueError(f"{period!r} is not a billing period (2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10)") from None
-
-
-def next_period(kind: str, period: str) -> str:
-    return period_of(kind, period_bounds(period)[1])
 
 
 # --- capacity (for the idle cluster cost) --------------------------------------------------------

@@ -73,6 +73,9 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
 def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> list[Report]:
     """Everything the simulated cluster has to report at ``now_ms``, in a deterministic order."""
     reports: list[Report] = telemetry_reports(state, now_ms, default_runtime_ms)
+    billing = money.billing_deadline(state)
+    if billing is not None and billing[0] <= now_ms:
+        reports.append((f"tick/billing/{billing[0]}", billing[0], ClockTicked(reason=billing[1])))
     due = [(t, why) for t, why in rule_deadlines(state) if t <= now_ms]
     if due:  # one tick at the latest deadline passed covers them all
         t = due[-1][0]
@@ -101,6 +104,9 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
 def next_due_ms(state: State, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> int | None:
     """The earliest cluster time at which something will be due (None: nothing scheduled)."""
     times = [t for t, _ in rule_deadlines(state)[:1]]
+    billing = money.billing_deadline(state)
+    if billing is not None:
+        times.append(billing[0])
     for name in state.active:
         wl = state.workloads[name]
         for t in (finish_at(wl, default_runtime_ms), evict_at(wl), _next_sample(wl, default_runtime_ms)):
