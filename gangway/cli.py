@@ -298,21 +298,21 @@ def cmd_telemetry(args) -> int:
     from gangway.events import topics
     from gangway.events.catalogue import Envelope
     bootstrap = _kafka()
-    from gangway.services.runtime.clock import ClusterClock
-    clock = ClusterClock.from_env()
 
     async def once(n: int) -> int:
         state, _ = await stack.read_state(bootstrap)
         try:
-            events = dcgm.parse(dcgm.fetch(args.url), frozenset(state.workloads), clock.now_ms())
+            # No time of its own (dcgm-exporter gives none): the relay stamps it with the cluster's clock.
+            events = dcgm.parse(dcgm.fetch(args.url), frozenset(state.workloads))
         except (OSError, dcgm.ScrapeError) as exc:
             console.print(f"[red]scrape {args.url}: {exc}[/red]")
             return 0
         prod = kafka.producer(bootstrap)
         await prod.start()
         try:
-            await kafka.append(prod, [Envelope(id=f"dcgm/{e.node}/{e.observed_ms}/{n}", source="gangway/dcgm-scrape",
-                                               time_ms=e.observed_ms, data=e) for e in events], topic=topics.TELEMETRY)
+            now = int(time.time() * 1000)
+            await kafka.append(prod, [Envelope(id=f"dcgm/{e.node}/{now}/{n}", source="gangway/dcgm-scrape",
+                                               time_ms=now, data=e) for e in events], topic=topics.TELEMETRY)
         finally:
             await prod.stop()
         return len(events)

@@ -13,7 +13,12 @@ from gangway.services.accounting.policy import open_allocations
 from gangway.services.audit.replay import verify
 from gangway.services.submission.telemetry import decide_telemetry
 from money_story import HOUR, PRICE, START_MS, night
+import test_accounting
 from test_accounting import NODES, Log
+
+
+#: The ledger tests run on SQLite and, when it answers, PostgreSQL.
+db_url = test_accounting.db_url
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +137,9 @@ def test_running_work_accrues_before_it_ends(story) -> None:
     assert train.outcome == "open" and train.end_ms == mid.state.time_ms and train.cost_micros() > 0
 
 
-def test_the_ledger_keeps_charges_running_work_and_invoices(tmp_path, story) -> None:
+def test_the_ledger_keeps_charges_running_work_and_invoices(db_url, story) -> None:
     sim, books = story
-    ledger = Ledger(f"sqlite:///{tmp_path}/l.db")
+    ledger = Ledger(db_url)
     mid = books_of(sim.log[:300], log_id="L")
     ledger.record("L", 299, mid.charges, open_allocations(mid.state, mid.state.time_ms), sim.log[299].id)
     assert ledger.last_id("L") == sim.log[299].id
@@ -180,3 +185,36 @@ def test_dcgm_json_becomes_gpu_telemetry_and_bad_figures_are_rejected(story) -> 
         assert isinstance(rejected, ev.JobRejected), bad
         assert why in rejected.message and rejected.original == bad and rejected.original_key == b"key"
         assert rejected.original_headers == [("h", b"v")]
+
+
+# --- the ledger's log identity -----------------------------------------------------------------------
+
+async def test_a_new_log_never_inherits_an_old_logs_position(tmp_path) -> None:
+    from gangway.services.accounting.billing import log_identity
+    from gangway.services.accounting.service import AccountingService
+
+    url, log = f"sqlite:///{tmp_path}/ledger.db", night().log
+
+    async def feed(envs) -> AccountingService:
+        service = AccountingService("127.0.0.1:9", url, tmp_path)
+        service.was_active = True
+        for env in envs:
+            service.fold(env)
+        await service.on_folded()
+        service.ledger.close()
+        return service
+
+    first = await feed(log[:200])
+    assert first.log_id == log_identity(log[0]) and Ledger(url).position(first.log_id) == 199
+    # A restarted embedded broker: its first event is appended at another time, so another identity.
+    moved = [msgspec.structs.replace(e, time_ms=e.time_ms + 1) for e in log[:1]] + log[1:50]
+    assert log_identity(moved[0]) != first.log_id
+    # The same first event to the millisecond, then another history: told apart at the position.
+    twin = log[:100] + [msgspec.structs.replace(e, id=f"other-{e.id}") for e in log[100:300]]
+    second = await feed(twin)
+    assert second.log_id != first.log_id and second.log_id.startswith(first.log_id + "~")
+    ledger = Ledger(url)
+    assert ledger.position(second.log_id) == 299 and ledger.position(first.log_id) == 199
+    assert len(ledger.charges(second.log_id, running_too=False)) == len(
+        [c for c in books_of(twin).charges]), "the new log's charges are all written, from offset 0"
+    ledger.close()

@@ -102,7 +102,9 @@ def read_telemetry(value: bytes | None, headers: Headers) -> Telemetry:
                                           "gpu.sampled and progress.reported events")
     if isinstance(data, CheckpointSaved):
         return data if data.saved_ms else msgspec.structs.replace(data, saved_ms=env.time_ms)
-    return data if data.observed_ms else msgspec.structs.replace(data, observed_ms=env.time_ms)
+    # GPU figures and progress without their own time count from when the relay appends them
+    # (the cluster's clock), not from the sender's clock.
+    return data
 
 
 def _plain(obj: Any) -> Telemetry:
