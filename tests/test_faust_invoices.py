@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "faust_invoice_tota
 def _example():
     spec = importlib.util.spec_from_file_location("faust_invoice_totals", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
