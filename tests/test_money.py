@@ -218,3 +218,55 @@ async def test_a_new_log_never_inherits_an_old_logs_position(tmp_path) -> None:
     assert len(ledger.charges(second.log_id, running_too=False)) == len(
         [c for c in books_of(twin).charges]), "the new log's charges are all written, from offset 0"
     ledger.close()
+
+
+# --- the contract's money fields ------------------------------------------------------------------
+
+POLICY = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: gangway.io/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: default}
+spec:
+  prices:
+    currency: EUR
+    perHour:
+    - {flavor: h100, resource: nvidia.com/gpu, price: PRICE}
+  billing: BILLING
+  idleRule: IDLE
+"""
+
+
+def _policy(price='"2.10"', billing="{period: daily, settleSeconds: 30, idleCost: even, creditPreemptionWaste: true}",
+            idle='{smActiveBelow: "0.15", forSeconds: 900, preemptFirst: true}'):
+    from gangway.contract.kueue import load_contract
+    return load_contract(POLICY.replace("PRICE", price).replace("BILLING", billing).replace("IDLE", idle), "p.yaml")
+
+
+def test_prices_billing_and_the_idle_rule_are_read_exactly() -> None:
+    from gangway.events.contract import Billing, IdleRule
+    c = _policy()
+    assert c.price_of("h100", GPU) == 2_100_000 and c.currency == "EUR"
+    assert c.billing == Billing(period="daily", settle_ms=30_000, idle_cost="even", credit_preemption_waste=True)
+    assert c.idle_rule == IdleRule(sm_active_below=150, for_ms=900_000, preempt_first=True)
+    assert _policy(price='"0.000001"').price_of("h100", GPU) == 1, "a millionth is the smallest price"
+    assert _policy(price="2.1").price_of("h100", GPU) == 2_100_000, "YAML numbers are read as decimals"
+
+
+@pytest.mark.parametrize("field, bad, why", [
+    ("price", '"2.1234567"', "more than 6 decimals"),
+    ("price", '"-1"', "zero or more"),
+    ("price", '"two"', "not a decimal price"),
+    ("billing", "{period: fortnightly}", "not one of monthly, weekly, daily, hourly"),
+    ("billing", "{idleCost: split}", "not one of weighted, even, apart"),
+    ("idle", '{smActiveBelow: "1.5"}', "above 1"),
+    ("idle", "{smActiveBelow: 0.1, forSeconds: 0}", "out of range"),
+])
+def test_bad_money_fields_are_errors_naming_the_field(field: str, bad: str, why: str) -> None:
+    from gangway.contract.kueue import ConfigError
+    with pytest.raises(ConfigError) as exc:
+        _policy(**{field: bad})
+    assert why in str(exc.value), str(exc.value)

@@ -137,6 +137,8 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     if not lines:
         return [f"{workload}: no such job in the log"]
     wl = state.workloads.get(name)
+    if wl is not None and state.contract is not None and state.contract.prices:
+        lines.extend(_money_lines(envs, name))
     if wl is not None and wl.phase == "pending":
         report = pending_report(state, forecast=forecast).get(name)
         if report is not None:
@@ -147,8 +149,6 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None:
         lines.append(f"now {wl.phase}")
-    if wl is not None:
-        lines.extend(_money_lines(envs, name))
     return lines
 
 
