@@ -270,3 +270,17 @@ def test_bad_money_fields_are_errors_naming_the_field(field: str, bad: str, why:
     with pytest.raises(ConfigError) as exc:
         _policy(**{field: bad})
     assert why in str(exc.value), str(exc.value)
+
+
+def test_status_shows_the_idle_flags_in_force(story) -> None:
+    from rich.console import Console
+
+    from gangway.read.reports import status_tables
+    sim, _ = story
+    at = next(e.offset for e in sim.log if isinstance(e.data, ev.WorkloadIdle))
+    state = books_of(sim.log[: at + 1]).state
+    console = Console(width=200, record=True)
+    for table in status_tables(state):
+        console.print(table)
+    text = console.export_text()
+    assert "Idle GPUs (the contract's idle rule)" in text and "research/notebook" in text and "4 %" in text
