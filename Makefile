@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
+.PHONY: demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-money
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench-core: $(STAMP)
 
 bench-kueue: $(STAMP)
 	$(BIN)/gangway bench kueue --scenario baseline
+
+# Ledger throughput (SQLite; PostgreSQL at $$GANGWAY_PG_URL when it answers) and a month of 15,000 workloads invoiced.
+bench-money: $(STAMP)
+	$(BIN)/gangway bench money --out bench/results/money.json
 
 bench-kueue-large: $(STAMP)
 	$(BIN)/gangway bench kueue --scenario large-scale
