@@ -284,3 +284,18 @@ def test_status_shows_the_idle_flags_in_force(story) -> None:
         console.print(table)
     text = console.export_text()
     assert "Idle GPUs (the contract's idle rule)" in text and "research/notebook" in text and "4 %" in text
+
+
+def test_team_figures_set_cost_against_busy_time(story) -> None:
+    from gangway.read.money import run_figures, team_figures
+    _, books = story
+    research = next(t for t in team_figures(books.charges) if t.team == "research")
+    charges = [c for c in books.charges if c.team == "research"]
+    assert research.allocated_gpu_milli_ms == sum(c.gpu_milli_ms for c in charges)
+    assert research.busy_gpu_milli_ms == sum(c.busy_milli_ms for c in charges)
+    assert research.list_cost_micros == sum(c.cost_micros() for c in charges)
+    assert research.cost_per_busy_gpu_hour_micros == research.list_cost_micros * 3_600_000_000 // research.busy_gpu_milli_ms
+    assert research.waste_micros == 8 * PRICE + 96 * 10_000
+    assert research.useful_tokens == 1000 * 4 * 3600
+    runs = run_figures(books.charges, books.state)
+    assert runs[0].workload == "research/notebook" and runs[0].idle_flagged and runs[0].attempts == 2

@@ -45,6 +45,8 @@ class TeamFigures:
     busy_gpu_milli_ms: int = 0
     sampled_gpu_milli_ms: int = 0
     list_cost_micros: int = 0
+    #: List cost of the charges that had GPU telemetry (what busy GPU time is set against).
+    sampled_cost_micros: int = 0
     waste_micros: int = 0
     tokens: int = 0
     useful_tokens: int = 0
@@ -56,10 +58,10 @@ class TeamFigures:
 
     @property
     def cost_per_busy_gpu_hour_micros(self) -> int | None:
-        """List cost of the sampled charges' time over their busy GPU-hours (None: nothing busy)."""
+        """List cost of the sampled charges over their busy GPU-hours (None: nothing busy)."""
         if not self.busy_gpu_milli_ms:
             return None
-        return self.list_cost_micros * MILLI_GPU_MS_PER_HOUR // self.busy_gpu_milli_ms
+        return self.sampled_cost_micros * MILLI_GPU_MS_PER_HOUR // self.busy_gpu_milli_ms
 
     @property
     def cost_per_million_tokens_micros(self) -> int | None:
@@ -110,10 +112,12 @@ def team_figures(charges: list[Interval], start_ms: int | None = None, end_ms: i
     for c, d in _window(charges, start_ms, end_ms):
         t = teams.setdefault(c.team, TeamFigures(c.team))
         t.allocated_gpu_milli_ms += c.gpu_milli * d
+        cost = c.cost_micros(start_ms, end_ms)
         if c.sampled:
             t.sampled_gpu_milli_ms += c.gpu_milli * d
             t.busy_gpu_milli_ms += _share(c, d, c.busy_milli_ms)
-        t.list_cost_micros += c.cost_micros(start_ms, end_ms)
+            t.sampled_cost_micros += cost
+        t.list_cost_micros += cost
         if start_ms is None or start_ms <= c.end_ms <= (end_ms if end_ms is not None else c.end_ms):
             t.waste_micros += c.waste_micros
             t.tokens += c.tokens
