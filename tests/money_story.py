@@ -66,3 +66,26 @@ def night(price_change_at_ms: int | None = None, new_price: int = 4_200_000, **k
                    min_count=2))
     sim.run()
     return sim
+
+
+def serve_exposition(body: dict):
+    """A small HTTP server on a free loopback port serving ``body["text"]`` as a Prometheus text
+    exposition (change the text between requests); call ``shutdown()`` and ``server_close()``."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = body["text"].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

@@ -4,12 +4,10 @@ showback report, and dcgm-exporter telemetry scraped from a real HTTP endpoint."
 from __future__ import annotations
 
 import csv
-import http.server
 import io
 import json
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from gangway.cli import main
 from gangway.read import money
 from gangway.read.logfile import write_export
 from gangway.services.accounting.billing import books_of
-from money_story import night
+from money_story import night, serve_exposition
 
 ROOT = Path(__file__).resolve().parents[1]
 FOCUS_VALIDATOR = ROOT / ".venv-focus" / "bin" / "focus-validator"
@@ -110,24 +108,8 @@ DCGM_FI_PROF_SM_ACTIVE{gpu="1",UUID="GPU-1b6e",device="nvidia1",modelName="NVIDI
 
 @pytest.fixture
 def exporter():
-    """A small HTTP server serving a dcgm-exporter exposition on a free loopback port."""
     body = {"text": EXPOSITION}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            data = body["text"].encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve_exposition(body)
     yield f"http://127.0.0.1:{server.server_address[1]}/metrics", body
     server.shutdown()
     server.server_close()

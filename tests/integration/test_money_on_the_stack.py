@@ -3,32 +3,12 @@ log through submission's relay and land on the workload holding those GPUs."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-
 import pytest
 
 from gangway.events import catalogue as ev
+from money_story import serve_exposition
 
 pytestmark = pytest.mark.broker
-
-
-def _serve(text: str):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            data = text.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def test_scraped_dcgm_figures_reach_the_workload_that_holds_the_gpus(gw):
@@ -47,7 +27,8 @@ def test_scraped_dcgm_figures_reach_the_workload_that_holds_the_gpus(gw):
         f'Hostname="{node}",container="main",namespace="research",pod="{name}-0"}} 0.42\n'
         f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="{node}",namespace="research",pod="{name}-0"}} 55'
         for g in gpus)
-    server = _serve("# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + series + "\n")
+    server = serve_exposition({"text": "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+                                       + series + "\n"})
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         result = gw.cli("telemetry", "scrape", url, "--once")
