@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
+.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-money
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gangway demo
 
-test: $(STAMP)
+# The FinOps FOCUS validator checks `gangway export focus` in the tests. It pins numpy<2 (gangway
+# pins numpy 2), so it lives in a venv of its own, used only as a command.
+FOCUS_VENV := .venv-focus
+FOCUS_STAMP := $(FOCUS_VENV)/.installed
+
+$(FOCUS_STAMP):
+	$(PYTHON) -m venv $(FOCUS_VENV)
+	$(FOCUS_VENV)/bin/pip install --quiet focus-validator==1.0.0 'multimethod<1.11'
+	touch $(FOCUS_STAMP)
+
+test: $(STAMP) $(FOCUS_STAMP)
 	$(BIN)/ruff check gangway events services tests
 	$(BIN)/python -m pytest -q
 
@@ -34,6 +44,10 @@ bench-core: $(STAMP)
 bench-kueue: $(STAMP)
 	$(BIN)/gangway bench kueue --scenario baseline
 
+# Ledger throughput (SQLite; PostgreSQL at $$GANGWAY_PG_URL when it answers) and a month of 15,000 workloads invoiced.
+bench-money: $(STAMP)
+	$(BIN)/gangway bench money --out bench/results/money.json
+
 bench-kueue-large: $(STAMP)
 	$(BIN)/gangway bench kueue --scenario large-scale
 
@@ -49,7 +63,7 @@ schemas: $(STAMP)
 	$(BIN)/gangway schemas --write
 
 clean:
-	rm -rf $(VENV) out .gangway
+	rm -rf $(VENV) $(FOCUS_VENV) out .gangway
 
 # Refresh the web console's vendored browser libraries from the npm registry (the files are committed).
 console-assets:

@@ -284,4 +284,113 @@ class Envelope(msgspec.Struct, frozen=True, gc=False):
         return EVENT_TYPES[type(self.data)]
 
     def subject(self) -> str | None:
-        return getattr(self.data, "workload", None) or getattr(self.data, "job_id", None) or getattr(self.data, "node", None)
+        return (getattr(self.data, "workload", None) or getattr(self.data, "job_id", None)
+                or getattr(self.data, "node", None) or getattr(self.data, "team", None))
+
+
+# --- money: utilisation, progress, the idle-GPU hunt and invoices (issue 12) --------------------
+
+
+class GpuSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One GPU's figures in DCGM's terms, over the sampling interval that ends at the sample."""
+
+    #: GPU index on its node (DCGM's ``gpu`` label).
+    gpu: int
+    #: DCGM_FI_PROF_SM_ACTIVE in thousandths (0.3 → 300): the share of time SMs had work.
+    sm_active: int
+    #: DCGM_FI_DEV_GPU_UTIL in percent (0-100).
+    gpu_util: int = 0
+    #: DCGM_FI_DEV_FB_USED: framebuffer memory used, MiB.
+    fb_used_mib: int = 0
+    #: The workload the exporter says uses this GPU (``namespace/job`` from its pod labels), if it says.
+    workload: str | None = None
+
+
+class GpuTelemetry(_Event, frozen=True):
+    """What a node's GPUs did (dcgm-exporter, or the simulated cluster), copied onto the log."""
+
+    node: str
+    samples: list[GpuSample]
+    #: Cluster time the samples were taken (0: when the event was appended).
+    observed_ms: int = 0
+
+
+class WorkloadProgress(_Event, frozen=True):
+    """How far a workload's current attempt got: steps and tokens processed since it started."""
+
+    workload: str
+    step: int | None = None
+    tokens: int = 0
+    observed_ms: int = 0
+
+
+class WorkloadIdle(_Event, frozen=True):
+    """The idle-GPU hunt (a decision of accounting): a workload holds GPUs its SMs barely use."""
+
+    workload: str
+    attempt: int
+    based_on: int
+    #: The contract's rule in words ("SM active below 10 % for 30 min").
+    rule: str
+    #: Mean SM activity over its GPUs at the last samples (thousandths) and since when it was low.
+    sm_active: int
+    since_ms: int
+    #: GPUs it holds (milli).
+    gpu_milli: int
+    reason: str = ""
+
+
+class InvoiceLine(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One line: a workload attempt's use of one flavor-resource in the period (or a credit, or idle cost).
+
+    ``quantity`` is milli-units × ms (8 GPUs for an hour: 8000 × 3,600,000); money is in
+    millionths of the invoice currency; ``unit_price`` is per unit-hour."""
+
+    kind: Literal["usage", "credit", "idle"]
+    workload: str
+    attempt: int
+    cluster_queue: str
+    flavor: str
+    resource: str
+    start_ms: int
+    end_ms: int
+    quantity: int
+    unit_price_micros: int
+    list_cost_micros: int
+    billed_cost_micros: int
+    contract_digest: str = ""
+    local_queue: str = ""
+    priority_class: str | None = None
+    description: str = ""
+
+
+class InvoiceIssued(_Event, frozen=True):
+    """A team's invoice for one billing period (topic ``gangway.invoices``, key: the team)."""
+
+    invoice_id: str
+    team: str
+    period: str
+    period_start_ms: int
+    period_end_ms: int
+    currency: str
+    lines: list[InvoiceLine]
+    list_cost_micros: int
+    credits_micros: int
+    idle_cost_micros: int
+    billed_cost_micros: int
+    #: The log it was derived from and the offset at which the period was cut.
+    log_id: str
+    cut_offset: int
+
+
+MONEY_EVENTS = {
+    GpuTelemetry: "io.gangway.gpu.sampled.v1",
+    WorkloadProgress: "io.gangway.progress.reported.v1",
+    WorkloadIdle: "io.gangway.idle.flagged.v1",
+    InvoiceIssued: "io.gangway.invoice.issued.v1",
+}
+Event = Union[Event, GpuTelemetry, WorkloadProgress, WorkloadIdle, InvoiceIssued]
+Decision = Union[Decision, WorkloadIdle]
+EVENT_TYPES.update(MONEY_EVENTS)
+TYPES_BY_NAME.update({name: cls for cls, name in MONEY_EVENTS.items()})
+DECISION_TYPES = (*DECISION_TYPES, WorkloadIdle)

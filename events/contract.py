@@ -179,6 +179,35 @@ class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     per_hour_micros: int
 
 
+#: How a billing period is cut (calendar, UTC): a month, an ISO week, a day or an hour.
+BillingPeriod = Literal["monthly", "weekly", "daily", "hourly"]
+#: OpenCost's ways of sharing the cost of GPUs nobody held: by each team's cost, evenly, or kept apart.
+IdleCostSharing = Literal["weighted", "even", "apart"]
+
+
+class Billing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """gangway extension: when invoices are cut and what they carry."""
+
+    period: BillingPeriod = "monthly"
+    #: The period is cut at the first event this long past its end (late reports get in first).
+    settle_ms: int = 600_000
+    idle_cost: IdleCostSharing = "weighted"
+    #: Credit the work lost to preemption (its list cost) on the victim team's invoice.
+    credit_preemption_waste: bool = False
+
+
+class IdleRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """gangway extension: a workload whose SMs stay below ``sm_active_below`` (thousandths) for
+    ``for_ms`` is flagged idle; with ``preempt_first`` idle borrowers are the first victims."""
+
+    sm_active_below: int = 100
+    for_ms: int = 1_800_000
+    preempt_first: bool = False
+
+    def words(self) -> str:
+        return f"SM active below {self.sm_active_below / 10:g} % for {self.for_ms / 60_000:g} min"
+
+
 class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     flavors: list[ResourceFlavor] = []
     cluster_queues: list[ClusterQueue] = []
@@ -206,6 +235,16 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """Kueue's namespaceSelector: may workloads of ``namespace`` use ``cluster_queue``?"""
         selector = cluster_queue.namespace_selector
         return selector is None or selector.matches(self.namespace_labels(namespace))
+
+    billing: Billing = Billing()
+    idle_rule: IdleRule | None = None
+
+    def price_of(self, flavor: str, resource: str) -> int | None:
+        """Price of one unit-hour of a flavor's resource, in millionths of ``currency`` (None: unpriced)."""
+        for price in self.prices:
+            if price.flavor == flavor and price.resource == resource:
+                return price.per_hour_micros
+        return None
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

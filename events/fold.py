@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events import catalogue as ev
-from gangway.events import freeindex, gpus
+from gangway.events import freeindex, gpus, money
 from gangway.events.decay import bring_up_to_date
 from gangway.events.quota import QuotaView
 from gangway.events.reasons import C, Reason, reason
@@ -142,7 +142,15 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.admission_id = wl.placement_id = wl.eviction_id = None
     wl.placement_gpus = []
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = None
+    _reset_money(wl)
     _enqueue(state, wl)
+
+
+def _reset_money(wl: WorkloadState) -> None:
+    """A new attempt starts with nothing charged, sampled, flagged or processed."""
+    wl.charged_from_ms, wl.segment, wl.busy_milli_ms, wl.low_since_ms, wl.idle = None, 0, 0, None, None
+    wl.gpu_sm, wl.gpu_seen_ms = {}, {}
+    wl.tokens = wl.tokens_saved = 0
 
 
 # --- handlers ----------------------------------------------------------------------------------
@@ -365,6 +373,7 @@ def _running(state: State, env: ev.Envelope, e: ev.WorkloadRunning) -> None:
     if _report(state, wl, e.attempt, ("bound",)):
         _set_phase(state, wl, "running")
         wl.started_ms = env.time_ms
+        _reset_money(wl)
 
 
 def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
@@ -374,6 +383,7 @@ def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
         _release_quota(state, wl)
         _set_phase(state, wl, "finished")
         wl.finished_ms = env.time_ms
+        wl.idle = wl.low_since_ms = None
 
 
 def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
@@ -418,6 +428,11 @@ def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
 
 
 def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
+    for wl in repriced(state, e.contract):
+        # The charge so far ends here at the old prices; a new one starts at the new prices.
+        wl.busy_milli_ms = 0
+        wl.gpu_seen_ms = {key: max(seen, env.time_ms) for key, seen in wl.gpu_seen_ms.items()}
+        wl.charged_from_ms, wl.segment = env.time_ms, wl.segment + 1
     state.contract = e.contract
     state.contract_digest = e.digest
     # Cohort usage depends on the tree and the lending limits: derive it again under the new one.
@@ -439,6 +454,74 @@ def _checkpoint(state: State, env: ev.Envelope, e: ev.CheckpointSaved) -> None:
     saved = e.saved_ms or env.time_ms
     if wl.started_ms is not None and saved >= wl.started_ms:
         wl.checkpoint_ms = max(saved, wl.checkpoint_ms or 0)
+        wl.tokens_saved = wl.tokens
+
+
+def repriced(state: State, contract) -> list[WorkloadState]:
+    """Running workloads whose prices change under ``contract`` (their charge is split there)."""
+    out = []
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase in HOLDS_NODES and wl.started_ms is not None:
+            if money.prices_of(state.contract, wl) != money.prices_of(contract, wl):
+                out.append(wl)
+    return out
+
+
+def _telemetry(state: State, env: ev.Envelope, e: ev.GpuTelemetry) -> None:
+    """Each sample goes to the workload holding that GPU (running, current attempt)."""
+    at = e.observed_ms or env.time_ms
+    holders: dict[str, WorkloadState] = {}
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase in ("running", "evicting") and wl.started_ms is not None:
+            for node, index in money.held_gpus(wl):
+                if node == e.node:
+                    holders[money.gpu_key(node, index)] = wl
+    touched: dict[str, WorkloadState] = {}
+    for sample in e.samples:
+        key = money.gpu_key(e.node, sample.gpu)
+        wl = holders.get(key)
+        if wl is None:
+            continue
+        start = wl.charged_from_ms if wl.charged_from_ms is not None else wl.started_ms
+        since = max(wl.gpu_seen_ms.get(key, start), start)
+        if at > since:
+            wl.busy_milli_ms += sample.sm_active * (at - since)
+            wl.gpu_seen_ms[key] = at
+        wl.gpu_sm[key] = sample.sm_active
+        touched[wl.spec.workload] = wl
+    if not touched:
+        state.ignored += 1
+    rule = state.contract.idle_rule if state.contract is not None else None
+    for wl in touched.values():
+        mean = money.mean_sm(wl)
+        if rule is not None and mean is not None and mean < rule.sm_active_below:
+            if wl.low_since_ms is None:
+                wl.low_since_ms = at
+        else:
+            wl.low_since_ms = None
+            wl.idle = None
+
+
+def _progress(state: State, env: ev.Envelope, e: ev.WorkloadProgress) -> None:
+    wl = state.workloads.get(e.workload)
+    if wl is None or wl.phase not in ("running", "evicting"):
+        state.ignored += 1
+        return
+    wl.tokens = max(wl.tokens, e.tokens)
+
+
+def _idle(state: State, env: ev.Envelope, e: ev.WorkloadIdle) -> None:
+    """The idle flag holds if the workload still runs that attempt and its SMs are still low."""
+    wl = state.workloads.get(e.workload)
+    if _seen(state, wl, env):
+        return
+    if wl is None or wl.attempt != e.attempt or wl.phase != "running" or wl.low_since_ms is None:
+        _supersede(state, wl, f"idle flag {env.id}: the workload is no longer running idle")
+        return
+    wl.idle = e
+    state.decisions += 1
 
 
 _HANDLERS = {
@@ -454,4 +537,7 @@ _HANDLERS = {
     ev.NodeRemoved: _node_removed,
     ev.ConfigApplied: _config,
     ev.CheckpointSaved: _checkpoint,
+    ev.GpuTelemetry: _telemetry,
+    ev.WorkloadProgress: _progress,
+    ev.WorkloadIdle: _idle,
 }

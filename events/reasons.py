@@ -134,6 +134,7 @@ CLAUSES: dict[str, str] = {
     "of_flavor": " of flavor {of_flavor}",
     "reserved_start": "; nodes reserved for it, expected to start at {reserved_start}",
     "domains": " ({domains})",
+    "idle_first": "; {idle_first}",
 }
 
 #: Codes a decision event may carry, by event: what a consumer of each event type switches on.

@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadQueued
+from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadIdle, WorkloadQueued
 from gangway.events.contract import Contract
 from gangway.events.freeindex import FreeIndex
 from gangway.events.reasons import ReasonCode
@@ -83,6 +83,23 @@ class WorkloadState(msgspec.Struct):
     checkpoint_ms: int | None = None
     #: Every eviction it suffered: (preemptor, reason, work lost ms), for ``gangway explain``.
     evictions: list[tuple[str, str, int]] = []
+    # --- money (``events/money.py``); all of it is about the current attempt ---------------------
+    #: Start of the current charge when a price change split the attempt (None: ``started_ms``),
+    #: and how many times it was split.
+    charged_from_ms: int | None = None
+    segment: int = 0
+    #: Per GPU held ("node/index"): its last SM activity (thousandths) and when it was sampled.
+    gpu_sm: dict[str, int] = {}
+    gpu_seen_ms: dict[str, int] = {}
+    #: Busy milli-GPU-ms of the current charge up to the last samples.
+    busy_milli_ms: int = 0
+    #: Since when its mean SM activity is below the contract's idle rule (None: it is not).
+    low_since_ms: int | None = None
+    #: The idle flag in force (the idle-GPU hunt), cleared when its SMs get busy again.
+    idle: WorkloadIdle | None = None
+    #: Tokens processed by this attempt, and how many of them a checkpoint saved.
+    tokens: int = 0
+    tokens_saved: int = 0
 
 
 class State(msgspec.Struct):

@@ -180,6 +180,13 @@ def cmd_replay(args) -> int:
     rate = report.events / elapsed if elapsed > 0 else 0.0
     console.print(f"{report.events} events replayed in {elapsed:.2f} s ({rate:,.0f} events/s); "
                   f"{report.verified} of {report.decisions} decisions reproduced; {report.superseded} superseded")
+    from gangway.services.accounting.billing import books_of
+    books = books_of(envs)
+    for inv in books.issued:
+        console.print(f"invoice {inv.invoice_id}: {inv.team} {inv.period} billed {inv.billed_cost_micros / 1e6:.2f} "
+                      f"{inv.currency} ({len(inv.lines)} lines) re-derived from the log")
+    if not books.issued:
+        console.print("no billing period is over on this log's clock: no invoice to re-derive")
     return 0 if report.ok else 1
 
 
@@ -222,6 +229,120 @@ def cmd_rules(args) -> int:
     else:
         print(text)
     return 0
+
+
+def _books(args):
+    from gangway.services.accounting.billing import books_of
+    return books_of(_log_of(args))
+
+
+def _period_invoices(books, period: str, team: str | None):
+    """The period's invoices as issued on the log's clock, or, for a period not cut yet, a draft
+    (running work accrued up to the log's time)."""
+    from gangway.services.accounting.billing import invoices, period_bounds
+    try:
+        period_bounds(period)
+    except ValueError as exc:
+        raise SystemExit(f"gangway: {exc}")
+    issued = [i for i in books.issued if i.period == period and (team is None or i.team == team)]
+    if issued or any(i.period == period for i in books.issued):
+        return issued, False
+    return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team), True
+
+
+def cmd_invoice(args) -> int:
+    from gangway.read import money
+    books = _books(args)
+    found, draft = _period_invoices(books, args.period, args.team)
+    if args.format == "json":
+        print(money.invoices_json(found))
+    elif args.format == "csv":
+        print(money.invoices_csv(found), end="")
+    else:
+        console.print(money.invoices_table(found))
+        if draft:
+            console.print(f"draft: period {args.period} is not cut yet on the log's clock (running work accrued so far)")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from gangway.read import money
+    books = _books(args)
+    found, draft = _period_invoices(books, args.period, None)
+    text = money.focus_csv(found)
+    if args.out:
+        Path(args.out).write_text(text)
+        console.print(f"FOCUS 1.0 dataset: {len(text.splitlines()) - 1} rows written to {args.out}"
+                      + (" (draft period)" if draft else ""))
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_showback(args) -> int:
+    from gangway.read import money
+    from gangway.services.accounting.billing import period_bounds
+    books = _books(args)
+    if not books.state.time_ms:
+        raise SystemExit("gangway: the log is empty")
+    if args.period:
+        start, end = period_bounds(args.period)
+        end = min(end, books.state.time_ms)
+    else:
+        start = min((c.start_ms for c in books.known()), default=books.state.time_ms)
+        end = books.state.time_ms
+    currency = books.state.contract.currency if books.state.contract else ""
+    charges = books.known(end)
+    console.print(money.figures_table(money.team_figures(charges, start, end), currency))
+    from rich.table import Table
+    table = Table(title="most wasteful runs (preemption waste + idle GPU time, list price)")
+    for col in ("run", "attempts", "GPU-h", "busy", "cost", "preemption waste", "flagged idle"):
+        table.add_column(col)
+    for r in money.run_figures(charges, books.state)[:10]:
+        table.add_row(r.workload, str(r.attempts), str(money.hours(r.allocated_gpu_milli_ms)),
+                      "—" if r.busy_ratio is None else f"{r.busy_ratio:.0%}", str(money.money(r.list_cost_micros)),
+                      str(money.money(r.waste_micros)), "yes" if r.idle_flagged else "")
+    console.print(table)
+    if args.html:
+        step = max(60_000, (end - start) // 24)
+        Path(args.html).write_text(money.showback_html(books, start, end, step))
+        console.print(f"showback written to {args.html}")
+    return 0
+
+
+def cmd_telemetry(args) -> int:
+    import gangway.adapters.kafka as kafka
+    from gangway.adapters import dcgm
+    from gangway.events import topics
+    from gangway.events.catalogue import Envelope
+    bootstrap = _bootstrap()
+
+    async def once(n: int) -> int:
+        state, _ = await stack.read_state(bootstrap)
+        try:
+            # No time of its own (dcgm-exporter gives none): the relay stamps it with the cluster's clock.
+            events = dcgm.parse(dcgm.fetch(args.url), frozenset(state.workloads))
+        except (OSError, dcgm.ScrapeError) as exc:
+            console.print(f"[red]scrape {args.url}: {exc}[/red]")
+            return 0
+        prod = kafka.producer(bootstrap)
+        await prod.start()
+        try:
+            now = int(time.time() * 1000)
+            await kafka.append(prod, [Envelope(id=f"dcgm/{e.node}/{now}/{n}", source="gangway/dcgm-scrape",
+                                               time_ms=now, data=e) for e in events], topic=topics.TELEMETRY)
+        finally:
+            await prod.stop()
+        return len(events)
+
+    n = 0
+    while True:
+        sent = asyncio.run(once(n))
+        console.print(f"{sent} node(s) of GPU figures published on {topics.TELEMETRY}")
+        n += 1
+        if args.once:
+            return 0
+        time.sleep(args.interval)
 
 
 def cmd_demo(args) -> int:
@@ -304,6 +425,29 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     s.set_defaults(func=cmd_console)
+    s = sub.add_parser("invoice", help="a billing period's invoices (as issued, or a draft while it runs)")
+    s.add_argument("--period", required=True, help="2026-11 (monthly), 2026-W48, 2026-11-30 or 2026-11-30T10")
+    s.add_argument("--team")
+    s.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.set_defaults(func=cmd_invoice)
+    s = sub.add_parser("export", help="export billing data (FinOps FOCUS 1.0 CSV)")
+    s.add_argument("format", choices=("focus",))
+    s.add_argument("--period", required=True)
+    s.add_argument("--out", help="write to this file (default: standard output)")
+    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.set_defaults(func=cmd_export)
+    s = sub.add_parser("showback", help="spend per team, allocated vs busy GPU-hours, idle GPUs, wasteful runs")
+    s.add_argument("--period", help="a billing period (default: the whole log)")
+    s.add_argument("--html", metavar="FILE", help="also write an HTML report with charts")
+    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.set_defaults(func=cmd_showback)
+    s = sub.add_parser("telemetry", help="GPU telemetry in: scrape a dcgm-exporter endpoint onto gangway.telemetry")
+    s.add_argument("action", choices=("scrape",))
+    s.add_argument("url", help="the exporter's metrics URL, e.g. http://node:9400/metrics")
+    s.add_argument("--interval", type=float, default=30.0, help="seconds between scrapes")
+    s.add_argument("--once", action="store_true", help="scrape once and exit")
+    s.set_defaults(func=cmd_telemetry)
     benchmarks_cli.add_parsers(sub)
     s = sub.add_parser("schemas", help="check (or --write) the JSON Schemas and AsyncAPI document")
     s.add_argument("--write", action="store_true")

@@ -83,6 +83,9 @@ class Simulation:
         for pending workloads, placement only for admitted ones (skipping it changes nothing)."""
         if service == "placement":
             return bool(self.state.unplaced)
+        if service == "idle-hunt":
+            contract = self.state.contract
+            return contract is not None and contract.idle_rule is not None and bool(self.state.active)
         return bool(self.state.pending)
 
     def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:

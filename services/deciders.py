@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gangway.events.catalogue import Decision, EvictionOrdered, PlacementDecided, WorkloadAdmitted
+from gangway.events.catalogue import Decision, EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadIdle
 from gangway.events.state import State
 from gangway.services.admission.policy import decide_admission
 from gangway.services.placement.policy import decide_placement
+from gangway.services.preemption.idle import decide_idle
 from gangway.services.preemption.policy import decide_preemption
 
 #: service → (event id prefix, decide)
@@ -15,11 +16,14 @@ DECIDERS: dict[str, tuple[str, Callable[[State], list[Decision]]]] = {
     "admission": ("admit", decide_admission),
     "placement": ("place", decide_placement),
     "preemption": ("evict", decide_preemption),
+    #: The idle-GPU hunt; the accounting shell runs it.
+    "idle-hunt": ("idle", decide_idle),
 }
 SERVICE_OF: dict[type, str] = {
     WorkloadAdmitted: "admission",
     PlacementDecided: "placement",
     EvictionOrdered: "preemption",
+    WorkloadIdle: "idle-hunt",
 }
 
 

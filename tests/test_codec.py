@@ -47,6 +47,17 @@ SAMPLES: list[object] = [
                  .priority_class("high", 100, grace_ms=1000).obj()),
     ev.CheckpointSaved(workload="w1", saved_ms=T - 5, step=1200),
     ev.ClockTicked(reason="minimum runtime of w0 ends"),
+    ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=3, sm_active=312, gpu_util=64, fb_used_mib=512, workload="w1")],
+                    observed_ms=T - 1),
+    ev.WorkloadProgress(workload="w1", step=7, tokens=10_000_000_000, observed_ms=T - 1),
+    ev.WorkloadIdle(workload="w1", attempt=2, based_on=44, rule="SM active below 10 % for 30 min", sm_active=12,
+                    since_ms=T - 1_800_000, gpu_milli=8000, reason="idle"),
+    ev.InvoiceIssued(invoice_id="inv-1", team="ns", period="2026-11", period_start_ms=0, period_end_ms=1, currency="EUR",
+                     lines=[ev.InvoiceLine(kind="credit", workload="w0", attempt=0, cluster_queue="cq", flavor="h100",
+                                           resource=GPU, start_ms=0, end_ms=1, quantity=8000, unit_price_micros=2_100_000,
+                                           list_cost_micros=0, billed_cost_micros=-5, priority_class="high")],
+                     list_cost_micros=0, credits_micros=5, idle_cost_micros=0, billed_cost_micros=-5, log_id="l",
+                     cut_offset=3),
 ]
 ENVELOPES = [ev.Envelope(id=f"id-{i}", source="gangway/test", time_ms=T + i, data=d, offset=100 + i)
              for i, d in enumerate(SAMPLES)]

@@ -35,9 +35,16 @@ def test_the_demo_runs_and_its_log_replays(env, tmp_path):
     # the two 40-GPU gangs: both ran, one after the other, never half placed
     assert "research/llm-pretrain placed" in demo.stdout and "batch/embeddings-rebuild placed" in demo.stdout
     assert "ordered out for serving/inference-canary" in demo.stdout
+    # money: the night priced, the canary's preemption waste, batch's idle sweeps, the invoices
+    assert "money per team (list prices, EUR)" in demo.stdout
+    assert "the canary's preemption waste: research/llm-pretrain lost" in demo.stdout
+    assert "idle GPUs: team batch" in demo.stdout and "flagged idle (SM active below 10 % for 5 min)" in demo.stdout
+    assert "by accounting; derived again from the log: identical" in demo.stdout, demo.stdout
+    assert "data:image/png;base64," in (tmp_path / "demo-log-showback.html").read_text()
     replay = run(["replay", str(out)], env)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "decisions reproduced" in replay.stdout
+    assert "re-derived from the log" in replay.stdout
 
 
 def test_the_broker_command_creates_the_topics_and_stops_on_sigint(env):

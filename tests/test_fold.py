@@ -312,14 +312,21 @@ def scenario() -> LogBuilder:
             .queue(W4, GANG_B)
             .admit("w").place("w", [("main", "n1", 1)])
             .add(ev.WorkloadBound(workload="w", attempt=0)).add(ev.WorkloadRunning(workload="w", attempt=0))
+            .add(ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=0, sm_active=50, gpu_util=7)]))
+            .add(ev.WorkloadProgress(workload="w", step=90, tokens=9000))
             .add(ev.CheckpointSaved(workload="w", step=100)).add(ev.ClockTicked(reason="minimum runtime"))
+            .add(ev.WorkloadIdle(workload="w", attempt=0, based_on=6, rule="SM active below 10 % for 30 min",
+                                 sm_active=50, since_ms=0, gpu_milli=4000))
             .admit("g")
             .order_eviction("w", "g").evicted("w")
             .place("g", [("workers", "n1", 1), ("workers", "n2", 1)]).bind("g")
             .add(ev.JobRejected(job_id="k", reason="bad_quantity", message="no", original=b"x"))
             .nodes(node("n3").gpus(8))
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
-            .finish("g").add(ev.NodeRemoved(node="n3")))
+            .finish("g").add(ev.NodeRemoved(node="n3"))
+            .add(ev.InvoiceIssued(invoice_id="i", team="ns", period="2026-11", period_start_ms=0, period_end_ms=1,
+                                  currency="EUR", lines=[], list_cost_micros=0, credits_micros=0, idle_cost_micros=0,
+                                  billed_cost_micros=0, log_id="l", cut_offset=0)))
 
 
 SCENARIO = scenario()

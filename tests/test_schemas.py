@@ -75,6 +75,19 @@ SAMPLES: dict[type, object] = {
     ev.ConfigApplied: ev.ConfigApplied(contract=CONTRACT, digest="ab" * 32, source="infra/contract.yaml"),
     ev.CheckpointSaved: ev.CheckpointSaved(workload="ml/j-1", saved_ms=1_700_000_000_000, step=5000),
     ev.ClockTicked: ev.ClockTicked(reason="minimum runtime of ml/j-0 ends"),
+    ev.GpuTelemetry: ev.GpuTelemetry(node="n-1", samples=[ev.GpuSample(gpu=0, sm_active=312, gpu_util=64,
+                                                                       fb_used_mib=61234, workload="ml/j-1")]),
+    ev.WorkloadProgress: ev.WorkloadProgress(workload="ml/j-1", step=90, tokens=1_200_000),
+    ev.WorkloadIdle: ev.WorkloadIdle(workload="ml/j-1", attempt=0, based_on=50, rule="SM active below 10 % for 30 min",
+                                     sm_active=40, since_ms=1_700_000_000_000, gpu_milli=8000),
+    ev.InvoiceIssued: ev.InvoiceIssued(
+        invoice_id="inv-2026-11-ml-0123456789abcdef", team="ml", period="2026-11", period_start_ms=1_793_491_200_000,
+        period_end_ms=1_796_083_200_000, currency="EUR", lines=[ev.InvoiceLine(
+            kind="usage", workload="ml/j-1", attempt=0, cluster_queue="ml", flavor="h100", resource="nvidia.com/gpu",
+            start_ms=1_793_491_200_000, end_ms=1_793_494_800_000, quantity=8000 * 3_600_000,
+            unit_price_micros=2_100_000, list_cost_micros=16_800_000, billed_cost_micros=16_800_000)],
+        list_cost_micros=16_800_000, credits_micros=0, idle_cost_micros=0, billed_cost_micros=16_800_000,
+        log_id="gangway.log/0/abc", cut_offset=900),
 }
 
 def errors(schema: dict, value: object) -> list[str]:
@@ -132,13 +145,13 @@ def test_asyncapi_lists_the_five_topics_and_their_messages():
     channels = doc["channels"]
     assert sorted(ch["address"] for ch in channels.values()) == sorted(topics.ALL)
     on_log = [name for name in channels["log"]["messages"]]
-    assert on_log == ["WorkloadQueued", "CheckpointSaved", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
+    assert on_log == ["WorkloadQueued", "CheckpointSaved", "GpuTelemetry", "WorkloadProgress", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
-                      "ClockTicked", "ConfigApplied"]
+                      "ClockTicked", "ConfigApplied", "WorkloadIdle"]
     assert list(channels["submissions"]["messages"]) == ["JobSubmitted"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]
-    assert list(channels["telemetry"]["messages"]) == ["CheckpointSaved"]
-    assert channels["invoices"]["messages"] == {}
+    assert list(channels["telemetry"]["messages"]) == ["CheckpointSaved", "WorkloadProgress", "GpuTelemetry"]
+    assert list(channels["invoices"]["messages"]) == ["InvoiceIssued"]
 
 
 def test_asyncapi_messages_point_at_existing_schemas_and_cloudevents_headers():

@@ -33,6 +33,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterator, Literal, get_args
 
 import msgspec
@@ -40,6 +41,8 @@ import yaml
 
 from gangway.events.contract import (
     WEIGHT_ONE,
+    Billing,
+    BillingPeriod,
     BorrowWithinCohort,
     ClusterQueue,
     Cohort,
@@ -51,6 +54,8 @@ from gangway.events.contract import (
     NAMESPACE_NAME_LABEL,
     LabelRequirement,
     LabelSelector,
+    IdleCostSharing,
+    IdleRule,
     LocalQueue,
     Namespace,
     Preemption,
@@ -86,6 +91,8 @@ _SELECTOR_OPERATORS: tuple[str, ...] = get_args(SelectorOperator)
 _WITHIN: tuple[str, ...] = get_args(WithinClusterQueue)
 _RECLAIM: tuple[str, ...] = get_args(ReclaimWithinCohort)
 _FAIR_STRATEGIES: tuple[str, ...] = get_args(FairSharingStrategy)
+_BILLING_PERIODS: tuple[str, ...] = get_args(BillingPeriod)
+_IDLE_COST: tuple[str, ...] = get_args(IdleCostSharing)
 #: Kueue's flavor fungibility values in both API versions (v1beta1 Borrow/Preempt = v1beta2 MayStopSearch).
 _WHEN_CAN_BORROW = {"Borrow": "MayStopSearch", "MayStopSearch": "MayStopSearch", "TryNextFlavor": "TryNextFlavor"}
 _WHEN_CAN_PREEMPT = {"Preempt": "MayStopSearch", "MayStopSearch": "MayStopSearch", "TryNextFlavor": "TryNextFlavor"}
@@ -370,6 +377,8 @@ class _Policy:
     checkpoint_aware: bool | None = None
     prices: list[Price] = field(default_factory=list)
     currency: str | None = None
+    billing: Billing | None = None
+    idle_rule: IdleRule | None = None
 
 
 @dataclass
@@ -427,7 +436,7 @@ def _assemble(parsed: _Parsed) -> Contract:
     policy = next(iter(parsed.policies.values())).value if parsed.policies else _Policy()
     defaults = {"default_grace_ms": policy.default_grace_ms, "default_priority": policy.default_priority,
                 "fair_sharing": policy.fair_sharing, "checkpoint_aware": policy.checkpoint_aware,
-                "currency": policy.currency}
+                "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule}
     classes = [
         msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name),
                                 min_runtime_ms=policy.min_runtime_ms.get(name))
@@ -588,7 +597,7 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     if spec is None:
         return
     _check_fields(at, "spec", spec, {"defaultGracePeriodSeconds", "defaultPriority", "priorityClasses",
-                                     "fairSharing", "checkpointAware", "prices"})
+                                     "fairSharing", "checkpointAware", "prices", "billing", "idleRule"})
     grace_s = _int(at, "spec.defaultGracePeriodSeconds", spec.get("defaultGracePeriodSeconds"), _GRACE_SECONDS)
     priority = _int(at, "spec.defaultPriority", spec.get("defaultPriority"), _INT32)
     policy = _Policy(None if grace_s is None else grace_s * 1000, priority)
@@ -599,6 +608,8 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
         at.error("spec.checkpointAware", f"must be true or false, not {_type_name(checkpoint)}")
     policy.checkpoint_aware = checkpoint if isinstance(checkpoint, bool) else None
     refs += _policy_prices(at, "spec.prices", spec.get("prices"), policy)
+    policy.billing = _policy_billing(at, "spec.billing", spec.get("billing"))
+    policy.idle_rule = _policy_idle_rule(at, "spec.idleRule", spec.get("idleRule"))
     if parsed.policies:
         first = next(iter(parsed.policies.values())).at
         at.error("", f"only one SchedulingPolicy is allowed; {first.name} is in {first.where()}")
@@ -673,12 +684,75 @@ def _policy_prices(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref
         _check_fields(at, item_path, item, {"flavor", "resource", "price"})
         flavor = _name(at, f"{item_path}.flavor", item.get("flavor"))
         resource = _resource_name(at, f"{item_path}.resource", item.get("resource"), required=True)
-        price = _quantity(at, f"{item_path}.price", item.get("price"), required=True)
+        price = _money(at, f"{item_path}.price", item.get("price"))
         if flavor is not None:
             refs.append((f"{item_path}.flavor", "ResourceFlavor", flavor))
         if flavor and resource and price is not None:
-            policy.prices.append(Price(flavor=flavor, resource=resource, per_hour_micros=price * 1000))
+            if any(p.flavor == flavor and p.resource == resource for p in policy.prices):
+                at.error(item_path, f"{flavor}/{resource} is priced twice")
+            policy.prices.append(Price(flavor=flavor, resource=resource, per_hour_micros=price))
     return refs
+
+
+def _money(at: _At, path: str, value: Any) -> int | None:
+    """A price as a decimal string ("2.10"; at most 6 decimals), in millionths (never a float)."""
+    if value is None:
+        at.error(path, _MISSING)
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        at.error(path, f"{_show(value)} is not a price")
+        return None
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        at.error(path, f"{_show(value)} is not a decimal price")
+        return None
+    if not amount.is_finite() or amount < 0:
+        at.error(path, f"{_show(value)} is not a price of zero or more")
+        return None
+    micros = amount * 1_000_000
+    if micros != micros.to_integral_value():
+        at.error(path, f"{_show(value)} has more than 6 decimals")
+        return None
+    return int(micros)
+
+
+def _policy_billing(at: _At, path: str, value: Any) -> Billing | None:
+    """``billing: {period: monthly, settleSeconds: 600, idleCost: weighted, creditPreemptionWaste: false}``."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return None
+    _check_fields(at, path, spec, {"period", "settleSeconds", "idleCost", "creditPreemptionWaste"})
+    settle = _int(at, f"{path}.settleSeconds", spec.get("settleSeconds"), _GRACE_SECONDS)
+    credit = spec.get("creditPreemptionWaste", False)
+    if not isinstance(credit, bool):
+        at.error(f"{path}.creditPreemptionWaste", f"must be true or false, not {_type_name(credit)}")
+        credit = False
+    return Billing(
+        period=_choice(at, f"{path}.period", spec.get("period"), _BILLING_PERIODS, "monthly"),
+        settle_ms=Billing().settle_ms if settle is None else settle * 1000,
+        idle_cost=_choice(at, f"{path}.idleCost", spec.get("idleCost"), _IDLE_COST, "weighted"),
+        credit_preemption_waste=credit,
+    )
+
+
+def _policy_idle_rule(at: _At, path: str, value: Any) -> IdleRule | None:
+    """``idleRule: {smActiveBelow: "0.1", forSeconds: 1800, preemptFirst: false}`` (the idle-GPU hunt)."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return None
+    _check_fields(at, path, spec, {"smActiveBelow", "forSeconds", "preemptFirst"})
+    below = _quantity(at, f"{path}.smActiveBelow", spec.get("smActiveBelow"), required=True)
+    if below is not None and below > 1000:
+        at.error(f"{path}.smActiveBelow", f"{_show(spec.get('smActiveBelow'))} is above 1 (SM activity is a fraction)")
+        below = None
+    seconds = _int(at, f"{path}.forSeconds", spec.get("forSeconds"), (1, 2**31 - 1))
+    first = spec.get("preemptFirst", False)
+    if not isinstance(first, bool):
+        at.error(f"{path}.preemptFirst", f"must be true or false, not {_type_name(first)}")
+        first = False
+    return IdleRule(sm_active_below=IdleRule().sm_active_below if below is None else below,
+                    for_ms=IdleRule().for_ms if seconds is None else seconds * 1000, preempt_first=first)
 
 
 _READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {

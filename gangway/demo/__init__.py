@@ -17,7 +17,7 @@ from gangway.events.state import State
 from gangway.read.reports import log_line, team_table
 
 MORNING_AFTER_MS = 10 * 60_000
-WALL_TIMEOUT_S = 100.0
+WALL_TIMEOUT_S = 160.0
 #: The events the timeline shows (node and config events are summarised, binder steps folded).
 TIMELINE = (ev.ConfigApplied, ev.WorkloadQueued, ev.WorkloadAdmitted, ev.PlacementDecided,
             ev.EvictionOrdered, ev.WorkloadEvicted, ev.WorkloadRunning, ev.WorkloadFinished)
@@ -76,19 +76,27 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         expected = len(night) + len(morning)
         state, envs = _wait(bootstrap, lambda s, e: _all_done(s, expected), deadline, "every job to finish",
                             running.supervise_once)
+        from gangway.services.accounting.billing import log_identity, period_bounds, period_of
         from gangway.services.accounting.ledger import Ledger, default_url
         ledger = Ledger(default_url(str(sdir)))
-        _wait_ledger(ledger, envs, deadline)
-        rows = ledger.team_usage(envs[0].id)
+        log_id = log_identity(envs[0])
+        # The night's last hour is invoiced a minute after it ends (the binder puts that time on the log).
+        last_period = period_of("hourly", state.time_ms)
+        cut_at = period_bounds(last_period)[1] + 60_000
+        state, envs = _wait(bootstrap, lambda s, e: s.time_ms >= cut_at, deadline,
+                            "the billing period's end on the log", running.supervise_once)
+        _wait_ledger(ledger, log_id, envs, deadline)
+        rows = ledger.team_usage(log_id)
+        issued = _wait_invoices(ledger, log_id, last_period, deadline)
         ledger.close()
-        ok = _tell(console, envs, rows, out, started)
+        ok = _tell(console, envs, rows, issued, out, started)
         if console_port is not None:
             _keep_console(console, running, console_port)
     return 0 if ok else 1
 
 
-def _tell(console: Console, envs: list[ev.Envelope], rows, out: str, started: float) -> bool:
-    """The demo's printout: timeline, team usage, an explained eviction, the seed story, the replay."""
+def _tell(console: Console, envs: list[ev.Envelope], rows, issued, out: str, started: float) -> bool:
+    """The demo's printout: timeline, team usage, an explained eviction, the money, the seed story, the replay."""
     from gangway.read.logfile import write_export
     write_export(envs, out)
     console.rule("timeline (cluster time)")
@@ -97,6 +105,7 @@ def _tell(console: Console, envs: list[ev.Envelope], rows, out: str, started: fl
             print(log_line(env, envs[0].time_ms))
     console.print(team_table(rows))
     _explain_first_eviction(console, envs, out)
+    _money(console, envs, issued, out)
     from gangway.demo import seed
     console.rule("topology: the seed story, greedy placement beside gangway's (in memory)")
     for line in seed.lines():
@@ -155,9 +164,57 @@ def _explain_first_eviction(console: Console, envs: list[ev.Envelope], out: str)
         print(line)
 
 
-def _wait_ledger(ledger, envs: list[ev.Envelope], deadline: float) -> None:
+def _wait_ledger(ledger, log_id: str, envs: list[ev.Envelope], deadline: float) -> None:
     last = envs[-1].offset
-    while ledger.position(envs[0].id) < last:
+    while ledger.position(log_id) < last:
         if time.monotonic() > deadline:
             raise TimeoutError("demo: timed out waiting for accounting")
         time.sleep(0.3)
+
+
+def _wait_invoices(ledger, log_id: str, last_period: str, deadline: float) -> list:
+    while True:
+        issued = ledger.invoices(log_id)
+        if any(i.period == last_period for i in issued):
+            return issued
+        if time.monotonic() > deadline:
+            raise TimeoutError("demo: timed out waiting for the period's invoices")
+        time.sleep(0.3)
+
+
+def _money(console: Console, envs: list[ev.Envelope], issued: list, out: str) -> None:
+    """The night priced: per team, the canary's preemption waste, the idle flags, the invoices
+    accounting issued — and the same invoices derived again from the log."""
+    from gangway.read import money
+    from gangway.services.accounting.billing import books_of
+    books = books_of(envs)
+    charges = books.known()
+    currency = books.state.contract.currency
+    console.rule("money: the night at list prices (gangway showback)")
+    console.print(money.figures_table(money.team_figures(charges), currency))
+    canary = [e.data for e in envs if isinstance(e.data, ev.EvictionOrdered) and "canary" in e.data.preemptor]
+    for order in canary:
+        lost = [c for c in books.charges if c.workload == order.workload and c.work_lost_ms]
+        waste = sum(c.waste_micros for c in lost)
+        print(f"the canary's preemption waste: {order.workload} lost {order.work_lost_ms / 60_000:.1f} min of work "
+              f"since its last checkpoint = {money.money(waste)} {currency} at list price (credited on its invoice)")
+    flagged = [e for e in envs if isinstance(e.data, ev.WorkloadIdle)]
+    teams = sorted({e.data.workload.split("/")[0] for e in flagged})
+    for team in teams:
+        names = [e.data.workload for e in flagged if e.data.workload.startswith(team + "/")]
+        fig = next(f for f in money.team_figures(charges) if f.team == team)
+        ratio = "—" if fig.busy_ratio is None else f"{fig.busy_ratio:.0%}"
+        print(f"idle GPUs: team {team} held {money.hours(fig.allocated_gpu_milli_ms)} GPU-hours with SMs {ratio} busy; "
+              f"{len(names)} workload(s) flagged idle ({flagged[0].data.rule}), e.g. {names[0]}")
+    console.print(money.invoices_table(issued))
+    again = [i for i in books.issued if i.period in {x.period for x in issued}]
+    same = [a.invoice_id for a in again] == [i.invoice_id for i in sorted(issued, key=lambda i: (i.period, i.team))] \
+        and all(a == i for a, i in zip(again, sorted(issued, key=lambda i: (i.period, i.team))))
+    print(f"{len(issued)} invoice(s) issued on gangway.invoices by accounting; derived again from the log: "
+          f"{'identical' if same else 'DIFFERENT'}")
+    base = Path(out).with_suffix("")
+    Path(f"{base}-showback.html").write_text(money.showback_html(
+        books, min(c.start_ms for c in charges), books.state.time_ms, 5 * 60_000, "gangway demo: showback"))
+    Path(f"{base}-focus.csv").write_text(money.focus_csv([i for i in issued if i.period == issued[-1].period]))
+    print(f"showback with charts: {base}-showback.html; FOCUS 1.0 export of the last hour: {base}-focus.csv; "
+          f"`gangway invoice --period {issued[-1].period} --log {out}` prints its invoices again")

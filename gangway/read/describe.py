@@ -47,6 +47,8 @@ def _own(d, superseded: str | None) -> str:
         return f"{'bound' if isinstance(d, ev.WorkloadBound) else 'running'} (attempt {d.attempt + 1})"
     if isinstance(d, ev.WorkloadFinished):
         return f"finished (attempt {d.attempt + 1}){'' if d.succeeded else ', failed'}"
+    if isinstance(d, ev.WorkloadIdle):
+        return f"flagged idle{' (superseded: ' + superseded + ')' if superseded else ''}: {d.reason}"
     if isinstance(d, ev.CheckpointSaved):
         return "checkpoint saved" + (f" at step {d.step}" if d.step is not None else "")
     return ""

@@ -132,6 +132,8 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     if not lines:
         return [f"{workload}: no such job in the log"]
     wl = state.workloads.get(name)
+    if wl is not None and state.contract is not None and state.contract.prices:
+        lines.extend(_money_lines(envs, name))
     if wl is not None and wl.phase == "pending":
         report = pending_report(state, forecast=forecast).get(name)
         if report is not None:
@@ -143,6 +145,24 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines
+
+
+def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:
+    """What the workload cost so far (every attempt, running work accrued) and how busy its GPUs were."""
+    from gangway.read.money import money, run_figures
+    from gangway.services.accounting.billing import books_of
+    books = books_of(envs)
+    run = next((r for r in run_figures([c for c in books.known() if c.workload == name], books.state)), None)
+    if run is None:
+        return []
+    currency = books.state.contract.currency if books.state.contract else ""
+    busy = "no GPU telemetry" if run.busy_ratio is None else f"GPUs busy {run.busy_ratio:.0%} (SM active)"
+    out = [f"cost so far: {money(run.list_cost_micros)} {currency} at list price over {run.attempts} attempt(s), "
+           f"{money(run.waste_micros)} of it lost to preemption; {busy}"]
+    wl = books.state.workloads.get(name)
+    if wl is not None and wl.idle is not None:
+        out.append(f"flagged idle now: {wl.idle.reason}")
+    return out
 
 
 def _resolve(envs: list[ev.Envelope], workload: str) -> str:

@@ -45,7 +45,17 @@ def status_tables(state: State) -> list[Table]:
     for name in sorted(state.nodes):
         node = state.nodes[name]
         nodes.add_row(name, format_milli(node.free.get(GPU, 0)), format_milli(node.allocatable.get(GPU, 0)))
-    return [queues, running, pending, nodes, fragmentation_table(state)]
+    tables = [queues, running, pending, nodes, fragmentation_table(state)]
+    idle = [wl.idle for _, wl in sorted(state.workloads.items()) if wl.idle is not None]
+    if idle:
+        flagged = Table(title="Idle GPUs (the contract's idle rule)")
+        for column in ("workload", "GPUs", "SM active", "since (cluster ms)", "rule"):
+            flagged.add_column(column)
+        for flag in idle:
+            flagged.add_row(flag.workload, format_milli(flag.gpu_milli), f"{flag.sm_active / 10:g} %", str(flag.since_ms),
+                            flag.rule)
+        tables.append(flagged)
+    return tables
 
 
 #: Above this many pending workloads, status shows reasons but skips the forecast of start times.

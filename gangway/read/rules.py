@@ -29,8 +29,28 @@ def sections(contract: Contract, digest: str = "") -> list[Section]:
     out.append(("Priorities, grace periods and minimum runtimes", _classes(contract)))
     if contract.prices:
         out.append(("Prices", [f"{p.flavor} {format_resource(p.resource, 1000)}: "
-                               f"{p.per_hour_micros / 1e6:.4g} {contract.currency} per hour" for p in contract.prices]))
+                               f"{p.per_hour_micros / 1e6:.4g} {contract.currency} per hour" for p in contract.prices]
+                    + _billing(contract)))
+    if contract.idle_rule is not None:
+        rule = contract.idle_rule
+        out.append(("Idle GPUs", [f"A running workload whose GPUs show {rule.words()} is flagged idle "
+                                  "(DCGM's SM activity, averaged over its GPUs).",
+                                  "Idle borrowers are the first to be preempted when someone needs the GPUs."
+                                  if rule.preempt_first else "The flag is shown in status, explain and showback; "
+                                  "it does not change who is preempted."]))
     return out
+
+
+def _billing(contract: Contract) -> list[str]:
+    b = contract.billing
+    sharing = {"weighted": "shared by each team's cost", "even": "shared evenly among the teams billed",
+               "apart": "kept apart (not on the teams' invoices)"}[b.idle_cost]
+    lines = [f"Invoices are cut {b.period} (UTC), {b.settle_ms / 1000:g} s after each period ends, on the log's clock.",
+             f"The cost of GPUs nobody held is {sharing}.",
+             "A workload pays for what was admitted, from when it runs to when it ends; memory is priced per GiB-hour."]
+    if b.credit_preemption_waste:
+        lines.append("Work lost to preemption is credited back to the team that lost it.")
+    return lines
 
 
 def _overview(contract: Contract, digest: str) -> list[str]:

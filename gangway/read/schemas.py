@@ -60,21 +60,24 @@ CHANNELS = (
         "The decision log: one partition per cluster, the single order of truth. Every service "
         "folds it; auditors replay it.",
         {
-            "submission": (ev.WorkloadQueued, ev.CheckpointSaved),
+            "submission": (ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress),
             "admission": (ev.WorkloadAdmitted,),
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),
             "binder": (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished, ev.WorkloadEvicted,
                        ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked),
             "config": (ev.ConfigApplied,),
+            "accounting": (ev.WorkloadIdle,),
         },
         ("submission", "admission", "placement", "preemption", "binder", "accounting", "audit"),
     ),
     Channel(
         topics.TELEMETRY,
-        "What running workloads report: checkpoints (submission copies each onto the log, so "
-        "preemption can spare the work they saved). GPU utilization and tokens will follow.",
-        {"workloads": (ev.CheckpointSaved,)},
+        "What running workloads and GPU exporters report: checkpoints, GPU figures in DCGM's terms "
+        "(dcgm-exporter via `gangway telemetry scrape`) and progress (steps, tokens). Submission "
+        "copies each valid one onto the log, so preemption, accounting and the idle-GPU hunt see "
+        "them in the log's order; bad ones are rejected whole.",
+        {"workloads": (ev.CheckpointSaved, ev.WorkloadProgress), "exporters": (ev.GpuTelemetry,)},
         ("submission",),
     ),
     Channel(
@@ -85,10 +88,10 @@ CHANNELS = (
     ),
     Channel(
         topics.INVOICES,
-        "Reserved: no message types yet. Will carry usage and invoices from accounting for "
-        "showback, chargeback and FinOps exports.",
-        {},
-        (),
+        "Invoices: one per team per billing period, cut on the log's clock, with deterministic ids "
+        "(issuing again repeats the same invoice; consumers key on the id).",
+        {"accounting": (ev.InvoiceIssued,)},
+        ("accounting consumers",),
     ),
 )
 #: The channel each event type is published on first (a checkpoint: telemetry; the log has a copy).

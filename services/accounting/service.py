@@ -1,8 +1,18 @@
-"""The accounting shell: usage intervals from the log into the SQL ledger, exactly once.
+"""The accounting shell: charges from the log into the SQL ledger exactly once, invoices out, and
+the idle-GPU hunt.
 
-Each fetched batch's intervals and the new log position are written in one transaction (the
-tracking row), so a restart or a replay of the whole log never counts anything twice. The log is
-identified by the id of its first event: a fresh embedded broker is a new log.
+Each fetched batch's new charges, the running charges and the new log position are written in one
+transaction (the tracking row), so a restart or a replay of the whole log never counts anything
+twice. The log is identified by a digest of its whole first event (``billing.log_identity``), and
+the tracking row keeps the id of the event at its position: if the log holds another event there,
+it is another log, recorded afresh under a new identity.
+
+When the log's clock passes a billing period's end (plus the contract's settle time), the books
+cut the period and the active instance publishes one ``InvoiceIssued`` per team on
+``gangway.invoices`` (key: the team), then keeps it in the ledger. Invoice ids are deterministic:
+an instance that publishes again after a crash publishes the same invoice with the same id.
+
+The active instance also appends the idle-GPU hunt's ``WorkloadIdle`` decisions to the log.
 """
 
 from __future__ import annotations
@@ -11,12 +21,16 @@ import asyncio
 import hashlib
 from pathlib import Path
 
-from gangway.events.catalogue import Envelope
+from gangway.adapters import kafka
+from gangway.events import topics
+from gangway.events.catalogue import Envelope, InvoiceIssued
 from gangway.events.state import State
+from gangway.services.accounting.billing import Books, log_identity
 from gangway.services.accounting.ledger import Ledger
-from gangway.services.accounting.policy import Interval, usage_effects
+from gangway.services.accounting.policy import open_allocations, usage_effects
+from gangway.services.deciders import propose
 from gangway.services.runtime.clock import ClusterClock
-from gangway.services.runtime.shell import LogService
+from gangway.services.runtime.shell import LogService, Proposal
 
 
 class AccountingService(LogService):
@@ -30,32 +44,74 @@ class AccountingService(LogService):
         self.ledger = Ledger(db_url)
         self.log_id = ""
         self.position = -1
-        self.pending: list[Interval] = []
+        self.expected_id = ""
+        self.books = Books()
+        #: Charges of ``books`` already handed to the ledger (an index into ``books.charges``).
+        self.flushed = 0
+        self.invoices: list[InvoiceIssued] = []
+        self.producer = None
 
     def lease_group(self) -> str:
         """Accounting services writing different ledgers are not standbys of each other."""
         return f"gangway-accounting-{hashlib.sha256(self.db_url.encode()).hexdigest()[:12]}-active"
 
+    def _switch(self, log_id: str) -> None:
+        self.log_id = self.books.log_id = log_id
+        self.position = self.ledger.position(log_id)
+        self.expected_id = self.ledger.last_id(log_id)
+        self.flushed = 0
+
     def on_event(self, before: State, env: Envelope) -> None:
         if env.offset == 0:
-            self.log_id = env.id
-            self.position = self.ledger.position(self.log_id)
-        if env.offset > self.position:
-            self.pending.extend(usage_effects(before, env))
+            self._switch(log_identity(env))
+        if env.offset == self.position and self.expected_id and env.id != self.expected_id:
+            # Same first event, another log: never inherit its position.
+            self._switch(f"{self.log_id}~{hashlib.sha256(env.id.encode()).hexdigest()[:8]}@{env.offset}")
+        self.books.charges.extend(usage_effects(before, env))
+
+    def fold(self, env: Envelope) -> None:
+        super().fold(env)
+        self.invoices.extend(self.books.after(self.state, env))
+
+    def decide(self, state: State) -> list[Proposal]:
+        return propose("idle-hunt", state)
 
     async def on_folded(self) -> None:
         if not self.log_id or self.state.offset <= self.position:
             return
         if not self.was_active:  # a standby keeps only what the active instance has not recorded yet
             self.position = await asyncio.to_thread(self.ledger.position, self.log_id)
-            self.pending = [iv for iv in self.pending if iv.offset > self.position]
             return
-        intervals, self.pending = self.pending, []
-        await asyncio.to_thread(self.ledger.record, self.log_id, self.state.offset, intervals)
+        charges = [c for c in self.books.charges[self.flushed:] if c.offset > self.position]
+        running = open_allocations(self.state, self.state.time_ms)
+        await asyncio.to_thread(self.ledger.record, self.log_id, self.state.offset, charges, running, self.state.last_id)
+        self.flushed = len(self.books.charges)
         self.position = self.state.offset
+        self.expected_id = self.state.last_id
+        await self._issue()
+
+    async def _issue(self) -> None:
+        invoices, self.invoices = self.invoices, []
+        fresh = [inv for inv in invoices if not await asyncio.to_thread(self._issued, inv.invoice_id)]
+        if not fresh:
+            return
+        if self.producer is None:
+            self.producer = kafka.producer(self.bootstrap)
+            await self.producer.start()
+        now = self.clock.now_ms()
+        await kafka.append(self.producer, [Envelope(id=inv.invoice_id, source="gangway/accounting",
+                                                    time_ms=max(now, inv.period_end_ms), data=inv) for inv in fresh],
+                           topic=topics.INVOICES)
+        for inv in fresh:
+            await asyncio.to_thread(self.ledger.record_invoice, inv)
+
+    def _issued(self, invoice_id: str) -> bool:
+        return any(inv.invoice_id == invoice_id for inv in self.ledger.invoices(self.log_id))
 
     async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         try:
             await super().run(stop, standby)
         finally:
+            if self.producer is not None:
+                await self.producer.stop()
             self.ledger.close()

@@ -13,13 +13,27 @@ import hashlib
 
 import msgspec
 
+from gangway.events import money
 from gangway.events.catalogue import (
-    ClockTicked, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning,
+    CheckpointSaved, ClockTicked, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted,
+    WorkloadFinished, WorkloadProgress, WorkloadRunning,
 )
 from gangway.events.resources import index_of
 from gangway.events.state import State, WorkloadState
 
 DEFAULT_RUNTIME_MS = 600_000
+#: A job's utilisation profile (annotations copied to its labels): its GPUs' SM activity (0-1),
+#: GPU utilisation (0-1), framebuffer used (MiB), tokens processed per second and how often it
+#: saves a checkpoint (seconds). A workload with a profile reports every ``TELEMETRY_EVERY_MS``.
+SM_ACTIVE = "gangway.io/sm-active"
+GPU_UTIL = "gangway.io/gpu-util"
+FB_USED = "gangway.io/fb-used-mib"
+TOKENS_PER_S = "gangway.io/tokens-per-second"
+CHECKPOINT_S = "gangway.io/checkpoint-seconds"
+PROFILE = (SM_ACTIVE, GPU_UTIL, FB_USED, TOKENS_PER_S, CHECKPOINT_S)
+TELEMETRY_EVERY_MS = 60_000
+#: At most this many sample times are reported per workload in one call (a binder far behind catches up).
+CATCH_UP_MAX = 240
 #: A report: (event id, cluster time of what it reports, event).
 Report = tuple[str, int, object]
 
@@ -58,7 +72,10 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
 
 def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> list[Report]:
     """Everything the simulated cluster has to report at ``now_ms``, in a deterministic order."""
-    reports: list[Report] = []
+    reports: list[Report] = telemetry_reports(state, now_ms, default_runtime_ms)
+    billing = money.billing_deadline(state)
+    if billing is not None and billing[0] <= now_ms:
+        reports.append((f"tick/billing/{billing[0]}", billing[0], ClockTicked(reason=billing[1])))
     due = [(t, why) for t, why in rule_deadlines(state) if t <= now_ms]
     if due:  # one tick at the latest deadline passed covers them all
         t = due[-1][0]
@@ -87,12 +104,83 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
 def next_due_ms(state: State, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> int | None:
     """The earliest cluster time at which something will be due (None: nothing scheduled)."""
     times = [t for t, _ in rule_deadlines(state)[:1]]
+    billing = money.billing_deadline(state)
+    if billing is not None:
+        times.append(billing[0])
     for name in state.active:
         wl = state.workloads[name]
-        for t in (finish_at(wl, default_runtime_ms), evict_at(wl)):
+        for t in (finish_at(wl, default_runtime_ms), evict_at(wl), _next_sample(wl, default_runtime_ms)):
             if t is not None:
                 times.append(t)
     return min(times) if times else None
+
+
+def _profile(wl: WorkloadState) -> dict[str, float] | None:
+    labels = wl.spec.labels
+    if not any(key in labels for key in PROFILE):
+        return None
+    out = {}
+    for key in PROFILE:
+        try:
+            out[key] = float(labels.get(key, "0"))
+        except ValueError:
+            out[key] = 0.0
+    return out
+
+
+def _last_sample(wl: WorkloadState) -> int:
+    return max(wl.gpu_seen_ms.values(), default=wl.started_ms)
+
+
+def _ends(wl: WorkloadState, default_runtime_ms: int) -> int:
+    ends = [t for t in (finish_at(wl, default_runtime_ms), evict_at(wl)) if t is not None]
+    return min(ends)
+
+
+def _next_sample(wl: WorkloadState, default_runtime_ms: int) -> int | None:
+    if wl.phase not in ("running", "evicting") or wl.started_ms is None or _profile(wl) is None:
+        return None
+    if not money.held_gpus(wl):
+        return None
+    t = _last_sample(wl) + TELEMETRY_EVERY_MS
+    return t if t <= _ends(wl, default_runtime_ms) else None
+
+
+def telemetry_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> list[Report]:
+    """The simulated cluster's dcgm-exporter: for every running workload with a profile, GPU
+    figures per node (and progress, and checkpoints) at each sample time up to ``now_ms``."""
+    reports: list[Report] = []
+    for name in state.active:
+        wl = state.workloads[name]
+        profile = _profile(wl)
+        if profile is None or wl.phase not in ("running", "evicting") or wl.started_ms is None:
+            continue
+        until = min(now_ms, _ends(wl, default_runtime_ms))
+        t = _last_sample(wl) + TELEMETRY_EVERY_MS
+        per_node: dict[str, list[int]] = {}
+        for node, index in money.held_gpus(wl):
+            per_node.setdefault(node, []).append(index)
+        if not per_node:
+            continue
+        sm = round(min(max(profile[SM_ACTIVE], 0.0), 1.0) * 1000)
+        util = round(min(max(profile[GPU_UTIL] or profile[SM_ACTIVE], 0.0), 1.0) * 100)
+        every = int(profile[CHECKPOINT_S] * 1000)
+        for _ in range(CATCH_UP_MAX):
+            if t > until:
+                break
+            key = f"{name}/{wl.attempt}/{t}"
+            for node in sorted(per_node):
+                samples = [GpuSample(gpu=g, sm_active=sm, gpu_util=util, fb_used_mib=int(profile[FB_USED]), workload=name)
+                           for g in sorted(per_node[node])]
+                reports.append((f"gpu/{node}/{key}", t, GpuTelemetry(node=node, samples=samples, observed_ms=t)))
+            if profile[TOKENS_PER_S] > 0:
+                tokens = int(profile[TOKENS_PER_S] * (t - wl.started_ms) / 1000)
+                reports.append((f"progress/{key}", t, WorkloadProgress(workload=name, tokens=tokens, observed_ms=t)))
+            if every > 0 and (t - wl.started_ms) // every > (t - TELEMETRY_EVERY_MS - wl.started_ms) // every:
+                saved = wl.started_ms + (t - wl.started_ms) // every * every
+                reports.append((f"checkpoint/{key}", t, CheckpointSaved(workload=name, saved_ms=saved)))
+            t += TELEMETRY_EVERY_MS
+    return reports
 
 
 def node_digest(node: NodeObserved) -> str:

@@ -41,6 +41,13 @@ from gangway.services.preemption.defrag import plan_moves
 PREEMPTORS_PER_CYCLE_MAX = 64
 
 
+def idle_words(wl: WorkloadState) -> str:
+    """Why an idle-flagged workload goes first: the rule and its figures."""
+    flag = wl.idle
+    return (f"idle first: {flag.rule} (SM active {flag.sm_active / 10:g} % since t={flag.since_ms} ms "
+            f"on {flag.gpu_milli / 1000:g} GPUs)")
+
+
 def work_lost_ms(wl: WorkloadState, now_ms: int) -> int:
     """What evicting ``wl`` now throws away: the time since it started or last checkpointed."""
     if wl.started_ms is None:
@@ -182,6 +189,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     within_nominal = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
     root = idx.tree.root_of(cq_name)
     fair = idx.contract.fair_sharing.enable
+    idle_rule = idx.contract.idle_rule
     found: list[tuple[tuple, WorkloadState, Reason]] = []
     shares: dict[str, int] = {}
     #: Per victim queue: is it in the preemptor's cohort tree and borrowing what it needs? (The
@@ -213,7 +221,11 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
             share = 0
             if fair and group == 0:
                 share = -shares.setdefault(vq, view.share(idx.tree.queues[vq], {}, idx.weights))
-            key = (group, share, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
+            # The idle-GPU hunt (contract switch): idle borrowers of other queues go first.
+            idle_first = group == 0 and idle_rule is not None and idle_rule.preempt_first and victim.idle is not None
+            if idle_first:
+                rule = rule.plus(idle_first=idle_words(victim))
+            key = (group, not idle_first, share, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
             found.append((key, victim, rule))
     found.sort(key=lambda item: item[0])
     return [(victim, rule) for _, victim, rule in found]

@@ -245,8 +245,33 @@ def _k8s_job(where: _Where, doc: dict, kind: str, pod_sets: list[PodSetRequest])
         kind=kind,
         priority_class=labels.get(PRIORITY_LABEL),
         runtime_seconds=_runtime(where, annotations),
-        labels={k: v for k, v in labels.items() if k not in (QUEUE_LABEL, PRIORITY_LABEL)},
+        labels={k: v for k, v in labels.items() if k not in (QUEUE_LABEL, PRIORITY_LABEL)} | _profile(where, annotations),
     )
+
+
+#: A job's utilisation profile for the simulated cluster: annotation → the largest value it may take.
+PROFILE_ANNOTATIONS = {
+    "gangway.io/sm-active": 1.0, "gangway.io/gpu-util": 1.0, "gangway.io/fb-used-mib": 2.0**40,
+    "gangway.io/tokens-per-second": 1e12, "gangway.io/checkpoint-seconds": 1e9,
+}
+
+
+def _profile(where: _Where, annotations: dict[str, str]) -> dict[str, str]:
+    """The profile annotations (kept as labels so they ride on the workload), checked."""
+    out = {}
+    for key, high in PROFILE_ANNOTATIONS.items():
+        text = annotations.get(key)
+        if text is None:
+            continue
+        field = f"metadata.annotations[{key!r}]"
+        try:
+            value = float(text)
+        except ValueError:
+            raise where.error(field, f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and 0 <= value <= high):
+            raise where.error(field, f"{text!r} is not within 0-{high:g}")
+        out[key] = text
+    return out
 
 
 def _job_name(where: _Where, meta: dict) -> str:

@@ -1,6 +1,7 @@
 """The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected to gangway.rejections.
 
-It also relays checkpoints from ``gangway.telemetry`` onto the log (``telemetry.py``).
+It also relays telemetry — checkpoints, GPU figures, progress — from ``gangway.telemetry`` onto
+the log (``telemetry.py``).
 
 Inputs: the shared ``gangway.submissions`` (written by gangway's own principals: the Kubernetes
 binder, operators) and every tenant topic ``gangway.submissions.<namespace>`` that exists when the
@@ -19,7 +20,7 @@ import logging
 
 from gangway.adapters import kafka
 from gangway.events import topics
-from gangway.events.catalogue import CheckpointSaved, JobRejected, WorkloadQueued
+from gangway.events.catalogue import JobRejected, WorkloadQueued
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
 from gangway.services.submission.policy import decide_submission
@@ -79,10 +80,10 @@ class SubmissionService(LogService):
             headers = list(rec.headers or ())
             if rec.topic == topics.TELEMETRY:
                 result = decide_telemetry(rec.value, rec.key, headers, state, where)
-                if isinstance(result, CheckpointSaved):
-                    proposals.append(Proposal(f"checkpoint/{where}", now, result))
-                else:
+                if isinstance(result, JobRejected):
                     proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
+                else:
+                    proposals.append(Proposal(f"telemetry/{where}", now, result))
                 self.commit_to[TELEMETRY_PARTITION] = rec.offset + 1
                 continue
             result = decide_submission(rec.value, rec.key, headers, state, taken, where, self.max_bytes,

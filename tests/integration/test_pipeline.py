@@ -29,6 +29,7 @@ from gangway.events.fold import apply
 from gangway.events.quantity import MILLI
 from gangway.events.resources import GPU, total_request
 from gangway.events.state import State
+from gangway.services.accounting.billing import log_identity
 from gangway.services.accounting.ledger import MILLI_GPU_MS_PER_HOUR, Ledger, default_url
 from gangway.services.audit.replay import verify
 from gangway.services.submission.manifests import load_jobs, to_cloudevent_record
@@ -487,7 +488,7 @@ def test_accounting_bills_runtime_times_gpus_exactly_once_in_sqlite_and_postgres
 
 def _check_ledgers(gw, ledgers: dict[str, Ledger], mine: dict[str, dict], pg_accounting) -> None:
     envs = list(gw.log())
-    log_id, end = envs[0].id, envs[-1].offset
+    log_id, end = log_identity(envs[0]), envs[-1].offset
     for name, ledger in ledgers.items():
         gw.wait_until(f"the {name} ledger to reach offset {end}",
                       lambda _s, _e, ledger=ledger: ledger.position(log_id) >= end, 30,

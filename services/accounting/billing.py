@@ -1,0 +1,250 @@
+"""Billing (pure): periods on the log's clock, the books of a whole log, invoices and the figures.
+
+``Books`` folds a log beside the state: every charge that ends (``policy.usage_effects``), the
+GPU capacity of each flavor over time (for the idle cluster cost), and — once the log's clock is
+``settle_ms`` past the end of a billing period — the cut of that period: one ``InvoiceIssued`` per
+team, derived from the charges known at that offset (running work clipped at the period's end).
+The same log always gives the same invoices, with the same ids: the accounting service issues
+them, ``gangway replay`` and ``gangway invoice`` derive them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import msgspec
+
+from gangway.events import catalogue as ev
+from gangway.events import money
+from gangway.events.money import period_bounds, period_of
+from gangway.events.codec import structured_line
+from gangway.events.contract import Billing, Contract
+from gangway.events.fold import apply
+from gangway.events.resources import GPU
+from gangway.events.state import State
+from gangway.services.accounting.policy import Interval, clipped, open_allocations, usage_effects
+
+MILLI_GPU_MS_PER_HOUR = 1000 * money.MS_PER_HOUR
+
+
+# --- capacity (for the idle cluster cost) --------------------------------------------------------
+
+
+def node_flavor(contract: Contract | None, labels: dict[str, str]) -> str:
+    """The flavor a node's GPUs belong to: the first flavor (by name) whose labels it carries;
+    a flavor selecting no labels takes the nodes no labelled flavor took."""
+    if contract is None or not contract.flavors:
+        return ""
+    plain = ""
+    for flavor in sorted(contract.flavors, key=lambda f: f.name):
+        if flavor.node_labels and flavor.node_labels.items() <= labels.items():
+            return flavor.name
+        if not flavor.node_labels and not plain:
+            plain = flavor.name
+    return plain
+
+
+def capacity(state: State) -> dict[str, int]:
+    """GPU milli per flavor on the state's nodes."""
+    out: dict[str, int] = {}
+    for node in state.nodes.values():
+        gpus = node.allocatable.get(GPU, 0)
+        if gpus:
+            flavor = node_flavor(state.contract, node.labels)
+            out[flavor] = out.get(flavor, 0) + gpus
+    return out
+
+
+def capacity_ms(changes: list[tuple[int, dict[str, int]]], start_ms: int, end_ms: int) -> dict[str, int]:
+    """GPU milli-ms per flavor over [start, end), from the change points (time, capacity from then on)."""
+    out: dict[str, int] = {}
+    for i, (t, cap) in enumerate(changes):
+        until = changes[i + 1][0] if i + 1 < len(changes) else end_ms
+        a, b = max(t, start_ms), min(until, end_ms)
+        if b > a:
+            for flavor, milli in cap.items():
+                out[flavor] = out.get(flavor, 0) + milli * (b - a)
+    return out
+
+
+# --- invoices -------------------------------------------------------------------------------------
+
+
+def invoice_id(log_id: str, team: str, period: str) -> str:
+    """Deterministic: the same log, team and period always give the same id."""
+    digest = hashlib.sha256(f"{log_id}\n{team}\n{period}".encode()).hexdigest()[:16]
+    return f"inv-{period}-{team}-{digest}"
+
+
+def _lines(charges: list[Interval], start: int, end: int, billing: Billing) -> list[ev.InvoiceLine]:
+    lines = []
+    for c in charges:
+        duration = clipped(c, start, end)
+        for resource, price in sorted(c.prices.items()):
+            qty = c.resources.get(resource, 0) * duration
+            if duration <= 0 or qty <= 0:
+                continue
+            cost = money.cost_micros(resource, qty, price)
+            lines.append(ev.InvoiceLine(
+                kind="usage", workload=c.workload, attempt=c.attempt, cluster_queue=c.cluster_queue,
+                flavor=c.flavors.get(resource, ""), resource=resource, start_ms=max(c.start_ms, start),
+                end_ms=min(c.end_ms, end), quantity=qty, unit_price_micros=price, list_cost_micros=cost,
+                billed_cost_micros=cost, contract_digest=c.contract_digest, local_queue=c.local_queue,
+                priority_class=c.priority_class, description=f"{c.outcome} attempt {c.attempt} part {c.segment}",
+            ))
+        if billing.credit_preemption_waste and c.waste_ms and c.outcome in ("evicted", "node_lost") and start <= c.end_ms < end:
+            for resource, price in sorted(c.prices.items()):
+                qty = c.resources.get(resource, 0) * c.waste_ms
+                if qty <= 0:
+                    continue
+                cost = money.cost_micros(resource, qty, price)
+                lines.append(ev.InvoiceLine(
+                    kind="credit", workload=c.workload, attempt=c.attempt, cluster_queue=c.cluster_queue,
+                    flavor=c.flavors.get(resource, ""), resource=resource, start_ms=c.end_ms - c.waste_ms,
+                    end_ms=c.end_ms, quantity=qty, unit_price_micros=price, list_cost_micros=0,
+                    billed_cost_micros=-cost, contract_digest=c.contract_digest, local_queue=c.local_queue,
+                    priority_class=c.priority_class, description=f"preemption waste: {c.waste_ms} ms of work lost",
+                ))
+    return lines
+
+
+def idle_cost(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
+              start: int, end: int) -> dict[str, tuple[int, int]]:
+    """Per flavor: (idle GPU milli-ms, its list cost) over [start, end) — GPUs no workload held."""
+    held: dict[str, int] = {}
+    for c in charges:
+        flavor = c.flavors.get(GPU, "")
+        held[flavor] = held.get(flavor, 0) + c.gpu_milli * clipped(c, start, end)
+    out = {}
+    for flavor, cap in sorted(capacity_ms(changes, start, end).items()):
+        idle = max(0, cap - held.get(flavor, 0))
+        price = contract.price_of(flavor, GPU) if contract is not None else None
+        out[flavor] = (idle, money.cost_micros(GPU, idle, price) if price else 0)
+    return out
+
+
+def share_out(total: int, weights: dict[str, int]) -> dict[str, int]:
+    """``total`` split by weights, in integers that add up exactly (largest remainder, then name)."""
+    teams = sorted(t for t, w in weights.items() if w > 0)
+    whole = sum(weights[t] for t in teams)
+    if not teams or total <= 0:
+        return {}
+    parts = {t: total * weights[t] // whole for t in teams}
+    rest = total - sum(parts.values())
+    for t in sorted(teams, key=lambda t: (-(total * weights[t] % whole), t))[:rest]:
+        parts[t] += 1
+    return parts
+
+
+def invoices(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
+             period: str, log_id: str, cut_offset: int, team: str | None = None) -> list[ev.InvoiceIssued]:
+    """Every team's invoice for ``period`` (``charges``: closed and open ones, as known at the cut)."""
+    start, end = period_bounds(period)
+    billing = contract.billing if contract is not None else Billing()
+    currency = contract.currency if contract is not None else "USD"
+    by_team: dict[str, list[ev.InvoiceLine]] = {}
+    for c in sorted(charges, key=lambda c: (c.team, c.workload, c.attempt, c.segment)):
+        lines = _lines([c], start, end, billing)
+        if lines:
+            by_team.setdefault(c.team, []).extend(lines)
+    list_cost = {t: sum(line.list_cost_micros for line in lines) for t, lines in by_team.items()}
+    idle_total = sum(cost for _, cost in idle_cost(charges, changes, contract, start, end).values())
+    if billing.idle_cost == "weighted":
+        idle = share_out(idle_total, list_cost)
+    elif billing.idle_cost == "even":
+        idle = share_out(idle_total, {t: 1 for t in by_team})
+    else:
+        idle = {}
+    out = []
+    for name, lines in sorted(by_team.items()):
+        if team is not None and name != team:
+            continue
+        if idle.get(name):
+            lines = [*lines, ev.InvoiceLine(
+                kind="idle", workload="", attempt=0, cluster_queue="", flavor="", resource=GPU, start_ms=start,
+                end_ms=end, quantity=0, unit_price_micros=0, list_cost_micros=idle[name],
+                billed_cost_micros=idle[name], description=f"share of idle cluster GPUs ({billing.idle_cost})")]
+        credits = -sum(line.billed_cost_micros for line in lines if line.kind == "credit")
+        out.append(ev.InvoiceIssued(
+            invoice_id=invoice_id(log_id, name, period), team=name, period=period, period_start_ms=start,
+            period_end_ms=end, currency=currency, lines=lines, list_cost_micros=list_cost[name],
+            credits_micros=credits, idle_cost_micros=idle.get(name, 0),
+            billed_cost_micros=sum(line.billed_cost_micros for line in lines), log_id=log_id, cut_offset=cut_offset,
+        ))
+    return out
+
+
+# --- the books of a log -----------------------------------------------------------------------------
+
+
+@dataclass
+class Books:
+    """A log's charges, capacity and invoices, folded event by event (call ``step`` with each)."""
+
+    log_id: str = ""
+    state: State = field(default_factory=State)
+    charges: list[Interval] = field(default_factory=list)
+    #: (time, GPU milli per flavor from then on), appended when the nodes or the contract change.
+    changes: list[tuple[int, dict[str, int]]] = field(default_factory=list)
+    #: The next period to cut ("" until the first event), and the invoices cut so far.
+    next_period: str = ""
+    issued: list[ev.InvoiceIssued] = field(default_factory=list)
+    #: (next_period, its end in ms): computed once per period.
+    _bounds: tuple[str, int] = ("", 0)
+
+    def step(self, env: ev.Envelope, state: State | None = None) -> list[ev.InvoiceIssued]:
+        """Fold ``env`` (into ``state`` if given, else the books' own); returns invoices it cuts."""
+        own = state is None
+        state = self.state if own else state
+        self.charges.extend(usage_effects(state, env))
+        if own:
+            apply(state, env)
+        return self.after(state, env)
+
+    def after(self, state: State, env: ev.Envelope) -> list[ev.InvoiceIssued]:
+        """What follows once ``env`` is folded into ``state``: capacity, and the periods to cut."""
+        if isinstance(env.data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
+            cap = capacity(state)
+            if not self.changes or self.changes[-1][1] != cap:
+                self.changes.append((env.time_ms, cap))
+        if state.contract is None:
+            return []
+        billing = state.contract.billing
+        if not self.next_period:
+            self.next_period = period_of(billing.period, state.time_ms)
+        if self._bounds[0] != self.next_period:
+            self._bounds = (self.next_period, period_bounds(self.next_period)[1])
+        if state.time_ms < self._bounds[1] + billing.settle_ms:
+            return []
+        cut = []
+        while True:
+            start, end = period_bounds(self.next_period)
+            if state.time_ms < end + billing.settle_ms:
+                break
+            charges = self.charges + open_allocations(state, end)
+            cut.extend(invoices(charges, self.changes, state.contract, self.next_period, self.log_id, env.offset))
+            self.next_period = period_of(billing.period, end)
+        self.issued.extend(cut)
+        return cut
+
+    def known(self, now_ms: int | None = None) -> list[Interval]:
+        """Every charge so far, the open ones accrued up to ``now_ms`` (default: the log's time)."""
+        return self.charges + open_allocations(self.state, self.state.time_ms if now_ms is None else now_ms)
+
+
+def books_of(envelopes, log_id: str | None = None) -> Books:
+    """The books of a whole log (the auditor's way: derive everything again)."""
+    envs = list(envelopes)
+    books = Books(log_id=log_id if log_id is not None else (log_identity(envs[0]) if envs else ""))
+    for env in envs:
+        books.step(env)
+    return books
+
+
+def log_identity(first: ev.Envelope, topic: str = "gangway.log", partition: int = 0) -> str:
+    """A log's identity: its topic, partition and a digest of its whole first event (id, source,
+    time and content). A restarted embedded broker starts a new log whose first event is appended
+    at another time, so it gets a new identity even when that event's id repeats."""
+    digest = hashlib.sha256(structured_line(msgspec.structs.replace(first, offset=0))).hexdigest()[:24]
+    return f"{topic}/{partition}/{digest}"

@@ -1,0 +1,138 @@
+"""Money out: invoices through the CLI, the FOCUS export (checked by the FinOps validator), the
+showback report, and dcgm-exporter telemetry scraped from a real HTTP endpoint."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gangway.adapters import dcgm
+from gangway.cli import main
+from gangway.read import money
+from gangway.read.logfile import write_export
+from gangway.services.accounting.billing import books_of
+from money_story import night, serve_exposition
+
+ROOT = Path(__file__).resolve().parents[1]
+FOCUS_VALIDATOR = ROOT / ".venv-focus" / "bin" / "focus-validator"
+
+
+@pytest.fixture(scope="module")
+def night_log(tmp_path_factory):
+    sim = night()
+    path = tmp_path_factory.mktemp("money") / "night.jsonl"
+    write_export(sim.log, str(path))
+    return path, books_of(sim.log)
+
+
+def test_invoice_command_formats_agree(night_log, capsys) -> None:
+    path, books = night_log
+    assert main(["invoice", "--period", "2026-11", "--log", str(path), "--format", "json"]) == 0
+    issued = json.loads(capsys.readouterr().out)
+    assert [i["invoice_id"] for i in issued] == [i.invoice_id for i in books.issued if i.period == "2026-11"]
+    assert main(["invoice", "--period", "2026-11", "--team", "batch", "--log", str(path), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["team"] for r in rows} == {"batch"}
+    batch = next(i for i in books.issued if i.team == "batch" and i.period == "2026-11")
+    assert sum(money.money(int(round(float(r["billed_cost"]) * 1e6)), 6) for r in rows) == money.money(batch.billed_cost_micros, 6)
+    assert main(["invoice", "--period", "2027-01", "--log", str(path)]) == 0
+    assert "draft" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["invoice", "--period", "Nov", "--log", str(path)])
+
+
+def test_focus_export_has_every_column_and_passes_the_finops_validator(night_log, tmp_path) -> None:
+    path, books = night_log
+    out = tmp_path / "focus.csv"
+    assert main(["export", "focus", "--period", "2026-11", "--log", str(path), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert set(money.FOCUS_COLUMNS) <= set(rows[0])
+    billed = sum(i.billed_cost_micros for i in books.issued if i.period == "2026-11")
+    assert sum(round(float(r["BilledCost"]) * 1_000_000) for r in rows) == billed
+    assert {r["ChargeCategory"] for r in rows} == {"Usage", "Credit"}
+    if not FOCUS_VALIDATOR.exists():
+        pytest.skip("focus-validator is not installed (.venv-focus: `make test` installs it)")
+    # The validator reads its currency list from a path relative to the working directory.
+    site = next((ROOT / ".venv-focus" / "lib").glob("python*/site-packages"))
+    result = subprocess.run([str(FOCUS_VALIDATOR), "--data-file", str(out), "--validate-version", "1.0"],
+                            cwd=site, capture_output=True, text=True, timeout=300)
+    assert "Validation succeeded" in result.stdout, result.stdout + result.stderr
+    broken = tmp_path / "broken.csv"
+    broken.write_text(out.read_text().replace(",EUR,", ",EURO,"))
+    result = subprocess.run([str(FOCUS_VALIDATOR), "--data-file", str(broken), "--validate-version", "1.0"],
+                            cwd=site, capture_output=True, text=True, timeout=300)
+    assert "BillingCurrency" in result.stdout, "the validator really checks"
+
+
+def test_showback_html_has_charts_and_the_idle_notebook(night_log, tmp_path, capsys) -> None:
+    path, _ = night_log
+    html = tmp_path / "showback.html"
+    assert main(["showback", "--log", str(path), "--html", str(html)]) == 0
+    text = html.read_text()
+    assert text.count("data:image/png;base64,") == 2
+    assert "research/notebook" in text and "allocated vs busy" in text
+    out = capsys.readouterr().out
+    assert "research" in out and "38%" in out
+
+
+def test_read_api_spend_over_time_adds_up(night_log) -> None:
+    _, books = night_log
+    charges = books.known()
+    start = min(c.start_ms for c in charges)
+    end = max(c.end_ms for c in charges)
+    series = money.spend_over_time(charges, start, end, 3_600_000)
+    total = {t.team: t.list_cost_micros for t in money.team_figures(charges)}
+    for team, values in series.items():
+        assert abs(sum(values) - total[team]) <= len(values) * 2, "per-step rounding only"
+
+
+EXPOSITION = """# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n0",DCGM_FI_DRIVER_VERSION="550.54.15",container="main",namespace="research",pod="train-0"} 71
+DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-1b6e",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n0",DCGM_FI_DRIVER_VERSION="550.54.15"} 0
+# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n0",DCGM_FI_DRIVER_VERSION="550.54.15",container="main",namespace="research",pod="train-0"} 61234
+# HELP DCGM_FI_PROF_SM_ACTIVE The ratio of cycles an SM has at least 1 warp assigned (in %).
+# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
+DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n0",DCGM_FI_DRIVER_VERSION="550.54.15",container="main",namespace="research",pod="train-0"} 0.812
+DCGM_FI_PROF_SM_ACTIVE{gpu="1",UUID="GPU-1b6e",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n0",DCGM_FI_DRIVER_VERSION="550.54.15"} 0
+"""
+
+
+@pytest.fixture
+def exporter():
+    body = {"text": EXPOSITION}
+    server = serve_exposition(body)
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics", body
+    server.shutdown()
+    server.server_close()
+
+
+def test_scrape_maps_pods_to_workloads_and_rejects_bad_expositions(exporter) -> None:
+    url, body = exporter
+    (event,) = dcgm.parse(dcgm.fetch(url), frozenset({"research/train", "research/tr"}), observed_ms=5)
+    assert event.node == "n0" and event.observed_ms == 5
+    assert [(s.gpu, s.sm_active, s.gpu_util, s.fb_used_mib, s.workload) for s in event.samples] == [
+        (0, 812, 71, 61234, "research/train"), (1, 0, 0, 0, None)]
+    body["text"] = "DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\"} 0.5\n"
+    with pytest.raises(dcgm.ScrapeError, match="Hostname"):
+        dcgm.parse(dcgm.fetch(url))
+    body["text"] = "this is { not prometheus\n"
+    with pytest.raises(dcgm.ScrapeError):
+        dcgm.parse(dcgm.fetch(url))
+    body["text"] = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n0"} 5\n'
+    with pytest.raises(dcgm.ScrapeError, match="SM_ACTIVE"):
+        dcgm.parse(dcgm.fetch(url))
+
+
+def test_the_validator_is_pinned_in_the_makefile() -> None:
+    text = (ROOT / "Makefile").read_text()
+    assert "focus-validator==1.0.0" in text and "multimethod<1.11" in text
+    assert shutil.which("python3")
