@@ -518,7 +518,7 @@ def _idle(state: State, env: ev.Envelope, e: ev.WorkloadIdle) -> None:
     if _seen(state, wl, env):
         return
     if wl is None or wl.attempt != e.attempt or wl.phase != "running" or wl.low_since_ms is None:
-        _supersede(state, wl, f"idle flag {env.id}: the workload is no longer running idle")
+        _supersede(state, wl, "idle flag", env, reason(C.NO_LONGER_IDLE))
         return
     wl.idle = e
     state.decisions += 1

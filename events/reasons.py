@@ -72,6 +72,7 @@ class ReasonCode(enum.StrEnum):
     PODS_NO_LONGER_FIT = "pods_no_longer_fit"
     GPUS_NO_LONGER_FIT = "gpus_no_longer_fit"
     GANG_INCOMPLETE = "gang_incomplete"
+    NO_LONGER_IDLE = "no_longer_idle"
 
 
 C = ReasonCode
@@ -124,6 +125,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.PODS_NO_LONGER_FIT: "{count} pod(s) of {pod_set} no longer fit on {node}",
     C.GPUS_NO_LONGER_FIT: "{count} pod(s) of {pod_set} no longer fit the GPUs of {node}",
     C.GANG_INCOMPLETE: "pod set {pod_set}: {placed} of {count} pods placed (a gang is all or nothing)",
+    C.NO_LONGER_IDLE: "the workload is no longer running idle",
 }
 
 #: Optional tails, added in this order when their parameter is present.
