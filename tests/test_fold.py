@@ -317,7 +317,7 @@ def scenario() -> LogBuilder:
             .add(ev.JobRejected(job_id="k", reason="bad_quantity", message="no", original=b"x"))
             .nodes(node("n3").gpus(8))
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
-            .finish("g").add(ev.NodeRemoved(node="n3")))
+            .finish("g").add(ev.WorkloadWithdrawn(workload="w", reason="Job deleted")).add(ev.NodeRemoved(node="n3")))
 
 
 SCENARIO = scenario()

@@ -71,6 +71,7 @@ SAMPLES: dict[type, object] = {
     ev.ConfigApplied: ev.ConfigApplied(contract=CONTRACT, digest="ab" * 32, source="infra/contract.yaml"),
     ev.CheckpointSaved: ev.CheckpointSaved(workload="ml/j-1", saved_ms=1_700_000_000_000, step=5000),
     ev.ClockTicked: ev.ClockTicked(reason="minimum runtime of ml/j-0 ends"),
+    ev.WorkloadWithdrawn: ev.WorkloadWithdrawn(workload="ml/j-0", reason="Job ml/j-0 deleted"),
 }
 
 def errors(schema: dict, value: object) -> list[str]:
@@ -130,7 +131,7 @@ def test_asyncapi_lists_the_five_topics_and_their_messages():
     on_log = [name for name in channels["log"]["messages"]]
     assert on_log == ["WorkloadQueued", "CheckpointSaved", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
-                      "ClockTicked", "ConfigApplied"]
+                      "ClockTicked", "WorkloadWithdrawn", "ConfigApplied"]
     assert list(channels["submissions"]["messages"]) == ["JobSubmitted"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]
     assert list(channels["telemetry"]["messages"]) == ["CheckpointSaved"]

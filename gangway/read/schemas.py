@@ -64,7 +64,7 @@ CHANNELS = (
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),
             "binder": (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished, ev.WorkloadEvicted,
-                       ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked),
+                       ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked, ev.WorkloadWithdrawn),
             "config": (ev.ConfigApplied,),
         },
         ("submission", "admission", "placement", "preemption", "binder", "accounting", "audit"),

@@ -2,7 +2,7 @@
 
 An *allocation* is one attempt of a workload holding its nodes. It ends when the fold really ends
 it: ``WorkloadFinished`` or ``WorkloadEvicted`` about the workload's current attempt while it holds
-nodes, or ``NodeRemoved`` of a node it runs on (the fold requeues it). Stale reports (an older
+nodes, ``NodeRemoved`` of a node it runs on (the fold requeues it), or ``WorkloadWithdrawn``. Stale reports (an older
 attempt) and re-deliveries (a workload already finished or requeued) end nothing and cost nothing.
 
 Start of the billed interval: the time of ``WorkloadRunning`` (``WorkloadState.started_ms``), the
@@ -24,7 +24,7 @@ from gangway.events.resources import GPU, total_request
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, State, WorkloadState
 
 CPU = "cpu"
-Outcome = Literal["finished", "evicted", "node_lost", "open"]
+Outcome = Literal["finished", "evicted", "node_lost", "withdrawn", "open"]
 
 
 class Interval(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -65,6 +65,9 @@ def usage_effects(before: State, env: ev.Envelope) -> list[Interval]:
         return _ended(before, env, data.workload, data.attempt, EVICT_FROM, "evicted")
     if isinstance(data, ev.NodeRemoved):
         return _node_lost(before, env, data.node)
+    if isinstance(data, ev.WorkloadWithdrawn):
+        wl = before.workloads.get(data.workload)
+        return _ended(before, env, data.workload, wl.attempt, HOLDS_NODES, "withdrawn") if wl is not None else []
     return []
 
 
@@ -88,7 +91,7 @@ def _ended(
 
 
 def _node_lost(before: State, env: ev.Envelope, node: str) -> list[Interval]:
-    if node not in before.nodes:
+    if node not in before.nodes and node not in before.unavailable:
         return []
     out = []
     for name in sorted(before.active):
