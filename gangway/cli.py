@@ -98,14 +98,17 @@ def cmd_config(args) -> int:
 def cmd_submit(args) -> int:
     from gangway.services.submission.manifests import ManifestError, load_jobs
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    generated: dict[str, str] = {}
     try:
-        jobs = load_jobs(text, "<stdin>" if args.file == "-" else args.file)
+        jobs = load_jobs(text, "<stdin>" if args.file == "-" else args.file,
+                         on_generated=lambda prefix, name: generated.__setitem__(name, prefix))
     except ManifestError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
     asyncio.run(stack.publish_jobs(_kafka(), jobs))
     for job in jobs:
-        console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}")
+        named = f" (name generated from generateName {generated[job.job_id]!r})" if job.job_id in generated else ""
+        console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}{named}")
     return 0
 
 

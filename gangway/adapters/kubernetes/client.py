@@ -169,7 +169,10 @@ class Kube:
         while True:
             page = await self._json("GET", res.path(namespace), query={
                 "labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit, "continue": token})
-            items.extend(page.get("items") or [])
+            for item in page.get("items") or []:  # list items come without their kind
+                item.setdefault("kind", res.kind)
+                item.setdefault("apiVersion", res.api_version)
+                items.append(item)
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items, str((page.get("metadata") or {}).get("resourceVersion") or "")

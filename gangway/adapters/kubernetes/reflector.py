@@ -95,17 +95,19 @@ class Reflector:
         stream = self.kube.watch(self.res, self.resource_version, self.namespace, self.label_selector,
                                  self.watch_timeout_s)
         stopper = asyncio.ensure_future(stop.wait())
+        nxt = None
         try:
             while True:
                 nxt = asyncio.ensure_future(stream.__anext__())
                 done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if nxt not in done:
-                    nxt.cancel()
                     return
                 try:
                     kind, obj = nxt.result()
                 except StopAsyncIteration:
+                    nxt = None
                     return
+                nxt = None
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if rv:
                     self.resource_version = rv
@@ -120,4 +122,10 @@ class Reflector:
                     self.on_change(kind, obj)
         finally:
             stopper.cancel()
+            if nxt is not None and not nxt.done():
+                nxt.cancel()
+                try:
+                    await nxt
+                except BaseException:  # its cancellation, or what the stream raised meanwhile
+                    pass
             await stream.aclose()
