@@ -227,14 +227,14 @@ class FakeCluster:
                         await self.kube.delete(api.PODS, pname, ns, grace_seconds=0)
             return
         limit = len(wanted) - self.hold_back.get(obj["metadata"]["name"], 0)
-        for pname, labels, annotations, template in wanted[:limit]:
+        for pname, labels, notes, template in wanted[:limit]:
             if pname in pods:
                 continue
             tmeta = template.get("metadata") or {}
             pod = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": pname, "namespace": ns,
                                 "labels": {**(tmeta.get("labels") or {}), **labels},
-                                "annotations": {**(tmeta.get("annotations") or {}), **annotations},
+                                "annotations": {**(tmeta.get("annotations") or {}), **notes},
                                 "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": obj["kind"],
                                                      "name": obj["metadata"]["name"], "uid": uid, "controller": True}]},
                    "spec": copy.deepcopy(template["spec"])}
