@@ -49,6 +49,8 @@ Report = tuple[str, int, object]
 #: intake(object, state) → the JobSubmitted it becomes, or why it is refused.
 Intake = Callable[[dict, State], "JobSubmitted | str"]
 SUBMIT_RETRY_S = 30.0
+#: What a bind of a pod that no longer exists returns (not a refusal: the pod is being re-created).
+GONE = "gone"
 EVICT_BACKOFF_MAX_S = 5.0
 
 
@@ -282,11 +284,13 @@ class KubernetesBinder:
         plan = ob.bindings(by_set, wl.placement.assignments, wl.placement_gpus)
         todo = [(pod, node, gpus) for pod, node, gpus in plan if (pod.get("spec") or {}).get("nodeName") != node]
         results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in todo))
-        failed = [r for r in results if r]
+        failed = [r for r in results if r and r != GONE]
+        self.pods_bound += sum(1 for r in results if not r)
+        if GONE in results and not failed:
+            return  # a pod our cache still showed was gone (deleted and being re-created): the next pass binds it
         if failed:
             await self._roll_back(wl, obj, pods, out, now_ms, f"{len(failed)} of {len(plan)} binds refused: {failed[0]}")
             return
-        self.pods_bound += len(todo)
         self.bind_latencies.append(time.monotonic() - gang.started)
         out.reports.append((f"bound/{name}/{wl.attempt}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
 
@@ -323,6 +327,8 @@ class KubernetesBinder:
             try:
                 await self.kube.create(api.PODS, body, m.get("namespace"), sub="binding", name=m["name"])
             except ApiError as exc:
+                if exc.not_found:
+                    return GONE
                 return f"pod {m['name']} to {node}: {exc}"
         return ""
 
