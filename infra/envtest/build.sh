@@ -11,10 +11,26 @@ if [[ -x "$out/kube-apiserver" && -x "$out/etcd" ]]; then
   echo "$out"
   exit 0
 fi
+# A Go toolchain >= 1.26: $GO, `go` on PATH, /usr/local/go, or else Go's own toolchain module fetched
+# from the Go module proxy (golang.org/toolchain, what `go` itself downloads when GOTOOLCHAIN asks).
+toolchain=v0.0.1-go1.26.8.linux-amd64
+new_enough() { [[ -n "$1" ]] && "$1" version 2>/dev/null | grep -qE 'go1\.(2[6-9]|[3-9][0-9])'; }
 go="${GO:-$(command -v go || true)}"
-[[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
-if [[ -z "$go" ]]; then
-  echo "envtest: no Go toolchain; the Kubernetes integration tests will skip" >&2
+new_enough "$go" || go=/usr/local/go/bin/go
+if ! new_enough "$go"; then
+  tc="$root/.cache/go-toolchain/$toolchain"
+  if [[ ! -x "$tc/bin/go" ]] && [[ "$(uname -sm)" == "Linux x86_64" ]] && command -v curl >/dev/null && command -v unzip >/dev/null; then
+    mkdir -p "$root/.cache/go-toolchain"
+    zip="$root/.cache/go-toolchain/$toolchain.zip"
+    curl -fsSL "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/$toolchain.zip" -o "$zip"
+    rm -rf "$root/.cache/go-toolchain/unpacked" && unzip -q "$zip" -d "$root/.cache/go-toolchain/unpacked"
+    mv "$root/.cache/go-toolchain/unpacked/golang.org/toolchain@$toolchain" "$tc" && rm -rf "$zip" "$root/.cache/go-toolchain/unpacked"
+    chmod +x "$tc/bin/"* "$tc/pkg/tool/"*/* 2>/dev/null || true
+  fi
+  go="$tc/bin/go"
+fi
+if ! new_enough "$go"; then
+  echo "envtest: no Go >= 1.26 (and none could be fetched); the Kubernetes tests will skip" >&2
   exit 0
 fi
 mkdir -p "$out"

@@ -97,6 +97,8 @@ class KubernetesBinder:
         #: Seconds from a placement first seen to its last pod bound, per gang bound (for the benchmark).
         self.bind_latencies: list[float] = []
         self.pods_bound = 0
+        #: (pods, start, end) of every round of binds (monotonic s): the binder's own binding rate.
+        self.bind_phases: list[tuple[int, float, float]] = []
         #: What reconciling found and fixed (also logged and told on the objects).
         self.found: list[str] = []
         self._tasks: list[asyncio.Task] = []
@@ -283,7 +285,9 @@ class KubernetesBinder:
         by_set = {ps: sorted(p, key=ob.pod_order)[:want[ps]] for ps, p in by_set.items()}
         plan = ob.bindings(by_set, wl.placement.assignments, wl.placement_gpus)
         todo = [(pod, node, gpus) for pod, node, gpus in plan if (pod.get("spec") or {}).get("nodeName") != node]
+        began = time.monotonic()
         results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in todo))
+        self.bind_phases.append((len(todo), began, time.monotonic()))
         failed = [r for r in results if r and r != GONE]
         self.pods_bound += sum(1 for r in results if not r)
         if GONE in results and not failed:
