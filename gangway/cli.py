@@ -47,7 +47,11 @@ def _wait_for_signal() -> None:
 def cmd_service(args) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
     default_runtime_ms = int(args.default_runtime * 1000) if args.default_runtime else None
-    service = stack.build_service(args.name, _kafka(), args.cluster, default_runtime_ms, _kubernetes(args))
+    pending = None
+    if args.kubernetes:
+        from gangway.read.explain import pending_report
+        pending = pending_report
+    service = stack.build_service(args.name, _kafka(), args.cluster, default_runtime_ms, _kubernetes(args), pending)
     stack.run_service(service)
     return 0
 

@@ -48,16 +48,17 @@ def bootstrap_of_running_stack() -> str:
 
 
 def build_service(name: str, bootstrap: str, cluster_file: str | None, default_runtime_ms: int | None,
-                  kubernetes: dict | None = None):
+                  kubernetes: dict | None = None, pending=None):
     """The service object for a name (imports only what that service needs). ``kubernetes``
-    ({"kubeconfig": …, "context": …}, values may be None) makes the binder act on a real cluster."""
+    ({"kubeconfig": …, "context": …}, values may be None) makes the binder act on a real cluster;
+    ``pending`` (state → why each pending workload waits) feeds what it tells users."""
     sdir = state_dir()
     if name == "binder" and kubernetes is not None:
         from gangway.adapters.kubernetes import Kube
         from gangway.services.binder.kubernetes_service import KubernetesBinderService
         from gangway.services.submission.kubernetes import job_from_object
         return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
-                                       job_from_object, sdir)
+                                       job_from_object, sdir, pending=pending)
     if name == "submission":
         from gangway.services.submission.service import SubmissionService
         return SubmissionService(bootstrap, sdir)

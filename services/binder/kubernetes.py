@@ -35,6 +35,7 @@ from typing import Callable
 from gangway.adapters.kubernetes import ApiError, Kube, LeaseElector, Reflector
 from gangway.adapters.kubernetes import client as api
 from gangway.adapters.kubernetes.lease import micro_time
+from gangway.events.codec import format_time
 from gangway.events.catalogue import (
     JobSubmitted, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning, WorkloadWithdrawn,
 )
@@ -52,6 +53,8 @@ SUBMIT_RETRY_S = 30.0
 #: What a bind of a pod that no longer exists returns (not a refusal: the pod is being re-created).
 GONE = "gone"
 EVICT_BACKOFF_MAX_S = 5.0
+#: A waiting object's position is told again at most this often.
+PENDING_EVERY_S = 10.0
 
 
 @dataclass
@@ -78,8 +81,10 @@ class KubernetesBinder:
     def __init__(self, kube: Kube, identity: str, intake: Intake | None = None, namespace: str = "gangway-system",
                  lease_name: str = "gangway-binder", lease_s: float = 15.0, pods_timeout_s: float = 60.0,
                  scheduler: str = ob.SCHEDULER_NAME, bind_concurrency: int = 32, kinds: tuple[str, ...] = ob.KINDS,
-                 watch_timeout_s: int = 60):
+                 watch_timeout_s: int = 60, pending: Callable[[State], dict] | None = None):
         self.kube, self.identity, self.intake = kube, identity, intake
+        #: pending(state) → workload → an object with reason and eta_ms (gangway explain's pending report).
+        self.pending = pending
         self.scheduler, self.pods_timeout_s = scheduler, pods_timeout_s
         self.wake = asyncio.Event()
         self.reflectors: dict[str, Reflector] = {
@@ -91,6 +96,7 @@ class KubernetesBinder:
         self.evicting: dict[tuple[str, int], Evicting] = {}
         self.submitting: dict[str, float] = {}
         self.told: dict[str, tuple[str, str]] = {}
+        self.told_at: dict[str, float] = {}
         self.rejected: dict[str, tuple] = {}
         self.bind_sem = asyncio.Semaphore(bind_concurrency)
         self.scheduler_immutable: set[str] = set()
@@ -483,15 +489,29 @@ class KubernetesBinder:
         for name in state.pending:
             wl = state.workloads[name]
             queues.setdefault(wl.spec.cluster_queue, []).append(wl)
+        now = time.monotonic()
+        due = []
         for cq, waiting in queues.items():
             waiting.sort(key=lambda w: (-w.spec.priority, w.queued_ms, w.seq))
             for i, wl in enumerate(waiting, start=1):
                 obj = objs.get(wl.spec.workload)
                 if obj is None:
                     continue
-                why = f"; last decision: {wl.superseded}" if wl.superseded else ""
-                await self.tell(obj, "Normal", "Pending",
-                                f"Pending: position {i} of {len(waiting)} in ClusterQueue {cq}{why}", status="False")
+                uid = ob.meta(obj).get("uid")
+                if self.told.get(uid, ("",))[0] == "Pending" and now - self.told_at.get(uid, 0) < PENDING_EVERY_S:
+                    continue  # a queue that moves does not flood the API server with Events
+                due.append((wl, obj, i, len(waiting)))
+        if not due:
+            return
+        # Why each waits and when it should start (gangway explain's answer, when one was given).
+        report = self.pending(state) if self.pending is not None else {}
+        for wl, obj, i, n in due:
+            said = report.get(wl.spec.workload)
+            eta = f", estimated start {format_time(said.eta_ms)[11:16]} UTC" if said and said.eta_ms else ""
+            why = f": {said.reason}" if said else (f"; last decision: {wl.superseded}" if wl.superseded else "")
+            await self.tell(obj, "Normal", "Pending",
+                            f"Pending: position {i} of {n} in ClusterQueue {wl.spec.cluster_queue}{eta}{why}",
+                            status="False")
 
     async def tell(self, obj: dict, type_: str, reason: str, message: str, status: str) -> None:
         """A Kubernetes Event on the object and gangway's condition on it (once per change)."""
@@ -500,6 +520,7 @@ class KubernetesBinder:
         if self.told.get(uid) == (reason, message):
             return
         self.told[uid] = (reason, message)
+        self.told_at[uid] = time.monotonic()
         now = micro_time()
         stamp = now[:19] + "Z"
         name = f"{m['name']}.gangway.{hashlib.sha256(f'{uid}{reason}{message}{now}'.encode()).hexdigest()[:10]}"

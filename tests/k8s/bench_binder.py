@@ -12,30 +12,10 @@ import pytest
 
 from gangway.contract import load_contract
 from k8s_harness import FakeCluster, LocalLog, apply_manifests, create_node, node_object, run_until
-from test_kubernetes_binder import CONTRACT
+from test_kubernetes_binder import CONTRACT, job
 
 pytestmark = pytest.mark.kubernetes
 TARGET_PODS = 128
-
-
-def gang(name: str, pods: int) -> str:
-    return f"""
-apiVersion: batch/v1
-kind: Job
-metadata: {{name: {name}, namespace: team, labels: {{kueue.x-k8s.io/queue-name: default}}}}
-spec:
-  parallelism: {pods}
-  completions: {pods}
-  completionMode: Indexed
-  suspend: true
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: main
-        image: busybox
-        resources: {{requests: {{cpu: 100m, memory: 64Mi}}}}
-"""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -57,7 +37,7 @@ async def test_bench_binding(kube, make_binder, size):
     try:
         started = time.monotonic()
         for i in range(gangs):
-            await apply_manifests(kube, gang(f"g{size}-{i}", size))
+            await apply_manifests(kube, job(f"g{size}-{i}", size, gpus=0, cpu="100m", memory="64Mi"))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: sum(1 for w in wl.values() if w.phase == "bound") == gangs,
                         timeout_s=300, what="every gang bound")

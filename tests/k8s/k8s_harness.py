@@ -5,6 +5,7 @@ starts bound pods and finishes deleting them. All of it talks to the real API se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 from dataclasses import dataclass, field
@@ -273,3 +274,16 @@ async def complete(kube: Kube, obj: dict, succeeded: bool = True, message: str =
             status.update({"startTime": now, "failed": 1})
             status["conditions"] = [dict(cond, type="FailureTarget"), cond]
     await kube.patch(KINDS[kind], obj["metadata"]["name"], {"status": status}, obj["metadata"]["namespace"], sub="status")
+
+
+@contextlib.asynccontextmanager
+async def cluster_running(kube: Kube, namespaces: list[str], **options):
+    """A FakeCluster at work for the duration of the block."""
+    cluster = FakeCluster(kube, namespaces, **options)
+    stop = asyncio.Event()
+    task = asyncio.create_task(cluster.run(stop))
+    try:
+        yield cluster
+    finally:
+        stop.set()
+        await task

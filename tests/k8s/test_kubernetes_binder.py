@@ -10,7 +10,7 @@ from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
 from gangway.services.binder import objects as ob
-from k8s_harness import FakeCluster, LocalLog, apply_manifests, complete, create_node, node_object, run_until
+from k8s_harness import cluster_running, LocalLog, apply_manifests, complete, create_node, node_object, run_until
 
 pytestmark = pytest.mark.kubernetes
 
@@ -40,14 +40,16 @@ spec: {clusterQueue: team}
 """
 
 
-def job(name: str, pods: int, gpus: int, suspend: bool = True, extra_meta: str = "") -> str:
+def job(name: str, pods: int, gpus: int, suspend: bool = True, cpu: str = "1", memory: str = "1Gi") -> str:
+    """A suspended, Indexed batch/v1 Job of ``pods`` pods in namespace team, queue default."""
+    gpu = f", nvidia.com/gpu: {gpus}}}, limits: {{nvidia.com/gpu: {gpus}" if gpus else ""
     return f"""
 apiVersion: batch/v1
 kind: Job
 metadata:
   name: {name}
   namespace: team
-  labels: {{kueue.x-k8s.io/queue-name: default}}{extra_meta}
+  labels: {{kueue.x-k8s.io/queue-name: default}}
 spec:
   parallelism: {pods}
   completions: {pods}
@@ -59,9 +61,7 @@ spec:
       containers:
       - name: main
         image: busybox
-        resources:
-          requests: {{cpu: "1", memory: 1Gi, nvidia.com/gpu: {gpus}}}
-          limits: {{nvidia.com/gpu: {gpus}}}
+        resources: {{requests: {{cpu: "{cpu}", memory: {memory}{gpu}}}}}
 """
 
 
@@ -87,10 +87,7 @@ async def pods_of(kube, name: str, ns: str = "team") -> list[dict]:
 
 async def test_a_suspended_job_is_admitted_bound_as_a_gang_run_and_finished(kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    stop = asyncio.Event()
-    cluster = FakeCluster(kube, ["team"])
-    runner = asyncio.create_task(cluster.run(stop))
-    try:
+    async with cluster_running(kube, ["team"]):
         [obj] = await apply_manifests(kube, job("train", pods=3, gpus=4))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: "team/train" in wl and wl["team/train"].phase == "running",
@@ -121,9 +118,6 @@ async def test_a_suspended_job_is_admitted_bound_as_a_gang_run_and_finished(kube
         for _ in range(5):
             await log.turn(again)
         assert len(log.of_type(ev.WorkloadQueued)) == 1
-    finally:
-        stop.set()
-        await runner
 
 
 async def kill_lease_holder(binder) -> None:
@@ -157,9 +151,7 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
 
 async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    stop = asyncio.Event()
-    runner = asyncio.create_task(FakeCluster(kube, ["team"]).run(stop))
-    try:
+    async with cluster_running(kube, ["team"]):
         await apply_manifests(kube, job("big", pods=4, gpus=8))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: "team/big" in wl and wl["team/big"].phase == "running",
@@ -171,17 +163,11 @@ async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube,
         assert w.workload == "team/big" and "deleted" in w.reason
         assert all(v == 0 for v in log.state.usage["team"].values())
         assert all(n.free == n.allocatable for n in log.state.nodes.values())
-    finally:
-        stop.set()
-        await runner
 
 
 async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued(kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    stop = asyncio.Event()
-    cluster = FakeCluster(kube, ["team"], kubelet=False)
-    runner = asyncio.create_task(cluster.run(stop))
-    try:
+    async with cluster_running(kube, ["team"], kubelet=False):
         await apply_manifests(kube, job("gang", pods=4, gpus=8))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: "team/gang" in wl and wl["team/gang"].phase == "placed",
@@ -206,23 +192,44 @@ async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued(kube, ma
         assert len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
         events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=gang")
         assert any(e["reason"] == "GangRolledBack" for e in events)
-    finally:
-        stop.set()
-        await runner
 
 
 async def test_pods_that_never_all_appear_are_rolled_back_after_the_timeout(kube, make_binder):
     log, binder = await setup(kube, make_binder, pods_timeout_s=1.0)
-    stop = asyncio.Event()
-    cluster = FakeCluster(kube, ["team"], hold_back={"slow": 1})
-    runner = asyncio.create_task(cluster.run(stop))
-    try:
+    async with cluster_running(kube, ["team"], hold_back={"slow": 1}):
         await apply_manifests(kube, job("slow", pods=3, gpus=8))
         await run_until(log, [binder], lambda: bool(log.of_type(ev.WorkloadEvicted)), what="the timeout rollback")
         [rolled] = log.of_type(ev.WorkloadEvicted)
         assert "did not all appear within 1 s (main: 2 of 3)" in rolled.reason
         assert (await kube.get(api.JOBS, "slow", "team"))["spec"]["suspend"] is True
         assert all(not p["spec"].get("nodeName") for p in await pods_of(kube, "slow"))
-    finally:
-        stop.set()
-        await runner
+
+
+async def test_a_waiting_job_is_told_its_position_why_and_when_it_should_start(kube, make_binder):
+    from gangway.read.explain import pending_report
+    log, binder = await setup(kube, make_binder, pending=pending_report)
+    async with cluster_running(kube, ["team"]):
+        runtime = '\n  annotations: {gangway.io/runtime-seconds: "600"}'
+        await apply_manifests(kube, job("first", pods=4, gpus=8).replace("queue-name: default}", "queue-name: default}" + runtime))
+        await run_until(log, [binder], running(log, "team/first"), what="the first Job running")
+        await apply_manifests(kube, job("second", pods=1, gpus=8))
+        await run_until(log, [binder], lambda: "team/second" in log.state.workloads, what="the second queued")
+
+        async def told():
+            events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=second")
+            return [e["message"] for e in events if e["reason"] == "Pending"]
+        for _ in range(100):
+            await log.turn(binder)
+            if await told():
+                break
+            await asyncio.sleep(0.05)
+        [message] = await told()
+        assert message.startswith("Pending: position 1 of 1 in ClusterQueue team, estimated start ")
+        assert " UTC: " in message and "quota" in message
+        cond = [c for c in (await kube.get(api.JOBS, "second", "team"))["status"]["conditions"]
+                if c["type"] == ob.CONDITION_TYPE][0]
+        assert cond["reason"] == "Pending" and cond["message"] == message
+
+
+def running(log, name: str):
+    return lambda: name in log.state.workloads and log.state.workloads[name].phase == "running"

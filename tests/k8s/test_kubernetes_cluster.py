@@ -11,7 +11,7 @@ import pytest
 from conftest import kill, wait_leading
 from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
-from k8s_harness import FakeCluster, LocalLog, apply_manifests, create_node, node_object, run_until
+from k8s_harness import cluster_running, LocalLog, apply_manifests, create_node, node_object, run_until
 from test_kubernetes_binder import job, pods_of, setup
 
 pytestmark = pytest.mark.kubernetes
@@ -23,10 +23,7 @@ def running(log: LocalLog, name: str):
 
 async def test_a_pdb_refuses_the_eviction_until_the_grace_period_ends_then_the_pods_are_deleted(kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    stop = asyncio.Event()
-    cluster = FakeCluster(kube, ["team"])
-    runner = asyncio.create_task(cluster.run(stop))
-    try:
+    async with cluster_running(kube, ["team"]):
         await apply_manifests(kube, job("guarded", pods=2, gpus=8))
         await run_until(log, [binder], running(log, "team/guarded"), what="the guarded Job running")
         await kube.create(api.PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -51,16 +48,11 @@ async def test_a_pdb_refuses_the_eviction_until_the_grace_period_ends_then_the_p
         assert (await kube.get(api.JOBS, "guarded", "team"))["spec"]["suspend"] is True
         events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=guarded")
         assert any(e["reason"] == "Preempted" and "team/urgent" in e["message"] for e in events)
-    finally:
-        stop.set()
-        await runner
 
 
 async def test_without_a_pdb_the_eviction_api_frees_the_pods_at_once(kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    stop = asyncio.Event()
-    runner = asyncio.create_task(FakeCluster(kube, ["team"]).run(stop))
-    try:
+    async with cluster_running(kube, ["team"]):
         await apply_manifests(kube, job("free", pods=2, gpus=8))
         await run_until(log, [binder], running(log, "team/free"), what="running")
         wl = log.state.workloads["team/free"]
@@ -69,17 +61,12 @@ async def test_without_a_pdb_the_eviction_api_frees_the_pods_at_once(kube, make_
         ordered = time.monotonic()
         await run_until(log, [binder], lambda: wl.phase == "pending", what="the eviction done")
         assert time.monotonic() - ordered < 10  # not the 60 s grace: the Eviction API let the pods go
-    finally:
-        stop.set()
-        await runner
 
 
 async def test_a_binder_killed_mid_gang_is_replaced_and_the_gang_completes(kube, make_binder):
     log, first = await setup(kube, make_binder, bind_concurrency=1)
     second = await make_binder("binder-1")
-    stop = asyncio.Event()
-    runner = asyncio.create_task(FakeCluster(kube, ["team"]).run(stop))
-    try:
+    async with cluster_running(kube, ["team"]):
         await apply_manifests(kube, job("gang", pods=4, gpus=8))
         wl = log.state.workloads
         await run_until(log, [first, second], lambda: "team/gang" in wl and wl["team/gang"].phase == "placed",
@@ -107,9 +94,6 @@ async def test_a_binder_killed_mid_gang_is_replaced_and_the_gang_completes(kube,
         placement = log.of_type(ev.PlacementDecided)[-1]
         want = [a.node for a in placement.assignments for _ in range(a.count)]
         assert [p["spec"]["nodeName"] for p in await pods_of(kube, "gang")] == want
-    finally:
-        stop.set()
-        await runner
 
 
 async def test_only_the_lease_holder_acts_and_a_standby_takes_over_within_seconds(kube, make_binder):
@@ -130,9 +114,7 @@ async def test_only_the_lease_holder_acts_and_a_standby_takes_over_within_second
 
 async def test_a_node_cordoned_keeps_its_work_and_a_node_deleted_requeues_it(kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    stop = asyncio.Event()
-    runner = asyncio.create_task(FakeCluster(kube, ["team"]).run(stop))
-    try:
+    async with cluster_running(kube, ["team"]):
         await apply_manifests(kube, job("resident", pods=1, gpus=8))
         await run_until(log, [binder], running(log, "team/resident"), what="running")
         [pod] = await pods_of(kube, "resident")
@@ -153,9 +135,6 @@ async def test_a_node_cordoned_keeps_its_work_and_a_node_deleted_requeues_it(kub
         await run_until(log, [binder], running(log, "team/resident"), what="the resident running again")
         [pod] = [p for p in await pods_of(kube, "resident") if not p["metadata"].get("deletionTimestamp")]
         assert pod["spec"]["nodeName"] == "node-new"
-    finally:
-        stop.set()
-        await runner
 
 
 async def test_a_watch_that_expires_lists_again_and_misses_nothing(kube, make_binder):

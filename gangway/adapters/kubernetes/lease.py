@@ -54,18 +54,9 @@ class LeaseElector:
         except ApiError as exc:
             if not exc.not_found:
                 raise
-            try:
-                await self.kube.create(LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                                "metadata": {"name": self.name, "namespace": self.namespace},
-                                                "spec": self._spec(0)}, self.namespace)
-            except ApiError as exc2:
-                if exc2.conflict:  # someone else created it first
-                    self._set(False)
-                    return False
-                raise
-            self._renewed_at = now
-            self._set(True)
-            return True
+            return await self._write(now, self.kube.create(LEASES, {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(0)}, self.namespace))
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
         if record != self._seen:
@@ -79,8 +70,12 @@ class LeaseElector:
             self._set(False)
             return False
         lease["spec"] = new_spec
+        return await self._write(now, self.kube.replace(LEASES, self.name, lease, self.namespace))
+
+    async def _write(self, now: float, write) -> bool:
+        """Create or update the Lease; a conflict means another candidate wrote first."""
         try:
-            await self.kube.replace(LEASES, self.name, lease, self.namespace)
+            await write
         except ApiError as exc:
             if exc.conflict:
                 self._set(False)
