@@ -47,6 +47,7 @@ SAMPLES: list[object] = [
                  .priority_class("high", 100, grace_ms=1000).obj()),
     ev.CheckpointSaved(workload="w1", saved_ms=T - 5, step=1200),
     ev.ClockTicked(reason="minimum runtime of w0 ends"),
+    ev.WorkloadWithdrawn(workload="w1", reason="Job ns/w1 deleted"),
 ]
 ENVELOPES = [ev.Envelope(id=f"id-{i}", source="gangway/test", time_ms=T + i, data=d, offset=100 + i)
              for i, d in enumerate(SAMPLES)]
