@@ -198,6 +198,8 @@ class WorkloadFinished(_Event, frozen=True):
     workload: str
     attempt: int
     succeeded: bool = True
+    #: What the cluster said (a Job's condition reason and message, a lost pod), when it said anything.
+    reason: str = ""
 
 
 class WorkloadEvicted(_Event, frozen=True):
@@ -228,6 +230,9 @@ class NodeObserved(_Event, frozen=True):
     labels: dict[str, str] = {}
     #: NVLink islands, sizes in GPU index order (``[4, 4]``: GPUs 0-3 and 4-7); empty: PCIe only.
     islands: list[int] = []
+    #: Why the node takes no new pods ("" : it does): cordoned, NotReady, a node.kubernetes.io taint.
+    #: What already runs there keeps running and keeps its resources.
+    unavailable: str = ""
 
 
 class NodeRemoved(_Event, frozen=True):
@@ -241,10 +246,18 @@ class ConfigApplied(_Event, frozen=True):
     source: str = ""
 
 
+class WorkloadWithdrawn(_Event, frozen=True):
+    """The job was taken back (its Kubernetes object deleted): whatever it waited for or held — its
+    place in the queue, quota, nodes — is released, and it never runs again."""
+
+    workload: str
+    reason: str = ""
+
+
 Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
-    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked,
+    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -265,6 +278,7 @@ EVENT_TYPES: dict[type, str] = {
     ConfigApplied: "io.gangway.config.applied.v1",
     CheckpointSaved: "io.gangway.checkpoint.saved.v1",
     ClockTicked: "io.gangway.clock.ticked.v1",
+    WorkloadWithdrawn: "io.gangway.workload.withdrawn.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

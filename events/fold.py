@@ -393,6 +393,16 @@ def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
 
 
 def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
+    if e.unavailable:
+        # No new pods there: out of ``nodes`` (placement and preemption see only those), without
+        # touching what runs on it; observed available again, it comes back with its free room
+        # recomputed from what still runs there.
+        if e.node in state.nodes:
+            _index_node(state, state.nodes.pop(e.node), -1)
+            state.node_epoch += 1
+        state.unavailable[e.node] = e.unavailable
+        return
+    state.unavailable.pop(e.node, None)
     free = dict(e.allocatable)
     holding = []
     for name in state.active:
@@ -415,16 +425,33 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
 
 
 def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
-    if e.node not in state.nodes:
+    if e.node not in state.nodes and e.node not in state.unavailable:
         state.ignored += 1
         return
     for name in list(state.active):
         wl = state.workloads[name]
         if wl.phase in HOLDS_NODES and wl.placement and any(a.node == e.node for a in wl.placement.assignments):
             _requeue(state, wl, env)
-    _index_node(state, state.nodes[e.node], -1)
-    del state.nodes[e.node]
-    state.node_epoch += 1
+    state.unavailable.pop(e.node, None)
+    if e.node in state.nodes:
+        _index_node(state, state.nodes[e.node], -1)
+        del state.nodes[e.node]
+        state.node_epoch += 1
+
+
+def _withdrawn(state: State, env: ev.Envelope, e: ev.WorkloadWithdrawn) -> None:
+    wl = state.workloads.get(e.workload)
+    if wl is None or wl.phase == "finished":
+        state.ignored += 1
+        return
+    if wl.phase == "pending":
+        _dequeue(state, wl)
+    else:
+        _release_nodes(state, wl)
+        _release_quota(state, wl)
+    _set_phase(state, wl, "finished")
+    wl.finished_ms = env.time_ms
+    wl.withdrawn = e.reason or "withdrawn"
 
 
 def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
@@ -540,4 +567,5 @@ _HANDLERS = {
     ev.GpuTelemetry: _telemetry,
     ev.WorkloadProgress: _progress,
     ev.WorkloadIdle: _idle,
+    ev.WorkloadWithdrawn: _withdrawn,
 }

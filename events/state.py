@@ -100,6 +100,8 @@ class WorkloadState(msgspec.Struct):
     #: Tokens processed by this attempt, and how many of them a checkpoint saved.
     tokens: int = 0
     tokens_saved: int = 0
+    #: Why it was withdrawn (None: it was not); a withdrawn workload is "finished" and never runs.
+    withdrawn: str | None = None
 
 
 class State(msgspec.Struct):
@@ -112,6 +114,9 @@ class State(msgspec.Struct):
     contract: Contract | None = None
     contract_digest: str = ""
     nodes: dict[str, NodeState] = {}
+    #: Nodes that take no new pods (cordoned, NotReady…) → why. They are not in ``nodes`` (nothing
+    #: new is placed there); what runs on them keeps its placement until it ends or they are removed.
+    unavailable: dict[str, str] = {}
     #: Bumped whenever a node appears, changes or goes (caches of node sets key on it).
     node_epoch: int = 0
     #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).

@@ -71,9 +71,20 @@ def _wait_for_signal() -> None:
 def cmd_service(args) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
     default_runtime_ms = int(args.default_runtime * 1000) if args.default_runtime else None
-    service = stack.build_service(args.name, _bootstrap(), args.cluster, default_runtime_ms)
+    pending = None
+    if args.kubernetes:
+        from gangway.read.explain import pending_report
+        pending = pending_report
+    service = stack.build_service(args.name, _bootstrap(), args.cluster, default_runtime_ms, _kubernetes(args), pending)
     stack.run_service(service)
     return 0
+
+
+def _kubernetes(args) -> dict | None:
+    """--kubernetes [--kubeconfig F] [--context C] (in-cluster config when in a pod and no file is named)."""
+    if not getattr(args, "kubernetes", False):
+        return None
+    return {"kubeconfig": args.kubeconfig, "context": args.context}
 
 
 def _load_contract(path: str):
@@ -88,7 +99,10 @@ def _load_contract(path: str):
 
 def cmd_up(args) -> int:
     contract = _load_contract(args.config) if args.config else None
-    with stack.Stack(cluster_file=args.cluster, time_scale=args.time_scale) as running:
+    if args.kubernetes and args.cluster:
+        console.print("[red]--cluster (a simulated cluster) and --kubernetes (a real one) exclude each other[/red]")
+        return 2
+    with stack.Stack(cluster_file=args.cluster, kubernetes=_kubernetes(args), time_scale=args.time_scale) as running:
         if contract is not None:
             asyncio.run(stack.publish_config(running.bootstrap, contract, args.config, running.clock.now_ms()))
         running.wait_ready()
@@ -122,14 +136,17 @@ def cmd_config(args) -> int:
 def cmd_submit(args) -> int:
     from gangway.services.submission.manifests import ManifestError, load_jobs
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    generated: dict[str, str] = {}
     try:
-        jobs = load_jobs(text, "<stdin>" if args.file == "-" else args.file)
+        jobs = load_jobs(text, "<stdin>" if args.file == "-" else args.file,
+                         on_generated=lambda prefix, name: generated.__setitem__(name, prefix))
     except ManifestError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
     asyncio.run(stack.publish_jobs(_bootstrap(), jobs))
     for job in jobs:
-        console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}")
+        named = f" (name generated from generateName {generated[job.job_id]!r})" if job.job_id in generated else ""
+        console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}{named}")
     return 0
 
 
@@ -364,6 +381,14 @@ def cmd_schemas(args) -> int:
     return schemas.main(write=args.write)
 
 
+def _kubernetes_flags(s) -> None:
+    s.add_argument("--kubernetes", action="store_true",
+                   help="binder: act on a real cluster (Jobs in, pods bound) instead of a cluster file")
+    s.add_argument("--kubeconfig", help="with --kubernetes: kubeconfig file (default $KUBECONFIG, ~/.kube/config; "
+                                        "in a pod: its service account)")
+    s.add_argument("--context", help="with --kubernetes: kubeconfig context (default: the current one)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangway", description="GPU batch scheduling for shared Kubernetes clusters")
     sub = p.add_subparsers(dest="command", required=True)
@@ -382,11 +407,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("name", choices=stack.SERVICES)
     s.add_argument("--cluster", help="binder: cluster file of Kubernetes Node objects")
     s.add_argument("--default-runtime", type=float, help="binder: seconds a job without a declared runtime runs")
+    _kubernetes_flags(s)
     s.set_defaults(func=cmd_service)
     s = sub.add_parser("up", help="broker (unless GANGWAY_KAFKA) and the six services")
     s.add_argument("--config", help="Kueue YAML contract to apply")
     s.add_argument("--cluster", help="cluster file of Kubernetes Node objects (simulated cluster)")
     s.add_argument("--time-scale", type=float, default=1.0, help="cluster seconds per wall second")
+    _kubernetes_flags(s)
     s.set_defaults(func=cmd_up)
     s = sub.add_parser("config", help="validate or apply a contract")
     s.add_argument("action", choices=("validate", "apply"))

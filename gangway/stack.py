@@ -66,9 +66,18 @@ def what_to_do(unreachable: kafka.BrokerUnreachable) -> str:
     return "is the broker running?"
 
 
-def build_service(name: str, bootstrap: str, cluster_file: str | None, default_runtime_ms: int | None):
-    """The service object for a name (imports only what that service needs)."""
+def build_service(name: str, bootstrap: str, cluster_file: str | None, default_runtime_ms: int | None,
+                  kubernetes: dict | None = None, pending=None):
+    """The service object for a name (imports only what that service needs). ``kubernetes``
+    ({"kubeconfig": …, "context": …}, values may be None) makes the binder act on a real cluster;
+    ``pending`` (state → why each pending workload waits) feeds what it tells users."""
     sdir = state_dir()
+    if name == "binder" and kubernetes is not None:
+        from gangway.adapters.kubernetes import Kube
+        from gangway.services.binder.kubernetes_service import KubernetesBinderService
+        from gangway.services.submission.kubernetes import job_from_object
+        return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
+                                       job_from_object, sdir, pending=pending)
     if name == "submission":
         from gangway.services.submission.service import SubmissionService
         return SubmissionService(bootstrap, sdir)
@@ -163,6 +172,8 @@ class Stack:
     """The embedded broker (unless GANGWAY_KAFKA) and the six services as child processes."""
 
     cluster_file: str | None = None
+    #: {"kubeconfig": …, "context": …}: the binder acts on that cluster instead of a cluster file.
+    kubernetes: dict | None = None
     time_scale: float = 1.0
     default_runtime_ms: int | None = None
     broker: EmbeddedBroker | None = None
@@ -206,7 +217,9 @@ class Stack:
             env.setdefault("GANGWAY_KAFKA_IDEMPOTENCE", "false")
             env.setdefault("GANGWAY_KAFKA_SESSION_TIMEOUT_MS", "2000")
         cmd = [sys.executable, "-m", "gangway", "service", name]
-        if name == "binder" and self.cluster_file:
+        if name == "binder" and self.kubernetes is not None:
+            cmd += ["--kubernetes"] + [f"--{k}={v}" for k, v in sorted(self.kubernetes.items()) if v]
+        elif name == "binder" and self.cluster_file:
             cmd += ["--cluster", self.cluster_file]
         if name == "binder" and self.default_runtime_ms:
             cmd += ["--default-runtime", str(self.default_runtime_ms / 1000)]

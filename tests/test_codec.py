@@ -58,6 +58,7 @@ SAMPLES: list[object] = [
                                            list_cost_micros=0, billed_cost_micros=-5, priority_class="high")],
                      list_cost_micros=0, credits_micros=5, idle_cost_micros=0, billed_cost_micros=-5, log_id="l",
                      cut_offset=3),
+    ev.WorkloadWithdrawn(workload="w1", reason="Job ns/w1 deleted"),
 ]
 ENVELOPES = [ev.Envelope(id=f"id-{i}", source="gangway/test", time_ms=T + i, data=d, offset=100 + i)
              for i, d in enumerate(SAMPLES)]

@@ -136,9 +136,12 @@ def test_every_deployment_command_names_a_real_service():
 def test_only_the_binder_may_touch_pods_and_nodes():
     (role,) = k8s_objects("ClusterRole")
     granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
+    # What the binder does with each (tests/k8s/test_kubernetes_rbac.py checks it against the requests made).
     assert granted == {
-        ("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods/binding", "create"),
-        ("pods/eviction", "create"), ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
+        ("pods", "list"), ("pods", "watch"), ("pods", "delete"), ("pods/binding", "create"),
+        ("pods/eviction", "create"), ("nodes", "list"), ("nodes", "watch"), ("events", "create"),
+        *((kind, verb) for kind in ("jobs", "jobsets", "pytorchjobs") for verb in ("list", "watch", "patch")),
+        *((f"{kind}/status", "patch") for kind in ("jobs", "jobsets", "pytorchjobs")),
     }
     (binding,) = k8s_objects("ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

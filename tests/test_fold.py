@@ -323,7 +323,7 @@ def scenario() -> LogBuilder:
             .add(ev.JobRejected(job_id="k", reason="bad_quantity", message="no", original=b"x"))
             .nodes(node("n3").gpus(8))
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
-            .finish("g").add(ev.NodeRemoved(node="n3"))
+            .finish("g").add(ev.WorkloadWithdrawn(workload="w", reason="Job deleted")).add(ev.NodeRemoved(node="n3"))
             .add(ev.InvoiceIssued(invoice_id="i", team="ns", period="2026-11", period_start_ms=0, period_end_ms=1,
                                   currency="EUR", lines=[], list_cost_micros=0, credits_micros=0, idle_cost_micros=0,
                                   billed_cost_micros=0, log_id="l", cut_offset=0)))

@@ -6,6 +6,7 @@ import json
 import textwrap
 
 import pytest
+from pathlib import Path
 from msgspec.structs import replace
 
 from gangway.events import codec
@@ -254,8 +255,9 @@ def test_manifests_become_jobs(text, expected):
 ERRORS = [
     ("a Job without the queue label names the label", BATCH_JOB.replace("kueue.x-k8s.io/queue-name: training", "a: b"),
      1, "Job", "sample-job", "metadata.labels['kueue.x-k8s.io/queue-name']"),
-    ("a Job with only generateName is refused", BATCH_JOB.replace("name: sample-job", "generateName: sample-job-"),
-     1, "Job", "", "metadata.name"),
+    ("a min-parallelism above the Job's pods is refused",
+     BATCH_JOB.replace('gangway.io/runtime-seconds: "3600"', 'kueue.x-k8s.io/job-min-parallelism: "7"'),
+     1, "Job", "sample-job", "metadata.annotations['kueue.x-k8s.io/job-min-parallelism']"),
     ("a Job without any name is refused", BATCH_JOB.replace("  name: sample-job\n", ""), 1, "Job", "", "metadata.name"),
     ("an unsupported kind is refused", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
      1, "Deployment", "web", "kind"),
@@ -336,3 +338,29 @@ def test_every_manifest_kind_is_queued_by_the_submission_service():
         result = decide_submission(value, key, headers, state, set(), f"gangway.submissions/0/{offset}")
         assert isinstance(result, WorkloadQueued), result
         assert [ps.name for ps in result.pod_sets] == [ps.name for ps in job.pod_sets]
+
+
+# --- Kueue's own samples (copies in tests/data/kueue-examples, see PROVENANCE.md) -----------------
+
+KUEUE_EXAMPLES = Path(__file__).parent / "data" / "kueue-examples"
+
+
+def test_a_job_with_only_generate_name_gets_a_generated_name_as_kubectl_create_gives():
+    seen = []
+    text = BATCH_JOB.replace("name: sample-job", "generateName: sample-job-")
+    first = load_jobs(text, "jobs.yaml", on_generated=lambda prefix, name: seen.append((prefix, name)))[0]
+    second = load_jobs(text, "jobs.yaml")[0]
+    assert first.job_id.startswith("sample-job-") and len(first.job_id) == len("sample-job-") + 5
+    assert first.job_id != second.job_id
+    assert seen == [("sample-job-", first.job_id)]
+
+
+def test_the_min_parallelism_annotation_lets_a_job_run_partially():
+    job = load_jobs((KUEUE_EXAMPLES / "jobs-sample-job-partial-admission.yaml").read_text(), "x.yaml")[0]
+    assert (job.pod_sets[0].count, job.pod_sets[0].min_count) == (20, 5)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in KUEUE_EXAMPLES.glob("*.yaml") if "setup" not in p.name))
+def test_every_kueue_sample_of_an_accepted_kind_loads(name):
+    jobs = load_jobs((KUEUE_EXAMPLES / name).read_text(), name)
+    assert len(jobs) == 1 and jobs[0].kind in ("Job", "JobSet", "PyTorchJob") and jobs[0].queue in ("user-queue", "main")

@@ -88,6 +88,7 @@ SAMPLES: dict[type, object] = {
             unit_price_micros=2_100_000, list_cost_micros=16_800_000, billed_cost_micros=16_800_000)],
         list_cost_micros=16_800_000, credits_micros=0, idle_cost_micros=0, billed_cost_micros=16_800_000,
         log_id="gangway.log/0/abc", cut_offset=900),
+    ev.WorkloadWithdrawn: ev.WorkloadWithdrawn(workload="ml/j-0", reason="Job ml/j-0 deleted"),
 }
 
 def errors(schema: dict, value: object) -> list[str]:
@@ -147,7 +148,7 @@ def test_asyncapi_lists_the_five_topics_and_their_messages():
     on_log = [name for name in channels["log"]["messages"]]
     assert on_log == ["WorkloadQueued", "CheckpointSaved", "GpuTelemetry", "WorkloadProgress", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
-                      "ClockTicked", "ConfigApplied", "WorkloadIdle"]
+                      "ClockTicked", "WorkloadWithdrawn", "ConfigApplied", "WorkloadIdle"]
     assert list(channels["submissions"]["messages"]) == ["JobSubmitted"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]
     assert list(channels["telemetry"]["messages"]) == ["CheckpointSaved", "WorkloadProgress", "GpuTelemetry"]

@@ -65,7 +65,7 @@ CHANNELS = (
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),
             "binder": (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished, ev.WorkloadEvicted,
-                       ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked),
+                       ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked, ev.WorkloadWithdrawn),
             "config": (ev.ConfigApplied,),
             "accounting": (ev.WorkloadIdle,),
         },

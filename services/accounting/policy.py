@@ -3,7 +3,7 @@
 A *charge* (``Interval``) is one attempt of a workload holding its nodes — or the part of it
 between two price changes. It ends when the fold really ends the attempt: ``WorkloadFinished`` or
 ``WorkloadEvicted`` about the current attempt while it holds nodes, or ``NodeRemoved`` of a node
-it runs on (the fold requeues it); and a ``ConfigApplied`` that changes the attempt's prices ends
+it runs on (the fold requeues it), or ``WorkloadWithdrawn``; and a ``ConfigApplied`` that changes the attempt's prices ends
 the charge so far (outcome ``repriced``) and starts a new one at the new prices. Stale reports (an
 older attempt) and re-deliveries end nothing and cost nothing.
 
@@ -32,7 +32,7 @@ from gangway.events.resources import GPU
 from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, State, WorkloadState
 
 CPU = "cpu"
-Outcome = Literal["finished", "failed", "evicted", "node_lost", "repriced", "open"]
+Outcome = Literal["finished", "failed", "evicted", "node_lost", "withdrawn", "repriced", "open"]
 
 
 class Interval(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -116,6 +116,9 @@ def usage_effects(before: State, env: ev.Envelope) -> list[Interval]:
         return _node_lost(before, env, data.node)
     if isinstance(data, ev.ConfigApplied):
         return [_interval(before, wl, env.time_ms, "repriced", env.offset) for wl in repriced(before, data.contract)]
+    if isinstance(data, ev.WorkloadWithdrawn):
+        wl = before.workloads.get(data.workload)
+        return _ended(before, env, data.workload, wl.attempt, HOLDS_NODES, "withdrawn") if wl is not None else []
     return []
 
 
@@ -139,7 +142,7 @@ def _ended(
 
 
 def _node_lost(before: State, env: ev.Envelope, node: str) -> list[Interval]:
-    if node not in before.nodes:
+    if node not in before.nodes and node not in before.unavailable:
         return []
     out = []
     for name in sorted(before.active):

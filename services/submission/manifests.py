@@ -13,10 +13,13 @@
   in lower case as Kueue does (``master``, ``worker``), of ``replicas`` pods (default 1);
 - a ``kind: List`` of those (and a top-level sequence, read the same way).
 
-For the Kubernetes kinds: job_id is ``metadata.name`` (``generateName`` is refused: a job id must
-be known before it is submitted), namespace ``metadata.namespace`` or ``default``, queue the label
+For the Kubernetes kinds: job_id is ``metadata.name`` — or, for a manifest with only
+``metadata.generateName``, that prefix and five random characters, as ``kubectl create`` makes
+them (``load_jobs`` reports each generated name through ``on_generated``) — namespace ``metadata.namespace`` or ``default``, queue the label
 ``kueue.x-k8s.io/queue-name`` (required), priority class the label ``kueue.x-k8s.io/priority-class``,
-runtime the annotation ``gangway.io/runtime-seconds``; the other labels are kept. A pod's resources
+runtime the annotation ``gangway.io/runtime-seconds``; the other labels are kept. A batch/v1 Job's
+annotation ``kueue.x-k8s.io/job-min-parallelism`` (Kueue's partial admission) becomes its pod set's
+``min_count``: it may run with fewer pods, down to that many, when the quota has no room for all. A pod's resources
 are, per resource, the sum over its containers of ``resources.requests`` (each container falling
 back to its ``limits``, as Kubernetes does); init containers are not counted. Quantities stay
 Kubernetes quantity strings — the submission service validates them — except that a resource
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from typing import Any, Callable, Iterator
 
 import msgspec
@@ -45,6 +49,9 @@ GANGWAY_API = "gangway.io/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 RUNTIME_ANNOTATION = "gangway.io/runtime-seconds"
+MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+#: The characters Kubernetes' name generator uses (no vowels, no look-alikes).
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 TOPOLOGY_ANNOTATIONS = {
     "kueue.x-k8s.io/podset-required-topology": "required",
     "kueue.x-k8s.io/podset-preferred-topology": "preferred",
@@ -67,6 +74,11 @@ class ManifestError(Exception):
         super().__init__(f"{filename}: document {document}{what}: {at}{problem}")
 
 
+def generate_name(prefix: str) -> str:
+    """``prefix`` and five random characters, as the API server completes a ``generateName``."""
+    return prefix + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+
+
 class _Where(msgspec.Struct, frozen=True):
     """Where in the input a document is, for error messages (``prefix`` leads every field path)."""
 
@@ -75,6 +87,8 @@ class _Where(msgspec.Struct, frozen=True):
     kind: str = ""
     name: str = ""
     prefix: str = ""
+    #: Called with (generateName, the name generated) for a manifest without a name.
+    on_generated: Any = None
 
     def at(self, **changes: Any) -> "_Where":
         return msgspec.structs.replace(self, **changes)
@@ -83,13 +97,19 @@ class _Where(msgspec.Struct, frozen=True):
         return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem)
 
 
-def load_jobs(text: str, filename: str) -> list[JobSubmitted]:
+def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None] | None = None) -> list[JobSubmitted]:
     """Every job in a YAML (multi-document) or JSON text; raises ManifestError."""
     jobs: list[JobSubmitted] = []
     for index, doc in enumerate(_documents(text, filename), start=1):
         if doc is not None:
-            jobs.extend(_jobs_of(_Where(filename, index), doc))
+            jobs.extend(_jobs_of(_Where(filename, index, on_generated=on_generated), doc))
     return jobs
+
+
+def job_of_object(obj: dict, where: str) -> JobSubmitted:
+    """The job of one Kubernetes object as the API server returns it (a Job, JobSet or PyTorchJob
+    that has its name); raises ManifestError naming ``where``."""
+    return _jobs_of(_Where(where, 1), obj)[0]
 
 
 def to_cloudevent_record(job: JobSubmitted, source: str, now_ms: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
@@ -179,7 +199,22 @@ def _batch_job(where: _Where, doc: dict) -> JobSubmitted:
     spec = _mapping(where, doc, "spec", required=True)
     count = _job_pods(where, spec, "spec")
     pod_set = _pod_set(where, "main", count, spec.get("template"), "spec.template")
+    annotations = _strings(where, _mapping(where, doc, "metadata"), "annotations", "metadata.annotations")
+    if MIN_PARALLELISM_ANNOTATION in annotations:
+        pod_set = msgspec.structs.replace(pod_set, min_count=_min_parallelism(where, annotations, count))
     return _k8s_job(where, doc, "Job", [pod_set])
+
+
+def _min_parallelism(where: _Where, annotations: dict[str, str], count: int) -> int:
+    field = f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION!r}]"
+    text = annotations[MIN_PARALLELISM_ANNOTATION]
+    try:
+        value = int(text)
+    except ValueError:
+        raise where.error(field, f"{text!r} is not a whole number of pods") from None
+    if not 1 <= value <= count:
+        raise where.error(field, f"{value} pods: it must be 1 to the Job's {count} pods")
+    return value
 
 
 def _jobset(where: _Where, doc: dict) -> JobSubmitted:
@@ -278,11 +313,13 @@ def _job_name(where: _Where, meta: dict) -> str:
     name = meta.get("name")
     if isinstance(name, str) and name:
         return name
-    if meta.get("generateName"):
-        raise where.error(
-            "metadata.name", "missing: generateName is not supported (a job id must be known before submission)"
-        )
-    raise where.error("metadata.name", "missing")
+    prefix = meta.get("generateName")
+    if isinstance(prefix, str) and prefix:
+        name = generate_name(prefix)
+        if where.on_generated is not None:
+            where.on_generated(prefix, name)
+        return name
+    raise where.error("metadata.name", "missing (give metadata.name or metadata.generateName)")
 
 
 def _runtime(where: _Where, annotations: dict[str, str]) -> float | None:

@@ -1,0 +1,554 @@
+"""The binder against a real cluster: what the log decided becomes pods on nodes, and what the
+cluster does comes back onto the log.
+
+``KubernetesBinder.step(state)`` is one pass, level-based (it compares the cluster, as the
+reflectors see it, with the folded log, and acts on the difference), so a restart or a lost watch
+needs nothing special — the next pass reconciles. It returns the reports to append to the log and
+the submissions to publish. Only the replica holding the Lease acts; the others keep their caches warm.
+
+- Nodes → NodeObserved (``unavailable`` when cordoned, NotReady or tainted by Kubernetes) / NodeRemoved.
+- Job, JobSet and PyTorchJob objects with a queue label, created suspended → JobSubmitted (through the
+  injected ``intake``, which also says why a manifest is refused: a Warning Event and a condition
+  on the object). Deleted → WorkloadWithdrawn.
+- PlacementDecided → the object resumed with gangway's scheduler in its pod templates; once all its
+  pods exist, every one is bound (``pods/binding``) to its node, GPU indexes in an annotation. All or
+  none: pods missing after ``pods_timeout_s`` or any bind refused → the pods deleted, the object
+  suspended again, WorkloadEvicted with the reason (the workload requeues).
+- Pods and the object's conditions → WorkloadBound / WorkloadRunning / WorkloadFinished (with what
+  Kubernetes said) / WorkloadEvicted when a pod of the gang is lost.
+- EvictionOrdered → the Eviction API per pod (PodDisruptionBudgets honoured; a 429 is retried with
+  backoff until the grace period ends, then the pod is deleted), then the object suspended again;
+  WorkloadEvicted once no pod of it is left on a node.
+- Events and a ``GangwayScheduling`` condition on the user's object: admitted, preempted, pending
+  with the position in its ClusterQueue, rejected, rolled back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gangway.adapters.kubernetes import ApiError, Kube, LeaseElector, Reflector
+from gangway.adapters.kubernetes import client as api
+from gangway.adapters.kubernetes.lease import micro_time
+from gangway.events.codec import format_time
+from gangway.events.catalogue import (
+    JobSubmitted, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning, WorkloadWithdrawn,
+)
+from gangway.events.resources import admitted_pod_sets
+from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.services.binder import objects as ob
+
+log = logging.getLogger(__name__)
+RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
+#: Proposal: (event id, cluster time ms, event).
+Report = tuple[str, int, object]
+#: intake(object, state) → the JobSubmitted it becomes, or why it is refused.
+Intake = Callable[[dict, State], "JobSubmitted | str"]
+SUBMIT_RETRY_S = 30.0
+#: What a bind of a pod that no longer exists returns (not a refusal: the pod is being re-created).
+GONE = "gone"
+EVICT_BACKOFF_MAX_S = 5.0
+#: A waiting object's position is told again at most this often.
+PENDING_EVERY_S = 10.0
+
+
+@dataclass
+class Step:
+    reports: list[Report] = field(default_factory=list)
+    submissions: list[JobSubmitted] = field(default_factory=list)
+
+
+@dataclass
+class Gang:
+    started: float
+    resumed: bool = False
+
+
+@dataclass
+class Evicting:
+    deadline: float
+    told: bool = False
+    retry_at: dict[str, float] = field(default_factory=dict)
+    backoff: dict[str, float] = field(default_factory=dict)
+
+
+class KubernetesBinder:
+    def __init__(self, kube: Kube, identity: str, intake: Intake | None = None, namespace: str = "gangway-system",
+                 lease_name: str = "gangway-binder", lease_s: float = 15.0, pods_timeout_s: float = 60.0,
+                 scheduler: str = ob.SCHEDULER_NAME, bind_concurrency: int = 32, kinds: tuple[str, ...] = ob.KINDS,
+                 watch_timeout_s: int = 60, pending: Callable[[State], dict] | None = None):
+        self.kube, self.identity, self.intake = kube, identity, intake
+        #: pending(state) → workload → an object with reason and eta_ms (gangway explain's pending report).
+        self.pending = pending
+        self.scheduler, self.pods_timeout_s = scheduler, pods_timeout_s
+        self.wake = asyncio.Event()
+        self.reflectors: dict[str, Reflector] = {
+            kind: Reflector(kube, res, on_change=self._changed, on_relist=self._relisted,
+                            watch_timeout_s=watch_timeout_s)
+            for kind, res in [("Node", api.NODES), ("Pod", api.PODS)] + [(k, RESOURCES[k]) for k in kinds]}
+        self.elector = LeaseElector(kube, namespace, lease_name, identity, duration_s=lease_s)
+        self.gangs: dict[tuple[str, int], Gang] = {}
+        self.evicting: dict[tuple[str, int], Evicting] = {}
+        self.submitting: dict[str, float] = {}
+        self.told: dict[str, tuple[str, str]] = {}
+        self.told_at: dict[str, float] = {}
+        self.rejected: dict[str, tuple] = {}
+        self.bind_sem = asyncio.Semaphore(bind_concurrency)
+        self.scheduler_immutable: set[str] = set()
+        #: Seconds from a placement first seen to its last pod bound, per gang bound (for the benchmark).
+        self.bind_latencies: list[float] = []
+        self.pods_bound = 0
+        #: (pods, start, end) of every round of binds (monotonic s): the binder's own binding rate.
+        self.bind_phases: list[tuple[int, float, float]] = []
+        #: What reconciling found and fixed (also logged and told on the objects).
+        self.found: list[str] = []
+        self._tasks: list[asyncio.Task] = []
+
+    # --- running ---------------------------------------------------------------------------------
+
+    def _changed(self, kind: str, obj: dict) -> None:
+        self.wake.set()
+
+    def _relisted(self, store: dict) -> None:
+        self.wake.set()
+
+    def start(self, stop: asyncio.Event) -> None:
+        self._tasks = [asyncio.create_task(r.run(stop)) for r in self.reflectors.values()]
+        self._tasks.append(asyncio.create_task(self.elector.run(stop)))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def synced(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors.values())
+
+    async def wait_synced(self, timeout_s: float = 30.0) -> None:
+        await asyncio.wait_for(asyncio.gather(*(r.synced.wait() for r in self.reflectors.values())), timeout_s)
+
+    # --- one pass ----------------------------------------------------------------------------------
+
+    async def step(self, state: State, now_ms: int | None = None) -> Step:
+        out = Step()
+        self.wake.clear()
+        if not self.elector.leading or not self.synced:
+            return out
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        self._nodes(state, out, now_ms)
+        objs, by_uid = self._objects(state)
+        pods = self._pods()
+        await self._intake(state, by_uid, out)
+        self._withdrawals(state, objs, out, now_ms)
+        work = []
+        for name in list(state.active):
+            wl, obj = state.workloads[name], objs.get(name)
+            if obj is None:
+                continue
+            its_pods = pods.get((ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])
+            if wl.phase == "placed":
+                work.append(self._bind_gang(wl, obj, its_pods, out, now_ms))
+            elif wl.phase in ("bound", "running"):
+                work.append(self._follow(wl, obj, its_pods, out, now_ms))
+            elif wl.phase == "evicting":
+                work.append(self._evict(wl, obj, its_pods, out, now_ms))
+        await asyncio.gather(*work)
+        await self._reconcile(state, by_uid, pods)
+        await self._tell_pending(state, objs)
+        self._forget(state)
+        return out
+
+    # --- nodes ---------------------------------------------------------------------------------------
+
+    def _nodes(self, state: State, out: Step, now_ms: int) -> None:
+        seen = set()
+        for obj in self.reflectors["Node"].store.values():
+            node = ob.node_observed(obj)
+            if node is None:
+                log.warning("node %s: unreadable allocatable or islands; left out", ob.meta(obj).get("name"))
+                continue
+            seen.add(node.node)
+            if node.unavailable:
+                changed = state.unavailable.get(node.node) != node.unavailable
+            else:
+                known = state.nodes.get(node.node)
+                changed = known is None or (known.allocatable, known.labels, known.islands) != (
+                    node.allocatable, node.labels, node.islands)
+            if changed:
+                digest = hashlib.sha256(repr(node).encode()).hexdigest()[:12]
+                out.reports.append((f"node/{node.node}/{digest}/{state.offset}", now_ms, node))
+        for name in sorted((set(state.nodes) | set(state.unavailable)) - seen):
+            out.reports.append((f"node-removed/{name}/{state.offset}", now_ms, NodeRemoved(node=name)))
+
+    # --- objects ---------------------------------------------------------------------------------------
+
+    def _objects(self, state: State) -> tuple[dict[str, dict], dict[str, dict]]:
+        """Workload → its object, and uid → object (every job object with a queue label)."""
+        by_uid = {}
+        for kind in RESOURCES:
+            if kind in self.reflectors:
+                for obj in self.reflectors[kind].store.values():
+                    if ob.QUEUE_LABEL in (ob.meta(obj).get("labels") or {}):
+                        by_uid[ob.meta(obj).get("uid")] = obj
+        objs = {}
+        for name in list(state.pending) + list(state.active):
+            uid = state.workloads[name].spec.labels.get(ob.UID_LABEL)
+            if uid in by_uid:
+                objs[name] = by_uid[uid]
+        return objs, by_uid
+
+    def _pods(self) -> dict[tuple[str, str, str], list[dict]]:
+        found: dict[tuple[str, str, str], list[dict]] = {}
+        for pod in self.reflectors["Pod"].store.values():
+            ns = ob.meta(pod).get("namespace")
+            for kind in RESOURCES:
+                owner = ob.owner_name(kind, pod)
+                if owner:
+                    found.setdefault((kind, ns, owner), []).append(pod)
+        return found
+
+    async def _intake(self, state: State, by_uid: dict[str, dict], out: Step) -> None:
+        if self.intake is None:
+            return
+        known = {wl.spec.labels.get(ob.UID_LABEL) for wl in state.workloads.values()}
+        now = time.monotonic()
+        for uid, obj in by_uid.items():
+            m = ob.meta(obj)
+            if uid in known or m.get("deletionTimestamp") or now - self.submitting.get(uid, -1e9) < SUBMIT_RETRY_S:
+                continue
+            if not ob.is_suspended(obj):
+                if ob.WORKLOAD_ANNOTATION not in (m.get("annotations") or {}):
+                    # Kueue's webhook suspends such objects at creation; gangway does it at once.
+                    await self._suspend(obj, "created without spec.suspend: suspended until gangway admits it")
+                continue
+            # Refused once, asked again only when the object or the contract changes.
+            if self.rejected.get(uid) == (m.get("resourceVersion"), state.contract_digest):
+                continue
+            result = self.intake(obj, state)
+            if isinstance(result, str):
+                self.rejected[uid] = (m.get("resourceVersion"), state.contract_digest)
+                await self.tell(obj, "Warning", "Rejected", f"Rejected by gangway: {result}", status="False")
+                continue
+            self.submitting[uid] = now
+            out.submissions.append(result)
+
+    def _withdrawals(self, state: State, objs: dict[str, dict], out: Step, now_ms: int) -> None:
+        for name in list(state.pending) + list(state.active):
+            wl = state.workloads[name]
+            uid = wl.spec.labels.get(ob.UID_LABEL)
+            if uid is None or wl.spec.kind not in self.reflectors:
+                continue
+            obj = objs.get(name)
+            if obj is None or ob.meta(obj).get("deletionTimestamp"):
+                out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
+                    workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) deleted")))
+
+    # --- placements: the gang, all or nothing ------------------------------------------------------------
+
+    def _expected(self, wl: WorkloadState) -> dict[str, int]:
+        return {ps.name: ps.count for ps in admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts)}
+
+    async def _bind_gang(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
+        name, kind = wl.spec.workload, ob.kind_of(obj)
+        key = (name, wl.attempt)
+        gang = self.gangs.get(key)
+        if gang is None:
+            gang = self.gangs[key] = Gang(started=time.monotonic())
+        annotations = ob.meta(obj).get("annotations") or {}
+        if not gang.resumed:
+            if ob.is_suspended(obj) or annotations.get(ob.ATTEMPT_ANNOTATION) != str(wl.attempt):
+                try:
+                    await self._resume(wl, obj)
+                except ApiError as exc:
+                    await self._roll_back(wl, obj, pods, out, now_ms, f"resuming the {kind} failed: {exc}")
+                    return
+                nodes = sorted({a.node for a in wl.placement.assignments})
+                await self.tell(obj, "Normal", "Admitted",
+                                f"Admitted by gangway: {wl.admission.reason or 'quota available'}; "
+                                f"placed on {', '.join(nodes)}", status="True")
+            gang.resumed = True
+        want = self._expected(wl)
+        mine = [p for p in pods if ob.live(p)]
+        by_set: dict[str, list[dict]] = {}
+        for pod in mine:
+            ps = ob.pod_set_of(kind, pod, list(want))
+            if ps in want:
+                by_set.setdefault(ps, []).append(pod)
+        short = {ps: (len(by_set.get(ps, [])), n) for ps, n in want.items() if len(by_set.get(ps, [])) < n}
+        if short:
+            if time.monotonic() - gang.started > self.pods_timeout_s:
+                said = ", ".join(f"{ps}: {have} of {n}" for ps, (have, n) in sorted(short.items()))
+                await self._roll_back(wl, obj, pods, out, now_ms,
+                                      f"pods did not all appear within {self.pods_timeout_s:g} s ({said})")
+            return
+        by_set = {ps: sorted(p, key=ob.pod_order)[:want[ps]] for ps, p in by_set.items()}
+        plan = ob.bindings(by_set, wl.placement.assignments, wl.placement_gpus)
+        todo = [(pod, node, gpus) for pod, node, gpus in plan if (pod.get("spec") or {}).get("nodeName") != node]
+        began = time.monotonic()
+        results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in todo))
+        self.bind_phases.append((len(todo), began, time.monotonic()))
+        failed = [r for r in results if r and r != GONE]
+        self.pods_bound += sum(1 for r in results if not r)
+        if GONE in results and not failed:
+            return  # a pod our cache still showed was gone (deleted and being re-created): the next pass binds it
+        if failed:
+            await self._roll_back(wl, obj, pods, out, now_ms, f"{len(failed)} of {len(plan)} binds refused: {failed[0]}")
+            return
+        self.bind_latencies.append(time.monotonic() - gang.started)
+        out.reports.append((f"bound/{name}/{wl.attempt}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
+
+    async def _resume(self, wl: WorkloadState, obj: dict) -> None:
+        kind, m = ob.kind_of(obj), ob.meta(obj)
+        scheduler = None if kind in self.scheduler_immutable else self.scheduler
+        patch = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, scheduler)
+        counts = wl.admission.counts
+        if kind == "Job" and counts:  # partial admission: run as many pods as were admitted, as Kueue does
+            patch["spec"]["parallelism"] = sum(counts.values())
+        try:
+            await self.kube.patch(RESOURCES[kind], m["name"], patch, m.get("namespace"))
+        except ApiError as exc:
+            if exc.status != 422 or scheduler is None or "immutable" not in exc.message:
+                raise
+            # A batch/v1 Job's pod template is immutable but for a few scheduling fields: its
+            # pods keep the scheduler their template names (let it be gangway's to avoid a race).
+            log.warning("%s pod templates are immutable: their pods keep the scheduler the template names "
+                        "(set schedulerName: %s there, or another scheduler may race gangway)", kind, self.scheduler)
+            self.scheduler_immutable.add(kind)
+            patch = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, None)
+            if kind == "Job" and counts:
+                patch["spec"]["parallelism"] = sum(counts.values())
+            await self.kube.patch(RESOURCES[kind], m["name"], patch, m.get("namespace"))
+
+    async def _bind(self, pod: dict, node: str, gpus: list[int]) -> str:
+        """'' when bound, else what the API server said."""
+        m = ob.meta(pod)
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": m["name"], "namespace": m.get("namespace"),
+                             "annotations": {ob.GPUS_ANNOTATION: ",".join(map(str, gpus))} if gpus else {}},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        async with self.bind_sem:
+            try:
+                await self.kube.create(api.PODS, body, m.get("namespace"), sub="binding", name=m["name"])
+            except ApiError as exc:
+                if exc.not_found:
+                    return GONE
+                return f"pod {m['name']} to {node}: {exc}"
+        return ""
+
+    async def _roll_back(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int,
+                         why: str) -> None:
+        """The gang did not bind whole: delete its pods, suspend the object, requeue the workload."""
+        removed = await self._delete_pods(pods, grace=0)
+        await self._suspend(obj, "")
+        said = (f"gang not bound: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again; "
+                f"back in its queue")
+        await self.tell(obj, "Warning", "GangRolledBack", said, status="False")
+        self.gangs.pop((wl.spec.workload, wl.attempt), None)
+        out.reports.append((f"rolled-back/{wl.spec.workload}/{wl.attempt}", now_ms,
+                            WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=said)))
+
+    async def _delete_pods(self, pods: list[dict], grace: int | None) -> int:
+        async def one(pod):
+            m = ob.meta(pod)
+            try:
+                return await self.kube.delete(api.PODS, m["name"], m.get("namespace"), grace_seconds=grace,
+                                              uid=m.get("uid")) is not None
+            except ApiError as exc:
+                if exc.conflict:  # another incarnation of the name: not ours to delete
+                    return False
+                raise
+        return sum(await asyncio.gather(*(one(p) for p in pods)))
+
+    async def _suspend(self, obj: dict, why: str) -> None:
+        m = ob.meta(obj)
+        try:
+            await self.kube.patch(RESOURCES[ob.kind_of(obj)], m["name"], ob.suspend_patch(obj, True), m.get("namespace"))
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+        if why:
+            await self.tell(obj, "Normal", "Suspended", why, status="False")
+
+    # --- status -------------------------------------------------------------------------------------------
+
+    async def _follow(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
+        name, attempt = wl.spec.workload, wl.attempt
+        done = ob.finished(obj)
+        if done is not None:
+            _, succeeded, said = done
+            out.reports.append((f"finished/{name}/{attempt}", now_ms, WorkloadFinished(
+                workload=name, attempt=attempt, succeeded=succeeded, reason=said)))
+            await self.tell(obj, "Normal" if succeeded else "Warning", "Finished", f"Finished: {said}",
+                            status="False")
+            return
+        want = sum(self._expected(wl).values())
+        alive = [p for p in pods if ob.live(p)]
+        unbound = [p for p in alive if not (p.get("spec") or {}).get("nodeName")]
+        # A pod of the gang deleted or failed (the store may not show a fresh bind yet, so a pod
+        # is lost when it is gone, or when a replacement waits unbound beside running pods).
+        if len(alive) < want or (wl.phase == "running" and unbound):
+            await self._roll_back_lost(wl, obj, pods, out, now_ms, max(want - len(alive), len(unbound)))
+            return
+        phases = [(p.get("status") or {}).get("phase") for p in alive]
+        if wl.phase == "bound" and not unbound and all(ph in ("Running", "Succeeded") for ph in phases):
+            out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
+
+    async def _roll_back_lost(self, wl, obj, pods, out, now_ms, gone: int) -> None:
+        failed = [ob.meta(p).get("name") for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
+        why = f"{gone} pod(s) of the gang lost" + (f" (failed: {', '.join(sorted(failed))})" if failed else "")
+        removed = await self._delete_pods([p for p in pods if not ob.meta(p).get("deletionTimestamp")], grace=None)
+        await self._suspend(obj, "")
+        said = f"{why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again; back in its queue"
+        await self.tell(obj, "Warning", "PodLost", said, status="False")
+        out.reports.append((f"lost/{wl.spec.workload}/{wl.attempt}", now_ms,
+                            WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=said)))
+
+    # --- evictions ------------------------------------------------------------------------------------------
+
+    async def _evict(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
+        name, attempt, order = wl.spec.workload, wl.attempt, wl.eviction
+        now = time.monotonic()
+        ev = self.evicting.setdefault((name, attempt), Evicting(deadline=now + order.grace_ms / 1000))
+        if not ev.told:
+            lost = f"; work lost {order.work_lost_ms / 1000:.0f} s" if order.work_lost_ms else ""
+            await self.tell(obj, "Warning", "Preempted",
+                            f"Preempted by {order.preemptor}: {order.reason or 'eviction ordered'}{lost}; "
+                            f"{order.grace_ms / 1000:g} s grace", status="False")
+            ev.told = True
+        on_nodes = [p for p in pods if (p.get("spec") or {}).get("nodeName")
+                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        if not on_nodes:
+            await self._suspend(obj, "")
+            await self._delete_pods(pods, grace=None)  # what a Job controller would do once suspended
+            self.evicting.pop((name, attempt), None)
+            out.reports.append((f"evicted/{name}/{attempt}", now_ms, WorkloadEvicted(
+                workload=name, attempt=attempt, preemptor=order.preemptor,
+                reason=f"preempted by {order.preemptor}: {order.reason or 'eviction ordered'}; pods gone")))
+            return
+        await asyncio.gather(*(self._evict_pod(p, ev, now) for p in on_nodes if not ob.meta(p).get("deletionTimestamp")))
+
+    async def _evict_pod(self, pod: dict, ev: Evicting, now: float) -> None:
+        m = ob.meta(pod)
+        pname, ns = m["name"], m.get("namespace")
+        if now < ev.retry_at.get(pname, 0):
+            return
+        if now >= ev.deadline:  # the grace period is over: PodDisruptionBudgets no longer hold it
+            await self.kube.delete(api.PODS, pname, ns, uid=m.get("uid"))
+            return
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pname, "namespace": ns}}
+        try:
+            await self.kube.create(api.PODS, body, ns, sub="eviction", name=pname)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            if not exc.too_many:
+                log.warning("evicting pod %s/%s: %s", ns, pname, exc)
+            delay = min(EVICT_BACKOFF_MAX_S, ev.backoff.get(pname, 0.1) * 2)
+            ev.backoff[pname] = delay
+            ev.retry_at[pname] = now + delay
+
+    # --- reconciling: the cluster is the truth about what runs ----------------------------------------------
+
+    async def _reconcile(self, state: State, by_uid: dict[str, dict], pods: dict) -> None:
+        uid_wl = {wl.spec.labels.get(ob.UID_LABEL): wl for name in list(state.pending) + list(state.active)
+                  for wl in (state.workloads[name],)}
+        for uid, obj in by_uid.items():
+            m = ob.meta(obj)
+            workload = (m.get("annotations") or {}).get(ob.WORKLOAD_ANNOTATION)
+            if not workload or ob.finished(obj) is not None or m.get("deletionTimestamp"):
+                continue
+            wl = uid_wl.get(uid)
+            in_force = wl is not None and wl.phase in HOLDS_NODES and \
+                (m.get("annotations") or {}).get(ob.ATTEMPT_ANNOTATION) == str(wl.attempt)
+            its = pods.get((ob.kind_of(obj), m.get("namespace"), m.get("name")), [])
+            if in_force:
+                continue
+            on_nodes = [p for p in its if (p.get("spec") or {}).get("nodeName") and not ob.meta(p).get("deletionTimestamp")]
+            if ob.is_suspended(obj) and not on_nodes:
+                continue
+            what = (f"{ob.kind_of(obj)} {m.get('namespace')}/{m.get('name')} "
+                    + ("resumed" if not ob.is_suspended(obj) else "suspended")
+                    + f" with {len(on_nodes)} pod(s) on nodes, but the log holds no placement for it "
+                    + (f"(workload {wl.spec.workload} is {wl.phase})" if wl else "(no workload)"))
+            self.found.append(what)
+            log.warning("reconcile: %s: suspending it and deleting its pods", what)
+            await self._delete_pods(its, grace=None)
+            await self._suspend(obj, f"Reconciled by gangway: {what}; suspended again and its pods deleted")
+
+    # --- telling users -------------------------------------------------------------------------------------
+
+    async def _tell_pending(self, state: State, objs: dict[str, dict]) -> None:
+        queues: dict[str, list[WorkloadState]] = {}
+        for name in state.pending:
+            wl = state.workloads[name]
+            queues.setdefault(wl.spec.cluster_queue, []).append(wl)
+        now = time.monotonic()
+        due = []
+        for cq, waiting in queues.items():
+            waiting.sort(key=lambda w: (-w.spec.priority, w.queued_ms, w.seq))
+            for i, wl in enumerate(waiting, start=1):
+                obj = objs.get(wl.spec.workload)
+                if obj is None:
+                    continue
+                uid = ob.meta(obj).get("uid")
+                if self.told.get(uid, ("",))[0] == "Pending" and now - self.told_at.get(uid, 0) < PENDING_EVERY_S:
+                    continue  # a queue that moves does not flood the API server with Events
+                due.append((wl, obj, i, len(waiting)))
+        if not due:
+            return
+        # Why each waits and when it should start (gangway explain's answer, when one was given).
+        report = self.pending(state) if self.pending is not None else {}
+        for wl, obj, i, n in due:
+            said = report.get(wl.spec.workload)
+            eta = f", estimated start {format_time(said.eta_ms)[11:16]} UTC" if said and said.eta_ms else ""
+            why = f": {said.reason}" if said else (f"; last decision: {wl.superseded}" if wl.superseded else "")
+            await self.tell(obj, "Normal", "Pending",
+                            f"Pending: position {i} of {n} in ClusterQueue {wl.spec.cluster_queue}{eta}{why}",
+                            status="False")
+
+    async def tell(self, obj: dict, type_: str, reason: str, message: str, status: str) -> None:
+        """A Kubernetes Event on the object and gangway's condition on it (once per change)."""
+        m = ob.meta(obj)
+        uid = m.get("uid")
+        if self.told.get(uid) == (reason, message):
+            return
+        self.told[uid] = (reason, message)
+        self.told_at[uid] = time.monotonic()
+        now = micro_time()
+        stamp = now[:19] + "Z"
+        name = f"{m['name']}.gangway.{hashlib.sha256(f'{uid}{reason}{message}{now}'.encode()).hexdigest()[:10]}"
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"name": name, "namespace": m.get("namespace")},
+                 "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": ob.kind_of(obj), "name": m["name"],
+                                    "namespace": m.get("namespace"), "uid": uid},
+                 "reason": reason, "message": message[:1024], "type": type_, "count": 1,
+                 "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": "gangway"},
+                 "reportingComponent": "gangway", "reportingInstance": self.identity}
+        kind = ob.kind_of(obj)
+        try:
+            await self.kube.create(api.EVENTS, event, m.get("namespace"))
+            await self.kube.patch(RESOURCES[kind], m["name"],
+                                  {"status": {"conditions": ob.with_condition(obj, status, reason, message, stamp)}},
+                                  m.get("namespace"), sub="status")
+        except ApiError as exc:
+            if not exc.not_found:
+                log.warning("telling %s %s/%s (%s): %s", kind, m.get("namespace"), m["name"], reason, exc)
+
+    def _forget(self, state: State) -> None:
+        """Drop progress about attempts the log has moved past."""
+        for key in [k for k in self.gangs if _moved_on(state, *k, "placed")]:
+            del self.gangs[key]
+        for key in [k for k in self.evicting if _moved_on(state, *k, "evicting")]:
+            del self.evicting[key]
+
+
+def _moved_on(state: State, name: str, attempt: int, phase: str) -> bool:
+    wl = state.workloads.get(name)
+    return wl is None or wl.attempt != attempt or wl.phase != phase

@@ -1,0 +1,225 @@
+"""Kubernetes objects as the binder reads and writes them (pure: dicts in, dicts and events out).
+
+- Nodes → NodeObserved: allocatable resources, labels, NVLink islands (``cluster.py``), and
+  ``unavailable`` when the node takes no new pods: ``spec.unschedulable`` (cordoned), a Ready
+  condition that is not True, or a ``node.kubernetes.io/*`` NoSchedule/NoExecute taint (the ones
+  Kubernetes itself sets). Other taints are left to the pods' tolerations.
+- Jobs of the three kinds gangway accepts: how each is suspended, where its pod templates are, how
+  its pods are labelled (pod set, index), and whether it has finished.
+- Pods → assignments: the pods of each pod set, in index order, take the placement's assignments in
+  their order, so the same placement and the same pods always give the same binding.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from gangway.events.catalogue import NodeObserved, PodAssignment
+from gangway.services.binder.cluster import ClusterFileError, _node
+
+SCHEDULER_NAME = "gangway"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Set by gangway on the objects it manages and on their pods' templates.
+WORKLOAD_ANNOTATION = "gangway.io/workload"
+ATTEMPT_ANNOTATION = "gangway.io/attempt"
+#: The label a submission carries with the object's uid (the idempotency key of the intake).
+UID_LABEL = "gangway.io/uid"
+#: Per pod: the GPU indexes the placement gave it, for a device plugin that reads them.
+GPUS_ANNOTATION = "gangway.io/gpu-indexes"
+CONDITION_TYPE = "GangwayScheduling"
+KINDS = ("Job", "JobSet", "PyTorchJob")
+#: Labels that name a pod's owner object, per kind.
+OWNER_LABELS = {
+    "Job": ("batch.kubernetes.io/job-name", "job-name"),
+    "JobSet": ("jobset.sigs.k8s.io/jobset-name",),
+    "PyTorchJob": ("training.kubeflow.org/job-name",),
+}
+SYSTEM_TAINT = re.compile(r"^node\.kubernetes\.io/")
+
+
+# --- nodes -----------------------------------------------------------------------------------------
+
+
+def node_unavailable(node: dict) -> str:
+    """Why a Node takes no new pods ('' when it does)."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if spec.get("unschedulable"):
+        return "cordoned (spec.unschedulable)"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            return f"NotReady ({cond.get('reason') or cond.get('status')})"
+    for taint in spec.get("taints") or []:
+        if SYSTEM_TAINT.match(str(taint.get("key", ""))) and taint.get("effect") in ("NoSchedule", "NoExecute"):
+            return f"taint {taint['key']}:{taint['effect']}"
+    return ""
+
+
+def node_observed(node: dict) -> NodeObserved | None:
+    """The NodeObserved of a Node object (None when it cannot be read; the reason is logged by the caller)."""
+    try:
+        seen = _node(node, "cluster")
+    except ClusterFileError:
+        return None
+    why = node_unavailable(node)
+    return NodeObserved(node=seen.node, allocatable=seen.allocatable, labels=seen.labels, islands=seen.islands,
+                        unavailable=why) if why else seen
+
+
+# --- job objects -------------------------------------------------------------------------------------
+
+
+def kind_of(obj: dict) -> str:
+    return str(obj.get("kind") or "")
+
+
+def meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def is_suspended(obj: dict) -> bool:
+    spec = obj.get("spec") or {}
+    if kind_of(obj) == "PyTorchJob":
+        return bool((spec.get("runPolicy") or {}).get("suspend"))
+    return bool(spec.get("suspend"))
+
+
+def templates(obj: dict) -> list[dict]:
+    """The pod templates of an object (mutable views into it)."""
+    spec = obj.get("spec") or {}
+    kind = kind_of(obj)
+    if kind == "Job":
+        return [spec.setdefault("template", {})]
+    if kind == "JobSet":
+        return [rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+                for rj in spec.get("replicatedJobs") or []]
+    if kind == "PyTorchJob":
+        return [rs.setdefault("template", {}) for rs in (spec.get("pytorchReplicaSpecs") or {}).values()]
+    return []
+
+
+def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0,
+                  scheduler: str | None = SCHEDULER_NAME) -> dict:
+    """A merge patch that suspends or resumes ``obj``; resuming also names gangway's scheduler in
+    every pod template and marks the object with its workload and attempt."""
+    kind = kind_of(obj)
+    patch: dict = {}
+    if not suspend:
+        patch["metadata"] = {"annotations": {WORKLOAD_ANNOTATION: workload, ATTEMPT_ANNOTATION: str(attempt)}}
+    if kind == "PyTorchJob":
+        patch["spec"] = {"runPolicy": {"suspend": suspend}}
+    else:
+        patch["spec"] = {"suspend": suspend}
+    if suspend or scheduler is None:
+        return patch
+    if kind == "Job":
+        patch["spec"]["template"] = {"spec": {"schedulerName": scheduler}}
+    elif kind == "JobSet":  # a list: a merge patch replaces it whole
+        rjs = copy.deepcopy((obj.get("spec") or {}).get("replicatedJobs") or [])
+        for rj in rjs:
+            rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault(
+                "spec", {})["schedulerName"] = scheduler
+        patch["spec"]["replicatedJobs"] = rjs
+    elif kind == "PyTorchJob":
+        patch["spec"]["pytorchReplicaSpecs"] = {
+            t: {"template": {"spec": {"schedulerName": scheduler}}}
+            for t in (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}}
+    return patch
+
+
+def finished(obj: dict) -> tuple[bool, bool, str] | None:
+    """(finished, succeeded, what Kubernetes said) once the object has ended, else None."""
+    kind = kind_of(obj)
+    good, bad = {"Job": ("Complete", "Failed"), "JobSet": ("Completed", "Failed"),
+                 "PyTorchJob": ("Succeeded", "Failed")}.get(kind, ("Complete", "Failed"))
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") in (good, bad):
+            said = ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
+            return True, cond["type"] == good, f"{kind} {cond['type']}" + (f" ({said})" if said else "")
+    return None
+
+
+def with_condition(obj: dict, status: str, reason: str, message: str, now: str) -> list[dict]:
+    """The object's status.conditions with gangway's condition set (others kept as they are)."""
+    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != CONDITION_TYPE]
+    old = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE), {})
+    since = old.get("lastTransitionTime") if old.get("status") == status else now
+    conditions.append({"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message[:1024],
+                       "lastProbeTime": now, "lastTransitionTime": since or now})
+    return conditions
+
+
+# --- pods ----------------------------------------------------------------------------------------------
+
+
+def owner_name(kind: str, pod: dict) -> str | None:
+    labels = meta(pod).get("labels") or {}
+    for key in OWNER_LABELS.get(kind, ()):
+        if key in labels:
+            return labels[key]
+    return None
+
+
+def pod_set_of(kind: str, pod: dict, pod_sets: list[str]) -> str | None:
+    labels = meta(pod).get("labels") or {}
+    if kind == "Job":
+        return pod_sets[0] if pod_sets else None
+    if kind == "JobSet":
+        return labels.get("jobset.sigs.k8s.io/replicatedjob-name")
+    if kind == "PyTorchJob":
+        rt = labels.get("training.kubeflow.org/replica-type")
+        return rt.lower() if rt else None
+    return None
+
+
+def _int(text) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return 1 << 30
+
+
+def pod_order(pod: dict) -> tuple:
+    """Index order: JobSet job index, then completion or replica index, then name."""
+    m = meta(pod)
+    labels, annotations = m.get("labels") or {}, m.get("annotations") or {}
+    completion = annotations.get("batch.kubernetes.io/job-completion-index",
+                                 labels.get("batch.kubernetes.io/job-completion-index"))
+    replica = labels.get("training.kubeflow.org/replica-index")
+    return (_int(labels.get("jobset.sigs.k8s.io/job-index", 0)), _int(completion if completion is not None else replica),
+            str(m.get("name")))
+
+
+def live(pod: dict) -> bool:
+    """A pod that counts: not being deleted, not failed."""
+    return not meta(pod).get("deletionTimestamp") and (pod.get("status") or {}).get("phase") != "Failed"
+
+
+def split_gpus(indexes: list[int], count: int) -> list[list[int]]:
+    """The GPU indexes of an assignment of ``count`` pods, per pod (each its equal share, in order;
+    a pod sharing one GPU gets that GPU)."""
+    if not indexes:
+        return [[] for _ in range(count)]
+    if len(indexes) % count == 0:
+        k = len(indexes) // count
+        return [indexes[i * k:(i + 1) * k] for i in range(count)]
+    return [indexes[i % len(indexes):i % len(indexes) + 1] for i in range(count)]
+
+
+def bindings(pods_by_set: dict[str, list[dict]], assignments: list[PodAssignment],
+             gpus: list[list[int]]) -> list[tuple[dict, str, list[int]]]:
+    """(pod, node, GPU indexes) for every pod: each pod set's pods in index order take its
+    assignments in the placement's order. Raises ValueError when the counts differ."""
+    slots: dict[str, list[tuple[str, list[int]]]] = {}
+    for i, a in enumerate(assignments):
+        for share in split_gpus(gpus[i] if i < len(gpus) else [], a.count):
+            slots.setdefault(a.pod_set, []).append((a.node, share))
+    out = []
+    for pod_set, want in slots.items():
+        pods = sorted(pods_by_set.get(pod_set, []), key=pod_order)
+        if len(pods) != len(want):
+            raise ValueError(f"pod set {pod_set}: {len(pods)} pods for {len(want)} placed")
+        out.extend((pod, node, share) for pod, (node, share) in zip(pods, want))
+    return out

@@ -1,0 +1,50 @@
+"""Intake from the cluster: a Job, JobSet or PyTorchJob object → the JobSubmitted it becomes, or
+why gangway refuses it (pure; the Kubernetes binder calls it and tells the object's owner).
+
+The object's uid rides along as the label ``gangway.io/uid``: it is the intake's idempotency key (a
+re-list after a restart finds the workload of that uid on the log and submits nothing again). The job
+id is the object's name; an object re-created under the name of a workload still on the log gets
+``<name>-<first 8 characters of its uid>``, so the two never collide.
+"""
+
+from __future__ import annotations
+
+from gangway.events.catalogue import JobSubmitted
+from gangway.events.state import State
+from gangway.services.submission.manifests import ManifestError, job_of_object
+from gangway.services.submission.policy import Invalid, queue_job
+
+UID_LABEL = "gangway.io/uid"
+
+
+def _manifest(obj: dict) -> dict:
+    """The object as its owner wrote it: what the API server adds (status, managedFields…) left out."""
+    meta = dict(obj.get("metadata") or {})
+    for key in ("managedFields", "resourceVersion", "generation", "creationTimestamp", "selfLink"):
+        meta.pop(key, None)
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta, "spec": obj.get("spec")}
+
+
+def job_from_object(obj: dict, state: State) -> JobSubmitted | str:
+    """The JobSubmitted for ``obj``, or the reason it is refused (checked as the submission service
+    will check it, against the contract in ``state``)."""
+    meta = obj.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    where = f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    try:
+        job = job_of_object(_manifest(obj), where)
+    except ManifestError as exc:
+        return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
+    known = state.workloads.get(f"{job.namespace}/{job.job_id}")
+    if known is not None and known.spec.labels.get(UID_LABEL) != uid:
+        job = JobSubmitted(**{**_fields(job), "job_id": f"{job.job_id}-{uid[:8]}"})
+    job = JobSubmitted(**{**_fields(job), "labels": {**job.labels, UID_LABEL: uid}})
+    try:
+        queue_job(job, state, set(), submission="")
+    except Invalid as bad:
+        return f"{bad.reason}: {bad.message}"
+    return job
+
+
+def _fields(job: JobSubmitted) -> dict:
+    return {f: getattr(job, f) for f in job.__struct_fields__}

@@ -1,0 +1,289 @@
+"""What the Kubernetes tests run around the binder: a log in memory (the deciding services take
+turns on it, as in ``gangway.sim``), the pods a Job controller would create, and a kubelet that
+starts bound pods and finishes deleting them. All of it talks to the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from gangway.adapters.kubernetes import ApiError, Kube
+from gangway.adapters.kubernetes import client as api
+from gangway.contract import contract_digest
+from gangway.events.catalogue import ConfigApplied, Envelope, JobRejected, JobSubmitted
+from gangway.events.contract import Contract
+from gangway.events.fold import apply
+from gangway.events.state import State
+from gangway.services.binder.kubernetes import KubernetesBinder
+from gangway.services.deciders import DECIDERS, decision_id
+from gangway.services.submission.policy import Invalid, queue_job
+
+KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
+
+
+class LocalLog:
+    """The log as a list; ``turn`` lets every service act once."""
+
+    def __init__(self):
+        self.state = State()
+        self.envelopes: list[Envelope] = []
+        self.rejected: list[tuple[JobSubmitted, str]] = []
+
+    def append(self, event_id: str, data, source: str = "gangway/test") -> Envelope:
+        env = Envelope(id=event_id, source=source, time_ms=max(int(time.time() * 1000), self.state.time_ms),
+                       data=data, offset=len(self.envelopes))
+        self.envelopes.append(env)
+        apply(self.state, env)
+        return env
+
+    def configure(self, contract: Contract) -> None:
+        digest = contract_digest(contract)
+        self.append(f"config/{digest[:12]}", ConfigApplied(contract=contract, digest=digest), "gangway/config")
+
+    def submit(self, job: JobSubmitted) -> None:
+        """What the submission service does with a record on gangway.submissions."""
+        try:
+            queued = queue_job(job, self.state, set(), submission=f"gangway.submissions/0/{len(self.envelopes)}")
+        except Invalid as bad:
+            self.rejected.append((job, bad.message))
+            return
+        self.append(f"queued/{queued.workload}", queued, "gangway/submission")
+
+    def decide(self) -> int:
+        added = 0
+        for service, (prefix, decide) in DECIDERS.items():
+            for d in decide(self.state):
+                self.append(decision_id(prefix, d.workload, d.based_on), d, f"gangway/{service}")
+                added += 1
+        return added
+
+    async def turn(self, *binders: KubernetesBinder) -> int:
+        added = self.decide()
+        for binder in binders:
+            out = await binder.step(self.state)
+            for pid, _, data in out.reports:
+                self.append(pid, data, "gangway/binder")
+            for job in out.submissions:
+                self.submit(job)
+            added += len(out.reports) + len(out.submissions)
+        return added
+
+    def of_type(self, cls) -> list:
+        return [e.data for e in self.envelopes if isinstance(e.data, cls)]
+
+    def rejections(self) -> list:
+        return [e.data for e in self.envelopes if isinstance(e.data, JobRejected)] + self.rejected
+
+
+async def run_until(log: LocalLog, binders: list[KubernetesBinder], done, timeout_s: float = 30.0,
+                    what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        await log.turn(*binders)
+        if done():
+            return
+        if time.monotonic() > deadline:
+            phases = {n: w.phase for n, w in log.state.workloads.items()}
+            raise TimeoutError(f"{what} not reached in {timeout_s} s; workloads: {phases}")
+        await asyncio.sleep(0.05)
+
+
+# --- the cluster's other actors --------------------------------------------------------------------------
+
+
+def node_object(name: str, gpus: int = 8, cpu: str = "96", memory: str = "1Ti", labels: dict | None = None,
+                islands: str | None = None) -> dict:
+    annotations = {"gangway.io/nvlink-islands": islands} if islands else {}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                         "annotations": annotations},
+            "spec": {}}
+
+
+async def create_node(kube: Kube, obj: dict, allocatable: dict | None = None) -> None:
+    """A Node as a kubelet registers it: the object, then its status (allocatable, Ready)."""
+    obj = copy.deepcopy(obj)
+    status = obj.pop("status", None) or {}
+    alloc = allocatable or status.get("allocatable") or {}
+    await kube.create(api.NODES, obj)
+    await kube.patch(api.NODES, obj["metadata"]["name"], {"status": {
+        "allocatable": alloc, "capacity": alloc,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}]}},
+        sub="status")
+    # What the node lifecycle controller does once the node is Ready (the API server tainted it not-ready).
+    await kube.patch(api.NODES, obj["metadata"]["name"], {"spec": {"taints": obj.get("spec", {}).get("taints")}})
+
+
+async def ensure_namespace(kube: Kube, name: str) -> None:
+    try:
+        await kube.create(api.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiError as exc:
+        if not exc.conflict:
+            raise
+
+
+async def apply_manifests(kube: Kube, text: str, namespace: str | None = None) -> list[dict]:
+    """Create every Job, JobSet and PyTorchJob in a YAML text (``kubectl create``: generateName honoured)."""
+    made = []
+    for doc in yaml.safe_load_all(text):
+        if not doc:
+            continue
+        for obj in doc.get("items", [doc]) if doc.get("kind") == "List" else [doc]:
+            res = KINDS[obj["kind"]]
+            ns = obj.get("metadata", {}).get("namespace") or namespace or "default"
+            obj.setdefault("metadata", {})["namespace"] = ns
+            await ensure_namespace(kube, ns)
+            made.append(await kube.create(res, obj, ns))
+    return made
+
+
+def _pods_wanted(obj: dict) -> list[tuple[str, dict, dict, dict]]:
+    """(pod name, labels, annotations, template) of every pod the object's controller would run."""
+    kind, meta, spec = obj["kind"], obj["metadata"], obj.get("spec") or {}
+    name = meta["name"]
+    out = []
+    if kind == "Job":
+        n = min(spec.get("parallelism", 1), spec.get("completions") or spec.get("parallelism", 1))
+        for i in range(n):
+            out.append((f"{name}-{i}", {"batch.kubernetes.io/job-name": name},
+                        {"batch.kubernetes.io/job-completion-index": str(i)}, spec["template"]))
+    elif kind == "JobSet":
+        for rj in spec.get("replicatedJobs") or []:
+            job_spec = rj["template"]["spec"]
+            per_job = min(job_spec.get("parallelism", 1), job_spec.get("completions") or job_spec.get("parallelism", 1))
+            for j in range(rj.get("replicas", 1)):
+                for i in range(per_job):
+                    out.append((f"{name}-{rj['name']}-{j}-{i}",
+                                {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+                                 "jobset.sigs.k8s.io/job-index": str(j)},
+                                {"batch.kubernetes.io/job-completion-index": str(i)}, job_spec["template"]))
+    elif kind == "PyTorchJob":
+        for rtype, rs in (spec.get("pytorchReplicaSpecs") or {}).items():
+            for i in range(rs.get("replicas", 1)):
+                out.append((f"{name}-{rtype.lower()}-{i}",
+                            {"training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": rtype.lower(),
+                             "training.kubeflow.org/replica-index": str(i)}, {}, rs["template"]))
+    return out
+
+
+def _suspended(obj: dict) -> bool:
+    spec = obj.get("spec") or {}
+    return bool((spec.get("runPolicy") or {}).get("suspend") if obj["kind"] == "PyTorchJob" else spec.get("suspend"))
+
+
+@dataclass
+class FakeCluster:
+    """The Job, JobSet and PyTorchJob controllers (pods for resumed objects, none for suspended ones) and
+    the kubelets (bound pods run; deleted pods go). ``hold_back`` (object name → pods) creates fewer pods."""
+
+    kube: Kube
+    namespaces: list[str]
+    hold_back: dict[str, int] = field(default_factory=dict)
+    #: Pods that got a deletionTimestamp (evicted or deleted gracefully), in order.
+    deleted: list[str] = field(default_factory=list)
+    kubelet: bool = True
+    #: Pods created so far (names), for tests that count them.
+    created: list[str] = field(default_factory=list)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.once()
+            except ApiError:
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), 0.05)
+            except asyncio.TimeoutError:
+                pass
+
+    async def once(self) -> None:
+        for ns in self.namespaces:
+            pods, _ = await self.kube.list(api.PODS, ns)
+            by_name = {p["metadata"]["name"]: p for p in pods}
+            for kind, res in KINDS.items():
+                try:
+                    objs, _ = await self.kube.list(res, ns)
+                except ApiError:
+                    continue
+                for obj in objs:
+                    await self._control(obj, by_name)
+            if self.kubelet:
+                for pod in pods:
+                    await self._kubelet(pod)
+
+    async def _control(self, obj: dict, pods: dict[str, dict]) -> None:
+        wanted = _pods_wanted(dict(obj, kind=obj.get("kind")))
+        ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
+        if _suspended(obj) or any(c.get("type") in ("Complete", "Completed", "Succeeded", "Failed")
+                                  and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []):
+            if _suspended(obj):
+                for pname, *_ in wanted:
+                    pod = pods.get(pname)
+                    if pod and not pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName"):
+                        await self.kube.delete(api.PODS, pname, ns, grace_seconds=0)
+            return
+        limit = len(wanted) - self.hold_back.get(obj["metadata"]["name"], 0)
+        for pname, labels, notes, template in wanted[:limit]:
+            if pname in pods:
+                continue
+            tmeta = template.get("metadata") or {}
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pname, "namespace": ns,
+                                "labels": {**(tmeta.get("labels") or {}), **labels},
+                                "annotations": {**(tmeta.get("annotations") or {}), **notes},
+                                "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                                                     "name": obj["metadata"]["name"], "uid": uid, "controller": True}]},
+                   "spec": copy.deepcopy(template["spec"])}
+            pod["spec"].setdefault("restartPolicy", "Never")
+            try:
+                await self.kube.create(api.PODS, pod, ns)
+                self.created.append(pname)
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise
+
+    async def _kubelet(self, pod: dict) -> None:
+        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+        if meta.get("deletionTimestamp"):
+            if meta["name"] not in self.deleted:
+                self.deleted.append(meta["name"])
+            await self.kube.delete(api.PODS, meta["name"], meta["namespace"], grace_seconds=0)
+        elif spec.get("nodeName") and status.get("phase") in (None, "Pending"):
+            await self.kube.patch(api.PODS, meta["name"], {"status": {"phase": "Running"}}, meta["namespace"], sub="status")
+
+
+async def complete(kube: Kube, obj: dict, succeeded: bool = True, message: str = "") -> None:
+    """What the object's controller writes when it ends."""
+    kind = obj["kind"]
+    good = {"Job": "Complete", "JobSet": "Completed", "PyTorchJob": "Succeeded"}[kind]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    cond = {"type": good if succeeded else "Failed", "status": "True", "reason": "Done" if succeeded else "BackoffLimitExceeded",
+            "message": message, "lastTransitionTime": now, "lastProbeTime": now}
+    status = {"conditions": [cond]}
+    if kind == "Job":
+        n = obj["spec"].get("completions") or 1
+        if succeeded:
+            status.update({"startTime": now, "completionTime": now, "succeeded": n})
+            status["conditions"] = [dict(cond, type="SuccessCriteriaMet"), cond]
+        else:
+            status.update({"startTime": now, "failed": 1})
+            status["conditions"] = [dict(cond, type="FailureTarget"), cond]
+    await kube.patch(KINDS[kind], obj["metadata"]["name"], {"status": status}, obj["metadata"]["namespace"], sub="status")
+
+
+@contextlib.asynccontextmanager
+async def cluster_running(kube: Kube, namespaces: list[str], **options):
+    """A FakeCluster at work for the duration of the block."""
+    cluster = FakeCluster(kube, namespaces, **options)
+    stop = asyncio.Event()
+    task = asyncio.create_task(cluster.run(stop))
+    try:
+        yield cluster
+    finally:
+        stop.set()
+        await task

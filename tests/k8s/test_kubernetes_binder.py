@@ -1,0 +1,235 @@
+"""The binder against a real kube-apiserver: intake, gang binding, status, rollbacks, evictions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gangway.adapters.kubernetes import client as api
+from gangway.contract import load_contract
+from gangway.events import catalogue as ev
+from gangway.services.binder import objects as ob
+from k8s_harness import cluster_running, LocalLog, apply_manifests, complete, create_node, node_object, run_until
+
+pytestmark = pytest.mark.kubernetes
+
+CONTRACT = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: team}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: ["cpu", "memory", "nvidia.com/gpu"]
+    flavors:
+    - name: default
+      resources:
+      - {name: cpu, nominalQuota: 1000}
+      - {name: memory, nominalQuota: 10Ti}
+      - {name: nvidia.com/gpu, nominalQuota: 32}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: team, name: default}
+spec: {clusterQueue: team}
+"""
+
+
+def job(name: str, pods: int, gpus: int, suspend: bool = True, cpu: str = "1", memory: str = "1Gi") -> str:
+    """A suspended, Indexed batch/v1 Job of ``pods`` pods in namespace team, queue default."""
+    gpu = f", nvidia.com/gpu: {gpus}}}, limits: {{nvidia.com/gpu: {gpus}" if gpus else ""
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: team
+  labels: {{kueue.x-k8s.io/queue-name: default}}
+spec:
+  parallelism: {pods}
+  completions: {pods}
+  completionMode: Indexed
+  suspend: {str(suspend).lower()}
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox
+        resources: {{requests: {{cpu: "{cpu}", memory: {memory}{gpu}}}}}
+"""
+
+
+async def four_nodes(kube, gpus: int = 8) -> None:
+    for i in range(4):
+        await create_node(kube, node_object(f"node-{i}", islands=str(gpus)),
+                          {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": str(gpus), "pods": "110"})
+
+
+async def setup(kube, make_binder, **options):
+    log = LocalLog()
+    log.configure(load_contract(CONTRACT))
+    await four_nodes(kube)
+    binder = await make_binder(**options)
+    await run_until(log, [binder], lambda: len(log.state.nodes) == 4, what="four nodes on the log")
+    return log, binder
+
+
+async def pods_of(kube, name: str, ns: str = "team") -> list[dict]:
+    pods, _ = await kube.list(api.PODS, ns, label_selector=f"batch.kubernetes.io/job-name={name}")
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+async def test_a_suspended_job_is_admitted_bound_as_a_gang_run_and_finished(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        [obj] = await apply_manifests(kube, job("train", pods=3, gpus=4))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/train" in wl and wl["team/train"].phase == "running",
+                        what="the Job running")
+        queued = wl["team/train"].spec
+        assert queued.labels[ob.UID_LABEL] == obj["metadata"]["uid"]
+        [placement] = log.of_type(ev.PlacementDecided)
+        pods = await pods_of(kube, "train")
+        want = [a.node for a in placement.assignments for _ in range(a.count)]
+        assert [p["spec"]["nodeName"] for p in pods] == want  # completion index order takes the assignments in order
+        gpus = [p["metadata"]["annotations"][ob.GPUS_ANNOTATION] for p in pods]
+        assert all(len(g.split(",")) == 4 for g in gpus)
+        current = await kube.get(api.JOBS, "train", "team")
+        assert current["spec"]["suspend"] is False
+        cond = [c for c in current["status"]["conditions"] if c["type"] == ob.CONDITION_TYPE][0]
+        assert cond["reason"] == "Admitted" and cond["message"].startswith("Admitted by gangway")
+        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=train")
+        assert any(e["reason"] == "Admitted" for e in events)
+        await complete(kube, current, message="all 3 succeeded")
+        await run_until(log, [binder], lambda: wl["team/train"].phase == "finished", what="the Job finished")
+        [fin] = log.of_type(ev.WorkloadFinished)
+        assert fin.succeeded and "Complete" in fin.reason and "all 3 succeeded" in fin.reason
+        # A re-list (a restart) submits nothing twice: the uid is on the log.
+        again = await make_binder("binder-1")
+        await binder.elector.release()
+        await kill_lease_holder(binder)
+        await run_until(log, [again], lambda: again.elector.leading, what="the second binder leading")
+        for _ in range(5):
+            await log.turn(again)
+        assert len(log.of_type(ev.WorkloadQueued)) == 1
+
+
+async def kill_lease_holder(binder) -> None:
+    from conftest import kill
+    await kill(binder)
+
+
+async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_why(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    await apply_manifests(kube, job("eager", pods=1, gpus=1, suspend=False))
+    await apply_manifests(kube, job("greedy", pods=1, gpus=1).replace("queue-name: default", "queue-name: nowhere"))
+    wl = log.state.workloads
+    await run_until(log, [binder], lambda: "team/eager" in wl, what="the eager Job queued")
+    assert (await kube.get(api.JOBS, "eager", "team"))["spec"]["suspend"] is True or wl["team/eager"].phase != "pending"
+
+    async def told():
+        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=greedy")
+        return [e for e in events if e["reason"] == "Rejected"]
+    for _ in range(100):
+        await log.turn(binder)
+        if await told():
+            break
+        await asyncio.sleep(0.05)
+    [event] = await told()
+    assert event["type"] == "Warning" and "unknown_queue" in event["message"] and "nowhere" in event["message"]
+    greedy = await kube.get(api.JOBS, "greedy", "team")
+    cond = [c for c in greedy["status"]["conditions"] if c["type"] == ob.CONDITION_TYPE][0]
+    assert cond["status"] == "False" and cond["reason"] == "Rejected"
+    assert "team/greedy" not in wl
+
+
+async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("big", pods=4, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/big" in wl and wl["team/big"].phase == "running",
+                        what="the big Job running")
+        assert log.state.usage["team"]
+        await kube.delete(api.JOBS, "big", "team", propagation="Background")
+        await run_until(log, [binder], lambda: wl["team/big"].phase == "finished", what="the withdrawal")
+        [w] = log.of_type(ev.WorkloadWithdrawn)
+        assert w.workload == "team/big" and "deleted" in w.reason
+        assert all(v == 0 for v in log.state.usage["team"].values())
+        assert all(n.free == n.allocatable for n in log.state.nodes.values())
+
+
+async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"], kubelet=False):
+        await apply_manifests(kube, job("gang", pods=4, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/gang" in wl and wl["team/gang"].phase == "placed",
+                        what="the gang placed")
+        # Before the binder binds: the last pod (index 3) is taken by someone else's scheduler.
+        for _ in range(200):
+            pods = await pods_of(kube, "gang")
+            if len(pods) == 4:
+                break
+            await asyncio.sleep(0.02)
+        last = pods[-1]["metadata"]["name"]
+        await kube.create(api.PODS, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": last},
+                                     "target": {"apiVersion": "v1", "kind": "Node", "name": "node-0"}},
+                          "team", sub="binding", name=last)
+        await run_until(log, [binder], lambda: bool(log.of_type(ev.WorkloadEvicted)), what="the rollback")
+        [rolled] = log.of_type(ev.WorkloadEvicted)
+        assert "gang not bound" in rolled.reason and "1 of 4 binds refused" in rolled.reason and last in rolled.reason
+        # Never half a gang: after the rollback no pod of the first attempt is left on a node.
+        await run_until(log, [binder], lambda: wl["team/gang"].attempt == 1 and wl["team/gang"].phase == "bound",
+                        what="the second attempt bound")
+        pods = await pods_of(kube, "gang")
+        assert len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
+        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=gang")
+        assert any(e["reason"] == "GangRolledBack" for e in events)
+
+
+async def test_pods_that_never_all_appear_are_rolled_back_after_the_timeout(kube, make_binder):
+    log, binder = await setup(kube, make_binder, pods_timeout_s=1.0)
+    async with cluster_running(kube, ["team"], hold_back={"slow": 1}):
+        await apply_manifests(kube, job("slow", pods=3, gpus=8))
+        await run_until(log, [binder], lambda: bool(log.of_type(ev.WorkloadEvicted)), what="the timeout rollback")
+        [rolled] = log.of_type(ev.WorkloadEvicted)
+        assert "did not all appear within 1 s (main: 2 of 3)" in rolled.reason
+        assert (await kube.get(api.JOBS, "slow", "team"))["spec"]["suspend"] is True
+        assert all(not p["spec"].get("nodeName") for p in await pods_of(kube, "slow"))
+
+
+async def test_a_waiting_job_is_told_its_position_why_and_when_it_should_start(kube, make_binder):
+    from gangway.read.explain import pending_report
+    log, binder = await setup(kube, make_binder, pending=pending_report)
+    async with cluster_running(kube, ["team"]):
+        runtime = '\n  annotations: {gangway.io/runtime-seconds: "600"}'
+        await apply_manifests(kube, job("first", pods=4, gpus=8).replace("queue-name: default}", "queue-name: default}" + runtime))
+        await run_until(log, [binder], running(log, "team/first"), what="the first Job running")
+        await apply_manifests(kube, job("second", pods=1, gpus=8))
+        await run_until(log, [binder], lambda: "team/second" in log.state.workloads, what="the second queued")
+
+        async def told():
+            events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=second")
+            return [e["message"] for e in events if e["reason"] == "Pending"]
+        for _ in range(100):
+            await log.turn(binder)
+            if await told():
+                break
+            await asyncio.sleep(0.05)
+        [message] = await told()
+        assert message.startswith("Pending: position 1 of 1 in ClusterQueue team, estimated start ")
+        assert " UTC: " in message and "quota" in message
+        cond = [c for c in (await kube.get(api.JOBS, "second", "team"))["status"]["conditions"]
+                if c["type"] == ob.CONDITION_TYPE][0]
+        assert cond["reason"] == "Pending" and cond["message"] == message
+
+
+def running(log, name: str):
+    return lambda: name in log.state.workloads and log.state.workloads[name].phase == "running"

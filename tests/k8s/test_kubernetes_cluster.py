@@ -1,0 +1,154 @@
+"""The binder when the cluster misbehaves: PodDisruptionBudgets, a binder killed mid-gang, nodes cordoned
+and deleted under running work, watches that expire, two replicas and one Lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from conftest import kill, wait_leading
+from gangway.adapters.kubernetes import client as api
+from gangway.events import catalogue as ev
+from k8s_harness import cluster_running, LocalLog, apply_manifests, create_node, node_object, run_until
+from test_kubernetes_binder import job, pods_of, setup
+
+pytestmark = pytest.mark.kubernetes
+
+
+def running(log: LocalLog, name: str):
+    return lambda: name in log.state.workloads and log.state.workloads[name].phase == "running"
+
+
+async def test_a_pdb_refuses_the_eviction_until_the_grace_period_ends_then_the_pods_are_deleted(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("guarded", pods=2, gpus=8))
+        await run_until(log, [binder], running(log, "team/guarded"), what="the guarded Job running")
+        await kube.create(api.PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                     "metadata": {"name": "keep-all", "namespace": "team"},
+                                     "spec": {"minAvailable": 2,
+                                              "selector": {"matchLabels": {"batch.kubernetes.io/job-name": "guarded"}}}},
+                          "team")
+        grace_ms = 2000
+        wl = log.state.workloads["team/guarded"]
+        log.append("evict/test", ev.EvictionOrdered(workload="team/guarded", preemptor="team/urgent",
+                                                    based_on=log.state.offset, grace_ms=grace_ms, reason="test order"))
+        ordered = time.monotonic()
+        await run_until(log, [binder], lambda: wl.phase == "pending", what="the eviction done")
+        took = time.monotonic() - ordered
+        [evicted] = log.of_type(ev.WorkloadEvicted)
+        assert evicted.preemptor == "team/urgent" and "pods gone" in evicted.reason
+        # The budget held the pods for the whole grace period, then they were deleted.
+        assert took >= grace_ms / 1000
+        [state] = [e for e in binder.evicting.values()] or [None]
+        assert state is None  # forgotten once done
+        assert not [p for p in await pods_of(kube, "guarded") if p["spec"].get("nodeName")]
+        assert (await kube.get(api.JOBS, "guarded", "team"))["spec"]["suspend"] is True
+        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=guarded")
+        assert any(e["reason"] == "Preempted" and "team/urgent" in e["message"] for e in events)
+
+
+async def test_without_a_pdb_the_eviction_api_frees_the_pods_at_once(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("free", pods=2, gpus=8))
+        await run_until(log, [binder], running(log, "team/free"), what="running")
+        wl = log.state.workloads["team/free"]
+        log.append("evict/test", ev.EvictionOrdered(workload="team/free", preemptor="team/urgent",
+                                                    based_on=log.state.offset, grace_ms=60_000, reason="test order"))
+        ordered = time.monotonic()
+        await run_until(log, [binder], lambda: wl.phase == "pending", what="the eviction done")
+        assert time.monotonic() - ordered < 10  # not the 60 s grace: the Eviction API let the pods go
+
+
+async def test_a_binder_killed_mid_gang_is_replaced_and_the_gang_completes(kube, make_binder):
+    log, first = await setup(kube, make_binder, bind_concurrency=1)
+    second = await make_binder("binder-1")
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("gang", pods=4, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [first, second], lambda: "team/gang" in wl and wl["team/gang"].phase == "placed",
+                        what="placed")
+        for _ in range(200):  # all four pods exist
+            if len(await pods_of(kube, "gang")) == 4:
+                break
+            await asyncio.sleep(0.02)
+        turn = asyncio.create_task(log.turn(first))
+        for _ in range(500):
+            bound = [p for p in await pods_of(kube, "gang") if p["spec"].get("nodeName")]
+            if bound:
+                break
+            await asyncio.sleep(0.005)
+        turn.cancel()
+        await asyncio.gather(turn, return_exceptions=True)
+        await kill(first)  # the binder dies between two binds, its lease unreleased
+        killed = time.monotonic()
+        bound = [p for p in await pods_of(kube, "gang") if p["spec"].get("nodeName")]
+        assert 1 <= len(bound) < 4
+        await run_until(log, [second], lambda: wl["team/gang"].phase in ("bound", "running"), what="the gang bound")
+        took = time.monotonic() - killed
+        assert took < 2.0 * 2 + 2  # the 2 s lease expired, then the standby finished the gang
+        assert not log.of_type(ev.WorkloadEvicted)
+        placement = log.of_type(ev.PlacementDecided)[-1]
+        want = [a.node for a in placement.assignments for _ in range(a.count)]
+        assert [p["spec"]["nodeName"] for p in await pods_of(kube, "gang")] == want
+
+
+async def test_only_the_lease_holder_acts_and_a_standby_takes_over_within_seconds(kube, make_binder):
+    log, first = await setup(kube, make_binder)
+    second = await make_binder("binder-1")
+    assert await wait_leading(first, second) is first
+    await apply_manifests(kube, job("one", pods=1, gpus=1))
+    for _ in range(10):
+        out = await second.step(log.state)
+        assert not out.reports and not out.submissions
+        await asyncio.sleep(0.05)
+    await kill(first)
+    killed = time.monotonic()
+    assert await wait_leading(second) is second
+    assert time.monotonic() - killed < 2.0 + 1.5  # lease 2 s, renewals every 2/3 s
+    await run_until(log, [second], lambda: "team/one" in log.state.workloads, what="the standby's intake")
+
+
+async def test_a_node_cordoned_keeps_its_work_and_a_node_deleted_requeues_it(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("resident", pods=1, gpus=8))
+        await run_until(log, [binder], running(log, "team/resident"), what="running")
+        [pod] = await pods_of(kube, "resident")
+        home = pod["spec"]["nodeName"]
+        await kube.patch(api.NODES, home, {"spec": {"unschedulable": True}})
+        await run_until(log, [binder], lambda: home in log.state.unavailable, what="the cordon on the log")
+        assert home not in log.state.nodes and log.state.unavailable[home].startswith("cordoned")
+        assert log.state.workloads["team/resident"].phase == "running"
+        # New work avoids it.
+        await apply_manifests(kube, job("newcomer", pods=3, gpus=8))
+        await run_until(log, [binder], running(log, "team/newcomer"), what="the newcomer running")
+        assert home not in {p["spec"]["nodeName"] for p in await pods_of(kube, "newcomer")}
+        # Deleted under running work: the workload requeues and runs elsewhere once room frees.
+        await kube.delete(api.NODES, home)
+        await run_until(log, [binder], lambda: log.of_type(ev.NodeRemoved), what="NodeRemoved")
+        assert log.state.workloads["team/resident"].attempt == 1
+        await create_node(kube, node_object("node-new"), {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"})
+        await run_until(log, [binder], running(log, "team/resident"), what="the resident running again")
+        [pod] = [p for p in await pods_of(kube, "resident") if not p["metadata"].get("deletionTimestamp")]
+        assert pod["spec"]["nodeName"] == "node-new"
+
+
+async def test_a_watch_that_expires_lists_again_and_misses_nothing(kube, make_binder):
+    log, binder = await setup(kube, make_binder, watch_timeout_s=1)
+    jobs = binder.reflectors["Job"]
+    # Created while the binder's Job watch is down (its next watch asks for a version long compacted
+    # out of the API server's watch cache: 410 Gone), so only the re-list can find it.
+    jobs.resource_version = "1"
+    deadline = time.monotonic() + 10
+    while jobs.gone == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert jobs.gone >= 1
+    lists = jobs.lists
+    await apply_manifests(kube, job("meanwhile", pods=1, gpus=1))
+    await run_until(log, [binder], lambda: "team/meanwhile" in log.state.workloads, what="the Job seen after 410",
+                    timeout_s=20)
+    assert jobs.lists > lists - 1

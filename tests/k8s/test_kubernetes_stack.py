@@ -1,0 +1,49 @@
+"""``gangway up --kubernetes``: the whole stack (embedded broker, six services as processes) with the
+binder acting on the real API server as its ServiceAccount."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gangway import stack
+from gangway.adapters.kubernetes import client as api
+from gangway.contract import load_contract
+from gangway.services.binder import objects as ob
+from k8s_harness import cluster_running, apply_manifests, create_node, node_object
+from test_kubernetes_binder import CONTRACT, job, pods_of
+
+pytestmark = pytest.mark.kubernetes
+
+
+async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_kubeconfig, tmp_path, monkeypatch):
+    monkeypatch.setenv("GANGWAY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("GANGWAY_KAFKA", raising=False)
+    for i in range(2):
+        await create_node(kube, node_object(f"node-{i}", islands="8"), {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"})
+    running = stack.Stack(kubernetes={"kubeconfig": binder_kubeconfig, "context": None})
+    async with cluster_running(kube, ["team"]):
+        try:
+            await asyncio.to_thread(running.start)
+            await asyncio.to_thread(running.wait_ready, 90.0)
+            await stack.publish_config(running.bootstrap, load_contract(CONTRACT), "test", running.clock.now_ms())
+            await apply_manifests(kube, job("via-stack", pods=2, gpus=8))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                running.supervise_once()
+                pods = await pods_of(kube, "via-stack")
+                if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods):
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                logs = (tmp_path / "state" / "logs" / "binder.log").read_text()[-3000:]
+                raise AssertionError(f"pods not bound through the stack; binder log:\n{logs}")
+            assert sorted(p["spec"]["nodeName"] for p in pods) == ["node-0", "node-1"]
+            state, _ = await stack.read_state(running.bootstrap)
+            assert state.workloads["team/via-stack"].spec.labels[ob.UID_LABEL]
+            current = await kube.get(api.JOBS, "via-stack", "team")
+            assert any(c["type"] == ob.CONDITION_TYPE and c["reason"] == "Admitted" for c in current["status"]["conditions"])
+        finally:
+            await asyncio.to_thread(running.stop)

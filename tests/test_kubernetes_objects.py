@@ -1,0 +1,95 @@
+"""The binder's pure side: Kubernetes objects read and written, and what the fold does with
+withdrawals and nodes that take no new pods (no API server needed)."""
+
+from __future__ import annotations
+
+from builders import LogBuilder, cluster_queue, contract, node, workload
+
+from gangway.events import catalogue as ev
+from gangway.events.catalogue import PodAssignment
+from gangway.services.binder import objects as ob
+from gangway.services.placement.policy import decide_placement
+
+
+def node_obj(**spec) -> dict:
+    return {"kind": "Node", "metadata": {"name": "n1"}, "spec": spec,
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_a_node_takes_no_new_pods_when_cordoned_not_ready_or_tainted_by_kubernetes():
+    assert ob.node_unavailable(node_obj()) == ""
+    assert ob.node_unavailable(node_obj(unschedulable=True)).startswith("cordoned")
+    not_ready = node_obj()
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
+    assert ob.node_unavailable(not_ready) == "NotReady (KubeletNotReady)"
+    tainted = node_obj(taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}])
+    assert ob.node_unavailable(tainted) == "taint node.kubernetes.io/unreachable:NoExecute"
+    # A taint of the operator's own (GPU nodes often carry one) is left to the pods' tolerations.
+    assert ob.node_unavailable(node_obj(taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])) == ""
+    assert ob.node_observed(node_obj(unschedulable=True)).unavailable.startswith("cordoned")
+
+
+def pod(name: str, index: int, rtype: str | None = None) -> dict:
+    labels = {"training.kubeflow.org/replica-type": rtype, "training.kubeflow.org/replica-index": str(index)} if rtype \
+        else {}
+    return {"metadata": {"name": name, "labels": labels,
+                         "annotations": {} if rtype else {"batch.kubernetes.io/job-completion-index": str(index)}}}
+
+
+def test_pods_take_their_assignments_in_index_order_with_their_own_gpus():
+    pods = [pod(f"p-{i}", i) for i in (3, 1, 0, 2)]
+    plan = ob.bindings({"main": pods}, [PodAssignment("main", "a", 2, [0, 1, 2, 3]), PodAssignment("main", "b", 2, [4, 5, 6, 7])],
+                       [[0, 1, 2, 3], [4, 5, 6, 7]])
+    assert [(p["metadata"]["name"], n, g) for p, n, g in plan] == [
+        ("p-0", "a", [0, 1]), ("p-1", "a", [2, 3]), ("p-2", "b", [4, 5]), ("p-3", "b", [6, 7])]
+    assert [ob.pod_set_of("PyTorchJob", pod("m", 0, "master"), ["master", "worker"])] == ["master"]
+
+
+def test_resuming_names_gangways_scheduler_in_every_template_of_every_kind():
+    jobset = {"kind": "JobSet", "spec": {"suspend": True, "replicatedJobs": [
+        {"name": "w", "template": {"spec": {"template": {"spec": {"containers": []}}}}}]}}
+    patch = ob.suspend_patch(jobset, False, "ns/js", 2)
+    assert patch["spec"]["suspend"] is False
+    assert patch["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["schedulerName"] == "gangway"
+    assert patch["metadata"]["annotations"] == {ob.WORKLOAD_ANNOTATION: "ns/js", ob.ATTEMPT_ANNOTATION: "2"}
+    torch = {"kind": "PyTorchJob", "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {"Master": {}}}}
+    patch = ob.suspend_patch(torch, False, "ns/t", 0)
+    assert patch["spec"]["runPolicy"] == {"suspend": False}
+    assert patch["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["schedulerName"] == "gangway"
+    assert ob.suspend_patch(torch, True) == {"spec": {"runPolicy": {"suspend": True}}}
+    assert ob.finished({"kind": "PyTorchJob", "status": {"conditions": [
+        {"type": "Succeeded", "status": "True", "reason": "Done"}]}}) == (True, True, "PyTorchJob Succeeded (Done)")
+
+
+def base() -> LogBuilder:
+    return LogBuilder().configure(contract(cluster_queue("q").gpus(16))).nodes(node("n1").gpus(8), node("n2").gpus(8))
+
+
+def test_a_withdrawn_workload_gives_back_its_queue_place_quota_and_nodes():
+    log = base().running(workload("w").queue("q").gpus(8)).queue(workload("v").queue("q").gpus(8))
+    assert log.state.usage["q"]
+    log.add(ev.WorkloadWithdrawn(workload="w", reason="Job ns/w deleted"))
+    log.add(ev.WorkloadWithdrawn(workload="v", reason="Job ns/v deleted"))
+    w, v = log.state.workloads["w"], log.state.workloads["v"]
+    assert (w.phase, w.withdrawn, v.phase) == ("finished", "Job ns/w deleted", "finished")
+    assert not log.state.pending and not log.state.active
+    assert all(n.free == n.allocatable for n in log.state.nodes.values())
+    assert all(amount == 0 for amount in log.state.usage["q"].values())
+
+
+def test_a_cordoned_node_keeps_what_runs_there_gets_nothing_new_and_comes_back_with_its_room():
+    log = base().running(workload("w").queue("q").gpus(8))
+    home = log.state.workloads["w"].placement.assignments[0].node
+    other = "n2" if home == "n1" else "n1"
+    log.add(ev.NodeObserved(node=home, allocatable={"nvidia.com/gpu": 8000}, unavailable="cordoned"))
+    assert home not in log.state.nodes and log.state.unavailable == {home: "cordoned"}
+    assert log.state.workloads["w"].phase == "running"
+    log.queue(workload("x").queue("q").gpus(8)).admit("x")
+    [placed] = decide_placement(log.state)
+    assert [a.node for a in placed.assignments] == [other]
+    log.add(ev.NodeObserved(node=home, allocatable={"nvidia.com/gpu": 8000}))
+    assert log.state.nodes[home].free["nvidia.com/gpu"] == 0 and not log.state.unavailable
+    # Removed while cordoned: what ran there goes back to its queue.
+    log.add(ev.NodeObserved(node=home, allocatable={"nvidia.com/gpu": 8000}, unavailable="cordoned"))
+    log.add(ev.NodeRemoved(node=home))
+    assert log.state.workloads["w"].phase == "pending" and home not in log.state.unavailable
