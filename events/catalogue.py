@@ -90,6 +90,8 @@ RejectionReason = Literal[
     "not_utf8", "oversized", "malformed_json", "malformed_yaml", "malformed_cloudevent",
     "wrong_event_type", "missing_field", "invalid_field", "bad_quantity", "absurd_quantity",
     "unknown_queue", "unknown_priority_class", "duplicate_job", "no_config", "no_quota", "internal_error",
+    # A topology request no node of the cluster can ever satisfy (a level no node carries).
+    "topology_unsatisfiable",
 ]
 
 

@@ -19,6 +19,7 @@ from gangway.events.fold import apply, copy_state
 from gangway.events.resources import index_of
 from gangway.events.state import State
 from gangway.services.admission.policy import Outcome, Snapshot, admission_cycle, queue_order
+from gangway.services.placement.topology import TOPOLOGY_UNSATISFIABLE, UNSATISFIABLE_PREFIX
 from gangway.sim import Simulation
 
 #: Forecasts look this far ahead at most (cluster time).
@@ -38,6 +39,8 @@ class Pending:
 def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> str:
     """A short code for why a workload was not admitted this cycle."""
     why = outcome.why
+    if why.startswith(UNSATISFIABLE_PREFIX):
+        return TOPOLOGY_UNSATISFIABLE
     if why.startswith("StrictFIFO"):
         return "strict_fifo"
     if why.startswith("waiting for"):
@@ -80,8 +83,9 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
             gang, start = snap.reservation
             reason = f"the room it needs is reserved for {gang}, expected to start at {format_time(start)}"
         report[name] = Pending(code, reason, lq_pos[name], cq_pos[name])
-    if forecast and report:
-        for name, eta in forecast_starts(state, set(report)).items():
+    waiting = {name for name, pending in report.items() if pending.code != TOPOLOGY_UNSATISFIABLE}
+    if forecast and waiting:  # a workload no node can ever take has no start to forecast
+        for name, eta in forecast_starts(state, waiting).items():
             report[name].eta_ms = eta
     return report
 
@@ -143,7 +147,9 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
             lines.append(f"now pending ({report.code}): {report.reason}")
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
-            if forecast:
+            if forecast and report.code == TOPOLOGY_UNSATISFIABLE:
+                lines.append("estimated start: never, unless nodes with that label join the cluster")
+            elif forecast:
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None:
         lines.append(f"now {wl.phase}")

@@ -36,9 +36,10 @@ from gangway.events.resources import (
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.placement.policy import (
-    Free, copy_free, free_capacity, keep_smaller, place_gang, release_nodes, reserve_room, take_assignments,
+    Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, release_nodes, reserve_room, take_assignments,
     victims_in_flight,
 )
+from gangway.services.placement.topology import UNSATISFIABLE_PREFIX
 
 #: At most this many admissions per cycle.
 ADMISSIONS_PER_CYCLE_MAX = 1000
@@ -201,7 +202,7 @@ class Snapshot:
                 continue
             nodes = self.flavor_nodes(flavors)
             if not self._place(wl, pod_sets, nodes, commit):
-                why = "no placement for the whole gang on free capacity" + (
+                why = never_placeable(self.free, pod_sets, nodes) or "no placement for the whole gang on free capacity" + (
                     f" of flavor {', '.join(sorted(set(flavors.values())))}" if nodes is not None else "")
                 continue
             if commit:
@@ -465,7 +466,7 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         outcome.reserved = snap.reserve_for_gang(wl, snap.flavor_nodes(flavors))
         if outcome.reserved is not None:
             outcome.why += f"; nodes reserved for it, expected to start at {format_time(outcome.reserved[0])}"
-    if _strict(idx, cq):
+    if _strict(idx, cq) and not outcome.why.startswith(UNSATISFIABLE_PREFIX):  # never admissible: set aside
         blocked.add(cq)
     return outcome
 

@@ -59,18 +59,21 @@ class Free(dict[str, NodeRoom]):
     ``scorer`` (from the pods queued so far) chooses the node of a single GPU pod; None: best fit."""
 
     scorer: scoring.Scorer | None = None
+    #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
+    levels: dict[str, topology.Levels] = {}
 
 
 def free_capacity(state: State) -> Free:
     """A private copy of every node's free room, with the scorer of the state's pod mix."""
     free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
     free.scorer = scoring.scorer_of(state.pod_shapes)
+    free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
 
 
 def copy_free(free: Free) -> Free:
     copy = Free({name: room.copy() for name, room in free.items()})
-    copy.scorer = free.scorer
+    copy.scorer, copy.levels = free.scorer, free.levels
     return copy
 
 
@@ -94,6 +97,7 @@ class _Trial:
         self.base = base
         self.changed: dict[str, NodeRoom] = {}
         self.scorer = getattr(base, "scorer", None)
+        self.levels: dict[str, topology.Levels] = getattr(base, "levels", {})
 
     def __getitem__(self, name: str) -> NodeRoom:
         room = self.changed.get(name)
@@ -140,7 +144,7 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
     if t.required:
         levels: list[str | None] = [t.required]
     elif t.preferred:
-        levels = topology.fallbacks(t.preferred)
+        levels = topology.fallbacks(t.preferred, topology.common_levels(allowed, trial.levels))
     else:
         levels = [None]
     for level in levels:
@@ -163,7 +167,7 @@ def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | Non
     if level == topology.ISLAND:
         return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
     fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-    groups = topology.domains(((n, trial[n].labels) for n in fit), level)
+    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
     ranked = sorted((room, key) for key, members in groups.items()
                     if (room := sum(fit[n] for n in members)) >= ps.count)
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
@@ -292,6 +296,27 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
     _, name, k, indexes = best
     _take(trial.writable(name), ps.resources, ps.count, indexes)
     return [PodAssignment(pod_set=ps.name, node=name, count=ps.count, gpus=indexes)], f" in NVLink island {k} of {name}"
+
+
+def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None) -> str | None:
+    """Why no placement of the gang can ever exist on these nodes, whatever frees up (None: one may):
+    a pod set requires (or slices by) a topology level that no candidate node carries. The sentence
+    begins with ``topology.UNSATISFIABLE_PREFIX`` and names the missing label."""
+    candidates = None
+    for ps in pod_sets:
+        t = ps.topology
+        if t is None:
+            continue
+        for field, level in (("required", t.required), ("slice-required", t.slice_required)):
+            if level is None or level == topology.HOSTNAME:
+                continue
+            if candidates is None:
+                candidates = [(n, room.labels, len(room.islands)) for n, room in free.items()
+                              if nodes is None or n in nodes]
+            why = topology.missing_label(candidates, level, free.levels)
+            if why is not None:
+                return f"{topology.UNSATISFIABLE_PREFIX}: pod set {ps.name} has {field} topology {level}, but {why}"
+    return None
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:
