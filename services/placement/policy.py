@@ -23,7 +23,7 @@ from gangway.events import freeindex, gpus
 from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
 from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
-from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -56,9 +56,9 @@ class NodeRoom:
 
 class Free(dict[str, NodeRoom]):
     """Free room per node name: what admission, placement and preemption take trial placements from.
-    ``scorer`` (from the pods queued so far) chooses the node of a single GPU pod; None: best fit."""
+    ``scorer`` (from the pods queued lately) orders the nodes for GPU pods; None: best fit."""
 
-    scorer: scoring.Scorer | None = None
+    scorer: scoring.LiveScorer | None = None
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
 
@@ -66,9 +66,25 @@ class Free(dict[str, NodeRoom]):
 def free_capacity(state: State) -> Free:
     """A private copy of every node's free room, with the scorer of the state's pod mix."""
     free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
-    free.scorer = scoring.scorer_of(state.pod_shapes)
+    free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
+
+
+_MODELS_CACHE: dict[tuple, tuple[object, tuple[str, ...]]] = {}
+
+
+def _node_models(state: State) -> tuple[str, ...]:
+    """The GPU models the state's nodes name (memo per node epoch)."""
+    key = (id(state.nodes), state.node_epoch)
+    cached = _MODELS_CACHE.get(key)
+    if cached is not None and cached[0] is state.nodes:
+        return cached[1]
+    models = tuple(sorted({m for n in state.nodes.values() if (m := n.labels.get(GPU_MODEL_LABEL))}))
+    if len(_MODELS_CACHE) > 16:
+        _MODELS_CACHE.clear()
+    _MODELS_CACHE[key] = (state.nodes, models)
+    return models
 
 
 def copy_free(free: Free) -> Free:
@@ -199,10 +215,11 @@ def _sliced(trial: _Trial, ps: PodSet, names: list[str]) -> list[PodAssignment] 
 def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[PodAssignment] | None:
     """``count`` pods on ``names``, best fit: the least free of the main resource first. Pods
     without GPUs go to the nodes with the fewest free GPUs first, so they do not take the CPU that
-    free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated)."""
+    free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated).
+    GPU pods, one or many, take the nodes in the fragmentation score's order when there is one."""
     out: list[PodAssignment] = []
     order = _best_fit_order(trial, ps.resources, names)
-    if count == 1 and trial.scorer is not None and len(order) > 1:
+    if trial.scorer is not None and len(order) > 1:
         order = _scored_order(trial, ps.resources, order)
     for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
@@ -244,7 +261,7 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
         return fitting
     rooms = [trial[n] for n in fitting]
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
-                           [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms])
+                           [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]
 
 
