@@ -185,3 +185,26 @@ def test_smoke_the_live_place_gang_runs_the_fgd_experiment_to_twenty_percent():
     result = fgd.run(cluster, pods, seed=42, policy="live", levels=(10, 20))
     assert (result["failed_pods"], result["overbooked_nodes"]) == (0, 0)
     assert 20 <= result["ratios"][20] < 21
+
+
+def test_a_gang_of_several_pods_takes_the_scored_order_too():
+    """Two pods that may use any model go to the G2 node: the T4 one is what T4-only pods need."""
+    from gangway.events.catalogue import PodSet
+    from gangway.services.placement.policy import Free, NodeRoom, place_gang
+    from gangway.services.placement.scoring import scorer_of
+    free = Free({name: NodeRoom({"cpu": 16_000, "nvidia.com/gpu": 4000}, [WHOLE] * 4, labels={GPU_MODEL_LABEL: model})
+                 for name, model in (("a-t4", "T4"), ("b-g2", "G2"))})
+    one_gpu = {"cpu": 1000, "nvidia.com/gpu": 1000}
+    free.scorer = scorer_of({pod_shape_key(one_gpu): 10 * POD_SHAPE_UNIT,
+                             pod_shape_key(one_gpu, ("T4",)): 10 * POD_SHAPE_UNIT}, node_models=["G2", "T4"])
+    placed = place_gang(free, [PodSet(name="main", count=2, resources=one_gpu)])
+    assert [(a.node, a.count) for a in placed] == [("b-g2", 2)]
+
+
+def test_the_fold_keys_queued_pods_by_the_gpu_models_their_queue_may_use():
+    from builders import LogBuilder, cluster_queue, contract, workload
+    c = (contract(cluster_queue("t4-only").flavor("t4").gpus(8).cpu(64), cluster_queue("any").gpus(8).cpu(64),
+                  cluster_queue("mixed").flavor("t4").gpus(4).flavor("v100").gpus(4))
+         .flavor_labels("t4", {GPU_MODEL_LABEL: "T4"}).flavor_labels("v100", {GPU_MODEL_LABEL: "V100"}))
+    log = LogBuilder().configure(c).queue(*(workload(q).queue(q).gpus(1) for q in ("t4-only", "any", "mixed")))
+    assert sorted(k.split("/", 3)[3:] for k in log.state.pod_shapes) == [[], ["T4"], ["T4|V100"]]
