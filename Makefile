@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly
+.PHONY: demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-readme
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench-kueue: $(STAMP)
 
 bench-kueue-large: $(STAMP)
 	$(BIN)/gangway bench kueue --scenario large-scale
+
+# bench/README.md's generated blocks, from the JSON in bench/results (a test checks they agree).
+bench-readme: $(STAMP)
+	$(BIN)/python -c "from gangway.benchmarks.results import write_readme; write_readme()"
 
 bench-philly: $(STAMP)
 	$(BIN)/gangway simulate --trace philly
