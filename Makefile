@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-money envtest bench-binder
+.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-money envtest bench-binder bench-readme
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,9 @@ bench-kueue-large: $(STAMP)
 
 bench-binder: $(STAMP) envtest
 	$(BIN)/python -m pytest -q -s tests/k8s/bench_binder.py
+# bench/README.md's generated blocks, from the JSON in bench/results (a test checks they agree).
+bench-readme: $(STAMP)
+	$(BIN)/python -c "from gangway.benchmarks.results import write_readme; write_readme()"
 
 bench-philly: $(STAMP)
 	$(BIN)/gangway simulate --trace philly

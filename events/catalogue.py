@@ -92,6 +92,8 @@ RejectionReason = Literal[
     "wrong_event_type", "missing_field", "invalid_field", "bad_quantity", "absurd_quantity",
     "unknown_queue", "unknown_priority_class", "duplicate_job", "no_config", "no_quota", "internal_error",
     "not_entitled", "namespace_not_selected",
+    # A topology request no node of the cluster can ever satisfy (a level no node carries).
+    "topology_unsatisfiable",
 ]
 
 

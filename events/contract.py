@@ -159,6 +159,16 @@ class ResourceFlavor(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: How much one unit of a resource of this flavor counts in fair shares (thousandths; an H100
     #: GPU may weigh 3000 beside a T4's 500). Resources not listed weigh 1000.
     resource_weights: dict[str, int] = {}
+    #: Kueue's ``spec.topologyName``: the Topology whose levels shape this flavor's nodes (None: no
+    #: Topology; a pod set's topology request then names a node label directly).
+    topology_name: str | None = None
+
+
+class Topology(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Kueue's Topology: node label keys, coarsest level first (``kubernetes.io/hostname`` last if at all)."""
+
+    name: str
+    levels: list[str]
 
 
 class FairSharing(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -245,6 +255,8 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             if price.flavor == flavor and price.resource == resource:
                 return price.per_hour_micros
         return None
+
+    topologies: list[Topology] = []
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

@@ -22,7 +22,10 @@ from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import (
     GPU, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
-from gangway.events.state import EVICT_FROM, FINISH_FROM, HOLDS_NODES, NodeState, State, WorkloadState, run_key, shape_of
+from gangway.events.state import (
+    EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState, count_pod_shape,
+    pod_shape_key, run_key, shape_of,
+)
 
 
 def copy_state(state: State) -> State:
@@ -165,9 +168,33 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
         shape=shape_of(e),
     )
     _enqueue(state, wl)
+    models = gpu_models_of(state.contract, e.cluster_queue)
     for ps in e.pod_sets:
-        key = f"{ps.resources.get('cpu', 0)}/{ps.resources.get('memory', 0)}/{ps.resources.get(GPU, 0)}"
-        state.pod_shapes[key] = state.pod_shapes.get(key, 0) + ps.count
+        count_pod_shape(state, pod_shape_key(ps.resources, models if ps.resources.get(GPU) else ()), ps.count,
+                        env.time_ms)
+
+
+_MODELS: dict[tuple[int, str], tuple[object, tuple[str, ...]]] = {}
+
+
+def gpu_models_of(contract, cluster_queue: str) -> tuple[str, ...]:
+    """The GPU models a ClusterQueue's GPUs may be (sorted; () for any): when every flavor that
+    gives it GPUs selects nodes by ``GPU_MODEL_LABEL``, the models those flavors name."""
+    if contract is None:
+        return ()
+    key = (id(contract), cluster_queue)
+    cached = _MODELS.get(key)
+    if cached is not None and cached[0] is contract:
+        return cached[1]
+    flavors = {f.name: f for f in contract.flavors}
+    cq = contract.cluster_queue(cluster_queue)
+    names = [fq.flavor for fq in cq.flavors if GPU in fq.resources] if cq is not None else []
+    labels = [flavors[n].node_labels.get(GPU_MODEL_LABEL) if n in flavors else None for n in names]
+    models = tuple(sorted(set(labels))) if labels and None not in labels else ()
+    if len(_MODELS) > 1024:
+        _MODELS.clear()
+    _MODELS[key] = (contract, models)
+    return models
 
 
 def _seen(state: State, wl: WorkloadState | None, env: ev.Envelope) -> bool:

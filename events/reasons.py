@@ -50,6 +50,7 @@ class ReasonCode(enum.StrEnum):
     COHORT_EXHAUSTED = "cohort_exhausted"
     NO_FLAVOR_ROOM = "no_flavor_room"
     NO_PLACEMENT = "no_placement"
+    TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"
     RESERVATION_HELD = "reservation_held"
     RESERVED_FOR_ANOTHER_GANG = "reserved_for_another_gang"
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
@@ -104,6 +105,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.COHORT_EXHAUSTED: "{resource} ({flavor}): cohort {cohort} has {available} left to lend, {cluster_queue} needs {amount}",
     C.NO_FLAVOR_ROOM: "no flavor of {cluster_queue} ({flavors}) has room for the request",
     C.NO_PLACEMENT: "no placement for the whole gang on free capacity",
+    C.TOPOLOGY_UNSATISFIABLE: "topology can never be satisfied: pod set {pod_set} has {request} topology {level}, but {missing}",
     C.RESERVATION_HELD: "no placement for the whole gang on free capacity",
     C.RESERVED_FOR_ANOTHER_GANG: "the room it needs is reserved for {gang}, expected to start at {start}",
     C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",

@@ -32,6 +32,43 @@ def run_key(wl: "WorkloadState") -> str:
     return f"{wl.shape}@{wl.spec.runtime_ms}"
 
 
+#: Node label naming a node's GPU model (NVIDIA GPU feature discovery); a ResourceFlavor that
+#: selects it restricts its workloads to that model.
+GPU_MODEL_LABEL = "nvidia.com/gpu.product"
+#: The learned pod-shape mix forgets: a pod queued this long ago weighs half as much as one queued now.
+POD_SHAPES_HALF_LIFE_MS = 24 * 3_600_000
+#: One pod queued at ``pod_shapes_ms`` counts this much in ``State.pod_shapes``.
+POD_SHAPE_UNIT = 1000
+#: Past this many half-lives since ``pod_shapes_ms`` the counts are brought to the present.
+_RESCALE_HALF_LIVES = 16
+
+
+def pod_shape_key(resources: dict[str, int], models: tuple[str, ...] = ()) -> str:
+    """``"cpu/memory/gpu"`` in milli (``"…/model|model"`` when only those GPU models may take it)."""
+    key = f"{resources.get('cpu', 0)}/{resources.get('memory', 0)}/{resources.get('nvidia.com/gpu', 0)}"
+    return f"{key}/{'|'.join(models)}" if models else key
+
+
+def count_pod_shape(state: "State", key: str, pods: int, time_ms: int) -> None:
+    """Count ``pods`` of a shape queued at ``time_ms`` into the decaying mix (integer, deterministic):
+    each weighs ``POD_SHAPE_UNIT`` × 2^((time − pod_shapes_ms) / half-life), so older pods weigh
+    exponentially less; now and then every count is brought to the present (the ratio is kept)."""
+    age = max(0, time_ms - state.pod_shapes_ms)
+    if age > _RESCALE_HALF_LIVES * POD_SHAPES_HALF_LIFE_MS or not state.pod_shapes:
+        halves = age / POD_SHAPES_HALF_LIFE_MS
+        state.pod_shapes = {} if halves > 64 else {
+            k: v for k, c in state.pod_shapes.items() if (v := round(c / 2.0 ** halves)) > 0}
+        state.pod_shapes_ms, age = time_ms, 0
+    grow = POD_SHAPE_UNIT * pods if age == 0 else round(POD_SHAPE_UNIT * pods * 2.0 ** (age / POD_SHAPES_HALF_LIFE_MS))
+    state.pod_shapes[key] = state.pod_shapes.get(key, 0) + grow
+
+
+def pod_shape_counts(pod_shapes: dict[str, int], pod_shapes_ms: int, now_ms: int) -> dict[str, float]:
+    """Pods per shape key, each counted as 2^(−its age / half-life) as of ``now_ms``."""
+    scale = POD_SHAPE_UNIT * 2.0 ** min(1000.0, max(0, now_ms - pod_shapes_ms) / POD_SHAPES_HALF_LIFE_MS)
+    return {k: v / scale for k, v in pod_shapes.items()}
+
+
 class NodeState(msgspec.Struct):
     name: str
     allocatable: dict[str, int]
@@ -121,8 +158,11 @@ class State(msgspec.Struct):
     node_epoch: int = 0
     #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).
     free_index: FreeIndex = msgspec.field(default_factory=FreeIndex)
-    #: Pods queued so far per shape "cpu/memory/gpu" (milli units): the mix placement scores against.
+    #: Pods queued so far per shape (``pod_shape_key``), decaying with a half-life on the log's
+    #: clock (``count_pod_shape``): the mix placement scores against.
     pod_shapes: dict[str, int] = {}
+    #: The time the counts of ``pod_shapes`` are relative to.
+    pod_shapes_ms: int = 0
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}

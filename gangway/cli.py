@@ -119,12 +119,14 @@ def cmd_up(args) -> int:
 
 def cmd_config(args) -> int:
     if args.action == "validate":
-        from gangway.contract.kueue import validate_file
-        problems = validate_file(args.file)
+        from gangway.contract.kueue import check_file
+        problems, warnings = check_file(args.file)
         for line in problems:
-            console.print(f"[red]{line}[/red]")
+            console.print(f"[red]{line}[/red]", highlight=False)
+        for line in warnings:  # what Kueue would act on and gangway will not
+            console.print(f"[yellow]{line}[/yellow]", highlight=False)
         if not problems:
-            console.print(f"{args.file}: valid")
+            console.print(f"{args.file}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
         return 1 if problems else 0
     contract = _load_contract(args.file)
     from gangway.services.runtime.clock import ClusterClock

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gangway.benchmarks import core as bench_core, pipeline as bench
@@ -84,3 +85,18 @@ def test_kueue_like_admits_at_most_one_workload_per_cluster_queue_per_cycle():
 
     decide = first_admission_per_queue(lambda state: [Admitted("a/1", "a"), Admitted("a/2", "a"), Admitted("b/1", "b")])
     assert [d.workload for d in decide(None)] == ["a/1", "b/1"]
+
+
+def test_bench_readme_figures_are_the_json_ones():
+    """bench/README.md's generated blocks say what bench/results/*.json say (`make bench-readme`)."""
+    from pathlib import Path
+
+    from gangway.benchmarks.results import readme_with_figures
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "bench" / "README.md").read_text()
+    assert "<!-- generated: kueue-tas -->" in text
+    assert readme_with_figures(text, root / "bench" / "results") == text, "run `make bench-readme`"
+    assert "small 89.0–90.0 s" in text  # kueue-tas.json's small classes, not the ≈ 82 s once written by hand
+    tas = msgspec.json.decode((root / "bench" / "results" / "kueue-tas.json").read_bytes())
+    seconds = [v / 1000 for v in tas["avg_time_to_admission_ms"].values()]
+    assert f"| avg time to admission, 9 classes | {min(seconds):.1f}–{max(seconds):.1f} s |" in text

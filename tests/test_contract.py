@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import gangway
-from gangway.contract import ConfigError, contract_digest, load_contract, read_contract, validate_file
+from gangway.contract import ConfigError, check_file, contract_digest, load_contract, read_contract, validate_file
 from gangway.events.contract import (
     BorrowWithinCohort, Cohort, FairSharing, FlavorFungibility, FlavorQuotas, Preemption, Price, Quota,
 )
@@ -198,14 +198,26 @@ def test_valid_configs_load(text, cohorts):
 
 WARNINGS = [
     pytest.param(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ml\n",
+        docs(FLAVOR, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ml\n"),
         "config.yaml: warning: ConfigMap ml: ConfigMap is not part of the contract; ignored",
         id="a ConfigMap is ignored with a warning",
     ),
     pytest.param(
-        "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: Topology\nmetadata:\n  name: gpus\nspec:\n  levels: []\n",
-        "config.yaml: warning: Topology gpus: Topology is not part of the contract; ignored",
+        docs(FLAVOR, "apiVersion: kueue.x-k8s.io/v1beta1\nkind: AdmissionCheck\nmetadata:\n  name: prov\n"),
+        "config.yaml: warning: AdmissionCheck prov: AdmissionCheck is not part of the contract; ignored",
         id="a Kueue kind outside the contract is ignored with a warning",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(extra="  concurrentAdmissionPolicy: {migration: {mode: TryPreferredFlavors}}\n")),
+        "config.yaml: warning: ClusterQueue team-a: spec.concurrentAdmissionPolicy: not supported by gangway yet; "
+        "ignored",
+        id="a ClusterQueue's concurrentAdmissionPolicy is not enforced: a warning",
+    ),
+    pytest.param(
+        docs(FLAVOR.replace("name: default-flavor", "name: default-flavor\nspec:\n  nodeTaints: "
+                            "[{key: spot, value: 'true', effect: NoSchedule}]")),
+        "config.yaml: warning: ResourceFlavor default-flavor: spec.nodeTaints: not supported by gangway yet; ignored",
+        id="a flavor's nodeTaints are not enforced: a warning",
     ),
     pytest.param(
         docs(FLAVOR, cluster_queue(extra="  stopPolicy: Hold\n")),
@@ -587,3 +599,76 @@ def test_a_bad_scheduling_policy_field_is_refused_precisely(field, value, why):
                 "metadata: {name: research}\nvalue: 1\n",
                 f"apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {{name: p}}\nspec:\n  {field}: {value}\n")
     assert problems_of(text) == [f"config.yaml: SchedulingPolicy p: {why}"]
+
+
+# --- Kueue's Topology and a flavor's topologyName ------------------------------------------------
+
+TOPOLOGY = y("""
+    apiVersion: kueue.x-k8s.io/{version}
+    kind: Topology
+    metadata:
+      name: default
+    spec:
+      levels:
+      - nodeLabel: cloud.provider.com/topology-block
+      - nodeLabel: cloud.provider.com/topology-rack
+      - nodeLabel: kubernetes.io/hostname
+    """)
+TAS_FLAVOR = y("""
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ResourceFlavor
+    metadata:
+      name: tas-flavor
+    spec:
+      nodeLabels: {pool: tas}
+      topologyName: default
+    """)
+
+
+@pytest.mark.parametrize("version", ["v1alpha1", "v1beta1", "v1beta2"])
+def test_a_topology_and_the_flavor_naming_it_are_read_in_every_kueue_version(version):
+    contract, warnings = read_contract(docs(TOPOLOGY.format(version=version), TAS_FLAVOR), "config.yaml")
+    assert warnings == []
+    assert [(t.name, t.levels) for t in contract.topologies] == [
+        ("default", ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"])]
+    assert contract.flavors[0].topology_name == "default"
+
+
+TOPOLOGY_ERRORS = [
+    pytest.param(TAS_FLAVOR, "config.yaml: ResourceFlavor tas-flavor: spec.topologyName: Topology \"default\" is not defined",
+                 id="a flavor naming a Topology that is not defined"),
+    pytest.param(TOPOLOGY.format(version="v1beta1").replace("topology-rack", "topology-block"),
+                 "config.yaml: Topology default: spec.levels[1].nodeLabel: cloud.provider.com/topology-block is "
+                 "already a level: levels must be unique", id="levels repeat"),
+    pytest.param(y("""
+        apiVersion: kueue.x-k8s.io/v1beta1
+        kind: Topology
+        metadata: {name: t}
+        spec:
+          levels: [{nodeLabel: kubernetes.io/hostname}, {nodeLabel: rack}]
+        """), "config.yaml: Topology t: spec.levels: kubernetes.io/hostname can only be the lowest level",
+        id="hostname above another level"),
+    pytest.param("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Topology\nmetadata: {name: t}\nspec: {levels: []}\n",
+                 "config.yaml: Topology t: spec.levels: 0 levels: a Topology has 1 to 16", id="no levels"),
+    pytest.param("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Topology\nmetadata: {name: t}\n"
+                 "spec: {levels: [{nodeLabel: 'bad label'}]}\n",
+                 "config.yaml: Topology t: spec.levels[0].nodeLabel: \"bad label\" is not a node label key",
+                 id="a level that is not a label key"),
+]
+
+
+@pytest.mark.parametrize("text, problem", TOPOLOGY_ERRORS)
+def test_a_wrong_topology_is_refused_with_its_field(text, problem):
+    assert problems_of(text) == [problem]
+
+
+def test_a_file_without_contract_objects_is_an_error_that_says_what_a_contract_holds(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: train}\nspec: {}\n")
+    errors, warnings = check_file(job)
+    assert len(errors) == 1 and "no contract objects" in errors[0] and "ResourceFlavor" in errors[0]
+    assert warnings == [f"{job}: warning: Job train: Job is not part of the contract; ignored"]
+    assert validate_file(job) == errors
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert "no contract objects" in validate_file(empty)[0]

@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from gangway.benchmarks import fragmentation as fgd
+from gangway.events.state import (
+    GPU_MODEL_LABEL, POD_SHAPE_UNIT, POD_SHAPES_HALF_LIFE_MS, State, count_pod_shape, pod_shape_counts, pod_shape_key,
+)
 from gangway.services.placement.fragmentation import (
-    WHOLE, Nodes, Shape, ShapeMix, ShapeTable, fragmentation, stranded,
+    WEIGHT_UNIT, WHOLE, Nodes, Shape, ShapeMix, ShapeTable, fragmentation, stranded,
 )
 
 ANY = np.ones((1, 3), dtype=bool)  # spec 0: any of models 0 (none), 1, 2
@@ -94,11 +97,18 @@ def test_a_pod_that_fits_nowhere_is_not_placed_and_changes_nothing(tmp_path):
     assert (sim.nodes.gpu == WHOLE).all() and sim.nodes.cpu[0] == 16000
 
 
-def test_the_mix_weighs_shapes_by_count_times_gpu_capacity_and_keeps_the_heaviest():
+def test_the_mix_weighs_shapes_by_how_often_they_came_and_classes_restricted_ones():
     mix = ShapeMix()
     for shape in [Shape(1, 1, 1, 100)] * 5 + [Shape(1, 1, 8, WHOLE)] + [Shape(1, 1, 0, 0)] * 9:
         mix.see(shape)
-    assert [mix.shapes[i] for i in mix.top()] == [Shape(1, 1, 8, WHOLE), Shape(1, 1, 1, 100), Shape(1, 1, 0, 0)]
+    # GPU shapes by popularity (FGD's weights); CPU-only shapes never fragment GPUs: left out.
+    assert [mix.shapes[i] for i in mix.top()] == [Shape(1, 1, 1, 100), Shape(1, 1, 8, WHOLE)]
+    # Restricted shapes of one class (GPUs, restriction) take part as one column, weighing them all.
+    for shape in [Shape(2, 1, 1, WHOLE, spec=1)] * 2 + [Shape(3, 1, 1, WHOLE, spec=1)] * 3 + [Shape(3, 1, 2, WHOLE, 1)]:
+        mix.see(shape)
+    columns = mix._columns()
+    assert [(mix.shapes[i], w) for i, w, _ in columns[2:]] == [
+        (Shape(3, 1, 1, WHOLE, 1), 5 * WEIGHT_UNIT), (Shape(3, 1, 2, WHOLE, 1), WEIGHT_UNIT)]
 
 
 def test_pods_arrive_in_a_seeded_order_inflated_to_the_asked_capacity():
@@ -135,10 +145,39 @@ def test_live_pods_as_scored_shapes(request_, expected):
 
 def test_the_live_scorer_weighs_the_pods_queued_so_far():
     from gangway.services.placement.scoring import scorer_of
-    assert scorer_of({"1000/0/0": 5}) is None, "no GPU pod yet: best fit"
-    scorer = scorer_of({"1000/0/1000": 3, "1000/0/8000": 1, "1000/0/500": 2})
-    assert sorted(zip(scorer.table.gpus.tolist(), scorer.table.milli.tolist(), scorer.weights.tolist())) == \
-        [(1, 500, 1000), (1, 1000, 3000), (8, 1000, 8000)]
+    unit = POD_SHAPE_UNIT
+    assert scorer_of({"1000/0/0": 5 * unit}) is None, "no GPU pod yet: best fit"
+    live = scorer_of({"1000/0/1000": 3 * unit, "1000/0/8000": unit, "1000/0/500": 2 * unit})
+    table = live.scorer.table
+    assert sorted(zip(table.gpus.tolist(), table.milli.tolist(), live.scorer.weights.tolist())) == \
+        [(1, 500, 2 * WEIGHT_UNIT), (1, 1000, 3 * WEIGHT_UNIT), (8, 1000, WEIGHT_UNIT)]
+    # A day later (one half-life) the same counts weigh half as much: only the ratios matter.
+    later = scorer_of({"1000/0/1000": 4 * unit}, 0, POD_SHAPES_HALF_LIFE_MS)
+    assert later.scorer.weights.tolist() == [2 * WEIGHT_UNIT]
+
+
+def test_the_mix_forgets_old_shapes_with_a_half_life_on_the_log_clock():
+    state = State()
+    count_pod_shape(state, "a", 4, 1_000)
+    count_pod_shape(state, "b", 1, 1_000 + 2 * POD_SHAPES_HALF_LIFE_MS)  # two half-lives later
+    counts = pod_shape_counts(state.pod_shapes, state.pod_shapes_ms, 1_000 + 2 * POD_SHAPES_HALF_LIFE_MS)
+    assert counts == {"a": 1.0, "b": 1.0}
+    # Long after, the counts are brought to the present: same ratio, bounded integers.
+    count_pod_shape(state, "b", 1, 1_000 + 40 * POD_SHAPES_HALF_LIFE_MS)
+    assert state.pod_shapes_ms == 1_000 + 40 * POD_SHAPES_HALF_LIFE_MS and state.pod_shapes == {"b": POD_SHAPE_UNIT}
+
+
+def test_a_restricted_shape_keeps_unrestricted_pods_off_its_gpu_model():
+    """Two identical nodes but for their GPU model; the T4 one is all the T4-only pods may use."""
+    from gangway.services.placement.scoring import order, scorer_of
+    shapes = {pod_shape_key({"cpu": 1000, "nvidia.com/gpu": 1000}): 10 * POD_SHAPE_UNIT,
+              pod_shape_key({"cpu": 1000, "nvidia.com/gpu": 1000}, ("T4",)): 10 * POD_SHAPE_UNIT}
+    nodes = ([8000, 8000], [0, 0], [[WHOLE] * 4, [WHOLE] * 4], [{GPU_MODEL_LABEL: "T4"}, {GPU_MODEL_LABEL: "G2"}])
+    pod = Shape(1000, 0, 1, WHOLE)
+    assert order(scorer_of(shapes, node_models=["G2", "T4"]), pod, *nodes) == [1, 0]
+    # Without restricted pods in the mix the two nodes tie: the first (T4) wins.
+    plain = {k: v for k, v in shapes.items() if k.count("/") == 2}
+    assert order(scorer_of(plain, node_models=["G2", "T4"]), pod, *nodes) == [0, 1]
 
 
 def test_smoke_the_live_place_gang_runs_the_fgd_experiment_to_twenty_percent():
@@ -146,3 +185,26 @@ def test_smoke_the_live_place_gang_runs_the_fgd_experiment_to_twenty_percent():
     result = fgd.run(cluster, pods, seed=42, policy="live", levels=(10, 20))
     assert (result["failed_pods"], result["overbooked_nodes"]) == (0, 0)
     assert 20 <= result["ratios"][20] < 21
+
+
+def test_a_gang_of_several_pods_takes_the_scored_order_too():
+    """Two pods that may use any model go to the G2 node: the T4 one is what T4-only pods need."""
+    from gangway.events.catalogue import PodSet
+    from gangway.services.placement.policy import Free, NodeRoom, place_gang
+    from gangway.services.placement.scoring import scorer_of
+    free = Free({name: NodeRoom({"cpu": 16_000, "nvidia.com/gpu": 4000}, [WHOLE] * 4, labels={GPU_MODEL_LABEL: model})
+                 for name, model in (("a-t4", "T4"), ("b-g2", "G2"))})
+    one_gpu = {"cpu": 1000, "nvidia.com/gpu": 1000}
+    free.scorer = scorer_of({pod_shape_key(one_gpu): 10 * POD_SHAPE_UNIT,
+                             pod_shape_key(one_gpu, ("T4",)): 10 * POD_SHAPE_UNIT}, node_models=["G2", "T4"])
+    placed = place_gang(free, [PodSet(name="main", count=2, resources=one_gpu)])
+    assert [(a.node, a.count) for a in placed] == [("b-g2", 2)]
+
+
+def test_the_fold_keys_queued_pods_by_the_gpu_models_their_queue_may_use():
+    from builders import LogBuilder, cluster_queue, contract, workload
+    c = (contract(cluster_queue("t4-only").flavor("t4").gpus(8).cpu(64), cluster_queue("any").gpus(8).cpu(64),
+                  cluster_queue("mixed").flavor("t4").gpus(4).flavor("v100").gpus(4))
+         .flavor_labels("t4", {GPU_MODEL_LABEL: "T4"}).flavor_labels("v100", {GPU_MODEL_LABEL: "V100"}))
+    log = LogBuilder().configure(c).queue(*(workload(q).queue(q).gpus(1) for q in ("t4-only", "any", "mixed")))
+    assert sorted(k.split("/", 3)[3:] for k in log.state.pod_shapes) == [[], ["T4"], ["T4|V100"]]

@@ -188,8 +188,19 @@ def test_domains_group_nodes_by_the_level_and_every_coarser_one():
     nodes = [("a", {BLOCK: "b1", RACK: "r1"}), ("b", {BLOCK: "b2", RACK: "r1"}), ("c", {BLOCK: "b1", RACK: "r1"}),
              ("d", {BLOCK: "b1"})]
     assert domains(nodes, RACK) == {("b1", "r1"): ["a", "c"], ("b2", "r1"): ["b"]}
-    assert domains(nodes, HOSTNAME) == {("b1", "r1", "a"): ["a"], ("b1", "r1", "c"): ["c"], ("b2", "r1", "b"): ["b"]}
+    # The node level needs only the node: d, which has no rack, is a node all the same.
+    assert domains(nodes, HOSTNAME) == {("", n): [n] for n in "abcd"}
     assert fallbacks(RACK) == [RACK, BLOCK, None]
+    # Under a Topology, a level's domain is the values of it and every coarser level; a node
+    # lacking one of them is in no domain of that level.
+    topo = ("zone", RACK, HOSTNAME)
+    labelled = [("a", {"zone": "z1", RACK: "r1"}), ("b", {"zone": "z2", RACK: "r1"}), ("c", {RACK: "r1"})]
+    assert domains(labelled, RACK, topo) == {("z1", "r1"): ["a"], ("z2", "r1"): ["b"]}
+    assert fallbacks(RACK, topo) == [RACK, "zone", None]
+    assert fallbacks(HOSTNAME, topo) == [HOSTNAME, RACK, "zone", None]
+    # Without a Topology a request names a label: the nodes that carry it are its domains.
+    assert domains(labelled, "zone") == {("zone", "z1"): ["a"], ("zone", "z2"): ["b"]}
+    assert fallbacks("zone") == ["zone", None]
 
 
 CLUSTER_YAML = """

@@ -63,8 +63,9 @@ def _seeds(text: str) -> list[int]:
 def cmd_bench_topology(args) -> int:
     if args.what == "fgd":
         from gangway.benchmarks import fragmentation as fgd
-        traces = list(fgd.TRACES) if args.trace == "all" else [args.trace]
-        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, root=args.data, workers=args.workers)
+        traces = fgd.traces_present(args.data) if args.trace == "all" else [args.trace]
+        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, root=args.data, workers=args.workers,
+                               levels=tuple(range(0, args.upto + 1)))
         print(fgd.table(result))
         out = args.out or "bench/results/fgd.json"
     else:
@@ -79,11 +80,13 @@ def cmd_bench_topology(args) -> int:
 
 
 def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--trace", default="default", help="fgd: default, multigpu50, gpushare100, cpu050 or all")
+    s.add_argument("--trace", default="default", help="fgd: an openb trace (default, multigpu50, gpushare100, cpu050, "
+                   "gpuspec10, …) or all (every trace in the data folder)")
     s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
     s.add_argument("--policy", default="gangway",
                    help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
     s.add_argument("--workers", type=int, default=2, help="fgd: processes")
+    s.add_argument("--upto", type=int, default=130, help="fgd: the last arrival level (%% of the GPUs) simulated")
     s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
     s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")
 

@@ -25,7 +25,18 @@ from gangway.services.placement.fragmentation import (
     WHOLE, Nodes, Shape, ShapeMix, ShapeTable, after_one_pod, best_fit_gpu, fits, fragmentation,
 )
 
-TRACES = ("default", "multigpu50", "gpushare100", "cpu050")
+#: The openb trace families, each family's traces in the order the paper shows them.
+FAMILIES = ("default", "cpu", "gpushare", "multigpu", "gpuspec")
+TRACES = ("default", "multigpu50", "gpushare100", "cpu050", "gpuspec10", "gpuspec20")
+
+
+def traces_present(root: Path | None = None) -> list[str]:
+    """Every openb pod trace in the data folder (``--trace all``), family by family."""
+    folder = reference_data(root, "alibaba-gpu-v2023")
+    found = sorted(p.name.removeprefix("openb_pod_list_").removesuffix(".csv")
+                   for p in folder.glob("openb_pod_list_*.csv"))
+    family = {name: next((i for i, f in enumerate(FAMILIES) if name.startswith(f)), len(FAMILIES)) for name in found}
+    return sorted(found, key=lambda name: (family[name], len(name), name))
 LEVELS = tuple(range(0, 131))
 SHOWN_LEVELS = (50, 80, 90, 100, 110, 120, 130)
 PAPER_POLICIES = ("01-Random", "05-BestFit", "06-FGD")
@@ -133,7 +144,7 @@ class Simulator:
         scorer = self.mix.scorer(self.cluster.specs)
         frag_before = self.frag[candidates][:, scorer.columns]
         if self.policy == "fgd-like":
-            counts = np.array([self.mix.counts[i] for i in scorer.columns], dtype=np.int64)
+            counts = np.array([round(c) for _, _, c in self.mix._columns()], dtype=np.int64)
             delta = (fragmentation(after, scorer.table) - frag_before) @ counts
             return int(np.lexsort((candidates, delta))[0])
         score = scorer.score(before, after, frag_before)
@@ -157,6 +168,7 @@ class LiveSimulator:
     a pod's GPU-model restriction becomes the ``nodes`` it may use."""
 
     def __init__(self, cluster: Cluster):
+        from gangway.events.state import GPU_MODEL_LABEL, State
         from gangway.services.placement.policy import Free, NodeRoom
         self.cluster = cluster
         n = cluster.nodes
@@ -164,21 +176,26 @@ class LiveSimulator:
         for i, name in enumerate(cluster.names):
             gpus = int((n.gpu[i] == WHOLE).sum())
             room = {"cpu": int(n.cpu[i]), "memory": int(n.memory[i]) * MIB_MILLI} | ({GPU: gpus * WHOLE} if gpus else {})
-            self.free[name] = NodeRoom(room, [WHOLE] * gpus)
+            model = cluster.models[n.model[i] - 1] if n.model[i] else None
+            self.free[name] = NodeRoom(room, [WHOLE] * gpus, labels={GPU_MODEL_LABEL: model} if model else {})
         self.index = {name: i for i, name in enumerate(cluster.names)}
-        self.pod_shapes: dict[str, int] = {}
+        #: The fold's pod-shape mix, kept as the fold keeps it (every pod arrives at one instant).
+        self.state = State()
         self.allowed = {spec: frozenset(name for i, name in enumerate(cluster.names)
                                         if cluster.specs[spec][n.model[i]]) for spec in range(len(cluster.specs))}
+        by_index = {i: s for s, i in cluster.spec_index.items()}
+        #: Each restriction as the GPU models a flavor would select (() for any).
+        self.models = {i: tuple(sorted(by_index[i])) for i in by_index}
 
     def place(self, shape: Shape) -> int:
         from gangway.events.catalogue import PodSet
+        from gangway.events.state import count_pod_shape, pod_shape_key
         from gangway.services.placement.policy import place_gang
         from gangway.services.placement.scoring import scorer_of
         resources = {"cpu": shape.cpu, "memory": shape.memory * MIB_MILLI} | (
             {GPU: shape.gpus * shape.milli} if shape.gpus else {})
-        key = f"{shape.cpu}/{shape.memory * MIB_MILLI}/{shape.gpus * shape.milli}"
-        self.pod_shapes[key] = self.pod_shapes.get(key, 0) + 1
-        self.free.scorer = scorer_of(self.pod_shapes)
+        count_pod_shape(self.state, pod_shape_key(resources, self.models[shape.spec] if shape.gpus else ()), 1, 0)
+        self.free.scorer = scorer_of(self.state.pod_shapes, self.state.pod_shapes_ms, 0, self.cluster.models)
         nodes = self.allowed[shape.spec] if shape.spec else None
         placed = place_gang(self.free, [PodSet(name="pod", count=1, resources=resources)], nodes=nodes)
         return -1 if placed is None else self.index[placed[0].node]

@@ -49,3 +49,62 @@ def write_json(result: dict, path: str) -> None:
 
 def print_json(result: dict) -> None:
     print(to_json(result), end="")
+
+
+# --- text generated from the JSON figures (bench/README.md) --------------------------------------
+
+#: ``<!-- generated: NAME -->`` … ``<!-- end generated -->``: a block of bench/README.md written by
+#: ``readme_block(NAME, results)`` from the JSON in bench/results, so text and figures cannot disagree.
+_BLOCK_START = "<!-- generated: {} -->"
+_BLOCK_END = "<!-- end generated -->"
+
+
+def _span(values: list[float], unit: str = " s", digits: int = 1) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}{unit}" if round(low, digits) == round(high, digits) else \
+        f"{low:.{digits}f}–{high:.{digits}f}{unit}"
+
+
+def kueue_tas_text(result: dict) -> str:
+    """The sentence bench/README.md gives for ``bench kueue --scenario tas`` (kueue-tas.json)."""
+    admission = result["avg_time_to_admission_ms"]
+    by_size = {size: [v / 1000 for k, v in admission.items() if k.startswith(size + "-")]
+               for size in ("large", "medium", "small")}
+    ratios = list(result["admission_vs_kueue"].values())
+    replay = result.get("replay") or {}
+    replayed = (f", every decision reproduced on replay ({replay['verified']:,} of {replay['decisions']:,})"
+                if replay and replay.get("mismatches") == 0 else "")
+    return (f"wall {result['wall_ms'] / 1000:.1f} s ({result['wall_vs_lower_bound']:.2f} × the bound, "
+            f"{result['wall_vs_kueue']:.2f} × Kueue's {result['kueue_published']['wall_ms'] / 1000:.1f} s), "
+            f"usage {result['usage_pct']:.1f} %, average time to admission {_span(ratios, '', 2)} of Kueue's per "
+            f"class (large {_span(by_size['large'])}, medium {_span(by_size['medium'])}, small "
+            f"{_span(by_size['small'])}), {result['quota_held_before_running_pct']:.1f} % of the quota-time held "
+            f"before running{replayed} (`bench/results/kueue-tas.json`).")
+
+
+_BLOCKS = {"kueue-tas": ("kueue-tas.json", kueue_tas_text)}
+
+
+def readme_with_figures(text: str, results_dir: Path) -> str:
+    """``text`` (bench/README.md) with every generated block rewritten from its JSON."""
+    for name, (file, render) in _BLOCKS.items():
+        start = _BLOCK_START.format(name)
+        while start in text:
+            head, _, rest = text.partition(start)
+            _, found, tail = rest.partition(_BLOCK_END)
+            if not found:
+                raise ValueError(f"{start} has no {_BLOCK_END}")
+            body = render(msgspec.json.decode((results_dir / file).read_bytes()))
+            text = head + "\0" + body + _BLOCK_END + tail
+        text = text.replace("\0", start)
+    return text
+
+
+def write_readme(readme: str = "bench/README.md", results_dir: str = "bench/results") -> bool:
+    """Rewrite the generated blocks of ``readme`` from the JSON; True when something changed."""
+    path = Path(readme)
+    text = path.read_text()
+    updated = readme_with_figures(text, Path(results_dir))
+    if updated != text:
+        path.write_text(updated)
+    return updated != text

@@ -66,6 +66,7 @@ from gangway.events.contract import (
     ReclaimWithinCohort,
     ResourceFlavor,
     SelectorOperator,
+    Topology,
     WithinClusterQueue,
 )
 from gangway.events.quantity import QuantityError, parse_milli
@@ -81,6 +82,7 @@ KUEUE_VERSIONS = {
     "Cohort": ("v1alpha1", "v1beta1", "v1beta2"),
     "LocalQueue": ("v1beta1", "v1beta2"),
     "WorkloadPriorityClass": ("v1beta1", "v1beta2"),
+    "Topology": ("v1alpha1", "v1beta1", "v1beta2"),
 }
 _ANY_KUEUE_VERSION = {"v1alpha1", "v1beta1", "v1beta2"}
 _LEGACY_K8S_GROUPS = {"", "apps", "batch", "policy", "autoscaling", "extensions"}
@@ -99,6 +101,8 @@ _WHEN_CAN_PREEMPT = {"Preempt": "MayStopSearch", "MayStopSearch": "MayStopSearch
 _INT32 = (-(2**31), 2**31 - 1)
 _GRACE_SECONDS = (0, 2**31 - 1)
 _MISSING = "required field is missing"
+_NO_CONTRACT = ("no contract objects: a contract holds Kueue's ResourceFlavor, ClusterQueue, Cohort, LocalQueue, "
+                f"WorkloadPriorityClass or Topology, or gangway's SchedulingPolicy ({GANGWAY_API})")
 
 
 # --- problems ----------------------------------------------------------------------------------
@@ -205,6 +209,8 @@ def read_contract(text: str, filename: str = "<config>") -> tuple[Contract, list
     parsed = _Parsed()
     for at, obj in _objects(report, _documents(report, text)):
         _read_object(at, obj, parsed)
+    if not parsed.objects and not report.of("error"):
+        report.problems.append(Problem(filename, None, "", "", "", _NO_CONTRACT))
     _check_references(parsed)
     errors, warnings = report.of("error"), report.of("warning")
     if errors:
@@ -317,6 +323,7 @@ def _read_object(at: _At, obj: dict, parsed: _Parsed) -> None:
         at.name = metadata["name"]
     reader = _reader(at, api_version, kind)
     if reader is not None:
+        parsed.objects += 1
         reader(at, obj, parsed)
 
 
@@ -390,15 +397,19 @@ class _Parsed:
     priority_classes: dict[str, _Entry] = field(default_factory=dict)
     policies: dict[str, _Entry] = field(default_factory=dict)
     namespaces: dict[str, _Entry] = field(default_factory=dict)
+    topologies: dict[str, _Entry] = field(default_factory=dict)
+    #: Contract objects read (valid or not): a file with none is not a contract.
+    objects: int = 0
 
     def entries(self) -> Iterator[_Entry]:
         for table in (self.flavors, self.cluster_queues, self.cohorts, self.local_queues,
-                      self.priority_classes, self.policies):
+                      self.priority_classes, self.policies, self.topologies):
             yield from table.values()
 
     def defined(self, kind: str) -> dict:
         return {"ResourceFlavor": self.flavors, "ClusterQueue": self.cluster_queues,
-                "WorkloadPriorityClass": self.priority_classes, "Cohort": self.cohorts}[kind]
+                "WorkloadPriorityClass": self.priority_classes, "Cohort": self.cohorts,
+                "Topology": self.topologies}[kind]
 
 
 def _register(at: _At, table: dict, key: Any, value: Any, refs: list[_Ref] | None = None) -> None:
@@ -452,6 +463,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         local_queues=_values(parsed.local_queues),
         priority_classes=classes,
         cohorts=[c for c in _values(parsed.cohorts) if c is not None],
+        topologies=_values(parsed.topologies),
         prices=sorted(policy.prices, key=lambda p: (p.flavor, p.resource)),
         namespaces=_values(parsed.namespaces),
         **{key: value for key, value in defaults.items() if value is not None},
@@ -476,7 +488,7 @@ _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
     "concurrentAdmissionPolicy": (),
 }
 _FLAVOR_IGNORED: dict[str, tuple] = {
-    "nodeTaints": ([],), "tolerations": ([],), "topologyName": (), "resourceWeights": ({},),
+    "nodeTaints": ([],), "tolerations": ([],), "resourceWeights": ({},),
 }
 _LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"stopPolicy": ("None",), "fairSharing": ()}
 
@@ -485,9 +497,46 @@ def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
     spec = _spec(at, obj)
     if spec is None:
         return
-    _check_fields(at, "spec", spec, {"nodeLabels"}, _FLAVOR_IGNORED)
+    _check_fields(at, "spec", spec, {"nodeLabels", "topologyName"}, _FLAVOR_IGNORED)
     labels = _labels(at, "spec.nodeLabels", spec.get("nodeLabels"))
-    _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels))
+    topology = _name(at, "spec.topologyName", spec.get("topologyName"), required=False)
+    refs = [("spec.topologyName", "Topology", topology)] if topology else []
+    _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels, topology_name=topology),
+              refs)
+
+
+#: Kueue's rule for a topology level's node label (a qualified label key).
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])")
+_LEVELS_MAX = 16
+_HOSTNAME = "kubernetes.io/hostname"
+
+
+def _read_topology(at: _At, obj: dict, parsed: _Parsed) -> None:
+    """Kueue's Topology: ``spec.levels[].nodeLabel``, coarsest first, 1 to 16 distinct label keys,
+    ``kubernetes.io/hostname`` only as the lowest level (Kueue's own validation rules)."""
+    spec = _spec(at, obj)
+    if spec is None:
+        return
+    _check_fields(at, "spec", spec, {"levels"})
+    levels: list[str] = []
+    items = list(_mappings(at, "spec.levels", spec.get("levels")))
+    if spec.get("levels") is None:
+        at.error("spec.levels", _MISSING)
+    elif not 1 <= len(spec["levels"]) <= _LEVELS_MAX:
+        at.error("spec.levels", f"{len(spec['levels'])} levels: a Topology has 1 to {_LEVELS_MAX}")
+    for path, item in items:
+        _check_fields(at, path, item, {"nodeLabel"})
+        label = item.get("nodeLabel")
+        if not isinstance(label, str) or len(label) > 316 or not _LABEL_KEY.fullmatch(label):
+            at.error(f"{path}.nodeLabel", _MISSING if label in (None, "") else f"{_show(label)} is not a node label key")
+        elif label in levels:
+            at.error(f"{path}.nodeLabel", f"{label} is already a level: levels must be unique")
+        else:
+            levels.append(label)
+    if _HOSTNAME in levels[:-1]:
+        at.error("spec.levels", f"{_HOSTNAME} can only be the lowest level")
+    _register(at, parsed.topologies, at.name, Topology(name=at.name, levels=levels))
 
 
 def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
@@ -761,6 +810,7 @@ _READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {
     "Cohort": _read_cohort,
     "LocalQueue": _read_local_queue,
     "WorkloadPriorityClass": _read_priority_class,
+    "Topology": _read_topology,
 }
 
 

@@ -45,7 +45,7 @@ def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
     The cycle's own reason stands, except that a workload which would fit on its own is waiting
     behind others: the gang holding a reservation, or workloads ahead of it in the queue."""
     why = outcome.reason or reason(C.NO_PLACEMENT)
-    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, *CONFIG_CODES):
+    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, C.TOPOLOGY_UNSATISFIABLE, *CONFIG_CODES):
         return why
     if fits_alone:
         if snap.reservation:
@@ -69,8 +69,9 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
         why = reason(C.ADMISSIBLE) if outcome.admission is not None else \
             classify(outcome, snap, alone.would_admit(outcome.wl))
         report[name] = _pending(why, lq_pos[name], cq_pos[name])
-    if forecast and report:
-        for name, eta in forecast_starts(state, set(report)).items():
+    waiting = {name for name, pending in report.items() if pending.code != C.TOPOLOGY_UNSATISFIABLE}
+    if forecast and waiting:  # a workload no node can ever take has no start to forecast
+        for name, eta in forecast_starts(state, waiting).items():
             report[name].eta_ms = eta
     return report
 
@@ -140,7 +141,9 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
             lines.append(f"now pending ({report.code}): {report.reason}")
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
-            if forecast:
+            if forecast and report.code == C.TOPOLOGY_UNSATISFIABLE:
+                lines.append("estimated start: never, unless nodes with that label join the cluster")
+            elif forecast:
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None:
         lines.append(f"now {wl.phase}")

@@ -145,7 +145,8 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
-    if _strict(idx, cq):
+    if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code == C.TOPOLOGY_UNSATISFIABLE):
+        # a head that can never be placed is set aside, not waited for
         blocked.add(cq)
     return outcome
 

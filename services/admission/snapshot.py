@@ -26,7 +26,7 @@ from gangway.events.resources import (
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.placement.policy import (
-    Free, copy_free, free_capacity, keep_smaller, place_gang, release_nodes, reserve_room, take_assignments,
+    Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, release_nodes, reserve_room, take_assignments,
 )
 #: Expected runtime of a workload that declares none (for reservations and ETAs).
 ASSUMED_RUNTIME_MS = 3_600_000
@@ -193,7 +193,8 @@ class Snapshot:
                 continue
             nodes = self.flavor_nodes(flavors)
             if not self._place(wl, pod_sets, nodes, commit):
-                why = reason(C.NO_PLACEMENT, of_flavor=", ".join(sorted(set(flavors.values()))) if nodes is not None else None)
+                why = never_placeable(self.free, pod_sets, nodes) or reason(
+                    C.NO_PLACEMENT, of_flavor=", ".join(sorted(set(flavors.values()))) if nodes is not None else None)
                 continue
             if commit:
                 self.take(cq.name, held)

@@ -14,9 +14,15 @@ plus ``STRANDED_WEIGHT`` times the rise in stranded GPU capacity; it steers CPU-
 CPU-rich nodes before CPU runs out next to idle GPUs (measured: a tenth fewer unallocated GPUs
 than FGD on the Alibaba traces, see ``gangway bench fgd``).
 
+GPU models: a shape that may use only some models sees every other model's free GPUs as
+fragmented (as in FGD). Restricted shapes are many and each is light, so they take part as classes
+(same GPUs, same restriction), and their mean fragmentation weighs ``RESTRICTED_WEIGHT`` as much as
+stranding: a pod that may use any model keeps off the scarce models restricted pods need (the
+``gpuspec`` traces: fewer GPUs left unallocated than FGD's, where plain scoring did like best fit).
+
 The mix is *learned*: shapes are counted as pods arrive (no look at the future), each weighs by
-how often it came times the GPU capacity it asks, and only the ``SHAPES_MAX`` heaviest take part,
-a bound on the work per decision. All arithmetic is integer.
+how often it came (FGD's popularity), and only the ``SHAPES_MAX`` heaviest take part, a bound on
+the work per decision. Scores are integer arithmetic.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ WHOLE = 1000
 SHAPES_MAX = 48
 #: Weight of stranded GPU capacity against expected fragmentation (measured: 1 to 3 do well).
 STRANDED_WEIGHT = 2
+#: A shape's weight counts pods in this many parts (a forgetting mix counts fractions of pods).
+WEIGHT_UNIT = 16
+#: At most this many classes of model-restricted shapes weigh in a score (the heaviest ones).
+CLASSES_MAX = 16
+#: Weight of the model-restricted classes' mean fragmentation (as much as stranded capacity):
+#: what keeps pods that may use any model off the scarce models restricted pods need.
+RESTRICTED_WEIGHT = 2
 
 
 class Shape(NamedTuple):
@@ -65,11 +78,13 @@ class ShapeTable(NamedTuple):
     gpus: np.ndarray
     milli: np.ndarray
     allowed: np.ndarray
+    #: Which shapes may use only some GPU models ``[S] bool``.
+    restricted: np.ndarray
 
     @staticmethod
     def of(shapes: list[Shape], specs: np.ndarray) -> "ShapeTable":
         col = np.array([[s.cpu, s.memory, s.gpus, s.milli, s.spec] for s in shapes], dtype=np.int64).reshape(-1, 5)
-        return ShapeTable(col[:, 0], col[:, 1], col[:, 2], col[:, 3], specs[col[:, 4]])
+        return ShapeTable(col[:, 0], col[:, 1], col[:, 2], col[:, 3], specs[col[:, 4]], col[:, 4] != 0)
 
 
 def fits(nodes: Nodes, shape: Shape, specs: np.ndarray) -> np.ndarray:
@@ -138,43 +153,72 @@ class Scorer(NamedTuple):
     def score(self, before: Nodes, after: Nodes, frag_before: np.ndarray) -> np.ndarray:
         """Rise in weighted fragmentation plus weighted rise in stranded capacity, per node ``[C]``.
         ``frag_before`` is ``fragmentation(before, self.table)`` (kept by the caller)."""
-        delta = (fragmentation(after, self.table) - frag_before) @ self.weights
+        rise = fragmentation(after, self.table) - frag_before
+        delta = rise @ self.weights
+        total = int(self.weights.sum())
         strand = stranded(after, self.cpu_per_gpu, self.memory_per_gpu)
         strand -= stranded(before, self.cpu_per_gpu, self.memory_per_gpu)
-        return delta + STRANDED_WEIGHT * int(self.weights.sum()) * strand
+        score = delta + STRANDED_WEIGHT * total * strand
+        restricted = self.table.restricted
+        if restricted.any():
+            weights = np.where(restricted, self.weights, 0)
+            score += RESTRICTED_WEIGHT * total * (rise @ weights) // max(1, int(weights.sum()))
+        return score
 
 
 class ShapeMix:
-    """The shapes seen so far and how often: the weights of the expected fragmentation."""
+    """The shapes seen so far and how often: the weights of the expected fragmentation.
+
+    ``counts`` may be fractional (a mix that forgets old shapes scales them down); weights are
+    rounded to integers when a scorer is built, so scores stay integer arithmetic."""
 
     def __init__(self) -> None:
         self.shapes: list[Shape] = []
         self.index: dict[Shape, int] = {}
-        self.counts: list[int] = []
+        self.counts: list[float] = []
 
-    def see(self, shape: Shape) -> int:
+    def see(self, shape: Shape, count: float = 1) -> int:
         i = self.index.get(shape)
         if i is None:
             i = self.index[shape] = len(self.shapes)
             self.shapes.append(shape)
             self.counts.append(0)
-        self.counts[i] += 1
+        self.counts[i] += count
         return i
 
     def weight(self, i: int) -> int:
-        s = self.shapes[i]
-        return self.counts[i] * max(1, s.gpus * s.milli)
+        """How much a shape weighs: how often it came (FGD's popularity; in 1/``WEIGHT_UNIT`` pods)."""
+        return max(1, round(self.counts[i] * WEIGHT_UNIT))
 
     def top(self) -> list[int]:
-        """Indexes of the heaviest shapes (ties: first seen), at most ``SHAPES_MAX``."""
-        order = sorted(range(len(self.shapes)), key=lambda i: (-self.weight(i), i))
-        return order[:SHAPES_MAX]
+        """Indexes of the shapes a scorer weighs: the ``SHAPES_MAX`` heaviest shapes that may use
+        any GPU model, then one shape per class of model-restricted shapes (same GPUs, same
+        restriction; its most frequent shape stands for the class). A restricted shape is rarely
+        heavy alone, but the class is what keeps unrestricted pods off the models it needs."""
+        return [i for i, _, _ in self._columns()]
+
+    def _columns(self) -> list[tuple[int, int, float]]:
+        """(shape index, weight, count) of each column of the scorer."""
+        plain = sorted((i for i, s in enumerate(self.shapes) if s.spec == 0 and s.gpus),
+                       key=lambda i: (-self.weight(i), i))
+        out = [(i, self.weight(i), self.counts[i]) for i in plain[:SHAPES_MAX]]
+        classes: dict[tuple[int, int, int], list[int]] = {}
+        for i, s in enumerate(self.shapes):
+            if s.spec and s.gpus:
+                classes.setdefault((s.gpus, s.milli, s.spec), []).append(i)
+        ranked = sorted(classes.values(), key=lambda members: (-sum(self.weight(i) for i in members), members[0]))
+        for members in ranked[:CLASSES_MAX]:
+            first = min(members, key=lambda i: (-self.counts[i], i))
+            out.append((first, sum(self.weight(i) for i in members), sum(self.counts[i] for i in members)))
+        return out
 
     def scorer(self, specs: np.ndarray) -> Scorer:
-        columns = self.top()
+        chosen = self._columns()
+        columns = [i for i, _, _ in chosen]
         shapes = [self.shapes[i] for i in columns]
-        gpu = sum(self.counts[i] * self.shapes[i].gpus * self.shapes[i].milli for i in columns)
-        cpu = sum(self.counts[i] * self.shapes[i].cpu for i in columns if self.shapes[i].gpus)
-        memory = sum(self.counts[i] * self.shapes[i].memory for i in columns if self.shapes[i].gpus)
-        weights = np.array([self.weight(i) for i in columns], dtype=np.int64)
+        count = {i: c for i, _, c in chosen}
+        gpu = round(sum(count[i] * s.gpus * s.milli for i, s in zip(columns, shapes)))
+        cpu = round(sum(count[i] * s.cpu for i, s in zip(columns, shapes) if s.gpus))
+        memory = round(sum(count[i] * s.memory for i, s in zip(columns, shapes) if s.gpus))
+        weights = np.array([w for _, w, _ in chosen], dtype=np.int64)
         return Scorer(ShapeTable.of(shapes, specs), columns, weights, (cpu, gpu), (memory, gpu))

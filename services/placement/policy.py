@@ -24,7 +24,7 @@ from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignm
 from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
-from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -57,21 +57,40 @@ class NodeRoom:
 
 class Free(dict[str, NodeRoom]):
     """Free room per node name: what admission, placement and preemption take trial placements from.
-    ``scorer`` (from the pods queued so far) chooses the node of a single GPU pod; None: best fit."""
+    ``scorer`` (from the pods queued lately) orders the nodes for GPU pods; None: best fit."""
 
-    scorer: scoring.Scorer | None = None
+    scorer: scoring.LiveScorer | None = None
+    #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
+    levels: dict[str, topology.Levels] = {}
 
 
 def free_capacity(state: State) -> Free:
     """A private copy of every node's free room, with the scorer of the state's pod mix."""
     free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
-    free.scorer = scoring.scorer_of(state.pod_shapes)
+    free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
+    free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
+
+
+_MODELS_CACHE: dict[tuple, tuple[object, tuple[str, ...]]] = {}
+
+
+def _node_models(state: State) -> tuple[str, ...]:
+    """The GPU models the state's nodes name (memo per node epoch)."""
+    key = (id(state.nodes), state.node_epoch)
+    cached = _MODELS_CACHE.get(key)
+    if cached is not None and cached[0] is state.nodes:
+        return cached[1]
+    models = tuple(sorted({m for n in state.nodes.values() if (m := n.labels.get(GPU_MODEL_LABEL))}))
+    if len(_MODELS_CACHE) > 16:
+        _MODELS_CACHE.clear()
+    _MODELS_CACHE[key] = (state.nodes, models)
+    return models
 
 
 def copy_free(free: Free) -> Free:
     copy = Free({name: room.copy() for name, room in free.items()})
-    copy.scorer = free.scorer
+    copy.scorer, copy.levels = free.scorer, free.levels
     return copy
 
 
@@ -95,6 +114,7 @@ class _Trial:
         self.base = base
         self.changed: dict[str, NodeRoom] = {}
         self.scorer = getattr(base, "scorer", None)
+        self.levels: dict[str, topology.Levels] = getattr(base, "levels", {})
 
     def __getitem__(self, name: str) -> NodeRoom:
         room = self.changed.get(name)
@@ -141,7 +161,7 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
     if t.required:
         levels: list[str | None] = [t.required]
     elif t.preferred:
-        levels = topology.fallbacks(t.preferred)
+        levels = topology.fallbacks(t.preferred, topology.common_levels(allowed, trial.levels))
     else:
         levels = [None]
     for level in levels:
@@ -164,7 +184,7 @@ def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | Non
     if level == topology.ISLAND:
         return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
     fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-    groups = topology.domains(((n, trial[n].labels) for n in fit), level)
+    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
     ranked = sorted((room, key) for key, members in groups.items()
                     if (room := sum(fit[n] for n in members)) >= ps.count)
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
@@ -196,10 +216,11 @@ def _sliced(trial: _Trial, ps: PodSet, names: list[str]) -> list[PodAssignment] 
 def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[PodAssignment] | None:
     """``count`` pods on ``names``, best fit: the least free of the main resource first. Pods
     without GPUs go to the nodes with the fewest free GPUs first, so they do not take the CPU that
-    free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated)."""
+    free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated).
+    GPU pods, one or many, take the nodes in the fragmentation score's order when there is one."""
     out: list[PodAssignment] = []
     order = _best_fit_order(trial, ps.resources, names)
-    if count == 1 and trial.scorer is not None and len(order) > 1:
+    if trial.scorer is not None and len(order) > 1:
         order = _scored_order(trial, ps.resources, order)
     for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
@@ -241,7 +262,7 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
         return fitting
     rooms = [trial[n] for n in fitting]
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
-                           [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms])
+                           [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]
 
 
@@ -293,6 +314,27 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
     _, name, k, indexes = best
     _take(trial.writable(name), ps.resources, ps.count, indexes)
     return [PodAssignment(pod_set=ps.name, node=name, count=ps.count, gpus=indexes)], f" in NVLink island {k} of {name}"
+
+
+def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None) -> Reason | None:
+    """Why no placement of the gang can ever exist on these nodes, whatever frees up (None: one may):
+    a pod set requires (or slices by) a topology level that no candidate node carries. The reason
+    (``topology_unsatisfiable``) names the pod set, the level and the missing label."""
+    candidates = None
+    for ps in pod_sets:
+        t = ps.topology
+        if t is None:
+            continue
+        for field, level in (("required", t.required), ("slice-required", t.slice_required)):
+            if level is None or level == topology.HOSTNAME:
+                continue
+            if candidates is None:
+                candidates = [(n, room.labels, len(room.islands)) for n, room in free.items()
+                              if nodes is None or n in nodes]
+            why = topology.missing_label(candidates, level, free.levels)
+            if why is not None:
+                return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level, missing=why)
+    return None
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:

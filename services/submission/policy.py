@@ -44,6 +44,11 @@ JOB_ID_CHARS_MAX = 253
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 #: Reason for a resource the ClusterQueue has no quota for (a dedicated code may replace it).
 NO_QUOTA_REASON = "no_quota"
+#: A pod set requires a topology level that no node of the cluster carries (placement's own check
+#: goes further: Topology levels and the nodes of the chosen flavor).
+TOPOLOGY_REASON = "topology_unsatisfiable"
+#: Gangway's NVLink-island level, and the node level every node is a domain of.
+_ISLAND, _HOSTNAME = "gangway.io/nvlink-island", "kubernetes.io/hostname"
 Headers = list[tuple[str, bytes]]
 
 
@@ -289,6 +294,7 @@ def queue_job(job: JobSubmitted, state: State, in_flight: set[str], submission: 
     local_queue = _local_queue(idx, job)
     priority = _priority(idx, job.priority_class)
     _check_quota_covers(idx, local_queue.cluster_queue, pod_sets)
+    _check_topology_exists(state, pod_sets)
     return WorkloadQueued(
         workload=workload_id(job),
         namespace=job.namespace,
@@ -490,3 +496,21 @@ def _check_quota_covers(idx: ContractIndex, cluster_queue: str, pod_sets: list[P
                     f"pod_sets[{i}].resources[{name!r}]: ClusterQueue {cluster_queue!r} has no quota for "
                     f"{name!r} (it covers: {', '.join(sorted(covered)) or 'nothing'})",
                 )
+
+
+def _check_topology_exists(state: State, pod_sets: list[PodSet]) -> None:
+    """Once nodes are known, a required (or slice) level must be a label some node carries."""
+    if not state.nodes:
+        return
+    for i, ps in enumerate(pod_sets):
+        t = ps.topology
+        for field, level in (("required", t and t.required), ("slice_required", t and t.slice_required)):
+            if not level or level == _HOSTNAME:
+                continue
+            if level == _ISLAND:
+                if not any(n.islands for n in state.nodes.values()):
+                    raise Invalid(TOPOLOGY_REASON, f"pod_sets[{i}].topology.{field} is {level}: no node of the "
+                                  "cluster declares NVLink islands (gangway.io/nvlink-islands), so it could never run")
+            elif not any(level in n.labels for n in state.nodes.values()):
+                raise Invalid(TOPOLOGY_REASON, f"pod_sets[{i}].topology.{field} is {level}: no node of the cluster "
+                              f"carries the label {level}, so it could never run")

@@ -202,6 +202,8 @@ def _bad_records(u: str) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]
         ("unknown_queue", plain(namespace="nobody"), None),
         ("unknown_priority_class", plain(priority_class="platinum"), ce()),
         ("no_quota", plain(pod_sets=[{"name": "main", "count": 1, "resources": {"example.com/fpga": 1}}]), None),
+        ("topology_unsatisfiable", plain(pod_sets=[{"name": "main", "count": 1, "resources": {"nvidia.com/gpu": 1},
+                                                    "topology": {"required": "example.com/no-such-label"}}]), None),
     ]
 
 

@@ -1,0 +1,203 @@
+"""Topology levels as Kueue defines them, and gangs no node can ever take (issue: a placeable gang
+never waits forever).
+
+Each story goes the way a stranger's files would: Kueue YAML through the contract loader, Node
+objects through the cluster loader, a batch/v1 Job through the manifest reader and the submission
+decision, then the pure pipeline (``Simulation``) and ``explain``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import yaml
+
+from gangway.contract import load_contract
+from gangway.events import catalogue as ev
+from gangway.read.explain import explain, pending_report
+from gangway.services.binder.cluster import load_nodes
+from gangway.services.submission.manifests import load_jobs
+from gangway.services.submission.policy import Invalid, decide_submission, queue_job
+from gangway.sim import Simulation
+
+QUEUES = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: gpus
+      resources:
+      - {name: cpu, nominalQuota: 10000}
+      - {name: memory, nominalQuota: 100000Gi}
+      - {name: nvidia.com/gpu, nominalQuota: 1024}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: team, name: lq}
+spec: {clusterQueue: cq}
+"""
+PLAIN_FLAVOR = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpus}\n---\n"
+TAS = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Topology
+metadata: {name: dc}
+spec:
+  levels:
+  - nodeLabel: example.com/zone
+  - nodeLabel: example.com/pod
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpus}
+spec: {topologyName: dc}
+---
+"""
+
+
+def nodes_yaml(count: int, labels=lambda i: {}) -> str:
+    items = []
+    for i in range(count):
+        extra = "".join(f"\n        {k}: {v}" for k, v in labels(i).items())
+        items.append(f"""
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: node-{i}
+    labels:
+        kubernetes.io/hostname: node-{i}{extra}
+  status:
+    allocatable: {{cpu: "96", memory: 1000Gi, nvidia.com/gpu: "8", pods: "110"}}""")
+    return "apiVersion: v1\nkind: List\nitems:" + "".join(items) + "\n"
+
+
+def job_yaml(name: str, pods: int, annotations: dict[str, str]) -> str:
+    """A batch/v1 Job of ``pods`` 8-GPU pods with these pod-template annotations."""
+    return yaml.safe_dump({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                     "annotations": {"gangway.io/runtime-seconds": "600"}},
+        "spec": {"parallelism": pods, "completions": pods, "template": {
+            "metadata": {"annotations": dict(annotations)},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer", "resources": {
+                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]}}},
+    })
+
+
+def cluster(contract_yaml: str, nodes: str) -> Simulation:
+    sim = Simulation()
+    sim.configure(load_contract(contract_yaml))
+    sim.add_nodes(load_nodes(nodes))
+    sim.run()
+    return sim
+
+
+def submit(sim: Simulation, job: str) -> str:
+    (submitted,) = load_jobs(job, "job.yaml")
+    wl = queue_job(submitted, sim.state, set(), "")
+    sim.submit(wl)
+    return wl.workload
+
+
+def zones_and_pods(i: int) -> dict[str, str]:
+    """Zone z0 holds nodes 0-3, zone z1 nodes 4-7; "pod" p0 names nodes 0,1 in z0 and 4,5 in z1."""
+    return {"example.com/zone": f"z{i // 4}", "example.com/pod": f"p{(i % 4) // 2}"}
+
+
+def where(sim: Simulation, name: str, *keys: str) -> set[tuple[str, ...]]:
+    """The values of these labels on the nodes a workload was placed on."""
+    return {tuple(sim.state.nodes[a.node].labels[k] for k in keys) for a in sim.state.workloads[name].placement.assignments}
+
+
+def phase(sim: Simulation, name: str) -> str:
+    return sim.state.workloads[name].phase
+
+
+def test_a_node_level_request_on_nodes_with_only_a_hostname_is_placed():
+    """The issue's case: 8 nodes × 8 GPUs labelled only with kubernetes.io/hostname."""
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(8))
+    name = submit(sim, job_yaml("train", 1, {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    wl = sim.state.workloads[name]
+    assert wl.phase in ("bound", "running") and len(wl.placement.assignments) == 1
+
+
+def test_without_a_topology_a_request_names_a_label_and_its_nodes_are_the_domains():
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(6, lambda i: {"example.com/pod": f"p{i % 2}"}))
+    name = submit(sim, job_yaml("tp", 3, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    wl = sim.state.workloads[name]
+    pods = {sim.state.nodes[a.node].labels["example.com/pod"] for a in wl.placement.assignments}
+    assert wl.phase == "running" and len(pods) == 1
+
+
+def test_a_topology_nests_its_levels_so_a_pod_name_reused_across_zones_is_two_domains():
+    sim = cluster(TAS + QUEUES, nodes_yaml(8, zones_and_pods))
+    small = submit(sim, job_yaml("small", 2, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    big = submit(sim, job_yaml("big", 3, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert len(where(sim, small, "example.com/zone", "example.com/pod")) == 1  # never p0 of z0 with p0 of z1
+    # No (zone, pod) domain has 3 nodes, though "p0" alone labels 4: it waits, and says why not never.
+    assert phase(sim, big) == "pending"
+    assert pending_report(sim.state, forecast=False)[big].code == "no_capacity"
+
+
+def test_a_preferred_level_climbs_the_topology_then_goes_anywhere():
+    sim = cluster(TAS + QUEUES, nodes_yaml(8, zones_and_pods))
+    first = submit(sim, job_yaml("first", 4, {"kueue.x-k8s.io/podset-preferred-topology": "example.com/pod"}))
+    second = submit(sim, job_yaml("second", 4, {"kueue.x-k8s.io/podset-preferred-topology": "example.com/pod"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    for name in (first, second):  # 4 pods: no (zone, pod) holds them, each zone does
+        assert len(where(sim, name, "example.com/zone")) == 1
+
+
+@pytest.mark.parametrize("annotations, label", [
+    ({"kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"},
+     "cloud.provider.com/topology-rack"),
+    ({"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname",
+      "kueue.x-k8s.io/podset-slice-required-topology": "example.com/rail", "kueue.x-k8s.io/podset-slice-size": "1"},
+     "example.com/rail"),
+    ({"kueue.x-k8s.io/podset-required-topology": "gangway.io/nvlink-island"}, "gangway.io/nvlink-islands"),
+])
+def test_a_level_no_node_carries_is_refused_at_submission_naming_the_label(annotations, label):
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(4))
+    with pytest.raises(Invalid) as caught:
+        submit(sim, job_yaml("never", 1, annotations))
+    assert caught.value.reason == "topology_unsatisfiable" and label in caught.value.message
+
+
+def test_a_level_no_node_of_its_flavor_carries_waits_with_its_own_reason_and_no_forecast():
+    # The Topology's coarser level (zone) is on no node: known only once the flavor is chosen.
+    sim = cluster(TAS + QUEUES, nodes_yaml(4, lambda i: {"example.com/pod": "p0"}))
+    name = submit(sim, job_yaml("never", 2, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    fits = submit(sim, job_yaml("fits", 1, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert phase(sim, name) == "pending" and phase(sim, fits) == "running"
+    report = pending_report(sim.state)[name]
+    assert report.code == "topology_unsatisfiable" and report.eta_ms is None
+    assert "no node carries the label example.com/zone" in report.reason
+    lines = explain(sim.log, name)
+    assert lines[-3].startswith("now pending (topology_unsatisfiable): topology can never be satisfied")
+    assert lines[-1].startswith("estimated start: never")
+
+
+def test_a_strict_fifo_queue_sets_a_never_placeable_head_aside():
+    strict = QUEUES.replace("namespaceSelector: {}", "namespaceSelector: {}\n  queueingStrategy: StrictFIFO")
+    sim = cluster(TAS + strict, nodes_yaml(4, lambda i: {"example.com/pod": "p0"}))
+    never = submit(sim, job_yaml("never", 2, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    after = submit(sim, job_yaml("after", 1, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert (phase(sim, never), phase(sim, after)) == ("pending", "running")
+
+
+def test_the_submission_rejection_keeps_the_original_bytes():
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(2))
+    (job,) = load_jobs(job_yaml("never", 1, {"kueue.x-k8s.io/podset-required-topology": "example.com/rail"}), "j")
+    value = msgspec.json.encode(job)
+    out = decide_submission(value, None, [], sim.state, set(), "gangway.submissions/0/7")
+    assert isinstance(out, ev.JobRejected) and out.reason == "topology_unsatisfiable" and out.original == value
+    assert "no node of the cluster carries the label example.com/rail" in out.message
