@@ -54,6 +54,8 @@ def missing_tools() -> str | None:
     """Why Apache Kafka cannot run here (None if it can): java absent, or mvn absent with no jars cached."""
     if shutil.which("java") is None:
         return "java is not installed (Debian: apt-get install openjdk-17-jre-headless)"
+    if not POM.exists():
+        return f"{POM} is missing: Apache Kafka is installed from a source checkout of gangway"
     if not (jar_dir() / ".complete").exists() and shutil.which("mvn") is None:
         return f"mvn is not installed and {jar_dir()} holds no Kafka jars (Debian: apt-get install maven)"
     return None
