@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 POM = ROOT / "infra" / "kafka" / "pom.xml"
 #: Where the jars are cached (gitignored); GANGWAY_KAFKA_CACHE moves it.
 CACHE = Path(os.environ.get("GANGWAY_KAFKA_CACHE") or ROOT / ".cache")
-START_TIMEOUT_S = 90.0
+#: A deadline, not a wait: a JVM on a loaded 2-core machine can take minutes to listen.
+START_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 20.0
 #: The broker's own SCRAM user (inter-broker traffic); a super user.
 BROKER_USER = "broker"
