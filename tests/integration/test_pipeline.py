@@ -493,7 +493,7 @@ def _check_ledgers(gw, ledgers: dict[str, Ledger], mine: dict[str, dict], pg_acc
     log_id, end = envs[0].id, envs[-1].offset
     for name, ledger in ledgers.items():
         gw.wait_until(f"the {name} ledger to reach offset {end}",
-                      lambda _s, _e, ledger=ledger: ledger.position(log_id) >= end, 30,
+                      lambda _s, _e, ledger=ledger: ledger.position(log_id) >= end, 90,
                       tick=lambda: (gw.assert_services_alive(), pg_accounting and _alive(pg_accounting)))
     allocations = ended_allocations(envs)
     for workload, doc in mine.items():
