@@ -104,7 +104,10 @@ class LocalPostgres:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *cmd: str) -> None:
-        done = subprocess.run([*self.as_user, *cmd], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        # The server outlives the test that first asked for it: it must not look like part of a stack
+        # (the integration stacks find their processes by GANGWAY_STATE_DIR in the environment).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GANGWAY_")}
+        done = subprocess.run([*self.as_user, *cmd], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[:2])} failed: {done.stdout[-1500:]}{done.stderr[-1500:]}")
 

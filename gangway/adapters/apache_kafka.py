@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 POM = ROOT / "infra" / "kafka" / "pom.xml"
 #: Where the jars are cached (gitignored); GANGWAY_KAFKA_CACHE moves it.
 CACHE = Path(os.environ.get("GANGWAY_KAFKA_CACHE") or ROOT / ".cache")
-START_TIMEOUT_S = 90.0
+#: A deadline, not a wait: a JVM on a loaded 2-core machine can take minutes to listen.
+START_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 20.0
 #: The broker's own SCRAM user (inter-broker traffic); a super user.
 BROKER_USER = "broker"
@@ -55,6 +56,8 @@ def missing_tools() -> str | None:
     """Why Apache Kafka cannot run here (None if it can): java absent, or mvn absent with no jars cached."""
     if shutil.which("java") is None:
         return "java is not installed (Debian: apt-get install openjdk-17-jre-headless)"
+    if not POM.exists():
+        return f"{POM} is missing: Apache Kafka is installed from a source checkout of gangway"
     if not (jar_dir() / ".complete").exists() and shutil.which("mvn") is None:
         return f"mvn is not installed and {jar_dir()} holds no Kafka jars (Debian: apt-get install maven)"
     return None
