@@ -180,7 +180,10 @@ function renderQueues() {
   const key = JSON.stringify([q, VIEW.map.teams]);
   if (key === queuesKey) return;
   queuesKey = key;
-  const gpuRows = q.cluster_queues.filter((r) => r.resource === "nvidia.com/gpu");
+  // one bar per ClusterQueue, then one per cohort (its members' use against the quota they pool)
+  const gpuRows = q.cluster_queues.filter((r) => r.resource === "nvidia.com/gpu").concat(
+    q.cohorts.filter((c) => c.resource === "nvidia.com/gpu").map((c) => ({cluster_queue: `cohort ${c.cohort}`, flavor: c.flavor,
+      nominal: c.nominal, used: Math.min(c.used, c.nominal), borrowed: 0, lent: 0})));
   const labels = gpuRows.map((r) => `${r.cluster_queue} (${r.flavor})`);
   const g = (v) => v / 1000;
   const data = {
