@@ -11,23 +11,15 @@ if [[ -x "$out/kube-apiserver" && -x "$out/etcd" ]]; then
   echo "$out"
   exit 0
 fi
-# A Go toolchain >= 1.26: $GO, `go` on PATH, /usr/local/go, or else Go's own toolchain module fetched
-# from the Go module proxy (golang.org/toolchain, what `go` itself downloads when GOTOOLCHAIN asks).
-toolchain=v0.0.1-go1.26.8.linux-amd64
+# A Go toolchain >= 1.26: $GO, `go` on PATH or /usr/local/go; an older `go` fetches the toolchain
+# module from the Go module proxy itself (GOTOOLCHAIN).
+toolchain=go1.26.8
 new_enough() { [[ -n "$1" ]] && "$1" version 2>/dev/null | grep -qE 'go1\.(2[6-9]|[3-9][0-9])'; }
 go="${GO:-$(command -v go || true)}"
-new_enough "$go" || go=/usr/local/go/bin/go
-if ! new_enough "$go"; then
-  tc="$root/.cache/go-toolchain/$toolchain"
-  if [[ ! -x "$tc/bin/go" ]] && [[ "$(uname -sm)" == "Linux x86_64" ]] && command -v curl >/dev/null && command -v unzip >/dev/null; then
-    mkdir -p "$root/.cache/go-toolchain"
-    zip="$root/.cache/go-toolchain/$toolchain.zip"
-    curl -fsSL "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/$toolchain.zip" -o "$zip"
-    rm -rf "$root/.cache/go-toolchain/unpacked" && unzip -q "$zip" -d "$root/.cache/go-toolchain/unpacked"
-    mv "$root/.cache/go-toolchain/unpacked/golang.org/toolchain@$toolchain" "$tc" && rm -rf "$zip" "$root/.cache/go-toolchain/unpacked"
-    chmod +x "$tc/bin/"* "$tc/pkg/tool/"*/* 2>/dev/null || true
-  fi
-  go="$tc/bin/go"
+new_enough "$go" || { [[ -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go; }
+if [[ -n "$go" ]] && ! new_enough "$go" && GOTOOLCHAIN="$toolchain" "$go" version >/dev/null 2>&1; then
+  export GOTOOLCHAIN="$toolchain"
+  new_enough() { [[ -n "$1" ]] && GOTOOLCHAIN="$toolchain" "$1" version 2>/dev/null | grep -qE 'go1\.(2[6-9]|[3-9][0-9])'; }
 fi
 if ! new_enough "$go"; then
   echo "envtest: no Go >= 1.26 (and none could be fetched); the Kubernetes tests will skip" >&2
