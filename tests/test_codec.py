@@ -47,6 +47,7 @@ SAMPLES: list[object] = [
                  .priority_class("high", 100, grace_ms=1000).obj()),
     ev.CheckpointSaved(workload="w1", saved_ms=T - 5, step=1200),
     ev.ClockTicked(reason="minimum runtime of w0 ends"),
+    ev.WorkloadWithdrawn(workload="w1", reason="Job ns/w1 deleted"),
     ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=3, sm_active=312, gpu_util=64, fb_used_mib=512, workload="w1")],
                     observed_ms=T - 1),
     ev.WorkloadProgress(workload="w1", step=7, tokens=10_000_000_000, observed_ms=T - 1),
@@ -58,7 +59,6 @@ SAMPLES: list[object] = [
                                            list_cost_micros=0, billed_cost_micros=-5, priority_class="high")],
                      list_cost_micros=0, credits_micros=5, idle_cost_micros=0, billed_cost_micros=-5, log_id="l",
                      cut_offset=3),
-    ev.WorkloadWithdrawn(workload="w1", reason="Job ns/w1 deleted"),
 ]
 ENVELOPES = [ev.Envelope(id=f"id-{i}", source="gangway/test", time_ms=T + i, data=d, offset=100 + i)
              for i, d in enumerate(SAMPLES)]
