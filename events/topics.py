@@ -8,3 +8,5 @@ INVOICES = "gangway.invoices"
 ALL = (SUBMISSIONS, LOG, TELEMETRY, REJECTIONS, INVOICES)
 #: The one cluster this deployment schedules: the log's key and its only partition.
 DEFAULT_CLUSTER = "default"
+#: Records found on the log that no gangway service wrote, copied aside with why (never folded).
+QUARANTINE = "gangway.quarantine"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from gangway.adapters import kafka
+from gangway.adapters import archive, kafka
 from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap, die_with_parent
 from gangway.events import topics
 from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
@@ -25,6 +25,10 @@ from gangway.services.runtime.clock import ClusterClock
 
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 RESTARTS_MAX = 5
+#: The archiver of the embedded broker's topics (a child like the services; see adapters/archive.py).
+ARCHIVER = "archiver"
+#: Consumer groups whose committed offsets the archive keeps (the submission service's inputs).
+ARCHIVED_GROUPS = ("gangway-submission",)
 log = logging.getLogger(__name__)
 
 
@@ -139,6 +143,17 @@ async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: flo
     return sent
 
 
+def restore_archive(bootstrap: str, sdir: Path) -> archive.Restored:
+    """Before any service starts: the archived topics back into the fresh embedded broker."""
+    root = archive.archive_dir(sdir)
+    asyncio.run(archive.ensure_topic(bootstrap, topics.QUARANTINE))
+    restored = asyncio.run(archive.restore(bootstrap, root))
+    if restored.total:
+        log.warning("restored %d archived records (%s) in %.1f s", restored.total,
+                    ", ".join(f"{t} {n}" for t, n in restored.records.items() if n), restored.seconds)
+    return restored
+
+
 @dataclass
 class Stack:
     """The embedded broker (unless GANGWAY_KAFKA) and the six services as child processes."""
@@ -151,6 +166,8 @@ class Stack:
     clock: ClusterClock = field(default_factory=ClusterClock.starting_now)
     children: dict[str, subprocess.Popen] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
+    #: What was restored from the archive into the fresh embedded broker at start.
+    restored: archive.Restored | None = None
 
     def start(self) -> str:
         sdir = state_dir()
@@ -161,6 +178,11 @@ class Stack:
             self.broker = EmbeddedBroker(log_path=str(sdir / "logs" / "broker.log")).start()
             self.bootstrap = self.broker.bootstrap
         asyncio.run(kafka.ensure_topics(self.bootstrap))
+        if self.broker is not None:
+            self.restored = restore_archive(self.bootstrap, sdir)
+            if self.restored.cluster_ms > self.clock.now_ms():  # a sped-up cluster goes on from where it was
+                self.clock = ClusterClock(time.time(), self.restored.cluster_ms, self.time_scale)
+            self._spawn(ARCHIVER)
         (sdir / "bootstrap").write_text(self.bootstrap + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)
@@ -183,6 +205,9 @@ class Stack:
         env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, GANGWAY_CLOCK=self.clock.to_env(),
                    GANGWAY_STATE_DIR=str(sdir), PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "gangway", "service", name]
+        if name == ARCHIVER:
+            cmd = [sys.executable, "-m", "gangway.adapters.archive", self.bootstrap, str(archive.archive_dir(sdir)),
+                   *(arg for group in ARCHIVED_GROUPS for arg in ("--group", group))]
         if name == "binder" and self.cluster_file:
             cmd += ["--cluster", self.cluster_file]
         if name == "binder" and self.default_runtime_ms:
@@ -205,22 +230,28 @@ class Stack:
             self._spawn(name)
 
     def stop(self) -> None:
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.children.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        # The services first, then the archiver, which archives what they wrote last and exits.
+        for group in ([p for n, p in self.children.items() if n != ARCHIVER], [self.children.get(ARCHIVER)]):
+            self._terminate([p for p in group if p is not None])
         self.children.clear()
         if self.broker is not None:
             self.broker.stop()
         path = state_dir() / "bootstrap"
         if path.exists() and self.broker is not None:
             path.unlink()
+
+    @staticmethod
+    def _terminate(procs: list[subprocess.Popen]) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def __enter__(self) -> "Stack":
         self.start()
