@@ -168,7 +168,10 @@ def segments(root: Path, topic: str) -> list[Path]:
 def read_topic(root: Path, topic: str, repair: bool = True) -> Iterator[Record]:
     """Every archived record of a topic, in offset order; a torn tail of the last segment is cut
     off (with ``repair``) or ignored, damage elsewhere raises ``ArchiveError``."""
-    paths = segments(root, topic)
+    return read_topic_segments(root, topic, segments(root, topic), repair)
+
+
+def read_topic_segments(root: Path, topic: str, paths: list[Path], repair: bool = True) -> Iterator[Record]:
     expected = None
     for i, path in enumerate(paths):
         data = path.read_bytes()
@@ -188,6 +191,15 @@ def read_topic(root: Path, topic: str, repair: bool = True) -> Iterator[Record]:
                 raise ArchiveError(f"{path}: offset {rec.offset} follows {expected - 1} (a gap or a repeat)")
             expected = rec.offset + 1
             yield rec
+
+
+def repair_tail(root: Path, topic: str) -> None:
+    """Cut a torn tail off the topic's last segment (with a warning), so appending goes on after it."""
+    paths = segments(root, topic)
+    if paths:
+        last = paths[-1]
+        for _ in read_topic_segments(root, topic, [last]):
+            pass
 
 
 def next_offsets(root: Path) -> dict[str, int]:
@@ -378,7 +390,7 @@ class Archiver:
         self.root.mkdir(parents=True, exist_ok=True)
         starts = next_offsets(self.root)
         for topic in ARCHIVED_TOPICS:
-            list(read_topic(self.root, topic)) if segments(self.root, topic) else None  # repair torn tails
+            repair_tail(self.root, topic)
             self.writers[topic] = TopicWriter(self.root, topic, starts[topic])
             self.writers[topic].open()
         consumer = kafka.log_consumer(self.bootstrap)

@@ -28,6 +28,7 @@ SUBMISSIONS_PER_CYCLE_MAX = 5_000
 class SubmissionService(LogService):
     name = "submission"
     waits_for_own_writes = False
+    copies_quarantine = True
 
     def __init__(self, *args, max_bytes: int = 1_048_576, **kwargs):
         super().__init__(*args, **kwargs)
