@@ -9,9 +9,7 @@ Layout, under ``<state dir>/archive/``::
 A segment starts with ``MAGIC`` and holds records one after the other, each::
 
     u32 body length | u32 CRC-32 of the body | body
-    body = u64 offset | i64 timestamp ms | i32 key length (-1: none) | key
-         | i32 value length (-1: none) | value | u16 header count | (u16 name length | name
-         | i32 value length (-1: none) | value) per header
+    body = MessagePack array [offset, timestamp ms, key, value, [[header name, value], ...]]
 
 A torn tail (a record cut short, or whose CRC does not match, at the end of the last segment: the
 archiver died in the middle of a write) is cut off with a warning when the archive is opened;
@@ -44,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
@@ -54,9 +53,6 @@ from gangway.events import codec, topics
 log = logging.getLogger(__name__)
 MAGIC = b"GWARC01\n"
 _PREFIX = struct.Struct(">II")
-_FIXED = struct.Struct(">Qqi")
-_I32 = struct.Struct(">i")
-_U16 = struct.Struct(">H")
 #: A new segment is started past this size.
 SEGMENT_BYTES = 64 * 1024 * 1024
 #: Larger than any record gangway fetches: a length beyond it is damage, not a record.
@@ -76,8 +72,7 @@ class ArchiveError(RuntimeError):
     """The archive is damaged (not just a torn tail), or a restore did not reproduce it."""
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(msgspec.Struct, frozen=True, array_like=True):
     offset: int
     timestamp: int
     key: bytes | None
@@ -85,50 +80,27 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+_BODY_ENCODER = msgspec.msgpack.Encoder()
+_BODY_DECODER = msgspec.msgpack.Decoder(Record)
+
+
 def encode(rec: Record) -> bytes:
-    parts = [_FIXED.pack(rec.offset, rec.timestamp, -1 if rec.key is None else len(rec.key))]
-    if rec.key is not None:
-        parts.append(rec.key)
-    parts.append(_I32.pack(-1 if rec.value is None else len(rec.value)))
-    if rec.value is not None:
-        parts.append(rec.value)
-    parts.append(_U16.pack(len(rec.headers)))
-    for name, value in rec.headers:
-        raw = name.encode()
-        parts += [_U16.pack(len(raw)), raw, _I32.pack(-1 if value is None else len(value))]
-        if value is not None:
-            parts.append(value)
-    body = b"".join(parts)
+    body = _BODY_ENCODER.encode(rec)
     return _PREFIX.pack(len(body), zlib.crc32(body)) + body
 
 
-def _decode_body(body: bytes) -> Record:
-    offset, timestamp, key_len = _FIXED.unpack_from(body, 0)
-    at = _FIXED.size
-    key = None
-    if key_len >= 0:
-        key, at = body[at:at + key_len], at + key_len
-    (value_len,) = _I32.unpack_from(body, at)
-    at += 4
-    value = None
-    if value_len >= 0:
-        value, at = body[at:at + value_len], at + value_len
-    (count,) = _U16.unpack_from(body, at)
-    at += 2
-    headers = []
-    for _ in range(count):
-        (name_len,) = _U16.unpack_from(body, at)
-        name = body[at + 2:at + 2 + name_len].decode()
-        at += 2 + name_len
-        (hlen,) = _I32.unpack_from(body, at)
-        at += 4
-        hvalue = None
-        if hlen >= 0:
-            hvalue, at = body[at:at + hlen], at + hlen
-        headers.append((name, hvalue))
-    if at != len(body):
-        raise ValueError("trailing bytes in record body")
-    return Record(offset, timestamp, key, value, tuple(headers))
+def _frames(data: bytes) -> tuple[list[tuple[int, int]], int]:
+    """(start, length) of each sound record body, and where the sound part ends."""
+    frames, at, end = [], len(MAGIC), len(data)
+    view = memoryview(data)
+    while end - at >= _PREFIX.size:
+        length, crc = _PREFIX.unpack_from(data, at)
+        start = at + _PREFIX.size
+        if length > RECORD_BODY_MAX or start + length > end or zlib.crc32(view[start:start + length]) != crc:
+            break
+        frames.append((start, length))
+        at = start + length
+    return frames, at
 
 
 def read_segment(data: bytes, where: str = "") -> tuple[list[Record], int]:
@@ -137,23 +109,26 @@ def read_segment(data: bytes, where: str = "") -> tuple[list[Record], int]:
         if len(data) < len(MAGIC) and MAGIC.startswith(data):
             return [], 0  # torn while writing the header itself
         raise ArchiveError(f"{where}: not an archive segment (bad magic)")
-    records, at, end = [], len(MAGIC), len(data)
-    while at < end:
-        if end - at < _PREFIX.size:
-            break
-        length, crc = _PREFIX.unpack_from(data, at)
-        start = at + _PREFIX.size
-        if length > RECORD_BODY_MAX or start + length > end:
-            break
-        body = data[start:start + length]
-        if zlib.crc32(body) != crc:
-            break
+    frames, sound = _frames(data)
+    view = memoryview(data)
+    records = []
+    for start, length in frames:
         try:
-            records.append(_decode_body(body))
-        except (struct.error, ValueError, UnicodeDecodeError):
-            break
-        at = start + length
-    return records, at
+            records.append(_BODY_DECODER.decode(view[start:start + length]))
+        except msgspec.DecodeError:  # a sound CRC over a bad body: written by something else
+            raise ArchiveError(f"{where}: record at byte {start} does not decode") from None
+    return records, sound
+
+
+def _last_record(path: Path) -> Record | None:
+    data = path.read_bytes()
+    if not data.startswith(MAGIC):
+        return None
+    frames, _ = _frames(data)
+    if not frames:
+        return None
+    start, length = frames[-1]
+    return _BODY_DECODER.decode(memoryview(data)[start:start + length])
 
 
 def _topic_dir(root: Path, topic: str) -> Path:
@@ -206,16 +181,12 @@ def next_offsets(root: Path) -> dict[str, int]:
     """Per topic, the offset after the last archived record (0: nothing archived)."""
     found = {}
     for topic in ARCHIVED_TOPICS:
-        last = -1
-        paths = segments(root, topic)
-        if paths:
-            records, _ = read_segment(paths[-1].read_bytes(), str(paths[-1]))
-            if records:
-                last = records[-1].offset
-            elif len(paths) > 1:
-                records, _ = read_segment(paths[-2].read_bytes(), str(paths[-2]))
-                last = records[-1].offset if records else -1
-        found[topic] = last + 1
+        last = None
+        for path in reversed(segments(root, topic)[-2:]):
+            last = _last_record(path)
+            if last is not None:
+                break
+        found[topic] = last.offset + 1 if last is not None else 0
     return found
 
 
@@ -483,7 +454,7 @@ class Restored:
         return sum(self.records.values())
 
 
-async def restore(bootstrap: str, root: Path, chunk: int = 20_000) -> Restored:
+async def restore(bootstrap: str, root: Path) -> Restored:
     """Produce every archived record back, in order, into a broker whose topics are empty, and
     check each lands at its archived offset. Topics that already hold exactly the archive (an
     outside Kafka that kept its data) are left alone."""
@@ -494,8 +465,9 @@ async def restore(bootstrap: str, root: Path, chunk: int = 20_000) -> Restored:
     await prod.start()
     try:
         ends = await _high_waters(bootstrap)
+        archived_ends = next_offsets(root)
         for topic in ARCHIVED_TOPICS:
-            expected_end = next_offsets(root)[topic] if segments(root, topic) else 0
+            expected_end = archived_ends[topic]
             if expected_end == 0:
                 counts[topic] = 0
                 continue
@@ -506,7 +478,7 @@ async def restore(bootstrap: str, root: Path, chunk: int = 20_000) -> Restored:
             if present:
                 raise ArchiveError(f"{topic}: the broker holds {present} records, the archive {expected_end}; "
                                    "restore needs the topic empty")
-            counts[topic] = await _produce_back(prod, topic, read_topic(root, topic), chunk, times)
+            counts[topic] = await _produce_back(prod, topic, read_topic(root, topic), times)
     finally:
         await prod.stop()
     groups = load_group_offsets(root)
@@ -522,33 +494,41 @@ def _event_time(newest: bytes) -> int:
         return 0
 
 
-async def _produce_back(prod, topic: str, records, chunk: int, times: list[int]) -> int:
+async def _produce_back(prod, topic: str, records, times: list[int]) -> int:
+    """Produce records back in whole batches (one future per batch, not per record) and check each
+    batch's base offset; batches go one at a time per partition, so order is kept."""
     n = 0
     newest = b""  # gangway writes times as fixed-width RFC 3339 UTC: bytes order is time order
     is_log = topic == topics.LOG
-    pending: list[tuple[int, asyncio.Future]] = []
+    pending: list[tuple[int, int, asyncio.Future]] = []
 
-    async def settle() -> None:
-        for offset, fut in pending:
+    async def settle(keep: int) -> None:
+        while len(pending) > keep:
+            first, count, fut = pending.pop(0)
             meta = await fut
-            if meta.offset != offset:
-                raise ArchiveError(f"{topic}: archived offset {offset} restored at {meta.offset}")
-        pending.clear()
+            if meta.offset != first:
+                raise ArchiveError(f"{topic}: archived offsets {first}..{first + count - 1} restored from {meta.offset}")
 
+    batch, first, count = prod.create_batch(), 0, 0
     for rec in records:
         if rec.offset != n:
-            raise ArchiveError(f"{topic}: the archive starts at offset {rec.offset}, not 0")
-        fut = await prod.send(topic, value=rec.value, key=rec.key, partition=0, timestamp_ms=rec.timestamp,
-                              headers=[(k, v if v is not None else b"") for k, v in rec.headers])
-        pending.append((rec.offset, fut))
+            raise ArchiveError(f"{topic}: archived offset {rec.offset} where {n} was expected")
+        headers = [(k, v if v is not None else b"") for k, v in rec.headers]
+        if batch.append(timestamp=rec.timestamp, key=rec.key, value=rec.value, headers=headers) is None:
+            pending.append((first, count, await prod.send_batch(batch, topic, partition=0)))
+            await settle(keep=8)
+            batch, first, count = prod.create_batch(), n, 0
+            if batch.append(timestamp=rec.timestamp, key=rec.key, value=rec.value, headers=headers) is None:
+                raise ArchiveError(f"{topic}: record at offset {n} is larger than a batch")
+        count += 1
         n += 1
         if is_log:
             for name, value in rec.headers:
                 if name == "ce_time" and value is not None and len(value) == 24 and value > newest:
                     newest = value
-        if len(pending) >= chunk:
-            await settle()
-    await settle()
+    if count:
+        pending.append((first, count, await prod.send_batch(batch, topic, partition=0)))
+    await settle(keep=0)
     if is_log:
         times.append(_event_time(newest))
     return n

@@ -11,6 +11,7 @@ from pathlib import Path
 from gangway.benchmarks import results
 
 TOPOLOGY_BENCHES = ("fgd", "placement")
+DURABILITY_BENCHES = ("restore", "loss", "faults", "fuzz")
 
 
 def cmd_bench(args) -> int:
@@ -24,6 +25,8 @@ def cmd_bench(args) -> int:
         results.write_json(result, out)
         core.plot(result, str(Path(out).with_suffix(".png")))
         return 0
+    if args.what in DURABILITY_BENCHES:
+        return cmd_bench_durability(args)
     if args.what == "kueue":
         from gangway.benchmarks import kueue_scenarios
         return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
@@ -36,6 +39,28 @@ def cmd_bench(args) -> int:
     if args.out:
         results.write_json(result, args.out)
     return 0
+
+
+def cmd_bench_durability(args) -> int:
+    if args.what == "restore":
+        from gangway.benchmarks import durability
+        result = durability.bench_restore(events=args.events or 1_000_000)
+        print(durability.report_restore(result))
+    elif args.what == "loss":
+        from gangway.benchmarks import durability
+        result = durability.bench_loss(rate=args.rate if args.rate != 100.0 else 2000.0, runs=args.runs)
+        print(durability.report_loss(result))
+    elif args.what == "faults":
+        from gangway.benchmarks import faults
+        result = faults.main(shrink=args.shrink or 0.05, data_dir=args.data)
+        print(faults.report(result))
+    else:
+        from gangway.benchmarks import fuzz
+        result = fuzz.bench_fuzz(examples=args.examples)
+        print(fuzz.report(result))
+    if args.out:
+        results.write_json(result, args.out)
+    return 0 if result.get("ok", True) else 1
 
 
 def cmd_simulate(args) -> int:
@@ -79,17 +104,19 @@ def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub) -> None:
     """Add `bench` and `simulate` to the `gangway` command's subparsers."""
-    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, fgd, placement)")
-    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", *TOPOLOGY_BENCHES))
+    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, fgd, placement, restore, loss, faults, fuzz)")
+    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", *TOPOLOGY_BENCHES, *DURABILITY_BENCHES))
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
-    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
+    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase; loss: appends/s (default 2000)")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues)")
-    s.add_argument("--events", type=int, help="replay: events in the generated log (exported, read back, verified)")
+    s.add_argument("--events", type=int, help="replay, restore: events in the generated log")
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
     s.add_argument("--quick", action="store_true", help="core: a small grid only")
     s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
-    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
+    s.add_argument("--shrink", type=float, help="kueue, faults: keep this fraction of queues and workloads (faults: 0.05)")
     s.add_argument("--data", help="kueue: the reference data folder (default: $GANGWAY_DATA, else ../shared/data beside the project)")
+    s.add_argument("--runs", type=int, default=5, help="loss: kill -9 runs")
+    s.add_argument("--examples", type=int, default=100_000, help="fuzz: generated inputs per decoder")
     s.add_argument("--out", help="also write the figures as JSON to this file")
     add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)
