@@ -179,6 +179,7 @@ class Stack:
             self.bootstrap = self.broker.bootstrap
         asyncio.run(kafka.ensure_topics(self.bootstrap))
         if self.broker is not None:
+            (sdir / f"{ARCHIVER}.ready").unlink(missing_ok=True)
             self.restored = restore_archive(self.bootstrap, sdir)
             if self.restored.cluster_ms > self.clock.now_ms():  # a sped-up cluster goes on from where it was
                 self.clock = ClusterClock(time.time(), self.restored.cluster_ms, self.time_scale)
@@ -207,6 +208,7 @@ class Stack:
         cmd = [sys.executable, "-m", "gangway", "service", name]
         if name == ARCHIVER:
             cmd = [sys.executable, "-m", "gangway.adapters.archive", self.bootstrap, str(archive.archive_dir(sdir)),
+                   "--ready", str(sdir / f"{ARCHIVER}.ready"),
                    *(arg for group in ARCHIVED_GROUPS for arg in ("--group", group))]
         if name == "binder" and self.cluster_file:
             cmd += ["--cluster", self.cluster_file]

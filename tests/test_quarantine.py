@@ -94,7 +94,7 @@ async def test_garbage_and_forgeries_are_quarantined_once_and_change_no_state(tm
         assert not service.state.workloads and service.state.decisions == 0
         assert "QUARANTINED gangway.log offset 1 (malformed_json)" in caplog.text
         assert await quarantine.copied_offsets(broker.bootstrap) == {1, 2, 3}
-        assert (await archive._high_waters(broker.bootstrap))[topics.QUARANTINE] == 3, "copied twice"
+        assert (await archive.high_waters(broker.bootstrap))[topics.QUARANTINE] == 3, "copied twice"
         envs = []
         async for env in kafka.read_log(broker.bootstrap):
             envs.append(env.offset)

@@ -406,6 +406,8 @@ class Archiver:
                 if self.groups and not stop.is_set():
                     pending_groups = await self._save_groups(consumer, tps, order, pending_groups, now)
         finally:
+            if ready is not None:
+                ready.unlink(missing_ok=True)
             await consumer.stop()
             for group_consumer in self.group_consumers.values():
                 await group_consumer.stop()
@@ -464,7 +466,7 @@ async def restore(bootstrap: str, root: Path) -> Restored:
     prod = kafka.producer(bootstrap)
     await prod.start()
     try:
-        ends = await _high_waters(bootstrap)
+        ends = await high_waters(bootstrap)
         archived_ends = next_offsets(root)
         for topic in ARCHIVED_TOPICS:
             expected_end = archived_ends[topic]
@@ -534,7 +536,7 @@ async def _produce_back(prod, topic: str, records, times: list[int]) -> int:
     return n
 
 
-async def _high_waters(bootstrap: str) -> dict[str, int]:
+async def high_waters(bootstrap: str) -> dict[str, int]:
     """Records each topic holds now (fetch high-water; ListOffsets is unreliable on Tansu)."""
     consumer = kafka.log_consumer(bootstrap)
     await consumer.start()

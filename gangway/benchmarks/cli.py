@@ -52,7 +52,7 @@ def cmd_bench_durability(args) -> int:
         print(durability.report_loss(result))
     elif args.what == "faults":
         from gangway.benchmarks import faults
-        result = faults.main(shrink=args.shrink or 0.05, data_dir=args.data)
+        result = faults.main(shrink=args.shrink or 0.1, data_dir=args.data, span_s=args.span)
         print(faults.report(result))
     else:
         from gangway.benchmarks import fuzz
@@ -113,8 +113,9 @@ def add_parsers(sub) -> None:
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
     s.add_argument("--quick", action="store_true", help="core: a small grid only")
     s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
-    s.add_argument("--shrink", type=float, help="kueue, faults: keep this fraction of queues and workloads (faults: 0.05)")
+    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads; faults: of workloads only (default 0.1)")
     s.add_argument("--data", help="kueue: the reference data folder (default: $GANGWAY_DATA, else ../shared/data beside the project)")
+    s.add_argument("--span", type=float, help="faults: compress the workloads' creation into this many seconds")
     s.add_argument("--runs", type=int, default=5, help="loss: kill -9 runs")
     s.add_argument("--examples", type=int, default=100_000, help="fuzz: generated inputs per decoder")
     s.add_argument("--out", help="also write the figures as JSON to this file")

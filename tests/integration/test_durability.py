@@ -149,3 +149,21 @@ def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
         runtime_s = 3000 if "/long-" in name else 600
         assert gpu_milli_ms == 1000 * runtime_s * 1000, name
     assert codec.SPECVERSION == again[0]["specversion"]
+
+
+def test_faults_on_a_small_kueue_baseline_lose_nothing_and_duplicate_nothing(capsys):
+    """`gangway bench faults`, small: every service and the archiver killed with kill -9 at once
+    during the load, then the broker restarted (the whole stack, kill -9); the long run, which
+    kills each service in turn, is in README "Durability"."""
+    from gangway.benchmarks import faults
+    result = faults.bench_faults(shrink=0.004, span_s=6, faults=(faults.ALL_AT_ONCE, "broker"))
+    print(faults.report(result))
+    assert [f["fault"] for f in result["faults"]] == [
+        "kill -9 every service and the archiver at once", "restart the embedded broker (whole stack, kill -9)"]
+    assert result["sent"] == result["workloads"] == 60
+    assert result["jobs_lost"] == 0, result["lost_examples"]
+    assert result["decisions_duplicated"] == 0, result["duplicated_by_kind"]
+    assert result["replay_mismatches"] == 0
+    assert result["rejections"] == 0 and result["ledger_logs"] == 1
+    assert result["faults"][-1]["restored_records"] > 0
+    assert result["ok"]
