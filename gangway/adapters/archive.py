@@ -564,7 +564,10 @@ async def high_waters(bootstrap: str) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m gangway.adapters.archive BOOTSTRAP DIR [--group G]...``: the stack's archiver.
 
-    SIGTERM makes it archive what the broker holds at that moment, then exit."""
+    SIGTERM makes it archive what the broker holds at that moment, then exit. SIGINT is ignored: a
+    Ctrl-C in the terminal of `gangway up` reaches the whole process group, and the archiver must
+    outlive the services to archive their last records (the stack sends SIGTERM once they are
+    gone)."""
     import argparse
     import signal
 
@@ -579,8 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, lambda: None)
         archiver = Archiver(args.bootstrap, Path(args.dir), groups=args.group)
         await archiver.run(stop, Path(args.ready) if args.ready else None)
         log.info("archived %d records this run", archiver.archived)

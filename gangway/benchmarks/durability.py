@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import statistics
@@ -208,6 +209,7 @@ def _one_loss_run(rate: float, run_s: float, tmp: Path, i: int) -> dict:
 
 
 def bench_loss(rate: float = 2000.0, runs: int = 5, run_s: float = 4.0) -> dict:
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the broker is killed on purpose
     with tempfile.TemporaryDirectory() as tmp:
         results = [_one_loss_run(rate, run_s, Path(tmp), i) for i in range(runs)]
     lost_ms = [r["lost_ms"] for r in results]

@@ -111,6 +111,8 @@ def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
         os.killpg(first.pid, signal.SIGKILL)
         raise
     kill_everything(first, state)
+    groups = json.loads((state / "archive" / "groups.json").read_text())
+    assert groups["gangway-submission"]["gangway.submissions"] == 32, "the submission service's input offset"
     assert len(finished(before)) < 32, "everything finished before the kill: the test proves nothing"
 
     second = up(env)
