@@ -11,7 +11,7 @@ from gangway.adapters.archive import MAGIC, ArchiveError, Record, TopicWriter, r
 
 TOPIC = "gangway.log"
 blobs = st.one_of(st.none(), st.binary(max_size=64))
-headers = st.lists(st.tuples(st.text(max_size=12), blobs), max_size=4).map(tuple)
+headers = st.lists(st.tuples(st.text(max_size=12), blobs), max_size=4)
 
 
 @st.composite
@@ -29,7 +29,7 @@ def test_records_come_back_byte_for_byte(records):
 
 def write(tmp_path, n: int, start: int = 0) -> TopicWriter:
     w = TopicWriter(tmp_path, TOPIC, start)
-    w.append(Record(i, 1000 + i, b"k", f"value {i}".encode(), (("ce_id", f"id/{i}".encode()),))
+    w.append(Record(i, 1000 + i, b"k", f"value {i}".encode(), [("ce_id", f"id/{i}".encode())])
              for i in range(start, start + n))
     w.close()
     return w

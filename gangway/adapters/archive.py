@@ -32,6 +32,7 @@ ledger goes on from its tracking row. Consumer group offsets are committed back 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -77,7 +78,8 @@ class Record(msgspec.Struct, frozen=True, array_like=True):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
+    #: A list (what the producer's batch builder takes as it is).
+    headers: list[tuple[str, bytes | None]] = msgspec.field(default_factory=list)
 
 
 _BODY_ENCODER = msgspec.msgpack.Encoder()
@@ -105,19 +107,27 @@ def _frames(data: bytes) -> tuple[list[tuple[int, int]], int]:
 
 def read_segment(data: bytes, where: str = "") -> tuple[list[Record], int]:
     """The records of one segment's bytes and the length of its sound part (< len(data): torn)."""
+    frames, sound = _segment_frames(data, where)
+    return list(_decode_frames(data, frames, where)), sound
+
+
+def _segment_frames(data: bytes, where: str) -> tuple[list[tuple[int, int]], int]:
     if not data.startswith(MAGIC):
         if len(data) < len(MAGIC) and MAGIC.startswith(data):
             return [], 0  # torn while writing the header itself
         raise ArchiveError(f"{where}: not an archive segment (bad magic)")
-    frames, sound = _frames(data)
+    return _frames(data)
+
+
+def _decode_frames(data: bytes, frames: list[tuple[int, int]], where: str) -> Iterator[Record]:
+    """Records one at a time (a whole segment of them at once keeps the cyclic GC busy)."""
     view = memoryview(data)
-    records = []
+    decode = _BODY_DECODER.decode
     for start, length in frames:
         try:
-            records.append(_BODY_DECODER.decode(view[start:start + length]))
+            yield decode(view[start:start + length])
         except msgspec.DecodeError:  # a sound CRC over a bad body: written by something else
             raise ArchiveError(f"{where}: record at byte {start} does not decode") from None
-    return records, sound
 
 
 def _last_record(path: Path) -> Record | None:
@@ -150,18 +160,18 @@ def read_topic_segments(root: Path, topic: str, paths: list[Path], repair: bool 
     expected = None
     for i, path in enumerate(paths):
         data = path.read_bytes()
-        records, sound = read_segment(data, str(path))
+        frames, sound = _segment_frames(data, str(path))
         if sound < len(data):
             if i != len(paths) - 1:
                 raise ArchiveError(f"{path}: damaged at byte {sound} of {len(data)} (not the last segment)")
-            log.warning("archive %s: torn tail of %d bytes cut off after %d records (offset %s)", path,
-                        len(data) - sound, len(records), records[-1].offset if records else "none")
+            log.warning("archive %s: torn tail of %d bytes cut off after %d records", path, len(data) - sound,
+                        len(frames))
             if repair:
                 with open(path, "r+b") as f:
                     f.truncate(max(sound, len(MAGIC)) if sound else 0)
                     f.flush()
                     os.fsync(f.fileno())
-        for rec in records:
+        for rec in _decode_frames(data, frames, str(path)):
             if expected is not None and rec.offset != expected:
                 raise ArchiveError(f"{path}: offset {rec.offset} follows {expected - 1} (a gap or a repeat)")
             expected = rec.offset + 1
@@ -271,7 +281,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _as_record(rec) -> Record:
-    return Record(rec.offset, rec.timestamp, rec.key, rec.value, tuple(rec.headers or ()))
+    """A fetched record as archived (a null header value, which no gangway writer sends and no
+    producer can send back, is kept as empty)."""
+    headers = rec.headers or ()
+    if any(v is None for _, v in headers):
+        return Record(rec.offset, rec.timestamp, rec.key, rec.value, [(k, v or b"") for k, v in headers])
+    return Record(rec.offset, rec.timestamp, rec.key, rec.value, list(headers))
 
 
 # --- consumer group offsets --------------------------------------------------------------------
@@ -465,6 +480,8 @@ async def restore(bootstrap: str, root: Path) -> Restored:
     times: list[int] = []
     prod = kafka.producer(bootstrap)
     await prod.start()
+    collecting = gc.isenabled()
+    gc.disable()  # a bulk load of short-lived objects: the cyclic GC would only rescan them
     try:
         ends = await high_waters(bootstrap)
         archived_ends = next_offsets(root)
@@ -480,8 +497,11 @@ async def restore(bootstrap: str, root: Path) -> Restored:
             if present:
                 raise ArchiveError(f"{topic}: the broker holds {present} records, the archive {expected_end}; "
                                    "restore needs the topic empty")
-            counts[topic] = await _produce_back(prod, topic, read_topic(root, topic), times)
+            counts[topic] = await _produce_back(prod, topic, read_topic(root, topic), times,
+                                                scan_times_from=expected_end - TIME_SCAN_RECORDS)
     finally:
+        if collecting:
+            gc.enable()
         await prod.stop()
     groups = load_group_offsets(root)
     if groups:
@@ -496,7 +516,12 @@ def _event_time(newest: bytes) -> int:
         return 0
 
 
-async def _produce_back(prod, topic: str, records, times: list[int]) -> int:
+#: The newest event time is looked for among the log's last records only (event times on the log
+#: only lag its order by a few seconds of cluster time: reports of ends carry when they happened).
+TIME_SCAN_RECORDS = 10_000
+
+
+async def _produce_back(prod, topic: str, records, times: list[int], scan_times_from: int = 0) -> int:
     """Produce records back in whole batches (one future per batch, not per record) and check each
     batch's base offset; batches go one at a time per partition, so order is kept."""
     n = 0
@@ -515,7 +540,7 @@ async def _produce_back(prod, topic: str, records, times: list[int]) -> int:
     for rec in records:
         if rec.offset != n:
             raise ArchiveError(f"{topic}: archived offset {rec.offset} where {n} was expected")
-        headers = [(k, v if v is not None else b"") for k, v in rec.headers]
+        headers = rec.headers
         if batch.append(timestamp=rec.timestamp, key=rec.key, value=rec.value, headers=headers) is None:
             pending.append((first, count, await prod.send_batch(batch, topic, partition=0)))
             await settle(keep=8)
@@ -524,7 +549,7 @@ async def _produce_back(prod, topic: str, records, times: list[int]) -> int:
                 raise ArchiveError(f"{topic}: record at offset {n} is larger than a batch")
         count += 1
         n += 1
-        if is_log:
+        if is_log and rec.offset >= scan_times_from:
             for name, value in rec.headers:
                 if name == "ce_time" and value is not None and len(value) == 24 and value > newest:
                     newest = value
