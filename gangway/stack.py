@@ -28,7 +28,7 @@ RESTARTS_MAX = 5
 #: The archiver of the embedded broker's topics (a child like the services; see adapters/archive.py).
 ARCHIVER = "archiver"
 #: Consumer groups whose committed offsets the archive keeps (the submission service's inputs).
-ARCHIVED_GROUPS = ("gangway-submission",)
+ARCHIVED_GROUPS = ("gangway-submission",)  # SubmissionService.group_id()
 log = logging.getLogger(__name__)
 
 
@@ -145,9 +145,11 @@ async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: flo
 
 def restore_archive(bootstrap: str, sdir: Path) -> archive.Restored:
     """Before any service starts: the archived topics back into the fresh embedded broker."""
+    from gangway.services.submission.service import RestoredInputs
     root = archive.archive_dir(sdir)
     asyncio.run(archive.ensure_topic(bootstrap, topics.QUARANTINE))
-    restored = asyncio.run(archive.restore(bootstrap, root))
+    inputs = RestoredInputs()
+    restored = asyncio.run(archive.restore(bootstrap, root, inputs.observe, inputs.safe_offsets))
     if restored.total:
         log.warning("restored %d archived records (%s) in %.1f s", restored.total,
                     ", ".join(f"{t} {n}" for t, n in restored.records.items() if n), restored.seconds)

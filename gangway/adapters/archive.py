@@ -471,10 +471,12 @@ class Restored:
         return sum(self.records.values())
 
 
-async def restore(bootstrap: str, root: Path) -> Restored:
+async def restore(bootstrap: str, root: Path, observe=None, adjust_groups=None) -> Restored:
     """Produce every archived record back, in order, into a broker whose topics are empty, and
     check each lands at its archived offset. Topics that already hold exactly the archive (an
-    outside Kafka that kept its data) are left alone."""
+    outside Kafka that kept its data) are left alone. ``observe(topic, record)`` sees each record
+    produced back; ``adjust_groups(offsets)`` may move the archived group offsets before they are
+    committed."""
     started = time.perf_counter()
     counts: dict[str, int] = {}
     times: list[int] = []
@@ -497,13 +499,18 @@ async def restore(bootstrap: str, root: Path) -> Restored:
             if present:
                 raise ArchiveError(f"{topic}: the broker holds {present} records, the archive {expected_end}; "
                                    "restore needs the topic empty")
-            counts[topic] = await _produce_back(prod, topic, read_topic(root, topic), times,
+            records = read_topic(root, topic)
+            if observe is not None:
+                records = _observed(records, topic, observe)
+            counts[topic] = await _produce_back(prod, topic, records, times,
                                                 scan_times_from=expected_end - TIME_SCAN_RECORDS)
     finally:
         if collecting:
             gc.enable()
         await prod.stop()
     groups = load_group_offsets(root)
+    if adjust_groups is not None:
+        groups = adjust_groups(groups)
     if groups:
         await commit_group_offsets(bootstrap, groups)
     return Restored(counts, time.perf_counter() - started, max(times, default=0))
@@ -514,6 +521,12 @@ def _event_time(newest: bytes) -> int:
         return codec.parse_time(newest.decode()) if newest else 0
     except (codec.CodecError, UnicodeDecodeError):
         return 0
+
+
+def _observed(records, topic: str, observe):
+    for rec in records:
+        observe(topic, rec)
+        yield rec
 
 
 #: The newest event time is looked for among the log's last records only (event times on the log
