@@ -56,7 +56,7 @@ def cmd_bench_durability(args) -> int:
         print(faults.report(result))
     else:
         from gangway.benchmarks import fuzz
-        result = fuzz.bench_fuzz(examples=args.examples)
+        result = fuzz.bench_fuzz(examples=args.examples, only=args.decoder)
         print(fuzz.report(result))
     if args.out:
         results.write_json(result, args.out)
@@ -118,6 +118,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--span", type=float, help="faults: compress the workloads' creation into this many seconds")
     s.add_argument("--runs", type=int, default=5, help="loss: kill -9 runs")
     s.add_argument("--examples", type=int, default=100_000, help="fuzz: generated inputs per decoder")
+    s.add_argument("--decoder", choices=("submission", "telemetry", "log"), help="fuzz: this decoder only")
     s.add_argument("--out", help="also write the figures as JSON to this file")
     add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)

@@ -199,10 +199,16 @@ def run(examples: int, which: str, tally: Counter) -> None:
     opts(test)()
 
 
-def bench_fuzz(examples: int = 100_000, log_examples: int | None = None) -> dict:
+DECODERS = ("submission", "telemetry", "log")
+
+
+def bench_fuzz(examples: int = 100_000, log_examples: int | None = None, only: str | None = None) -> dict:
     """``examples`` inputs for each input decoder (submission, telemetry); the log reader gets
-    ``log_examples`` (default a fifth: it is the codec both of the others go through)."""
+    ``log_examples`` (default a fifth: it is the codec both of the others go through). ``only``:
+    one decoder (to run them in parallel processes)."""
     counts = {"submission": examples, "telemetry": examples, "log": log_examples or max(1, examples // 5)}
+    if only:
+        counts = {only: examples}
     result: dict = {"examples_per_decoder": counts, "decoders": {}}
     for which, n in counts.items():
         tally: Counter = Counter()
