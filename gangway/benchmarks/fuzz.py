@@ -196,7 +196,20 @@ def run(examples: int, which: str, tally: Counter) -> None:
         test = given(records(checkpoints, CHECKPOINT_TYPE))(lambda record: check_telemetry(state, record, tally))
     else:
         test = given(records(jobs, JOB_TYPE))(lambda record: check_log_record(record, tally))
-    opts(test)()
+    opts(_progress(test, which, tally))()
+
+
+def _progress(test, which: str, tally: Counter, every: int = 5_000):
+    """Print a line every ``every`` inputs (a long run shows how far it got)."""
+    inner = test.hypothesis.inner_test
+
+    def counted(record):
+        inner(record)
+        n = sum(tally.values())
+        if n % every == 0:
+            print(f"{which}: {n:,} inputs, no failure so far", flush=True)
+    test.hypothesis.inner_test = counted
+    return test
 
 
 DECODERS = ("submission", "telemetry", "log")
