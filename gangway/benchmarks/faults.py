@@ -50,7 +50,7 @@ SERVICE_FAULTS = ("admission", "placement", "preemption", "submission", "account
 #: Every service and the archiver killed together.
 ALL_AT_ONCE = "all"
 FAULTS = (*SERVICE_FAULTS, ALL_AT_ONCE, "broker")
-RECOVERY_TIMEOUT_S = 120.0
+RECOVERY_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -210,7 +210,7 @@ def bench_faults(shrink: float = 0.1, span_s: float | None = None, data_dir: str
             try:
                 asyncio.run(stack.publish_config(run.running.bootstrap, sc.contract, "kueue-perf/baseline",
                                                  run.running.clock.now_ms()))
-                run.running.wait_ready()
+                run.running.wait_ready(timeout_s=RECOVERY_TIMEOUT_S)
                 started = time.monotonic()
                 sent: dict[str, int] = {}
                 publisher = threading.Thread(target=lambda: sent.update(asyncio.run(stack.publish_jobs(
