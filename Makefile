@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-money envtest bench-binder bench-readme
+.PHONY: console-assets demo test install lint-imports bench-pipeline schemas clean bench bench-replay bench-core bench-kueue bench-kueue-large bench-philly bench-money envtest bench-binder bench-readme fuzz bench-durability
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,15 @@ bench-readme: $(STAMP)
 bench-philly: $(STAMP)
 	$(BIN)/gangway simulate --trace philly
 	$(BIN)/gangway simulate --trace philly --capacity 0.25
+
+# Durability (README "Durability"): the long fuzz run, restore of a 1M-event log, the loss window, faults.
+fuzz: $(STAMP)
+	$(BIN)/gangway bench fuzz --examples 100000 --out bench/results/fuzz.json
+
+bench-durability: $(STAMP)
+	$(BIN)/gangway bench restore --events 1000000 --out bench/results/restore-1m.json
+	$(BIN)/gangway bench loss --runs 5 --out bench/results/loss.json
+	$(BIN)/gangway bench faults --shrink 0.05 --out bench/results/faults.json
 
 # The layers contract (.importlinter), checked on the package laid out as installed.
 lint-imports: $(STAMP)

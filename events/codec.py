@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from gangway.events import catalogue as ev
 from gangway.events.catalogue import EVENT_TYPES, TYPES_BY_NAME, Envelope
 
 SPECVERSION = "1.0"
@@ -53,6 +54,8 @@ def format_time(time_ms: int) -> str:
 
 
 def parse_time(text: str) -> int:
+    if not isinstance(text, str):
+        raise CodecError("malformed_cloudevent", f"time is not RFC 3339 text: {text!r}")
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError as exc:
@@ -258,3 +261,40 @@ def _envelope(attrs: dict[str, Any], payload: bytes, offset: int) -> Envelope:
     time_ms = parse_time(attrs["time"]) if attrs.get("time") else 0
     data = decode_data(attrs["type"], payload)
     return Envelope(id=attrs["id"], source=attrs["source"], time_ms=time_ms, data=data, offset=offset)
+
+
+#: Who writes ``gangway.log``, and what each writer may write there. A record from anyone else, or
+#: of a type its writer does not write, is quarantined by every reader alike (never folded).
+LOG_WRITERS: dict[str, frozenset[type]] = {
+    "gangway/config": frozenset({ev.ConfigApplied}),
+    # submission relays telemetry (checkpoints, GPU samples, progress) from gangway.telemetry
+    "gangway/submission": frozenset({ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress}),
+    "gangway/admission": frozenset({ev.WorkloadAdmitted}),
+    "gangway/placement": frozenset({ev.PlacementDecided}),
+    "gangway/preemption": frozenset({ev.EvictionOrdered}),
+    # the binder reports the cluster: the simulated one's telemetry too, the Kubernetes one's withdrawals
+    "gangway/binder": frozenset({ev.NodeObserved, ev.NodeRemoved, ev.WorkloadBound, ev.WorkloadRunning,
+                                 ev.WorkloadFinished, ev.WorkloadEvicted, ev.ClockTicked, ev.WorkloadWithdrawn,
+                                 ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress}),
+    # the idle-GPU hunt: decided by accounting's shell (the in-memory pipeline names the decider)
+    "gangway/accounting": frozenset({ev.WorkloadIdle}),
+    "gangway/idle-hunt": frozenset({ev.WorkloadIdle}),
+}
+
+
+def from_log_record(value: bytes | None, headers: Headers | None, offset: int = -1) -> Envelope:
+    """A record of ``gangway.log``: a gangway CloudEvent written by the service that writes its
+    type. Raises ``CodecError`` (reason ``malformed_*``, ``not_utf8``, ``unknown_writer`` or
+    ``forbidden_event``) for anything else — whatever the bytes; never another exception."""
+    try:
+        env = from_record(value, headers, offset)
+    except CodecError:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError, msgspec.MsgspecError) as exc:
+        raise CodecError("malformed_cloudevent", f"record is not a CloudEvent: {type(exc).__name__}: {exc}") from exc
+    allowed = LOG_WRITERS.get(env.source)
+    if allowed is None:
+        raise CodecError("unknown_writer", f"event {env.id!r} from {env.source!r}: not a writer of the log")
+    if type(env.data) not in allowed:
+        raise CodecError("forbidden_event", f"event {env.id!r}: {env.source} does not write {env.type}")
+    return env

@@ -21,3 +21,5 @@ def entitled_namespace(topic: str) -> str | None:
     return topic.removeprefix(TENANT_SUBMISSIONS_PREFIX) if topic.startswith(TENANT_SUBMISSIONS_PREFIX) else None
 #: The one cluster this deployment schedules: the log's key and its only partition.
 DEFAULT_CLUSTER = "default"
+#: Records found on the log that no gangway service wrote, copied aside with why (never folded).
+QUARANTINE = "gangway.quarantine"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from gangway.adapters import kafka, processes
+from gangway.adapters import archive, kafka, processes
 from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap
 from gangway.events import topics
 from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
@@ -29,6 +29,10 @@ SERVICE_STOP_GRACE_S = 10.0
 #: How long `gangway up` waits for an outside Kafka (GANGWAY_KAFKA) to answer; the embedded one gets longer to start.
 OUTSIDE_KAFKA_WAIT_S = 5.0
 EMBEDDED_KAFKA_WAIT_S = 20.0
+#: The archiver of the embedded broker's topics (a child like the services; see adapters/archive.py).
+ARCHIVER = "archiver"
+#: Consumer groups whose committed offsets the archive keeps (the submission service's inputs).
+ARCHIVED_GROUPS = ("gangway-submission",)  # SubmissionService.group_id()
 log = logging.getLogger(__name__)
 
 
@@ -167,6 +171,19 @@ async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: flo
     return sent
 
 
+def restore_archive(bootstrap: str, sdir: Path) -> archive.Restored:
+    """Before any service starts: the archived topics back into the fresh embedded broker."""
+    from gangway.services.submission.service import RestoredInputs
+    root = archive.archive_dir(sdir)
+    asyncio.run(archive.ensure_topic(bootstrap, topics.QUARANTINE))
+    inputs = RestoredInputs()
+    restored = asyncio.run(archive.restore(bootstrap, root, inputs.observe, inputs.safe_offsets))
+    if restored.total:
+        log.warning("restored %d archived records (%s) in %.1f s", restored.total,
+                    ", ".join(f"{t} {n}" for t, n in restored.records.items() if n), restored.seconds)
+    return restored
+
+
 @dataclass
 class Stack:
     """The embedded broker (unless GANGWAY_KAFKA) and the six services as child processes."""
@@ -181,6 +198,8 @@ class Stack:
     clock: ClusterClock = field(default_factory=ClusterClock.starting_now)
     children: dict[str, processes.Process] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
+    #: What was restored from the archive into the fresh embedded broker at start.
+    restored: archive.Restored | None = None
 
     def start(self) -> str:
         sdir = state_dir()
@@ -192,6 +211,12 @@ class Stack:
             self.bootstrap = self.broker.bootstrap
         wait_s = EMBEDDED_KAFKA_WAIT_S if self.broker is not None else OUTSIDE_KAFKA_WAIT_S
         asyncio.run(kafka.ensure_topics(self.bootstrap, timeout_s=wait_s))
+        if self.broker is not None:
+            (sdir / f"{ARCHIVER}.ready").unlink(missing_ok=True)
+            self.restored = restore_archive(self.bootstrap, sdir)
+            if self.restored.cluster_ms > self.clock.now_ms():  # a sped-up cluster goes on from where it was
+                self.clock = ClusterClock(time.time(), self.restored.cluster_ms, self.time_scale)
+            self._spawn(ARCHIVER)
         (sdir / "bootstrap").write_text(self.bootstrap + (" embedded" if self.broker else "") + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)
@@ -217,7 +242,11 @@ class Stack:
             env.setdefault("GANGWAY_KAFKA_IDEMPOTENCE", "false")
             env.setdefault("GANGWAY_KAFKA_SESSION_TIMEOUT_MS", "2000")
         cmd = [sys.executable, "-m", "gangway", "service", name]
-        if name == "binder" and self.kubernetes is not None:
+        if name == ARCHIVER:
+            cmd = [sys.executable, "-m", "gangway.adapters.archive", self.bootstrap, str(archive.archive_dir(sdir)),
+                   "--ready", str(sdir / f"{ARCHIVER}.ready"),
+                   *(arg for group in ARCHIVED_GROUPS for arg in ("--group", group))]
+        elif name == "binder" and self.kubernetes is not None:
             cmd += ["--kubernetes"] + [f"--{k}={v}" for k, v in sorted(self.kubernetes.items()) if v]
         elif name == "binder" and self.cluster_file:
             cmd += ["--cluster", self.cluster_file]
@@ -239,7 +268,9 @@ class Stack:
             self._spawn(name)
 
     def stop(self) -> None:
-        processes.stop(list(self.children.values()), grace_s=SERVICE_STOP_GRACE_S)
+        # The services first, then the archiver, which archives what they wrote last and exits.
+        for group in ([p for n, p in self.children.items() if n != ARCHIVER], [self.children.get(ARCHIVER)]):
+            processes.stop([p for p in group if p is not None], grace_s=SERVICE_STOP_GRACE_S)
         self.children.clear()
         if self.broker is not None:
             self.broker.stop()

@@ -120,7 +120,7 @@ def test_log_follow_prints_events_as_they_arrive(env):
         prod = kafka.producer(bootstrap)
         await prod.start()
         try:
-            await kafka.append(prod, [Envelope(id=n, source="test", time_ms=1, data=NodeRemoved(node=n)) for n in names])
+            await kafka.append(prod, [Envelope(id=n, source="gangway/binder", time_ms=1, data=NodeRemoved(node=n)) for n in names])
         finally:
             await prod.stop()
 

@@ -64,7 +64,7 @@ async def test_concurrent_producers_never_leave_a_reader_with_a_hole():
             rng, i = random.Random(pid), 0
             try:
                 while i < count // 3:
-                    envs = [Envelope(id=f"p{pid}/{i + j}", source="test", time_ms=1, data=NodeRemoved(node="n"))
+                    envs = [Envelope(id=f"p{pid}/{i + j}", source="gangway/binder", time_ms=1, data=NodeRemoved(node="n"))
                             for j in range(rng.choice([1, 2, 3, 5]))]
                     await kafka.append(prod, envs)
                     i += len(envs)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.broker
 
 
 def nodes(n: int, start: int = 0) -> list[Envelope]:
-    return [Envelope(id=f"node/{i}", source="test", time_ms=1_000 + i,
+    return [Envelope(id=f"node/{i}", source="gangway/binder", time_ms=1_000 + i,
                      data=NodeObserved(node=f"n{i}", allocatable={"nvidia.com/gpu": 8000})) for i in range(start, start + n)]
 
 
@@ -86,7 +86,7 @@ async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_p
     )
 
     def queued(i: int) -> Envelope:
-        return Envelope(id=f"queued/t/w{i}", source="test", time_ms=2_000 + i, data=WorkloadQueued(
+        return Envelope(id=f"queued/t/w{i}", source="gangway/submission", time_ms=2_000 + i, data=WorkloadQueued(
             workload=f"t/w{i}", namespace="t", queue="q", cluster_queue="q", priority_class=None, priority=0,
             kind="Job", pod_sets=[PodSet(name="main", count=1, resources={"nvidia.com/gpu": 1000})]))
 
@@ -103,7 +103,7 @@ async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_p
 
     broker = kafka_broker
     await kafka.ensure_topics(broker.bootstrap)
-    await append(broker.bootstrap, [Envelope(id="config", source="test", time_ms=1_000,
+    await append(broker.bootstrap, [Envelope(id="config", source="gangway/config", time_ms=1_000,
                                              data=ConfigApplied(contract=contract, digest="d"))] + nodes(2))
     stops = {name: asyncio.Event() for name in ("a", "b")}
     services = {name: DecidingService("admission", broker.bootstrap, tmp_path / name) for name in stops}

@@ -395,13 +395,14 @@ class InOrder:
 def decode_log_record(rec) -> Envelope | None:
     """The envelope of a log record, or None for a record no gangway service wrote.
 
-    Only gangway's services write the log; a record that is not one of our CloudEvents (a bug, a
-    foreign writer) is skipped — by every reader alike, so every folded state stays the same.
+    Only gangway's services write the log (``codec.LOG_WRITERS``); a record that is not one of our
+    CloudEvents, or comes from another writer, is skipped — by every reader alike, so every folded
+    state stays the same (the services also quarantine it: ``services/runtime/shell.py``).
     """
     try:
-        return codec.from_record(rec.value, rec.headers, rec.offset)
+        return codec.from_log_record(rec.value, rec.headers, rec.offset)
     except codec.CodecError as exc:
-        log.error("log offset %d skipped: %s", rec.offset, exc)
+        log.error("log offset %d quarantined (%s): %s", rec.offset, exc.reason, exc)
         return None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from gangway.benchmarks import results
 
 TOPOLOGY_BENCHES = ("fgd", "placement")
+DURABILITY_BENCHES = ("restore", "loss", "faults", "fuzz")
 
 
 def cmd_bench(args) -> int:
@@ -31,6 +32,8 @@ def cmd_bench(args) -> int:
         if args.out:
             results.write_json(result, args.out)
         return 0
+    if args.what in DURABILITY_BENCHES:
+        return cmd_bench_durability(args)
     if args.what == "kueue":
         from gangway.benchmarks import kueue_scenarios
         return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
@@ -47,6 +50,28 @@ def cmd_bench(args) -> int:
     if args.out:
         results.write_json(result, args.out)
     return 0
+
+
+def cmd_bench_durability(args) -> int:
+    if args.what == "restore":
+        from gangway.benchmarks import durability
+        result = durability.bench_restore(events=args.events or 1_000_000)
+        print(durability.report_restore(result))
+    elif args.what == "loss":
+        from gangway.benchmarks import durability
+        result = durability.bench_loss(rate=args.rate if args.rate != 100.0 else 2000.0, runs=args.runs)
+        print(durability.report_loss(result))
+    elif args.what == "faults":
+        from gangway.benchmarks import faults
+        result = faults.main(shrink=args.shrink or 0.1, data_dir=args.data, span_s=args.span)
+        print(faults.report(result))
+    else:
+        from gangway.benchmarks import fuzz
+        result = fuzz.bench_fuzz(examples=args.examples, only=args.decoder)
+        print(fuzz.report(result))
+    if args.out:
+        results.write_json(result, args.out)
+    return 0 if result.get("ok", True) else 1
 
 
 def cmd_simulate(args) -> int:
@@ -93,21 +118,27 @@ def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub) -> None:
     """Add `bench` and `simulate` to the `gangway` command's subparsers."""
-    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, money, fgd, placement)")
-    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", "money", *TOPOLOGY_BENCHES))
+    s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, money, fgd, "
+                                     "placement, restore, loss, faults, fuzz)")
+    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", "money", *TOPOLOGY_BENCHES, *DURABILITY_BENCHES))
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
-    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase")
+    s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase; loss: appends/s (default 2000)")
     s.add_argument("--broker", choices=("embedded", "apache-kafka", "both"), default="embedded",
                    help="pipeline: the broker (apache-kafka: started from the Maven jars; both: side by side)")
     s.add_argument("--repeat", type=int, default=1, help="pipeline: runs per broker (medians reported)")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues); "
                                                  "money: workloads in the month (default 15,000)")
-    s.add_argument("--events", type=int, help="replay: events in the generated log (exported, read back, verified)")
+    s.add_argument("--events", type=int, help="replay, restore: events in the generated log")
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
     s.add_argument("--quick", action="store_true", help="core: a small grid only")
     s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
-    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too")
-    s.add_argument("--data", help="kueue, fgd: the full reference data folder (default: $GANGWAY_DATA)")
+    s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too; "
+                                                "faults: of workloads only (default 0.1)")
+    s.add_argument("--data", help="kueue, fgd, money, faults: the full reference data folder (default: $GANGWAY_DATA)")
+    s.add_argument("--span", type=float, help="faults: compress the workloads' creation into this many seconds")
+    s.add_argument("--runs", type=int, default=5, help="loss: kill -9 runs")
+    s.add_argument("--examples", type=int, default=100_000, help="fuzz: generated inputs per decoder")
+    s.add_argument("--decoder", choices=("submission", "telemetry", "log"), help="fuzz: this decoder only")
     s.add_argument("--out", help="also write the figures as JSON to this file")
     add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from gangway.adapters import kafka
-from gangway.events import topics
+from gangway.adapters import kafka, quarantine
+from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
 from gangway.events.fold import apply
 from gangway.events.state import State
@@ -64,6 +64,9 @@ class LogService:
     #: ``based_on`` state alone explains each decision). Submission does not need to: it knows
     #: which jobs it has in flight and validates each record on its own.
     waits_for_own_writes = True
+    #: Whether this service copies log records no gangway service wrote to ``gangway.quarantine``
+    #: (every service skips them alike and counts them; one copies them, once).
+    copies_quarantine = False
 
     def __init__(self, bootstrap: str, state_dir: str | Path = ".gangway", clock: ClusterClock | None = None):
         self.bootstrap = bootstrap
@@ -82,6 +85,10 @@ class LogService:
         self._since_snapshot = 0
         #: The folded offset last committed (next offset to fold), and when (monotonic s).
         self._committed: tuple[int, float] = (0, 0.0)
+        #: Log records skipped as not gangway's, and those still to copy to the quarantine topic.
+        self.quarantined = 0
+        self.to_quarantine: list[tuple[object, str, str]] = []
+        self.quarantine_copied: set[int] | None = None
 
     # --- hooks -----------------------------------------------------------------------------
 
@@ -249,12 +256,14 @@ class LogService:
                     consumer.seek(tp, self.input_order[tp].next)
             records, hole = self.order.take(batch.get(kafka.LOG_PARTITION, []))
             for rec in records:
-                env = kafka.decode_log_record(rec)
+                env = self.decode(rec)
                 if env is not None:
                     self.fold(env)
             if records:
                 await self.on_folded()
             await self.commit_folded(consumer)
+            if self.to_quarantine and self.was_active:
+                await self._copy_quarantined(producer)
             if self._since_snapshot >= SNAPSHOT_EVERY_EVENTS:
                 self.save_snapshot()
             if hole:  # a later batch showed up before an earlier one: fetch the earlier one again
@@ -277,6 +286,27 @@ class LogService:
                 self.state_dir.mkdir(parents=True, exist_ok=True)
                 self.ready_path.touch()
             wait_s = await self._decide_and_append(producer)
+
+    def decode(self, rec) -> Envelope | None:
+        """The event of a log record, or None: a record no gangway service wrote is quarantined —
+        never folded, so it changes no state, and an alert names it."""
+        try:
+            return codec.from_log_record(rec.value, rec.headers, rec.offset)
+        except codec.CodecError as exc:
+            self.quarantined += 1
+            log.error("%s: QUARANTINED gangway.log offset %d (%s): %s", self.name, rec.offset, exc.reason, exc)
+            if self.copies_quarantine:
+                self.to_quarantine.append((rec, exc.reason, str(exc)))
+            return None
+
+    async def _copy_quarantined(self, producer) -> None:
+        if self.quarantine_copied is None:
+            self.quarantine_copied = await quarantine.copied_offsets(self.bootstrap)
+        fresh = [q for q in self.to_quarantine if q[0].offset not in self.quarantine_copied]
+        self.to_quarantine = []
+        if fresh:
+            await quarantine.copy(producer, fresh)
+            self.quarantine_copied.update(q[0].offset for q in fresh)
 
     async def _decide_and_append(self, producer) -> float:
         """Decide if nothing is in flight; return how long to wait for events before trying again."""

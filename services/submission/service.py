@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
+
 from gangway.adapters import kafka
 from gangway.events import topics
-from gangway.events.catalogue import JobRejected, WorkloadQueued
+from gangway.events.catalogue import EVENT_TYPES, JobRejected, WorkloadQueued
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
 from gangway.services.submission.policy import decide_submission
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 class SubmissionService(LogService):
     name = "submission"
     waits_for_own_writes = False
+    copies_quarantine = True
 
     def __init__(self, *args, max_bytes: int = 1_048_576, **kwargs):
         super().__init__(*args, **kwargs)
@@ -47,7 +50,7 @@ class SubmissionService(LogService):
         self.tenant_partitions: list = []
 
     def group_id(self) -> str:
-        return "gangway-submission"
+        return GROUP
 
     def input_partitions(self) -> list:
         return [SUBMISSIONS_PARTITION, *self.tenant_partitions, TELEMETRY_PARTITION]
@@ -103,3 +106,53 @@ class SubmissionService(LogService):
         if self.commit_to and self.consumer is not None:
             await self.consumer.commit(self.commit_to)
             self.commit_to = {}
+
+
+class RestoredInputs:
+    """Which input records already have their result in topics restored from an archive.
+
+    Every submission record below the committed offset became a WorkloadQueued on the log or a
+    JobRejected (both name the record's ``topic/partition/offset``); every telemetry record an event
+    on the log with the id ``telemetry/<record>`` (a checkpoint, GPU samples, progress) or a JobRejected. A result the archive lost (its
+    loss window) leaves a gap: the input offset goes back to the first gap, so the record is read
+    and decided again instead of being skipped. Fed record by record during the restore.
+    """
+
+    def __init__(self) -> None:
+        self.done: dict[str, set[int]] = {topics.SUBMISSIONS: set(), topics.TELEMETRY: set()}
+
+    def _mark(self, where: str) -> None:
+        topic, _, offset = where.rpartition("/0/")
+        if topic in self.done and offset.isdigit():
+            self.done[topic].add(int(offset))
+
+    def observe(self, topic: str, rec) -> None:
+        if topic not in (topics.LOG, topics.REJECTIONS):
+            return
+        headers = dict(rec.headers)
+        ce_type = headers.get("ce_type")
+        ce_id = (headers.get("ce_id") or b"").decode("utf-8", "replace")
+        if topic == topics.LOG and ce_id.startswith("telemetry/"):
+            self._mark(ce_id.removeprefix("telemetry/"))
+        elif (topic == topics.LOG and ce_type == _QUEUED_TYPE) or topic == topics.REJECTIONS:
+            try:
+                self._mark(msgspec.json.decode(rec.value or b"{}", type=_Submission).submission)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass
+
+    def safe_offsets(self, groups: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        """The archived committed offsets, moved back to the first record whose result is missing."""
+        offsets = dict(groups.get(GROUP, {}))
+        for topic, committed in offsets.items():
+            done = self.done.get(topic)
+            if done is not None:
+                offsets[topic] = next((p for p in range(committed) if p not in done), committed)
+        return {**groups, GROUP: offsets} if offsets else groups
+
+
+class _Submission(msgspec.Struct):
+    submission: str = ""
+
+
+GROUP = "gangway-submission"
+_QUEUED_TYPE = EVENT_TYPES[WorkloadQueued].encode()
