@@ -40,6 +40,16 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("broker_kind", BROKERS if both else BROKERS[:1], indirect=True, scope="session")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The Apache Kafka tier last (after pytest has grouped tests by broker): its session stack sets
+    GANGWAY_KAFKA and the idempotence setting for as long as it lives, which is then to the end."""
+    def apache(item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return callspec is not None and callspec.params.get("broker_kind") == APACHE
+    items[:] = [item for item in items if not apache(item)] + [item for item in items if apache(item)]
+
+
 @pytest.fixture(scope="session")
 def broker_kind(request) -> str:
     """"embedded" or "apache-kafka" (skipped, with the reason, where Java or Maven is missing)."""

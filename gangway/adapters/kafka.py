@@ -150,7 +150,8 @@ class KafkaSettings:
         return self.security_protocol in ("SSL", "SASL_SSL")
 
     def idempotent(self, bootstrap: str) -> bool:
-        return self.idempotence if self.idempotence is not None else bootstrap not in _EMBEDDED
+        # The embedded broker cannot do it whatever the setting says.
+        return bootstrap not in _EMBEDDED and self.idempotence is not False
 
     def session_timeout(self, bootstrap: str) -> int:
         if self.session_timeout_ms is not None:
