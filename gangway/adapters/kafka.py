@@ -230,6 +230,9 @@ def _why_unreachable(bootstrap: str) -> str:
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
     try:
         with socket.create_connection((host or "localhost", int(port)), timeout=1.0):
+            if settings().security_protocol != "PLAINTEXT":
+                return ("something listens there but the secured connection failed: check "
+                        "GANGWAY_KAFKA_SECURITY_PROTOCOL and the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD)")
             return "something listens there but does not answer as Kafka"
     except ValueError:
         return "not a host:port address"

@@ -40,7 +40,7 @@ from typing import Callable
 from gangway import stack
 from gangway.adapters import archive, kafka
 from gangway.benchmarks import kueue_scenarios as kueue
-from gangway.benchmarks.results import shared_data
+from gangway.benchmarks.results import reference_data
 from gangway.events import catalogue as ev
 from gangway.events import topics
 from gangway.events.fold import apply
@@ -191,7 +191,7 @@ def count_faults(envs: list[ev.Envelope]) -> dict:
 
 def bench_faults(shrink: float = 0.1, span_s: float | None = None, data_dir: str | None = None,
                  faults: tuple[str, ...] = FAULTS, kind: BrokerKind = EMBEDDED) -> dict:
-    sc = kueue.load(shared_data(data_dir) / "kueue-perf" / "baseline" / "generator.yaml")
+    sc = kueue.load(reference_data(data_dir, "kueue-perf/baseline/generator.yaml") / "kueue-perf" / "baseline" / "generator.yaml")
     step = max(1, round(1 / shrink)) if shrink else 1
     specs = sc.specs[::step]
     natural_s = max(s.create_ms for s in specs) / 1000

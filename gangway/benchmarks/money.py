@@ -39,14 +39,15 @@ NODE_GPUS = 8
 
 def _specs(data_dir: str | None, workloads: int) -> tuple[list[tuple[str, str, int, int, int]], str]:
     """(team, name, pods, GPUs per pod, runtime ms) per workload, and where they came from."""
+    from gangway.benchmarks import kueue_scenarios
+    from gangway.benchmarks.results import ReferenceDataMissing, reference_data
     try:
-        from gangway.benchmarks import kueue_scenarios
-        from gangway.benchmarks.results import shared_data
-        sc = kueue_scenarios.load(shared_data(data_dir) / "kueue-perf" / "baseline" / "generator.yaml")
+        baseline = reference_data(data_dir, "kueue-perf/baseline/generator.yaml") / "kueue-perf" / "baseline"
+        sc = kueue_scenarios.load(baseline / "generator.yaml")
         out = [(s.namespace, s.name, s.pods, 1 + (s.per_pod_milli // 1000) % NODE_GPUS, s.runtime_ms * 60)
                for s in sc.specs[:workloads]]
         return out, "Kueue baseline scenario (CPU requests mapped to 1-8 GPUs, runtimes × 60)"
-    except Exception:  # noqa: BLE001 - the reference data is optional
+    except ReferenceDataMissing:  # the reference data is optional here
         rng = random.Random(7)
         return ([(f"team-{rng.randrange(15)}", f"w-{i}", 1, rng.choice((1, 2, 4, 8)), rng.randrange(60, 7200) * 1000)
                  for i in range(workloads)], "synthetic mix (reference data not found)")

@@ -81,7 +81,10 @@ def _check(env: Envelope, derived: dict[str, tuple[int, object]] | None) -> str:
 
 
 def _content(decision, recorded):
-    """What of ``decision`` the audit compares with ``recorded``: everything but the reason's words."""
+    """What of ``decision`` the audit compares with ``recorded``: everything but the reason's words
+    (all of it for a decision whose reason has no code: an idle flag's sentence is its figures)."""
+    if not hasattr(recorded, "reason_code"):
+        return decision
     if recorded.reason_code is None:  # recorded before reasons were codes
         return msgspec.structs.replace(decision, reason="", reason_code=None, reason_params={})
     return msgspec.structs.replace(decision, reason="")

@@ -231,9 +231,12 @@ def test_metrics_are_scraped_and_each_services_folded_offset_and_lag_shows(scene
         if time.monotonic() > deadline:
             pytest.fail(f"services' lag never reached 0: end {end}, lags {lags}")
         time.sleep(0.5)
+    # The log goes on growing (the binder's telemetry): each service has folded all the test saw,
+    # and no more than the log holds.
+    seen = gw.envs[-1].offset + 1
     for s in STACK_SERVICES:
-        assert value(families, "gangway_service_folded_offset", service=s) == end
-    assert value(families, "gangway_console_folded_offset") == end
+        assert seen <= value(families, "gangway_service_folded_offset", service=s) <= end
+    assert seen <= value(families, "gangway_console_folded_offset") <= end
     assert sum(s.value for s in families["gangway_node_gpus"].samples) == 64
     assert value(families, "kueue_cluster_queue_borrowing_limit", cluster_queue="serving", flavor="default",
                  resource="nvidia.com/gpu") == 0

@@ -158,7 +158,8 @@ def test_faults_on_a_small_kueue_baseline_lose_nothing_and_duplicate_nothing(cap
     during the load, then the broker restarted (the whole stack, kill -9); the long run, which
     kills each service in turn, is in README "Durability"."""
     from gangway.benchmarks import faults
-    result = faults.bench_faults(shrink=0.004, span_s=6, faults=(faults.ALL_AT_ONCE, "broker"))
+    reference = Path(__file__).parents[1] / "data" / "reference"
+    result = faults.bench_faults(shrink=0.004, span_s=6, data_dir=str(reference), faults=(faults.ALL_AT_ONCE, "broker"))
     print(faults.report(result))
     assert [f["fault"] for f in result["faults"]] == [
         "kill -9 every service and the archiver at once", "restart the embedded broker (whole stack, kill -9)"]

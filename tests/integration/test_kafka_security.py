@@ -145,8 +145,8 @@ def test_config_apply_needs_the_admin_principal(secured, tmp_path):
     applied = gw.cli("config", "apply", str(relabelled), env=secured.env("ops"))
     assert applied.returncode == 0 and "contract applied" in applied.stdout, applied.stderr
     wrong = gw.cli("status", env={**secured.env("ops"), "GANGWAY_KAFKA_PASSWORD": "wrong"})
-    assert wrong.returncode != 0 and "cannot connect to Kafka" in wrong.stderr, wrong.stderr
-    assert "SaslAuthenticationFailed" in wrong.stderr and "Traceback" not in wrong.stderr, wrong.stderr
+    assert wrong.returncode != 0 and "credentials" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
 
 
 def test_gangway_clients_speak_sasl_ssl_with_a_ca_file(secured, monkeypatch):
