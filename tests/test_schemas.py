@@ -175,7 +175,7 @@ def test_every_asyncapi_operation_names_a_channel_and_its_messages():
 
 def test_a_consumer_can_switch_on_the_reason_code():
     """Every decision's schema lists every code; the AsyncAPI document gives each code its sentence."""
-    for cls in ev.DECISION_TYPES:
+    for cls in (t for t in ev.DECISION_TYPES if "reason_code" in t.__struct_fields__):  # idle flags carry figures
         schema = _schema_of(cls)
         assert schema["$defs"]["ReasonCode"]["enum"] == sorted(code.value for code in ReasonCode)
         assert {"$ref": "#/$defs/ReasonCode"} in schema["$defs"][cls.__name__]["properties"]["reason_code"]["anyOf"]

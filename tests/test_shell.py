@@ -142,7 +142,7 @@ async def test_each_proposal_goes_to_its_own_topic_and_only_the_log_ones_wait_in
     from gangway.services.runtime.shell import LogService, Proposal
 
     class TwoTopics(LogService):
-        name = "two-topics"
+        name = "binder"  # a writer of the log (NodeObserved), or the reader quarantines its record
         snapshots = False
         decided = False
 

@@ -143,7 +143,7 @@ def test_a_topology_nests_its_levels_so_a_pod_name_reused_across_zones_is_two_do
     assert len(where(sim, small, "example.com/zone", "example.com/pod")) == 1  # never p0 of z0 with p0 of z1
     # No (zone, pod) domain has 3 nodes, though "p0" alone labels 4: it waits, and says why not never.
     assert phase(sim, big) == "pending"
-    assert pending_report(sim.state, forecast=False)[big].code == "no_capacity"
+    assert pending_report(sim.state, forecast=False)[big].code == "no_placement"
 
 
 def test_a_preferred_level_climbs_the_topology_then_goes_anywhere():
