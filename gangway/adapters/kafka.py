@@ -11,6 +11,7 @@ connect at start, instead of aiokafka's own error and log lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -279,54 +280,56 @@ class _Admin(_Connects, AIOKafkaAdminClient):
             await super().close()
 
 
-async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
-    """Create gangway's topics as infra/topics.yaml says (the log's one partition is its total order).
-
-    The embedded broker accepts topic configs but applies none of them (memory storage)."""
+async def _with_admin(bootstrap: str, call, timeout_s: float, wait_for_listener: bool):
+    """``await call(admin)`` on a fresh admin client, tried again for ``timeout_s`` while the broker
+    is still starting. An address where nothing listens fails at once unless ``wait_for_listener``
+    (a broker this process has just launched may not listen yet)."""
     conf = settings()
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         admin = admin_client(bootstrap, conf)
         try:
             await admin.start()
-            missing = new_topics(set(await admin.list_topics()), conf)
-            if missing:
-                try:
-                    response = await admin.create_topics(missing)
-                except TopicAlreadyExistsError:
-                    response = None
-                # Per-topic errors come back in the response (a denied CREATE, a bad config), not raised.
-                for topic, code, *message in getattr(response, "topic_errors", ()):
-                    if code not in (0, TopicAlreadyExistsError.errno):
-                        raise for_code(code)(f"creating {topic}: {message[0] if message else ''}")
-            return
+            return await call(admin, conf)
+        except BrokerUnreachable:
+            if not wait_for_listener or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
         except Exception as exc:  # the broker may still be starting
             if asyncio.get_running_loop().time() > deadline:
                 raise
-            log.debug("topics not ready yet: %s", exc)
+            log.debug("broker not ready yet: %s", exc)
             await asyncio.sleep(0.2)
         finally:
             await admin.close()
+
+
+async def ensure_topics(bootstrap: str, timeout_s: float = 20.0) -> None:
+    """Create gangway's topics as infra/topics.yaml says (the log's one partition is its total order).
+
+    The embedded broker accepts topic configs but applies none of them (memory storage)."""
+    async def create(admin, conf: KafkaSettings) -> None:
+        missing = new_topics(set(await admin.list_topics()), conf)
+        if not missing:
+            return
+        try:
+            response = await admin.create_topics(missing)
+        except TopicAlreadyExistsError:
+            response = None
+        # Per-topic errors come back in the response (a denied CREATE, a bad config), not raised.
+        for topic, code, *message in getattr(response, "topic_errors", ()):
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise for_code(code)(f"creating {topic}: {message[0] if message else ''}")
+    await _with_admin(bootstrap, create, timeout_s, wait_for_listener=True)
 
 
 async def tenant_submission_topics(bootstrap: str, timeout_s: float = 20.0) -> list[str]:
     """The per-namespace submission topics (``gangway.submissions.<namespace>``) that exist now
-    (those this principal may describe)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        admin = admin_client(bootstrap)
-        try:
-            await admin.start()
-            return sorted(t for t in await admin.list_topics() if topics.entitled_namespace(t))
-        except BrokerUnreachable:
-            raise  # nothing listens: waiting would not help (the stack creates topics before any service starts)
-        except Exception as exc:  # the broker may still be starting
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            log.debug("cannot list topics yet: %s", exc)
-            await asyncio.sleep(0.2)
-        finally:
-            await admin.close()
+    (those this principal may describe). Nothing listening fails at once: the stack creates topics
+    before any service starts."""
+    async def tenants(admin, _conf) -> list[str]:
+        return sorted(t for t in await admin.list_topics() if topics.entitled_namespace(t))
+    return await _with_admin(bootstrap, tenants, timeout_s, wait_for_listener=False)
 
 
 def producer(bootstrap: str) -> AIOKafkaProducer:
@@ -410,12 +413,13 @@ def decode_log_record(rec) -> Envelope | None:
         return None
 
 
-async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: bool = False):
-    """Yield every envelope of the log from ``start`` up to its current end (the auditor's input),
-    or, with ``follow``, on and on as the log grows.
+async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500):
+    """Yield ``(envelopes, end, caught_up)`` for every fetch of the log from ``start``, forever.
 
-    The end is the fetch high-water mark (ListOffsets(latest) is unreliable on Tansu).
-    """
+    Records come strictly in offset order (``InOrder`` fetches holes again); ``end`` is the fetch
+    high-water mark (ListOffsets(latest) is unreliable on Tansu), None until the broker has answered;
+    ``caught_up``: the fetch brought nothing and the reader stands at the end. Close it with
+    ``contextlib.aclosing`` so the consumer stops when the reader does."""
     consumer = log_consumer(bootstrap)
     order = InOrder(start)
     try:
@@ -428,17 +432,23 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: b
             if hole:
                 consumer.seek(LOG_PARTITION, order.next)
                 await asyncio.sleep(0.02)
-            for rec in records:
-                env = decode_log_record(rec)
-                if env is not None:
-                    yield env
-            high = consumer.highwater(LOG_PARTITION)
-            if follow or hole or records or high is None:
-                continue
-            if await consumer.position(LOG_PARTITION) >= high:
-                return
+            envs = [env for env in map(decode_log_record, records) if env is not None]
+            end = consumer.highwater(LOG_PARTITION)
+            quiet = not (hole or records) and end is not None
+            yield envs, end, quiet and await consumer.position(LOG_PARTITION) >= end
     finally:
         await consumer.stop()
+
+
+async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: bool = False):
+    """Yield every envelope of the log from ``start`` up to its current end (the auditor's input),
+    or, with ``follow``, on and on as the log grows."""
+    async with contextlib.aclosing(log_fetches(bootstrap, start, idle_ms)) as fetches:
+        async for envs, _, caught_up in fetches:
+            for env in envs:
+                yield env
+            if caught_up and not follow:
+                return
 
 
 class ActiveLease:

@@ -10,48 +10,30 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 
-from aiokafka.admin import AIOKafkaAdminClient
-
-from gangway.adapters.kafka import LOG_PARTITION, InOrder, decode_log_record, log_consumer
+from gangway.adapters.kafka import LOG_PARTITION, admin_client, log_fetches
 
 log = logging.getLogger(__name__)
 
 
 async def follow_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
-    """Yield ``(envelopes, end)`` for every fetch that brings records or moves the end, forever.
-
-    ``end`` is the log's high-water mark after the fetch (None until the broker has answered one).
-    Records come strictly in offset order (``InOrder`` fetches holes again)."""
-    consumer = log_consumer(bootstrap)
-    await consumer.start()
-    order = InOrder(start)
+    """Yield ``(envelopes, end)`` for every fetch that brings records or moves the end, forever
+    (``end``: the log's high-water mark after the fetch, None until the broker has answered one)."""
     last_end: int | None = None
-    try:
-        consumer.assign([LOG_PARTITION])
-        consumer.seek(LOG_PARTITION, start)
-        while True:
-            batch = await consumer.getmany(LOG_PARTITION, timeout_ms=idle_ms, max_records=10_000)
-            records, hole = order.take(batch.get(LOG_PARTITION, []))
-            if hole:
-                consumer.seek(LOG_PARTITION, order.next)
-                await asyncio.sleep(0.02)
-            envs = [env for env in map(decode_log_record, records) if env is not None]
-            end = consumer.highwater(LOG_PARTITION)
+    async with contextlib.aclosing(log_fetches(bootstrap, start, idle_ms)) as fetches:
+        async for envs, end, _ in fetches:
             if envs or end != last_end:
                 last_end = end
                 yield envs, end
-    finally:
-        await consumer.stop()
 
 
 class CommittedOffsets:
     """Reads the committed log offset of consumer groups with one admin client kept open."""
 
     def __init__(self, bootstrap: str):
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        self.admin = admin_client(bootstrap)  # the connection settings (TLS, SASL) of every client
         self.started = False
 
     async def read(self, groups: list[str]) -> dict[str, int | None]:
