@@ -227,14 +227,23 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     state.decisions += 1
 
 
-def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted) -> Reason | None:
-    """Why this admission no longer holds (None when it does)."""
+def _stale(wl: WorkloadState | None, phase: str, based_on: int, since: int | None, what: str) -> Reason | None:
+    """What every decision about a workload checks first: the workload exists, is still ``phase``,
+    and the decision saw the event that put it there (at offset ``since``)."""
     if wl is None:
         return reason(C.UNKNOWN_WORKLOAD)
-    if wl.phase != "pending":
-        return reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected="pending")
-    if e.based_on < wl.seq:
-        return reason(C.DECIDED_BEFORE, based_on=e.based_on, what="the workload (re)entered its queue", since=wl.seq)
+    if wl.phase != phase:
+        return reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected=phase)
+    if based_on < since:
+        return reason(C.DECIDED_BEFORE, based_on=based_on, what=what, since=since)
+    return None
+
+
+def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted) -> Reason | None:
+    """Why this admission no longer holds (None when it does)."""
+    stale = _stale(wl, "pending", e.based_on, wl and wl.seq, "the workload (re)entered its queue")
+    if stale is not None:
+        return stale
     if state.contract is None:
         return reason(C.NO_CONFIG)
     if e.cluster_queue != wl.spec.cluster_queue:
@@ -318,12 +327,9 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
 
 
 def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> Reason | None:
-    if wl is None:
-        return reason(C.UNKNOWN_WORKLOAD)
-    if wl.phase != "admitted":
-        return reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected="admitted")
-    if e.based_on < wl.admitted_at:
-        return reason(C.DECIDED_BEFORE, based_on=e.based_on, what="the admission in force", since=wl.admitted_at)
+    stale = _stale(wl, "admitted", e.based_on, wl and wl.admitted_at, "the admission in force")
+    if stale is not None:
+        return stale
     per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
     placed = {name: 0 for name in per_pod}
     allowed = placement_nodes(state, wl)
