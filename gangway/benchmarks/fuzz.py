@@ -142,26 +142,27 @@ def _kept(result: ev.JobRejected, value, key, headers) -> None:
     assert result.original_headers == [(n, h if h is not None else b"") for n, h in headers]
 
 
-def check_submission(state: State, record, tally: Counter) -> None:
+def _check(result, record, accepted: tuple[type, ...], tally: Counter) -> None:
+    """A decoder's answer: accepted as one of ``accepted``, or rejected with a reason and the bytes kept."""
     value, key, headers = record
-    result = decide_submission(value, key, headers, state, set(), "gangway.submissions/0/7")
     if isinstance(result, ev.JobRejected):
         _kept(result, value, key, headers)
         tally[f"rejected {result.reason}"] += 1
     else:
-        assert isinstance(result, ev.WorkloadQueued), result
+        assert isinstance(result, accepted), result
         tally["accepted"] += 1
+
+
+def check_submission(state: State, record, tally: Counter) -> None:
+    value, key, headers = record
+    result = decide_submission(value, key, headers, state, set(), "gangway.submissions/0/7")
+    _check(result, record, (ev.WorkloadQueued,), tally)
 
 
 def check_telemetry(state: State, record, tally: Counter) -> None:
     value, key, headers = record
     result = decide_telemetry(value, key, headers, state, "gangway.telemetry/0/7")
-    if isinstance(result, ev.JobRejected):
-        _kept(result, value, key, headers)
-        tally[f"rejected {result.reason}"] += 1
-    else:
-        assert isinstance(result, ev.CheckpointSaved), result
-        tally["accepted"] += 1
+    _check(result, record, (ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress), tally)
 
 
 def check_log_record(record, tally: Counter) -> None:
