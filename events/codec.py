@@ -276,9 +276,8 @@ LOG_WRITERS: dict[str, frozenset[type]] = {
     "gangway/binder": frozenset({ev.NodeObserved, ev.NodeRemoved, ev.WorkloadBound, ev.WorkloadRunning,
                                  ev.WorkloadFinished, ev.WorkloadEvicted, ev.ClockTicked, ev.WorkloadWithdrawn,
                                  ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress}),
-    # the idle-GPU hunt: decided by accounting's shell (the in-memory pipeline names the decider)
+    # the idle-GPU hunt: decided by accounting's shell
     "gangway/accounting": frozenset({ev.WorkloadIdle}),
-    "gangway/idle-hunt": frozenset({ev.WorkloadIdle}),
 }
 
 

@@ -19,6 +19,8 @@ DECIDERS: dict[str, tuple[str, Callable[[State], list[Decision]]]] = {
     #: The idle-GPU hunt; the accounting shell runs it.
     "idle-hunt": ("idle", decide_idle),
 }
+#: The service whose shell writes a decider's decisions (their events' source), where it is another.
+WRITTEN_BY: dict[str, str] = {"idle-hunt": "accounting"}
 SERVICE_OF: dict[type, str] = {
     WorkloadAdmitted: "admission",
     PlacementDecided: "placement",
