@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gangway.console.money import Usage, money_view
 from gangway.events import catalogue as ev
 from gangway.events.fold import apply
+from gangway.events.reasons import C
 from gangway.events.gpus import WHOLE, indexes_per_pod, island_ranges, per_pod
 from gangway.events.quota import split_fr
 from gangway.events.resources import GPU, total_request
@@ -37,17 +38,23 @@ def team_of(name: str) -> str:
     return name.split("/", 1)[0] if "/" in name else ""
 
 
-def preemption_reason(rule: str, same_queue: bool) -> str:
-    """Kueue's preemption reason for one of gangway's rules (``kueue_preempted_workloads_total``)."""
-    if rule.startswith("defragmentation"):
-        return "Defragmentation"
-    if same_queue:
-        return "InClusterQueue"
-    if rule.startswith("fair sharing"):
-        return "InCohortFairSharing"
-    if "borrow" in rule.split(":", 1)[0]:
-        return "InCohortReclaimWhileBorrowing"
-    return "InCohortReclamation"
+#: Kueue's preemption reason for each of gangway's preemption codes (``kueue_preempted_workloads_total``).
+KUEUE_PREEMPTION_REASONS = {
+    C.WITHIN_QUEUE_LOWER_PRIORITY: "InClusterQueue",
+    C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY: "InClusterQueue",
+    C.RECLAIM_WITHIN_COHORT: "InCohortReclamation",
+    C.BORROW_WITHIN_COHORT: "InCohortReclaimWhileBorrowing",
+    C.FAIR_SHARING: "InCohortFairSharing",
+    C.DEFRAGMENTATION: "Defragmentation",
+}
+
+
+def preemption_reason(eviction: ev.EvictionOrdered, same_queue: bool) -> str:
+    """Kueue's preemption reason for an eviction, read from its reason code (an eviction recorded
+    before codes existed says only whether it was within the queue)."""
+    if eviction.reason_code is None:
+        return "InClusterQueue" if same_queue else "InCohortReclamation"
+    return KUEUE_PREEMPTION_REASONS[eviction.reason_code]
 
 
 @dataclass
@@ -88,7 +95,7 @@ class Folded:
         elif isinstance(data, ev.EvictionOrdered) and wl is not None and wl.eviction_id == env.id:
             preemptor = state.workloads.get(data.preemptor)
             pq = preemptor.spec.cluster_queue if preemptor else ""
-            self.preempted[(pq, preemption_reason(data.reason, pq == wl.spec.cluster_queue))] += 1
+            self.preempted[(pq, preemption_reason(data, pq == wl.spec.cluster_queue))] += 1
         for name in touched:
             now = state.workloads.get(name)
             if before.get(name) in EVICT_FROM and now is not None and now.phase == "pending":
