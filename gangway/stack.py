@@ -44,16 +44,25 @@ def state_dir() -> Path:
     return Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway"))
 
 
+def _recorded_stack() -> tuple[str, bool] | None:
+    """The address `gangway up` recorded in this state directory, and whether it is the embedded
+    broker (which refuses idempotent producers): the file says "<address>" or "<address> embedded"."""
+    path = state_dir() / "bootstrap"
+    if not path.exists():
+        return None
+    address, *kind = path.read_text().split() or [""]
+    return address, kind == ["embedded"]
+
+
 def bootstrap_of_running_stack() -> str:
     """GANGWAY_KAFKA, else the embedded broker of the `gangway up` using this state directory."""
     configured = configured_bootstrap()
     if configured:
         return configured
-    path = state_dir() / "bootstrap"
-    if path.exists():
-        # "<address>" or "<address> embedded": the embedded broker refuses idempotent producers.
-        address, *kind = path.read_text().split()
-        if kind == ["embedded"]:
+    recorded = _recorded_stack()
+    if recorded is not None:
+        address, embedded = recorded
+        if embedded:
             kafka.mark_embedded(address)
         return address
     raise NoBrokerError("no Kafka: set GANGWAY_KAFKA or start the stack with `gangway up`")
@@ -64,7 +73,8 @@ def what_to_do(unreachable: kafka.BrokerUnreachable) -> str:
     if configured_bootstrap() == unreachable.bootstrap:
         return "check GANGWAY_KAFKA (is that Kafka running?), or unset it to use the stack `gangway up` starts"
     path = state_dir() / "bootstrap"
-    if path.exists() and path.read_text().strip() == unreachable.bootstrap:
+    recorded = _recorded_stack()
+    if recorded is not None and recorded[0] == unreachable.bootstrap:
         return (f"{path} is left from a `gangway up` that is no longer running: start the stack again "
                 f"with `gangway up` (or delete {path})")
     return "is the broker running?"

@@ -67,7 +67,7 @@ def test_a_wrong_gangway_kafka_fails_in_one_line_naming_the_address_and_what_to_
 def test_a_stale_bootstrap_file_fails_in_one_line_saying_the_stack_is_gone(command, tmp_path):
     address = f"127.0.0.1:{free_port()}"
     (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "bootstrap").write_text(address + "\n")
+    (tmp_path / "state" / "bootstrap").write_text(address + " embedded\n")  # as `gangway up` writes it
     result = gangway(BROKER_COMMANDS[command], tmp_path, GANGWAY_STATE_DIR=str(tmp_path / "state"))
     assert_one_line_failure(result, f"cannot reach Kafka at {address}", "no longer running", "gangway up")
 
