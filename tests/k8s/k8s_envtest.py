@@ -113,7 +113,10 @@ class ControlPlane:
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         out = open(self.dir / f"{name}.log", "wb")
-        self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        # Not part of any gangway stack: none of the session's GANGWAY_* settings (a stack's orphan
+        # check finds its processes by GANGWAY_STATE_DIR in their environment).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GANGWAY_")}
+        self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
 
     def _wait_ready(self, timeout_s: float) -> None:
         ctx = ssl.create_default_context()
