@@ -100,3 +100,12 @@ def test_bench_readme_figures_are_the_json_ones():
     tas = msgspec.json.decode((root / "bench" / "results" / "kueue-tas.json").read_bytes())
     seconds = [v / 1000 for v in tas["avg_time_to_admission_ms"].values()]
     assert f"| avg time to admission, 9 classes | {min(seconds):.1f}–{max(seconds):.1f} s |" in text
+
+
+def test_bench_console_times_every_page_on_a_folded_log(tmp_path, capsys):
+    out = tmp_path / "console.json"
+    assert main(["bench", "console", "--quick", "--workloads", "150", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["events"] > 0 and result["fold_events_per_s"] > 0
+    assert {path.split("?")[0] for path in result["pages_ms"]} == {"/api/view", "/metrics", "/api/stream", "/api/job"}
+    assert "× the target" in capsys.readouterr().out

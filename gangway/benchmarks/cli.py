@@ -25,6 +25,13 @@ def cmd_bench(args) -> int:
         results.write_json(result, out)
         core.plot(result, str(Path(out).with_suffix(".png")))
         return 0
+    if args.what == "console":
+        from gangway.benchmarks import console
+        result = console.bench_console(workloads=args.workloads or 4000, runs=1 if args.quick else 3)
+        print(console.table(result))
+        if args.out:
+            results.write_json(result, args.out)
+        return 0
     if args.what == "money":
         from gangway.benchmarks import money
         result = money.bench_money(args.data, workloads=args.workloads or 15_000, runs=1 if args.quick else 3)
@@ -119,15 +126,15 @@ def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
 def add_parsers(sub) -> None:
     """Add `bench` and `simulate` to the `gangway` command's subparsers."""
     s = sub.add_parser("bench", help="benchmarks that print figures (pipeline, replay, core, kueue, money, fgd, "
-                                     "placement, restore, loss, faults, fuzz)")
-    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", "money", *TOPOLOGY_BENCHES, *DURABILITY_BENCHES))
+                                     "placement, restore, loss, faults, fuzz, console)")
+    s.add_argument("what", choices=("pipeline", "replay", "core", "kueue", "money", "console", *TOPOLOGY_BENCHES, *DURABILITY_BENCHES))
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
     s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase; loss: appends/s (default 2000)")
     s.add_argument("--broker", choices=("embedded", "apache-kafka", "both"), default="embedded",
                    help="pipeline: the broker (apache-kafka: started from the Maven jars; both: side by side)")
     s.add_argument("--repeat", type=int, default=1, help="pipeline: runs per broker (medians reported)")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues); "
-                                                 "money: workloads in the month (default 15,000)")
+                                                 "money: workloads in the month (default 15,000); console: in the log (default 4,000)")
     s.add_argument("--events", type=int, help="replay, restore: events in the generated log")
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
     s.add_argument("--quick", action="store_true", help="core: a small grid only")
