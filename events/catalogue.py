@@ -85,6 +85,9 @@ class WorkloadQueued(_Event, frozen=True):
     labels: dict[str, str] = {}
     #: Where the submission came from: ``topic/partition/offset`` of the original record.
     submission: str = ""
+    #: The CloudEvent it was submitted as, ``"<source> <id>"`` (empty for a plain JSON job): a
+    #: later record of the same CloudEvent is a re-delivery, not a second job.
+    submitted_as: str = ""
 
 
 RejectionReason = Literal[

@@ -266,9 +266,12 @@ def _envelope(attrs: dict[str, Any], payload: bytes, offset: int) -> Envelope:
 #: Who writes ``gangway.log``, and what each writer may write there. A record from anyone else, or
 #: of a type its writer does not write, is quarantined by every reader alike (never folded).
 LOG_WRITERS: dict[str, frozenset[type]] = {
+    # logs written before contracts came through gangway.config: `gangway config apply` wrote the log
     "gangway/config": frozenset({ev.ConfigApplied}),
-    # submission relays telemetry (checkpoints, GPU samples, progress) from gangway.telemetry
-    "gangway/submission": frozenset({ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress}),
+    # submission relays telemetry (checkpoints, GPU samples, progress) from gangway.telemetry and
+    # contracts from gangway.config
+    "gangway/submission": frozenset({ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
+                                     ev.ConfigApplied}),
     "gangway/admission": frozenset({ev.WorkloadAdmitted}),
     "gangway/placement": frozenset({ev.PlacementDecided}),
     "gangway/preemption": frozenset({ev.EvictionOrdered}),

@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
-    except (stack.NoBrokerError, LogFileError, ReferenceDataMissing, KafkaConfigError) as exc:
+    except (stack.NoBrokerError, stack.ContractNotRelayed, LogFileError, ReferenceDataMissing, KafkaConfigError) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

@@ -21,6 +21,7 @@ from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.runtime.clock import ClusterClock
+from gangway.services.submission.config import SOURCE as CONFIG_SOURCE
 
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 RESTARTS_MAX = 5
@@ -123,26 +124,51 @@ def run_service(service) -> None:
 
 
 async def current_digest(bootstrap: str) -> str:
+    return (await _contract_in_force(bootstrap))[0]
+
+
+async def _contract_in_force(bootstrap: str, start: int = 0, idle_ms: int = 200) -> tuple[str, int]:
+    """The digest of the newest ConfigApplied on the log from ``start`` ("" if none), and the next offset."""
     digest = ""
-    async for env in kafka.read_log(bootstrap, idle_ms=200):
+    async for env in kafka.read_log(bootstrap, start=start, idle_ms=idle_ms):
+        start = env.offset + 1
         if isinstance(env.data, ConfigApplied):
             digest = env.data.digest
-    return digest
+    return digest, start
 
 
-async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms: int) -> bool:
-    """Append ConfigApplied unless the same contract is already in force. True if appended."""
+class ContractNotRelayed(TimeoutError):
+    """The contract is on gangway.config, but no submission service copied it onto the log in time."""
+
+
+#: How long `gangway config apply` waits for the submission service to put the contract on the log.
+CONFIG_RELAY_TIMEOUT_S = 120.0
+
+
+async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms: int,
+                         timeout_s: float = CONFIG_RELAY_TIMEOUT_S) -> bool:
+    """Write the contract to gangway.config (only the admin principal may) unless it is already in
+    force, and wait until the submission service has copied it onto the log. True if it was applied."""
     digest = contract_digest(contract)
-    if await current_digest(bootstrap) == digest:
+    in_force, end = await _contract_in_force(bootstrap)
+    if in_force == digest:
         return False
-    env = Envelope(id=f"config/{digest[:16]}/{now_ms}", source="gangway/config", time_ms=now_ms,
+    env = Envelope(id=f"config/{digest[:16]}/{now_ms}", source=CONFIG_SOURCE, time_ms=now_ms,
                    data=ConfigApplied(contract=contract, digest=digest, source=source))
     prod = kafka.producer(bootstrap)
     await prod.start()
     try:
-        await kafka.append(prod, [env])
+        await kafka.append(prod, [env], topic=topics.CONFIG)
     finally:
         await prod.stop()
+    deadline = time.monotonic() + timeout_s
+    while in_force != digest:
+        if time.monotonic() > deadline:
+            raise ContractNotRelayed(
+                f"the contract is on {topics.CONFIG}, but no submission service put it on the log within "
+                f"{timeout_s:.0f} s: is `gangway up` running against {bootstrap}? It takes effect when one does")
+        found, end = await _contract_in_force(bootstrap, end, idle_ms=100)
+        in_force = found or in_force
     return True
 
 
@@ -156,36 +182,39 @@ async def read_state(bootstrap: str) -> tuple[State, list[Envelope]]:
 
 
 async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: float | None = None,
-                       at_s: list[float] | None = None, source: str = "gangway/cli") -> dict[str, int]:
+                       at_s: list[float] | None = None, source: str = "gangway/cli",
+                       retry_s: float = 0.0) -> dict[str, int]:
     """Publish jobs as a producer does (binary-mode CloudEvents on gangway.submissions): all at
-    once, ``rate_per_s`` a second, or each ``at_s[i]`` seconds after the call. Returns workload id
-    → wall-clock ms when it was sent."""
+    once, ``rate_per_s`` a second, or each ``at_s[i]`` seconds after the call; a job whose send
+    failed while the broker was away is sent again for up to ``retry_s`` (the submission service
+    takes a job twice as once). Returns workload id → wall-clock ms when it was first sent, for
+    every job the broker acknowledged."""
     from gangway.services.submission.manifests import to_cloudevent_record
     prod = kafka.producer(bootstrap)
     await prod.start()
+    sends = kafka.RetryingSends(prod, topics.SUBMISSIONS, retry_s)
     sent: dict[str, int] = {}
     started = time.monotonic()
     try:
-        futures = []
         for i, job in enumerate(jobs):
             due = at_s[i] if at_s is not None else (i / rate_per_s if rate_per_s else 0.0)
             if due:
                 await asyncio.sleep(max(0.0, started + due - time.monotonic()))
             now = int(time.time() * 1000)
             key, value, headers = to_cloudevent_record(job, source, now)
-            sent[f"{job.namespace}/{job.job_id}"] = now
-            futures.append(await prod.send(topics.SUBMISSIONS, value=value, key=key, headers=headers, partition=0))
-        await asyncio.gather(*futures)
+            name = f"{job.namespace}/{job.job_id}"
+            sent[name] = now
+            await sends.send(name, key, value, headers)
+        acknowledged = await sends.acknowledged()
     finally:
         await prod.stop()
-    return sent
+    return {name: at for name, at in sent.items() if name in acknowledged}
 
 
 def restore_archive(bootstrap: str, sdir: Path) -> archive.Restored:
     """Before any service starts: the archived topics back into the fresh embedded broker."""
     from gangway.services.submission.service import RestoredInputs
     root = archive.archive_dir(sdir)
-    asyncio.run(archive.ensure_topic(bootstrap, topics.QUARANTINE))
     inputs = RestoredInputs()
     restored = asyncio.run(archive.restore(bootstrap, root, inputs.observe, inputs.safe_offsets))
     if restored.total:

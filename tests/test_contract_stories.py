@@ -30,7 +30,7 @@ def four_team_jobs(team: str, count: int, runtime_s: int = 10 * HOUR_S) -> str:
 
 def submit(sim: Simulation, text: str) -> None:
     for job in load_jobs(text, "jobs.yaml"):
-        sim.submit(queue_job(job, sim.state, set(), f"test/{job.job_id}"))
+        sim.submit(queue_job(job, sim.state, {}, f"test/{job.job_id}"))
 
 
 def gpus_in_use(state) -> int:

@@ -335,7 +335,7 @@ def test_every_manifest_kind_is_queued_by_the_submission_service():
 
     for offset, job in enumerate(jobs):
         key, value, headers = to_cloudevent_record(job, "test", 5)
-        result = decide_submission(value, key, headers, state, set(), f"gangway.submissions/0/{offset}")
+        result = decide_submission(value, key, headers, state, {}, f"gangway.submissions/0/{offset}")
         assert isinstance(result, WorkloadQueued), result
         assert [ps.name for ps in result.pod_sets] == [ps.name for ps in job.pod_sets]
 

@@ -240,7 +240,7 @@ def test_bad_input_is_rejected_with_its_reason_and_original_record(case: Bad):
     headers = case.headers + [("traceparent", b"00-abc-01"), ("x-binary", b"\x00\xff")]
     state = case.state if case.state is not None else make_state()
 
-    result = decide_submission(case.value, KEY, headers, state, set(case.in_flight), SUBMISSION, case.max_bytes)
+    result = decide_submission(case.value, KEY, headers, state, dict.fromkeys(case.in_flight, ""), SUBMISSION, case.max_bytes)
 
     assert isinstance(result, JobRejected), result
     assert result.reason == case.reason, result.message
@@ -255,7 +255,7 @@ def test_bad_input_is_rejected_with_its_reason_and_original_record(case: Bad):
 
 def test_a_rejection_survives_the_wire_with_the_original_bytes_intact():
     value = b'{"job_id": "train-1", \xff\x00}'
-    rejected = decide_submission(value, None, [("x", b"\x80")], make_state(), set(), SUBMISSION)
+    rejected = decide_submission(value, None, [("x", b"\x80")], make_state(), {}, SUBMISSION)
     env = Envelope(id="reject/1", source="test", time_ms=1, data=rejected)
 
     decoded = codec.from_record(*codec.to_binary(env)).data
@@ -284,17 +284,19 @@ EXPECTED = WorkloadQueued(
 )
 
 MODES = [
-    ("a binary-mode CloudEvent", plain(job()), ce_headers()),
+    ("a binary-mode CloudEvent", plain(job()), ce_headers(), "test submit/train-1/1"),
     ("a binary-mode CloudEvent with upper-case header names", plain(job()),
-     [(k.upper(), v) for k, v in ce_headers()]),
-    ("a structured-mode CloudEvent", structured(job()), [("content-type", b"application/cloudevents+json")]),
-    ("plain JSON of the JobSubmitted", plain(job()), []),
+     [(k.upper(), v) for k, v in ce_headers()], "test submit/train-1/1"),
+    ("a structured-mode CloudEvent", structured(job()), [("content-type", b"application/cloudevents+json")],
+     "test submit/train-1/1"),
+    ("plain JSON of the JobSubmitted", plain(job()), [], ""),
 ]
 
 
-@pytest.mark.parametrize("value, headers", [m[1:] for m in MODES], ids=[m[0] for m in MODES])
-def test_a_valid_job_becomes_a_workload_in_every_input_mode(value, headers):
-    assert decide_submission(value, KEY, headers, make_state(), set(), SUBMISSION) == EXPECTED
+@pytest.mark.parametrize("value, headers, submitted_as", [m[1:] for m in MODES], ids=[m[0] for m in MODES])
+def test_a_valid_job_becomes_a_workload_in_every_input_mode(value, headers, submitted_as):
+    expected = msgspec.structs.replace(EXPECTED, submitted_as=submitted_as)
+    assert decide_submission(value, KEY, headers, make_state(), {}, SUBMISSION) == expected
 
 
 VALID = [
@@ -314,20 +316,38 @@ VALID = [
 
 @pytest.mark.parametrize("doc, changes", [v[1:] for v in VALID], ids=[v[0] for v in VALID])
 def test_valid_job_details(doc, changes):
-    result = decide_submission(plain(doc), KEY, [], make_state(), set(), SUBMISSION)
+    result = decide_submission(plain(doc), KEY, [], make_state(), {}, SUBMISSION)
     assert result == msgspec.structs.replace(EXPECTED, **changes)
 
 
 def test_a_redelivered_submission_that_is_already_a_workload_gives_nothing():
     state = make_state(queued=[queued(submission=SUBMISSION)])
-    assert decide_submission(plain(job()), KEY, [], state, set(), SUBMISSION) is None
+    assert decide_submission(plain(job()), KEY, [], state, {}, SUBMISSION) is None
 
 
 def test_the_same_job_from_another_record_is_a_duplicate_not_a_redelivery():
     state = make_state(queued=[queued(submission="gangway.submissions/0/7")])
-    result = decide_submission(plain(job()), KEY, [], state, set(), SUBMISSION)
+    result = decide_submission(plain(job()), KEY, [], state, {}, SUBMISSION)
     assert isinstance(result, JobRejected) and result.reason == "duplicate_job"
     assert "gangway.submissions/0/7" in result.message
+
+
+def test_the_same_cloudevent_sent_again_is_a_redelivery_folded_or_in_flight():
+    """A producer that never got its acknowledgement sends the record again: the same source and id
+    (CloudEvents' duplicate), at a new offset. Whether the first is folded or still in flight, the
+    second gives nothing; a different CloudEvent for the same job is still a duplicate job."""
+    first = decide_submission(plain(job()), KEY, ce_headers(), make_state(), {}, "gangway.submissions/0/7")
+    assert first.submitted_as == "test submit/train-1/1"
+    folded = make_state(queued=[first])
+    assert decide_submission(plain(job()), KEY, ce_headers(), folded, {}, SUBMISSION) is None
+    assert decide_submission(plain(job()), KEY, ce_headers(), make_state(), {first.workload: first.submitted_as},
+                             SUBMISSION) is None
+    for other in (ce_headers(ce_id=b"submit/train-1/2"), ce_headers(ce_source=b"another-producer")):
+        again = decide_submission(plain(job()), KEY, other, folded, {}, SUBMISSION)
+        assert isinstance(again, JobRejected) and again.reason == "duplicate_job"
+    in_flight = decide_submission(plain(job()), KEY, ce_headers(ce_id=b"x"), make_state(), {first.workload: "test y"},
+                                  SUBMISSION)
+    assert isinstance(in_flight, JobRejected) and in_flight.reason == "duplicate_job"
 
 
 # --- properties -----------------------------------------------------------------------------------
@@ -352,7 +372,7 @@ JSON_VALUES = st.recursive(
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(value=st.binary(max_size=600) | st.just(b"{}"), headers=HEADERS, key=st.none() | st.binary(max_size=8))
 def test_arbitrary_bytes_and_headers_are_rejected_never_raised(value, headers, key):
-    result = decide_submission(value, key, headers, make_state(), set(), SUBMISSION)
+    result = decide_submission(value, key, headers, make_state(), {}, SUBMISSION)
 
     assert isinstance(result, JobRejected)
     assert result.original == value and result.original_key == key
@@ -377,7 +397,7 @@ def test_any_json_in_any_field_is_decided_never_raised(where, junk, mode):
     value = structured(doc) if mode == "structured" else plain(doc)
     headers = ce_headers() if mode == "binary" else []
 
-    result = decide_submission(value, KEY, headers, make_state(), set(), SUBMISSION)
+    result = decide_submission(value, KEY, headers, make_state(), {}, SUBMISSION)
 
     assert isinstance(result, (WorkloadQueued, JobRejected))
     if isinstance(result, JobRejected):
@@ -398,3 +418,31 @@ def test_the_policy_imports_only_the_standard_library_msgspec_and_gangway_events
         if m.split(".")[0] not in sys.stdlib_module_names and m != "msgspec" and not m.startswith("gangway.events")
     }
     assert foreign == set()
+
+
+# --- contracts from gangway.config ----------------------------------------------------------------
+
+
+def test_a_contract_on_the_config_topic_is_copied_once_and_anything_else_is_rejected_bytes_kept():
+    from gangway.contract.kueue import contract_digest
+    from gangway.events import codec
+    from gangway.services.submission.config import SOURCE, decide_config
+
+    def record(data) -> tuple[bytes, list]:
+        return codec.to_binary(Envelope(id="config/x/1", source=SOURCE, time_ms=5, data=data))
+
+    other = msgspec.structs.replace(CONTRACT, cluster_queues=CONTRACT.cluster_queues[:0])
+    applied = ConfigApplied(contract=other, digest=contract_digest(other), source="ops.yaml")
+    value, headers = record(applied)
+    assert decide_config(value, b"default", headers, make_state(), "gangway.config/0/0") == applied
+    now_in_force = apply(make_state(), Envelope(id="config/2", source="test", time_ms=2, data=applied, offset=1))
+    assert decide_config(value, b"default", headers, now_in_force, "gangway.config/0/1") is None
+    forged = msgspec.structs.replace(applied, digest="0" * 64)
+    for value, headers, reason in (
+        (*record(forged), "invalid_field"),
+        (*record(queued()), "wrong_event_type"),
+        (b"\xff\x00 not a CloudEvent", [("ce_specversion", b"1.0")], None),
+    ):
+        out = decide_config(value, b"k", headers, make_state(), "gangway.config/0/2")
+        assert isinstance(out, JobRejected) and out.original == value and out.submission == "gangway.config/0/2"
+        assert reason is None or out.reason == reason, out

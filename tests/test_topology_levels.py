@@ -98,7 +98,7 @@ def cluster(contract_yaml: str, nodes: str) -> Simulation:
 
 def submit(sim: Simulation, job: str) -> str:
     (submitted,) = load_jobs(job, "job.yaml")
-    wl = queue_job(submitted, sim.state, set(), "")
+    wl = queue_job(submitted, sim.state, {}, "")
     sim.submit(wl)
     return wl.workload
 
@@ -198,6 +198,6 @@ def test_the_submission_rejection_keeps_the_original_bytes():
     sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(2))
     (job,) = load_jobs(job_yaml("never", 1, {"kueue.x-k8s.io/podset-required-topology": "example.com/rail"}), "j")
     value = msgspec.json.encode(job)
-    out = decide_submission(value, None, [], sim.state, set(), "gangway.submissions/0/7")
+    out = decide_submission(value, None, [], sim.state, {}, "gangway.submissions/0/7")
     assert isinstance(out, ev.JobRejected) and out.reason == "topology_unsatisfiable" and out.original == value
     assert "no node of the cluster carries the label example.com/rail" in out.message

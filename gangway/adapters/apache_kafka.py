@@ -191,6 +191,7 @@ class ApacheKafka:
         return str(path)
 
     def start(self) -> "ApacheKafka":
+        """Start the broker; on a data directory it ran on before (a restart, same ports), with its data."""
         jars = install()
         if self.data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="gangway-kafka-")
@@ -209,13 +210,14 @@ class ApacheKafka:
         java = ["java", HEAP, "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}",
                 "-cp", f"{jars}/*"]
         fmt = [*java, "kafka.tools.StorageTool", "format", "--config", str(data / "server.properties"),
-               "--cluster-id", random_cluster_id(), "--ignore-formatted"]
+               f"--cluster-id={random_cluster_id()}", "--ignore-formatted"]  # an id may start with "-"
         if self.secured:
             for name, password in {BROKER_USER: self.broker_password, **self.users}.items():
                 fmt += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]"]
-        done = subprocess.run(fmt, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise BrokerError(f"kafka-storage format failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        if not (data / "logs" / "meta.properties").exists():  # formatted once: a restart keeps its data
+            done = subprocess.run(fmt, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if done.returncode != 0:
+                raise BrokerError(f"kafka-storage format failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         out = open(self.log_path, "ab") if self.log_path else open(data / "server.log", "ab")
         self.proc = subprocess.Popen(
             [*java, "kafka.Kafka", str(data / "server.properties")],

@@ -45,8 +45,6 @@ from typing import Iterator
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 
 from gangway.adapters import kafka
 from gangway.events import codec, topics
@@ -64,7 +62,7 @@ DEFAULT_FSYNC = "batch"
 #: visible when they were read, so a restored group never skips a record whose effects were lost.
 GROUP_OFFSETS_EVERY_S = 1.0
 #: Topics archived: all of gangway's, the quarantine included.
-ARCHIVED_TOPICS = (*topics.ALL, topics.QUARANTINE)
+ARCHIVED_TOPICS = topics.ALL
 #: On SIGTERM, at most this long to archive what the broker still holds.
 DRAIN_S = 5.0
 
@@ -632,17 +630,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-async def ensure_topic(bootstrap: str, name: str) -> None:
-    """Create one topic (one partition) unless it exists."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    await admin.start()
-    try:
-        if name not in set(await admin.list_topics()):
-            try:
-                await admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
-            except TopicAlreadyExistsError:
-                pass
-    finally:
-        await admin.close()

@@ -24,7 +24,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
     AuthenticationFailedError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError, KafkaConnectionError,
-    SaslAuthenticationFailed, TopicAlreadyExistsError, TopicAuthorizationFailedError, for_code,
+    KafkaError, KafkaTimeoutError, SaslAuthenticationFailed, TopicAlreadyExistsError, TopicAuthorizationFailedError,
+    for_code,
 )
 from aiokafka.helpers import create_ssl_context
 
@@ -362,6 +363,68 @@ async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str =
         futures.append(await prod.send(topic, value=value, key=key.encode(), headers=headers, partition=0))
     if futures:
         await asyncio.gather(*futures)
+
+
+class RetryingSends:
+    """Records sent one by one, acknowledged together at the end (``acknowledged``), each sent again,
+    the same bytes, when its send failed for a reason that passes — the broker away or restarting
+    (aiokafka's retriable errors) or the delivery timeout while it was — until ``retry_s`` has
+    passed since that failure. The records' consumers must take a record twice as once (the
+    submission service does: a job's idempotency key). Any other error is raised."""
+
+    RETRY_PAUSE_S = 0.5
+
+    def __init__(self, prod: AIOKafkaProducer, topic: str, retry_s: float):
+        self.prod, self.topic, self.retry_s = prod, topic, retry_s
+        self.records: dict[str, tuple[bytes, bytes, list]] = {}
+        self.futures: dict[str, asyncio.Future] = {}
+        self.resent = 0
+
+    async def send(self, name: str, key: bytes, value: bytes, headers: list) -> None:
+        self.records[name] = (key, value, headers)
+        self.futures[name] = await self._send(name)
+
+    async def _send(self, name: str) -> asyncio.Future:
+        key, value, headers = self.records[name]
+        try:
+            return await self.prod.send(self.topic, value=value, key=key, headers=headers, partition=0)
+        except KafkaError as exc:  # no metadata, buffer full, closed connection: answered like a failed delivery
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+
+    def _passes(self, exc: BaseException) -> bool:
+        return isinstance(exc, KafkaTimeoutError) or (isinstance(exc, KafkaError) and exc.retriable)
+
+    async def acknowledged(self) -> set[str]:
+        """Every record's name, once the broker has acknowledged it."""
+        done: set[str] = set()
+        first_failure: float | None = None
+        while self.futures:
+            names = list(self.futures)
+            results = await asyncio.gather(*self.futures.values(), return_exceptions=True)
+            self.futures = {}
+            failed = []
+            for name, result in zip(names, results):
+                if not isinstance(result, BaseException):
+                    done.add(name)
+                elif not self._passes(result):
+                    raise result
+                else:
+                    failed.append((name, result))
+            if not failed:
+                break
+            now = asyncio.get_running_loop().time()
+            first_failure = now if first_failure is None else first_failure
+            if now - first_failure > self.retry_s:
+                raise failed[0][1]
+            log.warning("%d records to %s not acknowledged (%s); sending them again", len(failed), self.topic,
+                        failed[0][1])
+            await asyncio.sleep(self.RETRY_PAUSE_S)
+            for name, _ in failed:
+                self.resent += 1
+                self.futures[name] = await self._send(name)
+        return done
 
 
 #: How many times a hole in the log's offsets is fetched again before it is taken as real.

@@ -7,8 +7,10 @@ ACLs (a super user). ``gangway kafka acls`` prints the model and, with ``--apply
 
 - the **service** principal (the six services): reads and writes every ``gangway.*`` topic, creates
   them, uses the ``gangway-*`` consumer groups;
-- the **admin** principal (operators: ``gangway config apply``, ``gangway submit``): writes the log
-  (a ConfigApplied) and the shared submissions topic, reads every ``gangway.*`` topic;
+- the **admin** principal (operators: ``gangway config apply``, ``gangway submit``): writes
+  ``gangway.config`` (contracts, which the submission service copies onto the log) and the shared
+  submissions topic, reads every ``gangway.*`` topic; it cannot write the log, so it cannot forge a
+  decision either;
 - each **tenant** principal: writes only its own ``gangway.submissions.<namespace>``, reads the log
   and the rejections, uses consumer groups named ``<namespace>-*``.
 
@@ -55,7 +57,7 @@ def acl_model(service: str, admin: str, tenants: dict[str, str]) -> list[Acl]:
     acls += [Acl(service, "GROUP", SERVICE_GROUPS, "PREFIXED", op) for op in ("READ", "DESCRIBE")]
     acls += [Acl(service, "CLUSTER", CLUSTER, "LITERAL", op) for op in ("IDEMPOTENT_WRITE", "DESCRIBE")]
     acls += [Acl(admin, "TOPIC", "gangway.", "PREFIXED", op) for op in ("READ", "DESCRIBE")]
-    acls += [Acl(admin, "TOPIC", name, "LITERAL", "WRITE") for name in (topics.LOG, topics.SUBMISSIONS)]
+    acls += [Acl(admin, "TOPIC", name, "LITERAL", "WRITE") for name in (topics.CONFIG, topics.SUBMISSIONS)]
     acls += [Acl(admin, "CLUSTER", CLUSTER, "LITERAL", "IDEMPOTENT_WRITE")]
     for namespace, who in sorted(tenants.items()):
         who = _principal(who)

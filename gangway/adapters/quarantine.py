@@ -19,14 +19,8 @@ MESSAGE_HEADER = "gangway-quarantine-message"
 PARTITION = TopicPartition(topics.QUARANTINE, 0)
 
 
-async def ensure_topic(bootstrap: str) -> None:
-    from gangway.adapters.archive import ensure_topic
-    await ensure_topic(bootstrap, topics.QUARANTINE)
-
-
 async def copied_offsets(bootstrap: str) -> set[int]:
     """Log offsets already copied to the quarantine topic (it is small: read it whole)."""
-    await ensure_topic(bootstrap)
     consumer = kafka.log_consumer(bootstrap)
     await consumer.start()
     found: set[int] = set()

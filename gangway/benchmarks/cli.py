@@ -70,8 +70,11 @@ def cmd_bench_durability(args) -> int:
         print(durability.report_loss(result))
     elif args.what == "faults":
         from gangway.benchmarks import faults
-        result = faults.main(shrink=args.shrink or 0.1, data_dir=args.data, span_s=args.span)
-        print(faults.report(result))
+        brokers = ("embedded", "apache-kafka") if args.broker == "both" else (args.broker,)
+        runs = {broker: faults.main(shrink=args.shrink or 0.1, data_dir=args.data, span_s=args.span, broker=broker)
+                for broker in brokers}
+        print("\n\n".join(faults.report(r) for r in runs.values()))
+        result = runs[brokers[0]] if len(runs) == 1 else {"brokers": runs, "ok": all(r["ok"] for r in runs.values())}
     else:
         from gangway.benchmarks import fuzz
         result = fuzz.bench_fuzz(examples=args.examples, only=args.decoder)
@@ -131,7 +134,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--jobs", type=int, default=1000, help="pipeline: jobs per phase")
     s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase; loss: appends/s (default 2000)")
     s.add_argument("--broker", choices=("embedded", "apache-kafka", "both"), default="embedded",
-                   help="pipeline: the broker (apache-kafka: started from the Maven jars; both: side by side)")
+                   help="pipeline, faults: the broker (apache-kafka: started from the Maven jars; both: side by side)")
     s.add_argument("--repeat", type=int, default=1, help="pipeline: runs per broker (medians reported)")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues); "
                                                  "money: workloads in the month (default 15,000); console: in the log (default 4,000)")

@@ -103,7 +103,6 @@ def bench_restore(events: int = 1_000_000) -> dict:
         t = time.perf_counter()
         with EmbeddedBroker() as source:
             asyncio.run(kafka.ensure_topics(source.bootstrap))
-            asyncio.run(archive.ensure_topic(source.bootstrap, topics.QUARANTINE))
             t = time.perf_counter()
             asyncio.run(_produce(source.bootstrap, synthetic_events(events)))
             produce_s = time.perf_counter() - t  # encoding the events included
@@ -116,7 +115,6 @@ def bench_restore(events: int = 1_000_000) -> dict:
         size = sum(p.stat().st_size for p in root.rglob("*.seg"))
         with EmbeddedBroker() as target:
             asyncio.run(kafka.ensure_topics(target.bootstrap))
-            asyncio.run(archive.ensure_topic(target.bootstrap, topics.QUARANTINE))
             restored = asyncio.run(archive.restore(target.bootstrap, root))
             t = time.perf_counter()
             check = asyncio.run(_read_back_ids(target.bootstrap))
@@ -176,7 +174,6 @@ def _one_loss_run(rate: float, run_s: float, tmp: Path, i: int) -> dict:
     root = tmp / f"archive-{i}"
     broker = EmbeddedBroker().start()
     asyncio.run(kafka.ensure_topics(broker.bootstrap))
-    asyncio.run(archive.ensure_topic(broker.bootstrap, topics.QUARANTINE))
     proc = archiver_process(broker.bootstrap, root, tmp / f"archiver-{i}.log")
     acked: list[int] = []
     records = list(synthetic_events(int(rate * (run_s + 30))))  # made before the clock starts
@@ -208,7 +205,6 @@ def _one_loss_run(rate: float, run_s: float, tmp: Path, i: int) -> dict:
     archived = archive.next_offsets(root)[topics.LOG]
     with EmbeddedBroker() as fresh:  # what a restart brings back
         asyncio.run(kafka.ensure_topics(fresh.bootstrap))
-        asyncio.run(archive.ensure_topic(fresh.bootstrap, topics.QUARANTINE))
         restored = asyncio.run(archive.restore(fresh.bootstrap, root))
     if not acked_n:
         raise RuntimeError("nothing was acknowledged before the kill: the measure is void")

@@ -155,7 +155,7 @@ def _check(result, record, accepted: tuple[type, ...], tally: Counter) -> None:
 
 def check_submission(state: State, record, tally: Counter) -> None:
     value, key, headers = record
-    result = decide_submission(value, key, headers, state, set(), "gangway.submissions/0/7")
+    result = decide_submission(value, key, headers, state, {}, "gangway.submissions/0/7")
     _check(result, record, (ev.WorkloadQueued,), tally)
 
 
@@ -180,7 +180,7 @@ def running_state() -> State:
     state = fuzz_state()
     job = ev.JobSubmitted(job_id="known-job", namespace="research", queue="default", pod_sets=[
         ev.PodSetRequest(name="main", count=1, resources={"cpu": "1", "nvidia.com/gpu": "1"})])
-    queued = decide_submission(codec.encode_data(job), None, [], state, set(), "gangway.submissions/0/0")
+    queued = decide_submission(codec.encode_data(job), None, [], state, {}, "gangway.submissions/0/0")
     apply(state, ev.Envelope(id="q", source="gangway/submission", time_ms=2, offset=1, data=queued))
     return state
 

@@ -60,16 +60,24 @@ CHANNELS = (
         "The decision log: one partition per cluster, the single order of truth. Every service "
         "folds it; auditors replay it.",
         {
-            "submission": (ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress),
+            "submission": (ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
+                           ev.ConfigApplied),
             "admission": (ev.WorkloadAdmitted,),
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),
             "binder": (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished, ev.WorkloadEvicted,
                        ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked, ev.WorkloadWithdrawn),
-            "config": (ev.ConfigApplied,),
             "accounting": (ev.WorkloadIdle,),
         },
         ("submission", "admission", "placement", "preemption", "binder", "accounting", "audit"),
+    ),
+    Channel(
+        topics.CONFIG,
+        "Contracts, as `gangway config apply` writes them with the admin principal (the only one "
+        "allowed to write here, and it may not write the log); the submission service copies each "
+        "one not already in force onto the log, and rejects what is not a ConfigApplied.",
+        {"operators": (ev.ConfigApplied,)},
+        ("submission",),
     ),
     Channel(
         topics.TELEMETRY,

@@ -40,7 +40,7 @@ def job_from_object(obj: dict, state: State) -> JobSubmitted | str:
         job = JobSubmitted(**{**_fields(job), "job_id": f"{job.job_id}-{uid[:8]}"})
     job = JobSubmitted(**{**_fields(job), "labels": {**job.labels, UID_LABEL: uid}})
     try:
-        queue_job(job, state, set(), submission="")
+        queue_job(job, state, {}, submission="")
     except Invalid as bad:
         return f"{bad.reason}: {bad.message}"
     return job

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    EVENT_TYPES, JobRejected, JobSubmitted, PodSet, PodSetRequest, TopologyRequest, WorkloadQueued,
+    EVENT_TYPES, Envelope, JobRejected, JobSubmitted, PodSet, PodSetRequest, TopologyRequest, WorkloadQueued,
 )
 from gangway.events.contract import Contract, LocalQueue
 from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
@@ -66,30 +67,37 @@ def decide_submission(
     key: bytes | None,
     headers: Headers,
     state: State,
-    in_flight: set[str],
+    in_flight: Mapping[str, str],
     submission: str,
     max_bytes: int = MAX_BYTES,
     entitled: str | None = None,
 ) -> WorkloadQueued | JobRejected | None:
     """Decide what one submission record becomes.
 
-    ``submission`` is the record's ``topic/partition/offset``; ``in_flight`` holds the job ids this
-    service has queued but not yet seen folded into ``state``. Returns None for a re-delivery of
-    a record already turned into a workload (``state.workloads[job_id].spec.submission``).
+    ``submission`` is the record's ``topic/partition/offset``; ``in_flight`` maps the workloads this
+    service has queued but not yet seen folded into ``state`` to the CloudEvent they came from
+    (``submitted_as``). Returns None for a re-delivery: the record that became a workload
+    (``state.workloads[…].spec.submission``), or another record of the same CloudEvent — the same
+    ``source`` and ``id``, which CloudEvents defines as duplicates (a producer that sent it again
+    because the broker never acknowledged it).
     ``entitled`` is the one namespace the record's topic may submit into (a tenant's own
     ``gangway.submissions.<namespace>``, which only that tenant's principal may write); None for
     the shared topic, which only gangway's own principals may write.
     """
     try:
-        job = read_job(value, headers, max_bytes)
+        job, submitted_as = read_submission(value, headers, max_bytes)
     except Invalid as bad:
         return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
-    known = state.workloads.get(workload_id(job))
-    if known is not None and known.spec.submission == submission:
+    workload = workload_id(job)
+    known = state.workloads.get(workload)
+    if known is not None and (known.spec.submission == submission
+                              or (submitted_as and known.spec.submitted_as == submitted_as)):
+        return None
+    if submitted_as and in_flight.get(workload) == submitted_as:
         return None
     try:
         _check_entitled(job, entitled, submission)
-        return queue_job(job, state, in_flight, submission)
+        return queue_job(job, state, in_flight, submission, submitted_as)
     except Invalid as bad:
         return rejected(bad, job.job_id, value, key, headers, submission)
 
@@ -142,6 +150,12 @@ class _Probe(msgspec.Struct):
 
 def read_job(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> JobSubmitted:
     """The JobSubmitted in a record, in any of the three input modes; raises Invalid."""
+    return read_submission(value, headers, max_bytes)[0]
+
+
+def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> tuple[JobSubmitted, str]:
+    """The JobSubmitted in a record, and the CloudEvent it came as (``"<source> <id>"``; empty for
+    a plain JSON job, which has no identity of its own); raises Invalid."""
     if value is None:
         raise Invalid("malformed_json", "the record has no value (a tombstone); expected a JobSubmitted")
     if len(value) > max_bytes:
@@ -149,11 +163,15 @@ def read_job(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) 
     _check_utf8(value)
     ce_headers = {name.lower(): header for name, header in headers or () if name.lower().startswith("ce_")}
     if ce_headers:
-        return _binary(value, headers, ce_headers)
+        return _event(_binary(value, headers, ce_headers))
     probe = _probe(value)
     if bytes(probe.specversion):
-        return _structured(value, headers, probe)
-    return _guarded(codec.decode_data, JOB_TYPE, value)
+        return _event(_structured(value, headers, probe))
+    return _guarded(codec.decode_data, JOB_TYPE, value), ""
+
+
+def _event(env: Envelope) -> tuple[JobSubmitted, str]:
+    return env.data, f"{env.source} {env.id}"
 
 
 def _check_utf8(value: bytes) -> None:
@@ -164,7 +182,7 @@ def _check_utf8(value: bytes) -> None:
         raise Invalid("not_utf8", f"the record value is not UTF-8: {exc.reason} at byte {exc.start} ({bad!r})") from None
 
 
-def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None]) -> JobSubmitted:
+def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None]) -> Envelope:
     if not ce_headers.get("ce_specversion"):
         raise Invalid(
             "malformed_cloudevent", "header ce_specversion is missing (ce_ headers make a binary-mode CloudEvent)"
@@ -173,14 +191,14 @@ def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None])
     if ce_type is not None and ce_type != JOB_TYPE.encode():
         shown = ce_type.decode("utf-8", "replace")
         raise Invalid("wrong_event_type", f"header ce_type is {shown!r}; {_ONLY_JOBS}")
-    return _guarded(codec.from_record, value, headers).data
+    return _guarded(codec.from_record, value, headers)
 
 
-def _structured(value: bytes, headers: Headers, probe: _Probe) -> JobSubmitted:
+def _structured(value: bytes, headers: Headers, probe: _Probe) -> Envelope:
     ce_type = _json_value(probe.type)
     if isinstance(ce_type, str) and ce_type != JOB_TYPE:
         raise Invalid("wrong_event_type", f"CloudEvent attribute type is {ce_type!r}; {_ONLY_JOBS}")
-    return _guarded(codec.from_record, value, headers).data
+    return _guarded(codec.from_record, value, headers)
 
 
 _ONLY_JOBS = f"gangway.submissions takes only {JOB_TYPE}"
@@ -284,7 +302,8 @@ def _check_entitled(job: JobSubmitted, entitled: str | None, submission: str) ->
         )
 
 
-def queue_job(job: JobSubmitted, state: State, in_flight: set[str], submission: str) -> WorkloadQueued:
+def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], submission: str,
+              submitted_as: str = "") -> WorkloadQueued:
     """The workload a valid job becomes; raises Invalid for the first thing wrong with it."""
     _check_names(job)
     pod_sets = _pod_sets(job.pod_sets)
@@ -307,6 +326,7 @@ def queue_job(job: JobSubmitted, state: State, in_flight: set[str], submission: 
         runtime_ms=runtime_ms,
         labels=dict(job.labels),
         submission=submission,
+        submitted_as=submitted_as,
     )
 
 
@@ -429,7 +449,7 @@ def workload_id(job: JobSubmitted) -> str:
     return f"{job.namespace}/{job.job_id}"
 
 
-def _check_unique(workload: str, state: State, in_flight: set[str]) -> None:
+def _check_unique(workload: str, state: State, in_flight: Mapping[str, str]) -> None:
     known = state.workloads.get(workload)
     if known is not None:
         raise Invalid(

@@ -1,7 +1,8 @@
 """The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected to gangway.rejections.
 
 It also relays telemetry — checkpoints, GPU figures, progress — from ``gangway.telemetry`` onto
-the log (``telemetry.py``).
+the log (``telemetry.py``), and contracts from ``gangway.config``, which only the admin principal
+writes (``config.py``).
 
 Inputs: the shared ``gangway.submissions`` (written by gangway's own principals: the Kubernetes
 binder, operators) and every tenant topic ``gangway.submissions.<namespace>`` that exists when the
@@ -25,11 +26,13 @@ from gangway.events import topics
 from gangway.events.catalogue import EVENT_TYPES, JobRejected, WorkloadQueued
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
+from gangway.services.submission.config import decide_config
 from gangway.services.submission.policy import decide_submission
 from gangway.services.submission.telemetry import decide_telemetry
 
 SUBMISSIONS_PARTITION = kafka.only_partition(topics.SUBMISSIONS)
 TELEMETRY_PARTITION = kafka.only_partition(topics.TELEMETRY)
+CONFIG_PARTITION = kafka.only_partition(topics.CONFIG)
 #: At most this many submissions are validated per cycle.
 SUBMISSIONS_PER_CYCLE_MAX = 5_000
 log = logging.getLogger(__name__)
@@ -48,12 +51,14 @@ class SubmissionService(LogService):
         #: Input partition → the offset to commit once this cycle's proposals are acknowledged.
         self.commit_to: dict = {}
         self.tenant_partitions: list = []
+        #: Workload → the CloudEvent it was queued from, while its WorkloadQueued is in flight.
+        self.queued_as: dict[str, str] = {}
 
     def group_id(self) -> str:
         return GROUP
 
     def input_partitions(self) -> list:
-        return [SUBMISSIONS_PARTITION, *self.tenant_partitions, TELEMETRY_PARTITION]
+        return [SUBMISSIONS_PARTITION, *self.tenant_partitions, TELEMETRY_PARTITION, CONFIG_PARTITION]
 
     async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         self.tenant_partitions = [kafka.only_partition(t) for t in await kafka.tenant_submission_topics(self.bootstrap)]
@@ -75,12 +80,21 @@ class SubmissionService(LogService):
     def decide(self, state: State) -> list[Proposal]:
         batch, self.inputs = self.inputs[:SUBMISSIONS_PER_CYCLE_MAX], self.inputs[SUBMISSIONS_PER_CYCLE_MAX:]
         proposals: list[Proposal] = []
-        # Jobs queued but not folded yet are taken too (ids "queued/<workload>").
-        taken = {pid.removeprefix("queued/") for pid in self.in_flight}
+        # Jobs queued but not folded yet are taken too (ids "queued/<workload>"), with the
+        # CloudEvent each came as, so that the same CloudEvent sent again is a re-delivery.
+        taken = self.queued_as = {wl: ce for wl, ce in self.queued_as.items() if f"queued/{wl}" in self.in_flight}
         now = self.clock.now_ms()
         for rec in batch:
             where = f"{rec.topic}/{rec.partition}/{rec.offset}"
             headers = list(rec.headers or ())
+            if rec.topic == topics.CONFIG:
+                contract = decide_config(rec.value, rec.key, headers, state, where)
+                if isinstance(contract, JobRejected):
+                    proposals.append(Proposal(f"rejected/{where}", now, contract, topics.REJECTIONS))
+                elif contract is not None:
+                    proposals.append(Proposal(f"config/{where}", now, contract))
+                self.commit_to[CONFIG_PARTITION] = rec.offset + 1
+                continue
             if rec.topic == topics.TELEMETRY:
                 result = decide_telemetry(rec.value, rec.key, headers, state, where)
                 if isinstance(result, JobRejected):
@@ -93,7 +107,7 @@ class SubmissionService(LogService):
                                        entitled=topics.entitled_namespace(rec.topic))
             self.commit_to[kafka.partition_of(rec)] = rec.offset + 1
             if isinstance(result, WorkloadQueued):
-                taken.add(result.workload)
+                taken[result.workload] = result.submitted_as
                 proposals.append(Proposal(f"queued/{result.workload}", now, result))
             elif isinstance(result, JobRejected):
                 proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
@@ -113,13 +127,15 @@ class RestoredInputs:
 
     Every submission record below the committed offset became a WorkloadQueued on the log or a
     JobRejected (both name the record's ``topic/partition/offset``); every telemetry record an event
-    on the log with the id ``telemetry/<record>`` (a checkpoint, GPU samples, progress) or a JobRejected. A result the archive lost (its
+    on the log with the id ``telemetry/<record>`` (a checkpoint, GPU samples, progress) or a
+    JobRejected, every config record a ConfigApplied with the id ``config/<record>``, a JobRejected,
+    or nothing (a contract already in force, decided again harmlessly). A result the archive lost (its
     loss window) leaves a gap: the input offset goes back to the first gap, so the record is read
     and decided again instead of being skipped. Fed record by record during the restore.
     """
 
     def __init__(self) -> None:
-        self.done: dict[str, set[int]] = {topics.SUBMISSIONS: set(), topics.TELEMETRY: set()}
+        self.done: dict[str, set[int]] = {topics.SUBMISSIONS: set(), topics.TELEMETRY: set(), topics.CONFIG: set()}
 
     def _mark(self, where: str) -> None:
         topic, _, offset = where.rpartition("/0/")
@@ -132,8 +148,8 @@ class RestoredInputs:
         headers = dict(rec.headers)
         ce_type = headers.get("ce_type")
         ce_id = (headers.get("ce_id") or b"").decode("utf-8", "replace")
-        if topic == topics.LOG and ce_id.startswith("telemetry/"):
-            self._mark(ce_id.removeprefix("telemetry/"))
+        if topic == topics.LOG and ce_id.startswith(("telemetry/", "config/")):
+            self._mark(ce_id.partition("/")[2])
         elif (topic == topics.LOG and ce_type == _QUEUED_TYPE) or topic == topics.REJECTIONS:
             try:
                 self._mark(msgspec.json.decode(rec.value or b"{}", type=_Submission).submission)

@@ -153,23 +153,32 @@ def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
     assert codec.SPECVERSION == again[0]["specversion"]
 
 
-@pytest.mark.skipif(not os.environ.get("GANGWAY_FAULT_TESTS"),
-                    reason="the fault run is long and, after a broker restart, has waited out its 600 s for a job "
-                           "once: `gangway bench faults` measures it (GANGWAY_FAULT_TESTS=1 runs it here)")
-def test_faults_on_a_small_kueue_baseline_lose_nothing_and_duplicate_nothing(capsys):
-    """`gangway bench faults`, small: every service and the archiver killed with kill -9 at once
-    during the load, then the broker restarted (the whole stack, kill -9); the long run, which
-    kills each service in turn, is in README "Durability"."""
+@pytest.mark.both_brokers
+def test_faults_on_a_small_kueue_baseline_lose_nothing_and_duplicate_nothing(broker_kind, capsys):
+    """`gangway bench faults`, small (60 workloads over 6 s), on both brokers: every service (and
+    the archiver) killed with kill -9 at once during the load; on Apache Kafka also Kafka itself
+    killed and restarted while the producer streams the jobs; then the broker restarted (embedded:
+    the whole stack, kill -9; Apache Kafka: its JVM, kill -9). The long run, which kills each
+    service in turn, is in README "Durability"."""
     from gangway.benchmarks import faults
     reference = Path(__file__).parents[1] / "data" / "reference"
-    result = faults.bench_faults(shrink=0.004, span_s=6, data_dir=str(reference), faults=(faults.ALL_AT_ONCE, "broker"))
+    if broker_kind == "apache-kafka":
+        kind, injected = faults.ApacheKafkaFaults().kind(), (faults.ALL_AT_ONCE, faults.MID_PRODUCE, faults.BROKER)
+        expected = ["restart Apache Kafka (kill -9), while jobs are being produced", "kill -9 every service at once",
+                    "restart Apache Kafka (kill -9), after every job was sent"]
+    else:
+        kind, injected = faults.EMBEDDED, (faults.ALL_AT_ONCE, faults.BROKER)
+        expected = ["kill -9 every service and the archiver at once", "restart the embedded broker (whole stack, kill -9)"]
+    result = faults.bench_faults(shrink=0.004, span_s=6, data_dir=str(reference), faults=injected, kind=kind)
     print(faults.report(result))
-    assert [f["fault"] for f in result["faults"]] == [
-        "kill -9 every service and the archiver at once", "restart the embedded broker (whole stack, kill -9)"]
+    assert [f["fault"] for f in result["faults"]] == expected
     assert result["sent"] == result["workloads"] == 60
     assert result["jobs_lost"] == 0, result["lost_examples"]
     assert result["decisions_duplicated"] == 0, result["duplicated_by_kind"]
     assert result["replay_mismatches"] == 0
     assert result["rejections"] == 0 and result["ledger_logs"] == 1
-    assert result["faults"][-1]["restored_records"] > 0
+    if broker_kind == "apache-kafka":  # the producer went on after the broker came back
+        assert result["faults"][0]["submissions_at_kill"] < result["submission_records"]
+    else:
+        assert result["faults"][-1]["restored_records"] > 0
     assert result["ok"]

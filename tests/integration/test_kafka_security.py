@@ -118,13 +118,15 @@ def test_a_tenant_submits_into_its_own_namespace_and_another_is_rejected_with_it
     gw.wait_finished([f"serving/theirs-{u}"])
 
 
-def test_a_forged_decision_or_checkpoint_from_a_tenant_is_refused_by_the_broker(secured):
+def test_a_forged_decision_or_checkpoint_from_a_tenant_or_the_admin_is_refused_by_the_broker(secured):
     gw, u = secured.gw, uid()
     forged = ev.Envelope(id=f"forged/{u}", source="gangway/admission", time_ms=1,
                          data=ev.WorkloadAdmitted(workload=f"research/x-{u}", cluster_queue="research",
                                                   usage={"nvidia.com/gpu": 64_000}, borrowed={}, based_on=0))
     value, headers = codec.to_binary(forged)
     assert secured.produce("alice", topics.LOG, value, b"default", headers) == "TOPIC_AUTHORIZATION_FAILED"
+    # Nor may the admin principal: it writes contracts to gangway.config, never the log.
+    assert secured.produce("ops", topics.LOG, value, b"default", headers) == "TOPIC_AUTHORIZATION_FAILED"
     checkpoint = ev.Envelope(id=f"forged-ckpt/{u}", source="tenant", time_ms=1,
                              data=ev.CheckpointSaved(workload=f"research/x-{u}", saved_ms=1))
     value, headers = codec.to_binary(checkpoint)

@@ -48,7 +48,7 @@ class LocalLog:
     def submit(self, job: JobSubmitted) -> None:
         """What the submission service does with a record on gangway.submissions."""
         try:
-            queued = queue_job(job, self.state, set(), submission=f"gangway.submissions/0/{len(self.envelopes)}")
+            queued = queue_job(job, self.state, {}, submission=f"gangway.submissions/0/{len(self.envelopes)}")
         except Invalid as bad:
             self.rejected.append((job, bad.message))
             return

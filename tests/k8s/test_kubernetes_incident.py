@@ -34,7 +34,7 @@ def simulated_victims() -> set[str]:
     sim.add_nodes(load_nodes((DEMO / "cluster.yaml").read_text()))
     for name in ("jobs-night.yaml", "jobs-morning.yaml"):
         for job in load_jobs((DEMO / name).read_text(), name):
-            sim.submit(queue_job(job, sim.state, set(), submission=""))
+            sim.submit(queue_job(job, sim.state, {}, submission=""))
             sim.run(until_ms=sim.now_ms + 1)
     return {e.data.workload for e in sim.log if isinstance(e.data, ev.EvictionOrdered)}
 
