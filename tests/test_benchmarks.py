@@ -109,3 +109,15 @@ def test_bench_console_times_every_page_on_a_folded_log(tmp_path, capsys):
     assert result["events"] > 0 and result["fold_events_per_s"] > 0
     assert {path.split("?")[0] for path in result["pages_ms"]} == {"/api/view", "/metrics", "/api/stream", "/api/job"}
     assert "× the target" in capsys.readouterr().out
+
+
+@pytest.mark.broker
+def test_the_durability_benches_run_small_restore_every_offset_and_measure_a_loss(tmp_path, capsys):
+    out = tmp_path / "restore.json"
+    assert main(["bench", "restore", "--events", "3000", "--runs", "2", "--out", str(out)]) == 0
+    restore = json.loads(out.read_text())
+    assert restore["offsets_checked"] == 3000 and len(restore["restore_s_runs"]) == 2
+    assert "× the target" in capsys.readouterr().out
+    from gangway.benchmarks import durability
+    loss = durability.bench_loss(rate=500, runs=1, run_s=1.0)
+    assert loss["restored_equals_archived"] and loss["runs"][0]["acked"] > 0

@@ -62,11 +62,11 @@ def cmd_bench(args) -> int:
 def cmd_bench_durability(args) -> int:
     if args.what == "restore":
         from gangway.benchmarks import durability
-        result = durability.bench_restore(events=args.events or 1_000_000)
+        result = durability.bench_restore(events=args.events or 1_000_000, runs=args.runs or 3)
         print(durability.report_restore(result))
     elif args.what == "loss":
         from gangway.benchmarks import durability
-        result = durability.bench_loss(rate=args.rate if args.rate != 100.0 else 2000.0, runs=args.runs)
+        result = durability.bench_loss(rate=args.rate if args.rate != 100.0 else 2000.0, runs=args.runs or 5)
         print(durability.report_loss(result))
     elif args.what == "faults":
         from gangway.benchmarks import faults
@@ -146,7 +146,7 @@ def add_parsers(sub) -> None:
                                                 "faults: of workloads only (default 0.1)")
     s.add_argument("--data", help="kueue, fgd, money, faults: the full reference data folder (default: $GANGWAY_DATA)")
     s.add_argument("--span", type=float, help="faults: compress the workloads' creation into this many seconds")
-    s.add_argument("--runs", type=int, default=5, help="loss: kill -9 runs")
+    s.add_argument("--runs", type=int, help="loss: kill -9 runs (default 5); restore: restores of the archive (default 3)")
     s.add_argument("--examples", type=int, default=100_000, help="fuzz: generated inputs per decoder")
     s.add_argument("--decoder", choices=("submission", "telemetry", "log"), help="fuzz: this decoder only")
     s.add_argument("--out", help="also write the figures as JSON to this file")

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from gangway.adapters import archive, kafka
-from gangway.adapters.broker import EmbeddedBroker, die_with_parent
+from gangway.adapters.broker import EmbeddedBroker
+from gangway.adapters.processes import die_with_parent
 from gangway.events import catalogue as ev
 from gangway.events import codec, topics
 
@@ -97,7 +98,9 @@ def _wait_archived(root: Path, topic: str, n: int, timeout_s: float) -> float:
     return time.perf_counter() - started
 
 
-def bench_restore(events: int = 1_000_000) -> dict:
+def bench_restore(events: int = 1_000_000, runs: int = 3) -> dict:
+    """The archive is made once; it is restored ``runs`` times, each into a fresh broker (the
+    median is the figure); the first restored log is read back and every event checked."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "archive"
         t = time.perf_counter()
@@ -113,20 +116,25 @@ def bench_restore(events: int = 1_000_000) -> dict:
                 proc.terminate()
                 proc.wait(timeout=30)
         size = sum(p.stat().st_size for p in root.rglob("*.seg"))
-        with EmbeddedBroker() as target:
-            asyncio.run(kafka.ensure_topics(target.bootstrap))
-            restored = asyncio.run(archive.restore(target.bootstrap, root))
-            t = time.perf_counter()
-            check = asyncio.run(_read_back_ids(target.bootstrap))
-            read_s = time.perf_counter() - t
-    assert restored.records[topics.LOG] == events, restored
-    assert check == events, f"read back {check} of {events}"
+        restore_s, read_s = [], None
+        for _ in range(runs):
+            with EmbeddedBroker() as target:
+                asyncio.run(kafka.ensure_topics(target.bootstrap))
+                restored = asyncio.run(archive.restore(target.bootstrap, root))
+                assert restored.records[topics.LOG] == events, restored
+                restore_s.append(restored.seconds)
+                if read_s is None:
+                    t = time.perf_counter()
+                    check = asyncio.run(_read_back_ids(target.bootstrap))
+                    read_s = time.perf_counter() - t
+                    assert check == events, f"read back {check} of {events}"
+    median_s = statistics.median(restore_s)
     return {
-        "events": events, "archive_mib": size / 2**20,
+        "events": events, "archive_mib": size / 2**20, "runs": runs,
         "produced_per_s": events / produce_s, "archiver_s": archive_s, "archived_per_s": events / archive_s,
-        "restore_s": restored.seconds, "restored_per_s": events / restored.seconds,
+        "restore_s": median_s, "restore_s_runs": restore_s, "restored_per_s": events / median_s,
         "read_back_s": read_s, "offsets_checked": events, "target_restore_s": RESTORE_TARGET_S,
-        "meets_target": restored.seconds <= RESTORE_TARGET_S,
+        "meets_target": median_s <= RESTORE_TARGET_S,
     }
 
 
@@ -144,8 +152,10 @@ def report_restore(r: dict) -> str:
         f"restore of a {r['events']:,}-event log ({r['archive_mib']:.0f} MiB of archive segments)",
         f"  archiver: {r['archived_per_s']:,.0f} records/s ({r['archiver_s']:.1f} s; broker took them at "
         f"{r['produced_per_s']:,.0f}/s)",
-        f"  restore into a fresh broker: {r['restore_s']:.1f} s ({r['restored_per_s']:,.0f} records/s), every "
-        f"offset checked; target ≤ {r['target_restore_s']:.0f} s: {'met' if r['meets_target'] else 'MISSED'}",
+        f"  restore into a fresh broker: median of {r['runs']} {r['restore_s']:.1f} s "
+        f"({', '.join(f'{x:.1f}' for x in r['restore_s_runs'])}; {r['restored_per_s']:,.0f} records/s), every "
+        f"offset checked; target ≤ {r['target_restore_s']:.0f} s ({r['restore_s'] / r['target_restore_s']:.2f} × the "
+        f"target): {'met' if r['meets_target'] else 'MISSED'}",
         f"  reading the restored log back and decoding it: {r['read_back_s']:.1f} s",
     ])
 
