@@ -73,7 +73,7 @@ fuzz: $(STAMP)
 bench-durability: $(STAMP)
 	$(BIN)/gangway bench restore --events 1000000 --out bench/results/restore-1m.json
 	$(BIN)/gangway bench loss --runs 5 --out bench/results/loss.json
-	$(BIN)/gangway bench faults --shrink 0.05 --out bench/results/faults.json
+	$(BIN)/gangway bench faults --broker both --shrink 0.05 --out bench/results/faults.json
 
 # The layers contract (.importlinter), checked on the package laid out as installed.
 lint-imports: $(STAMP)

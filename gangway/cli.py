@@ -135,6 +135,10 @@ def cmd_config(args) -> int:
     return 0
 
 
+#: How long `gangway submit` keeps sending what a restarting broker did not acknowledge.
+SUBMIT_RETRY_S = 60.0
+
+
 def cmd_submit(args) -> int:
     from gangway.services.submission.manifests import ManifestError, load_jobs
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
@@ -145,7 +149,7 @@ def cmd_submit(args) -> int:
     except ManifestError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
-    asyncio.run(stack.publish_jobs(_bootstrap(), jobs))
+    asyncio.run(stack.publish_jobs(_bootstrap(), jobs, retry_s=SUBMIT_RETRY_S))
     for job in jobs:
         named = f" (name generated from generateName {generated[job.job_id]!r})" if job.job_id in generated else ""
         console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}{named}")
