@@ -492,12 +492,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. What a user can put right (no broker, an unreachable one, a bad log file,
     missing reference data) ends in one line on stderr and exit status 1, never a traceback."""
     args = parser().parse_args(argv)
+    from gangway.adapters.archive import ArchiveBehind
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
     try:
         return args.func(args)
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
-    except (stack.NoBrokerError, stack.ContractNotRelayed, LogFileError, ReferenceDataMissing, KafkaConfigError) as exc:
+    except (stack.NoBrokerError, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
+            KafkaConfigError) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

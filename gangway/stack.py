@@ -34,6 +34,8 @@ EMBEDDED_KAFKA_WAIT_S = 20.0
 ARCHIVER = "archiver"
 #: Consumer groups whose committed offsets the archive keeps (the submission service's inputs).
 ARCHIVED_GROUPS = ("gangway-submission",)  # SubmissionService.group_id()
+#: A deadline, not a wait: the archiver is up within a second or two on an idle machine.
+ARCHIVER_START_TIMEOUT_S = 120.0
 log = logging.getLogger(__name__)
 
 
@@ -158,9 +160,10 @@ async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms
     prod = kafka.producer(bootstrap)
     await prod.start()
     try:
-        await kafka.append(prod, [env], topic=topics.CONFIG)
+        config_end = await kafka.append(prod, [env], topic=topics.CONFIG)
     finally:
         await prod.stop()
+    await archive.wait_archived(bootstrap, {topics.CONFIG: config_end})  # the embedded broker's archive
     deadline = time.monotonic() + timeout_s
     while in_force != digest:
         if time.monotonic() > deadline:
@@ -188,7 +191,8 @@ async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: flo
     once, ``rate_per_s`` a second, or each ``at_s[i]`` seconds after the call; a job whose send
     failed while the broker was away is sent again for up to ``retry_s`` (the submission service
     takes a job twice as once). Returns workload id → wall-clock ms when it was first sent, for
-    every job the broker acknowledged."""
+    every job the broker acknowledged — and, with the embedded broker, the archiver archived
+    (``archive.wait_archived``: a job called sent survives a kill of the whole stack)."""
     from gangway.services.submission.manifests import to_cloudevent_record
     prod = kafka.producer(bootstrap)
     await prod.start()
@@ -208,6 +212,7 @@ async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: flo
         acknowledged = await sends.acknowledged()
     finally:
         await prod.stop()
+    await archive.wait_archived(bootstrap, {topics.SUBMISSIONS: sends.end})  # the embedded broker's archive
     return {name: at for name, at in sent.items() if name in acknowledged}
 
 
@@ -256,11 +261,20 @@ class Stack:
             if self.restored.cluster_ms > self.clock.now_ms():  # a sped-up cluster goes on from where it was
                 self.clock = ClusterClock(time.time(), self.restored.cluster_ms, self.time_scale)
             self._spawn(ARCHIVER)
+            self._wait_for(ARCHIVER, ARCHIVER_START_TIMEOUT_S)  # its progress group exists: producers can wait on it
         (sdir / "bootstrap").write_text(self.bootstrap + (" embedded" if self.broker else "") + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)
             self._spawn(name)
         return self.bootstrap
+
+    def _wait_for(self, name: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not (state_dir() / f"{name}.ready").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready after {timeout_s} s; see {state_dir() / 'logs' / (name + '.log')}")
+            self.supervise_once()
+            time.sleep(0.05)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every service has folded the whole log once (supervising meanwhile)."""

@@ -8,6 +8,7 @@ delivery future); the path through a real broker killed mid-produce is the Apach
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, TopicAuthorizationFailedError
@@ -31,7 +32,7 @@ class FlakyProducer:
                 raise self.error
             future.set_exception(self.error)
         else:
-            future.set_result(len(self.sent))
+            future.set_result(SimpleNamespace(offset=len(self.sent) - 1))
         return future
 
 
@@ -51,7 +52,7 @@ def test_sends_the_broker_did_not_acknowledge_go_again_with_the_same_bytes(error
     prod = FlakyProducer(failures=4, error=error, raise_on_send=raise_on_send)
     done, sends = run(prod)
     assert done == {"job-0", "job-1", "job-2"}
-    assert sends.resent == 4
+    assert sends.resent == 4 and sends.end == len(prod.sent)
     assert sorted(set(prod.sent)) == [("gangway.submissions", b"v0"), ("gangway.submissions", b"v1"),
                                       ("gangway.submissions", b"v2")]
 

@@ -23,6 +23,13 @@ had not yet written when the whole process group was killed. ``GANGWAY_ARCHIVE_F
 flushing to the operating system (a killed process loses nothing more; a power cut may lose the
 last seconds); ``interval:MS`` calls fsync at most every MS milliseconds.
 
+**Durable acknowledgements.** After each write the archiver commits how far it has archived each
+topic to the consumer group ``gangway-archiver`` (the first commit is made before its ready file,
+so the group exists before any service or producer runs). A producer of outside input — jobs,
+contracts — waits until that group has passed its records (``wait_archived``) before it calls them
+sent: what a producer was told is sent is never in the loss window. On Apache Kafka there is no such
+group, and the broker's own ``acks=all`` is the acknowledgement.
+
 **Restore** (``restore``) produces every archived record back, in order, into a fresh broker and
 checks that each lands at the offset it had: offsets, keys, headers and timestamps are the same,
 so the log keeps its identity (the id of event 0), snapshots still match it and the accounting
@@ -63,6 +70,10 @@ DEFAULT_FSYNC = "batch"
 GROUP_OFFSETS_EVERY_S = 1.0
 #: Topics archived: all of gangway's, the quarantine included.
 ARCHIVED_TOPICS = topics.ALL
+#: The archiver's progress, committed per topic: the next offset it will archive.
+ARCHIVER_GROUP = "gangway-archiver"
+#: How long a producer waits for the archiver by default (it is restarted within seconds if it dies).
+WAIT_ARCHIVED_S = 30.0
 #: On SIGTERM, at most this long to archive what the broker still holds.
 DRAIN_S = 5.0
 
@@ -377,13 +388,14 @@ class Archiver:
             repair_tail(self.root, topic)
             self.writers[topic] = TopicWriter(self.root, topic, starts[topic])
             self.writers[topic].open()
-        consumer = kafka.log_consumer(self.bootstrap)
+        consumer = kafka.log_consumer(self.bootstrap, group_id=ARCHIVER_GROUP)
         await consumer.start()
         tps = {TopicPartition(t, 0): t for t in ARCHIVED_TOPICS}
         order = {tp: kafka.InOrder(starts[t]) for tp, t in tps.items()}
         consumer.assign(list(tps))
         for tp, t in tps.items():
             consumer.seek(tp, starts[t])
+        await consumer.commit({tp: starts[t] for tp, t in tps.items()})
         last_sync = time.monotonic()
         pending_groups: tuple[float, dict, dict[str, int]] | None = None
         if ready is not None:
@@ -414,6 +426,8 @@ class Archiver:
                 elif wrote:
                     for w in self.writers.values():
                         w.flush(False)
+                if wrote:  # written (and synced, as the policy says): producers waiting may go on
+                    await consumer.commit({tp: order[tp].next for tp in batch})
                 highs = {tp: consumer.highwater(tp) for tp in tps}
                 caught_up = not wrote and all(h is not None and order[tp].next >= h for tp, h in highs.items())
                 if self.groups and not stop.is_set():
@@ -448,6 +462,36 @@ class Archiver:
         await asyncio.sleep(0.05)
         marks = {t: consumer.highwater(tp) or 0 for tp, t in tps.items()}
         return now, offsets, marks
+
+
+async def wait_archived(bootstrap: str, ends: dict[str, int], timeout_s: float = WAIT_ARCHIVED_S) -> bool:
+    """Until the archiver has archived each topic up to ``ends[topic]`` (exclusive). False at once if
+    no archiver runs there (no ``gangway-archiver`` group: Apache Kafka keeps its own data); raises
+    ``ArchiveBehind`` when the deadline passes first."""
+    consumer = kafka.log_consumer(bootstrap, group_id=ARCHIVER_GROUP)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            behind = {}
+            for topic, end in ends.items():
+                committed = await consumer.committed(TopicPartition(topic, 0))
+                if committed is None or committed < 0:
+                    return False
+                if committed < end:
+                    behind[topic] = (committed, end)
+            if not behind:
+                return True
+            if time.monotonic() > deadline:
+                raise ArchiveBehind(f"the archiver has not archived {', '.join(f'{t} {c} of {e}' for t, (c, e) in behind.items())}"
+                                    f" after {timeout_s:.0f} s: the records are on the broker but not yet safe from a kill")
+            await asyncio.sleep(0.02)
+    finally:
+        await consumer.stop()
+
+
+class ArchiveBehind(TimeoutError):
+    """The broker acknowledged records that the archiver has not archived within the deadline."""
 
 
 def archive_dir(state_dir: Path) -> Path:

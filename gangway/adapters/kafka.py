@@ -351,8 +351,9 @@ def log_consumer(bootstrap: str, group_id: str | None = None) -> AIOKafkaConsume
     )
 
 
-async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str = topics.LOG) -> None:
-    """Append events in order and wait until the broker has them all.
+async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str = topics.LOG) -> int:
+    """Append events in order and wait until the broker has them all; returns one past the last
+    offset (0 for no events).
 
     Keys: the cluster on the log (its one partition), the event's subject (job id) elsewhere.
     """
@@ -361,8 +362,9 @@ async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str =
         value, headers = codec.to_binary(env)
         key = topics.DEFAULT_CLUSTER if topic == topics.LOG else (env.subject() or "")
         futures.append(await prod.send(topic, value=value, key=key.encode(), headers=headers, partition=0))
-    if futures:
-        await asyncio.gather(*futures)
+    if not futures:
+        return 0
+    return max(meta.offset for meta in await asyncio.gather(*futures)) + 1
 
 
 class RetryingSends:
@@ -379,6 +381,8 @@ class RetryingSends:
         self.records: dict[str, tuple[bytes, bytes, list]] = {}
         self.futures: dict[str, asyncio.Future] = {}
         self.resent = 0
+        #: One past the highest offset the broker acknowledged.
+        self.end = 0
 
     async def send(self, name: str, key: bytes, value: bytes, headers: list) -> None:
         self.records[name] = (key, value, headers)
@@ -408,6 +412,7 @@ class RetryingSends:
             for name, result in zip(names, results):
                 if not isinstance(result, BaseException):
                     done.add(name)
+                    self.end = max(self.end, result.offset + 1)
                 elif not self._passes(result):
                     raise result
                 else:

@@ -81,9 +81,10 @@ async def _produce(bootstrap: str, records, topic: str = topics.LOG) -> None:
         await prod.stop()
 
 
-def archiver_process(bootstrap: str, root: Path, log_path: Path) -> subprocess.Popen:
+def archiver_process(bootstrap: str, root: Path, log_path: Path, ready: Path | None = None) -> subprocess.Popen:
     with open(log_path, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "gangway.adapters.archive", bootstrap, str(root)],
+        return subprocess.Popen([sys.executable, "-m", "gangway.adapters.archive", bootstrap, str(root),
+                                 *(["--ready", str(ready)] if ready else [])],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 preexec_fn=die_with_parent)
 
