@@ -209,6 +209,14 @@ class WorkloadEvicted(_Event, frozen=True):
     attempt: int
     preemptor: str | None = None
     reason: str = ""
+    #: A gang that did not bind whole (rolled back) is requeued with a backoff: how many of its
+    #: binds in a row failed, counting this one (0: not a failed bind), and the cluster time before
+    #: which admission leaves it alone (0: none). ``reason_code`` says which: ``bind_backoff``, or
+    #: ``bind_failures_exceeded`` when it is deactivated (it never runs again).
+    bind_failures: int = 0
+    retry_after_ms: int = 0
+    reason_code: ReasonCode | None = None
+    reason_params: dict[str, Param] = {}
 
 
 class CheckpointSaved(_Event, frozen=True):
@@ -256,10 +264,35 @@ class WorkloadWithdrawn(_Event, frozen=True):
     reason: str = ""
 
 
+class ClusterReconciled(_Event, frozen=True):
+    """What the binder found when it compared the cluster with the log (at start, after a lost watch,
+    on every pass): an object resumed or pods on nodes without a placement on the log, or pods of a
+    placement gone. Kubernetes is the truth about what runs: this records the finding and what was
+    done about it. It changes no scheduling state (a finding that does — a placement whose pods
+    vanished — is followed by its own WorkloadEvicted)."""
+
+    #: The Kubernetes object: kind, namespace, name and uid.
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+    reason_code: ReasonCode
+    reason_params: dict[str, Param] = {}
+    #: The workload the object is (None: the log has none for it) and its attempt then.
+    workload: str | None = None
+    attempt: int | None = None
+    #: The pods found (names) and the nodes they were on.
+    pods: list[str] = []
+    nodes: list[str] = []
+    #: What the binder did ("suspended again, 2 pod(s) deleted").
+    action: str = ""
+
+
 Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
-    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn,
+    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn, ClusterReconciled,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -281,6 +314,7 @@ EVENT_TYPES: dict[type, str] = {
     CheckpointSaved: "io.gangway.checkpoint.saved.v1",
     ClockTicked: "io.gangway.clock.ticked.v1",
     WorkloadWithdrawn: "io.gangway.workload.withdrawn.v1",
+    ClusterReconciled: "io.gangway.cluster.reconciled.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

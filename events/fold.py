@@ -70,6 +70,8 @@ def _enqueue(state: State, wl: WorkloadState) -> None:
 
 def _dequeue(state: State, wl: WorkloadState) -> None:
     del state.pending[wl.spec.workload]
+    if state.backing_off:
+        state.backing_off.pop(wl.spec.workload, None)
     for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
         left = counts.get(key, 0) - 1
         if left > 0:
@@ -423,6 +425,14 @@ def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
     wl = state.workloads.get(e.workload)
     if _report(state, wl, e.attempt, EVICT_FROM):
         _requeue(state, wl, env)
+        wl.bind_failures, wl.retry_after_ms = e.bind_failures, e.retry_after_ms
+        if e.retry_after_ms:
+            state.backing_off[e.workload] = e.retry_after_ms
+        if e.reason_code == C.BIND_FAILURES_EXCEEDED:  # deactivated: out of its queue for good
+            _dequeue(state, wl)
+            _set_phase(state, wl, "finished")
+            wl.finished_ms = env.time_ms
+            wl.deactivated = e.reason or "deactivated"
 
 
 def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:

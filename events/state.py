@@ -139,6 +139,12 @@ class WorkloadState(msgspec.Struct):
     tokens_saved: int = 0
     #: Why it was withdrawn (None: it was not); a withdrawn workload is "finished" and never runs.
     withdrawn: str | None = None
+    #: Failed binds in a row (the last rollback's count) and the cluster time before which admission
+    #: leaves it alone (its requeue backoff; 0: none).
+    bind_failures: int = 0
+    retry_after_ms: int = 0
+    #: Why it was deactivated (too many failed binds): it is "finished" and never runs again.
+    deactivated: str | None = None
 
 
 class State(msgspec.Struct):
@@ -170,6 +176,9 @@ class State(msgspec.Struct):
     #: shape and runtime (``run_key``): a cycle that saw every one of them fail can stop early.
     pending_shapes: dict[str, int] = {}
     pending_runs: dict[str, int] = {}
+    #: Pending workloads requeued with a backoff after a failed bind → the cluster time before which
+    #: admission leaves them alone (kept until they leave the queue; the time may have passed).
+    backing_off: dict[str, int] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
     #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for

@@ -69,6 +69,11 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
         why = reason(C.ADMISSIBLE) if outcome.admission is not None else \
             classify(outcome, snap, alone.would_admit(outcome.wl))
         report[name] = _pending(why, lq_pos[name], cq_pos[name])
+    for name, retry_ms in state.backing_off.items():  # out of the cycle until its requeue backoff ends
+        wl = state.workloads[name]
+        if retry_ms > state.time_ms:
+            why = reason(C.BIND_BACKOFF, failures=wl.bind_failures, retry_at=format_time(wl.retry_after_ms))
+            report[name] = _pending(why, lq_pos[name], cq_pos[name])
     waiting = {name for name, pending in report.items() if pending.code != C.TOPOLOGY_UNSATISFIABLE}
     if forecast and waiting:  # a workload no node can ever take has no start to forecast
         for name, eta in forecast_starts(state, waiting).items():
@@ -145,6 +150,8 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
                 lines.append("estimated start: never, unless nodes with that label join the cluster")
             elif forecast:
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
+    elif wl is not None and wl.deactivated:
+        lines.append(f"now deactivated ({C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines

@@ -57,7 +57,10 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome,
     snap.reserve_admitted()
     waiting = victims_in_flight(state)
     blocked: set[str] = set()
+    # A gang whose bind failed waits out its requeue backoff (on the log's clock) out of the cycle.
     order = queue_order(state)
+    if any(t > state.time_ms for t in state.backing_off.values()):
+        order = [wl for wl in order if wl.retry_after_ms <= state.time_ms]
     for wl in order:
         if wl.nominated or wl.spec.workload in waiting:
             yield _try(snap, idx, wl, waiting, blocked), snap
