@@ -104,3 +104,26 @@ def test_what_reconciling_found_is_on_the_log_and_changes_no_scheduling_state():
     log.add(orphan)
     assert describe(log.envelopes[-1]).startswith("Job ns/x reconciled with the cluster [pods_bound_without_placement]")
     assert any("reconciled with the cluster" in line for line in explain(log.envelopes, "w", forecast=False))
+
+
+def test_a_log_with_backoffs_and_reconcile_findings_replays_every_decision():
+    from gangway.services.audit.replay import verify
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(16)).obj())
+    sim.add_nodes([node("n1").gpus(8).obj(), node("n2").gpus(8).obj()])
+    sim.submit(workload("w").queue("q").gpus(8).obj())
+    sim._decide_all()  # admitted and placed, not bound yet
+    wl = sim.state.workloads["w"]
+    assert wl.phase == "placed"
+    sim.append("reconciled/x", sim.now_ms, ev.ClusterReconciled(
+        kind="Job", namespace="ns", name="w", uid="u", reason="pods gone", reason_code=C.PODS_VANISHED,
+        workload="w", attempt=0), "gangway/binder")
+    sim.append("rolled-back/w/0", sim.now_ms, bind_failed(wl, sim.now_ms, "refused", BACKOFF), "gangway/binder")
+    sim.submit(workload("v").queue("q").gpus(8).obj())
+    sim.run(until_ms=sim.now_ms + 600_000, rounds_max=200)
+    admitted = [e for e in sim.log if isinstance(e.data, ev.WorkloadAdmitted)]
+    assert [e.data.workload for e in admitted] == ["w", "v", "w"]  # v went first while w backed off
+    rolled = next(e for e in sim.log if isinstance(e.data, ev.WorkloadEvicted))
+    assert admitted[-1].time_ms >= rolled.data.retry_after_ms > admitted[1].time_ms
+    report = verify(sim.log)
+    assert report.ok and report.verified == report.decisions and report.decisions >= 6

@@ -1,10 +1,13 @@
 """Binder figures against the real API server (``make bench-binder``; not part of ``make test``):
 pods bound per second by one binder for gangs of 1, 8 and 64 pods, and the time from a placement to
-its gang's last pod bound (p50/p99; it includes the test's Job controller creating the pods)."""
+its gang's last pod bound (p50/p99; it includes the test's Job controller creating the pods), and the
+seed's incident end to end — each run three times, the medians printed last with the machine's load.
+The Jobs name no scheduler: their pods go through gangway's scheduling gate (pin, ungate, bind)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 
@@ -16,6 +19,10 @@ from test_kubernetes_binder import CONTRACT, job
 
 pytestmark = pytest.mark.kubernetes
 TARGET_PODS = 128
+ROUNDS = 3
+#: size → one (pods/s, p50 s, p99 s, wall s) per round; the incident's seconds per round.
+RESULTS: dict[int, list[tuple[float, float, float, float]]] = {}
+INCIDENT: list[float] = []
 
 
 def pct(values: list[float], q: float) -> float:
@@ -23,8 +30,9 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+@pytest.mark.parametrize("rnd", range(ROUNDS))
 @pytest.mark.parametrize("size", [1, 8, 64])
-async def test_bench_binding(kube, make_binder, size):
+async def test_bench_binding(kube, make_binder, size, rnd):
     log = LocalLog()
     log.configure(load_contract(CONTRACT))
     for i in range(8):
@@ -55,3 +63,24 @@ async def test_bench_binding(kube, make_binder, size):
     print(f"\ngangs of {size:>2}: {gangs} gangs, {pods} pods; binding {pods / seconds:,.0f} pods/s "
           f"(while binds were in flight); placement → last pod bound p50 {statistics.median(lat) * 1000:.0f} ms, "
           f"p99 {pct(lat, 0.99) * 1000:.0f} ms; all {gangs} gangs submitted → bound in {wall:.1f} s")
+    RESULTS.setdefault(size, []).append((pods / seconds, statistics.median(lat), pct(lat, 0.99), wall))
+
+
+@pytest.mark.parametrize("rnd", range(ROUNDS))
+async def test_bench_incident(kube, make_binder, rnd):
+    from test_kubernetes_incident import test_the_incident_serving_reclaims_from_batch_on_a_real_api_server as incident
+    started = time.monotonic()
+    await incident(kube, make_binder)
+    INCIDENT.append(time.monotonic() - started)
+
+
+def test_bench_medians():
+    """The medians of the rounds above, beside the machine's load."""
+    print(f"\nmedians of {ROUNDS} (load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} cores):")
+    for size, runs in sorted(RESULTS.items()):
+        rate, p50, p99, wall = (statistics.median(r[i] for r in runs) for i in range(4))
+        print(f"  gangs of {size:>2}: {rate:,.0f} pods bound/s; placement → last pod bound p50 {p50 * 1000:.0f} ms, "
+              f"p99 {p99 * 1000:.0f} ms; {TARGET_PODS} pods submitted → bound in {wall:.1f} s ({len(runs)} runs)")
+    if INCIDENT:
+        print(f"  incident end to end: {statistics.median(INCIDENT):.1f} s ({len(INCIDENT)} runs)")
