@@ -31,6 +31,41 @@ class TopologyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, g
     slice_size: int | None = None
 
 
+class Toleration(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A pod's toleration, as Kubernetes writes it (``operator`` Equal or Exists; ``effect`` "" : any)."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: "Taint") -> bool:
+        """Kubernetes' rule: the effects agree (or the toleration names none), and the key and value
+        match (Exists: the key only; an empty key with Exists tolerates every taint)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+class Taint(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A node's taint that keeps new pods off it unless they tolerate it (NoSchedule, NoExecute)."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+def admits(labels: dict[str, str], taints: list[Taint], node_selector: dict[str, str],
+           tolerations: list[Toleration]) -> bool:
+    """May a pod with ``node_selector`` and ``tolerations`` go to a node with ``labels`` and ``taints``?"""
+    for key, value in node_selector.items():
+        if labels.get(key) != value:
+            return False
+    return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
+
+
 # --- producers' input -------------------------------------------------------------------------
 
 
@@ -42,6 +77,9 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
     resources: dict[str, Union[str, int, float]]
     topology: TopologyRequest | None = None
     min_count: int | None = None
+    #: The pod template's nodeSelector and tolerations: the only nodes its pods may go to.
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
 
 
 class JobSubmitted(_Event, frozen=True):
@@ -68,6 +106,9 @@ class PodSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     resources: dict[str, int]
     topology: TopologyRequest | None = None
     min_count: int | None = None
+    #: Its pods go only to nodes with these labels, whose taints they tolerate all.
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
 
 
 class WorkloadQueued(_Event, frozen=True):
@@ -243,6 +284,8 @@ class NodeObserved(_Event, frozen=True):
     #: Why the node takes no new pods ("" : it does): cordoned, NotReady, a node.kubernetes.io taint.
     #: What already runs there keeps running and keeps its resources.
     unavailable: str = ""
+    #: Its other NoSchedule/NoExecute taints: only pods that tolerate them all go there.
+    taints: list[Taint] = []
 
 
 class NodeRemoved(_Event, frozen=True):

@@ -456,12 +456,13 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
                 if name == e.node:
                     add_into(free, used, -1)
     known = state.nodes.get(e.node)
-    if known is None or known.labels != e.labels:
+    if known is None or known.labels != e.labels or known.taints != e.taints:
         state.node_epoch += 1
     if e.node in state.nodes:
         _index_node(state, state.nodes[e.node], -1)
     state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free,
-                                    gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands))
+                                    gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands),
+                                    taints=list(e.taints))
     _index_node(state, state.nodes[e.node], +1)
     for wl in holding:
         _gpus_held(state, wl, sign=-1, only=e.node)

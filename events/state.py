@@ -6,7 +6,9 @@ from typing import Literal
 
 import msgspec
 
-from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadIdle, WorkloadQueued
+from gangway.events.catalogue import (
+    EvictionOrdered, PlacementDecided, Taint, WorkloadAdmitted, WorkloadIdle, WorkloadQueued,
+)
 from gangway.events.contract import Contract
 from gangway.events.freeindex import FreeIndex
 from gangway.events.reasons import ReasonCode
@@ -21,9 +23,12 @@ EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
 def shape_of(spec: WorkloadQueued) -> str:
-    """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources), as text."""
+    """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources, and
+    the nodes it may use: node selector and tolerations), as text."""
     sets = ";".join(f"{ps.count}x" + ("" if ps.min_count is None else f"(min {ps.min_count})")
-                    + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items())) for ps in spec.pod_sets)
+                    + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items()))
+                    + (f"@{sorted(ps.node_selector.items())}{ps.tolerations}" if ps.node_selector or ps.tolerations
+                       else "") for ps in spec.pod_sets)
     return f"{spec.cluster_queue}|{sets}"
 
 
@@ -77,6 +82,7 @@ class NodeState(msgspec.Struct):
     #: Free milli per GPU (index order) and the NVLink islands (``events/gpus.py``).
     gpus: list[int] = []
     islands: list[int] = []
+    taints: list[Taint] = []
 
 
 class WorkloadState(msgspec.Struct):

@@ -199,8 +199,8 @@ class KubernetesBinder:
                 changed = state.unavailable.get(node.node) != node.unavailable
             else:
                 known = state.nodes.get(node.node)
-                changed = known is None or (known.allocatable, known.labels, known.islands) != (
-                    node.allocatable, node.labels, node.islands)
+                changed = known is None or (known.allocatable, known.labels, known.islands, known.taints) != (
+                    node.allocatable, node.labels, node.islands, node.taints)
             if changed:
                 digest = hashlib.sha256(repr(node).encode()).hexdigest()[:12]
                 out.reports.append((f"node/{node.node}/{digest}/{state.offset}", now_ms, node))

@@ -68,7 +68,7 @@ def node_observed(node: dict) -> NodeObserved | None:
         return None
     why = node_unavailable(node)
     return NodeObserved(node=seen.node, allocatable=seen.allocatable, labels=seen.labels, islands=seen.islands,
-                        unavailable=why) if why else seen
+                        unavailable=why, taints=seen.taints) if why else seen
 
 
 # --- job objects -------------------------------------------------------------------------------------

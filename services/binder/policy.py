@@ -230,7 +230,8 @@ def node_sync(state: State, observed: list[NodeObserved], now_ms: int) -> list[R
     for node in sorted(observed, key=lambda n: n.node):
         seen.add(node.node)
         known = state.nodes.get(node.node)
-        if known is None or (known.allocatable, known.labels, known.islands) != (node.allocatable, node.labels, node.islands):
+        if known is None or (known.allocatable, known.labels, known.islands, known.taints) != (
+                node.allocatable, node.labels, node.islands, node.taints):
             reports.append((f"node/{node.node}/{node_digest(node)}", now_ms, node))
     for name in sorted(set(state.nodes) - seen):
         reports.append((f"node-removed/{name}/{state.offset}", now_ms, NodeRemoved(node=name)))

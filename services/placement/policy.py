@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 
 from gangway.events import freeindex, gpus
-from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
+from gangway.events.catalogue import (
+    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, admits,
+)
 from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
@@ -36,17 +38,18 @@ DOMAIN_TRIES_MAX = 64
 class NodeRoom:
     """What is free on one node: resources (milli), milli per GPU, and what never changes."""
 
-    __slots__ = ("free", "gpus", "islands", "labels")
+    __slots__ = ("free", "gpus", "islands", "labels", "taints")
 
     def __init__(self, free: dict[str, int], gpus: list[int] | None = None, islands: list[int] | None = None,
-                 labels: Mapping[str, str] | None = None):
+                 labels: Mapping[str, str] | None = None, taints: list[Taint] | None = None):
         self.free = free
         self.gpus = gpus if gpus is not None else []
         self.islands = islands if islands is not None else []
         self.labels = labels if labels is not None else {}
+        self.taints = taints if taints is not None else []
 
     def copy(self) -> NodeRoom:
-        return NodeRoom(dict(self.free), list(self.gpus), self.islands, self.labels)
+        return NodeRoom(dict(self.free), list(self.gpus), self.islands, self.labels, self.taints)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, NodeRoom) and (self.free, self.gpus) == (other.free, other.gpus)
@@ -62,11 +65,15 @@ class Free(dict[str, NodeRoom]):
     scorer: scoring.LiveScorer | None = None
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
+    #: Does some node have taints (then every pod set is checked against them)?
+    tainted: bool = False
 
 
 def free_capacity(state: State) -> Free:
     """A private copy of every node's free room, with the scorer of the state's pod mix."""
-    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
+    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels, n.taints)
+                 for name, n in state.nodes.items()})
+    free.tainted = any(n.taints for n in state.nodes.values())
     free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
@@ -90,7 +97,7 @@ def _node_models(state: State) -> tuple[str, ...]:
 
 def copy_free(free: Free) -> Free:
     copy = Free({name: room.copy() for name, room in free.items()})
-    copy.scorer, copy.levels = free.scorer, free.levels
+    copy.scorer, copy.levels, copy.tainted = free.scorer, free.levels, free.tainted
     return copy
 
 
@@ -145,8 +152,12 @@ def _place_gang(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None
     allowed = _names(free) if nodes is None else sorted(n for n in free if n in nodes)
     assignments: list[PodAssignment] = []
     notes: list[str] = []
+    tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
-        got = _place_pod_set(trial, ps, allowed)
+        where = allowed
+        if ps.node_selector or tainted:  # only the nodes its pods may go to (labels, taints)
+            where = [n for n in allowed if admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations)]
+        got = _place_pod_set(trial, ps, where)
         if got is None:
             return None
         assignments += got[0]

@@ -42,7 +42,7 @@ import msgspec
 import yaml
 
 from gangway.events import codec
-from gangway.events.catalogue import Envelope, JobSubmitted, PodSetRequest, TopologyRequest
+from gangway.events.catalogue import Envelope, JobSubmitted, PodSetRequest, Toleration, TopologyRequest
 from gangway.events.quantity import QuantityError, format_milli, parse_milli
 
 GANGWAY_API = "gangway.io/v1alpha1"
@@ -350,7 +350,39 @@ def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) ->
         count=count,
         resources=_pod_resources(where, spec, f"{field}.spec"),
         topology=_topology(where, annotations, f"{field}.metadata.annotations"),
+        node_selector=_strings(where, spec, "nodeSelector", f"{field}.spec.nodeSelector"),
+        tolerations=_tolerations(where, spec, f"{field}.spec.tolerations"),
     )
+
+
+def _tolerations(where: _Where, pod_spec: dict, field: str) -> list[Toleration]:
+    """The pod's tolerations (Kubernetes' fields; ``tolerationSeconds`` does not matter to placing)."""
+    value = pod_spec.get("tolerations")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(field, f"must be a list, not {_type_name(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise where.error(f"{field}[{i}]", f"must be a mapping, not {_type_name(item)}")
+        fields = {k: item.get(k) for k in ("key", "operator", "value", "effect") if item.get(k) is not None}
+        for key, text in fields.items():
+            if not isinstance(text, str):
+                raise where.error(f"{field}[{i}].{key}", f"must be a string, not {_type_name(text)}")
+        operator = fields.get("operator", "Equal")
+        if operator not in ("Equal", "Exists"):
+            raise where.error(f"{field}[{i}].operator", f"{operator!r} is neither Equal nor Exists")
+        if operator == "Exists" and fields.get("value"):
+            raise where.error(f"{field}[{i}].value", "must be empty when the operator is Exists")
+        if operator == "Equal" and not fields.get("key"):
+            raise where.error(f"{field}[{i}].key", "missing (only operator Exists may leave the key out)")
+        if fields.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise where.error(f"{field}[{i}].effect", f"{fields['effect']!r} is not NoSchedule, PreferNoSchedule "
+                              "or NoExecute")
+        out.append(Toleration(key=fields.get("key", ""), operator=operator, value=fields.get("value", ""),
+                              effect=fields.get("effect", "")))
+    return out
 
 
 def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quantity]:

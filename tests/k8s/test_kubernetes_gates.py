@@ -65,3 +65,35 @@ async def test_a_pod_held_by_another_gate_rolls_the_gang_back_and_after_the_limi
         assert cond["reason"] == "Deactivated" and "2 failed binds in a row" in cond["message"]
         lines = explain(log.envelopes, "team/held", forecast=False)
         assert lines[-1].startswith(f"now deactivated ({C.BIND_FAILURES_EXCEEDED})")
+
+
+async def test_taints_and_node_selectors_of_the_cluster_decide_where_pods_go(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    await kube.patch(api.NODES, "node-0", {"spec": {"taints": [
+        {"key": "gangway.io/reserved", "value": "serving", "effect": "NoSchedule"}]}})
+    await kube.patch(api.NODES, "node-3", {"metadata": {"labels": {"pool": "y"}}})
+    await run_until(log, [binder], lambda: log.state.nodes["node-0"].taints and
+                    log.state.nodes["node-3"].labels.get("pool") == "y", what="the taint and label on the log")
+    wl = log.state.workloads
+
+    def nodes_of(name: str) -> set[str]:
+        return {a.node for a in wl[name].placement.assignments}
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("picky", pods=1, gpus=8, pod_spec="nodeSelector: {pool: \"y\"}"))
+        await run_until(log, [binder], lambda: "team/picky" in wl and wl["team/picky"].phase == "running",
+                        what="the picky Job running")
+        assert nodes_of("team/picky") == {"node-3"}
+        # Three more whole nodes are free, but one is tainted: a gang of three that does not tolerate it waits.
+        await apply_manifests(kube, job("plain", pods=3, gpus=8))
+        await run_until(log, [binder], lambda: "team/plain" in wl, what="the plain Job queued")
+        for _ in range(5):
+            await log.turn(binder)
+        assert wl["team/plain"].phase == "pending"
+        await apply_manifests(kube, job("tolerant", pods=1, gpus=8, pod_spec=(
+            "tolerations: [{key: gangway.io/reserved, operator: Exists, effect: NoSchedule}]")))
+        await run_until(log, [binder], lambda: "team/tolerant" in wl and wl["team/tolerant"].phase == "running",
+                        what="the tolerant Job running")
+        assert nodes_of("team/tolerant") == {"node-0"}
+        [pod] = await pods_of(kube, "tolerant")
+        assert pod["spec"]["nodeName"] == "node-0"
+        assert wl["team/plain"].phase == "pending"
