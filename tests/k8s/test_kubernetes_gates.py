@@ -21,6 +21,10 @@ pytestmark = pytest.mark.kubernetes
 
 async def test_a_job_without_a_scheduler_name_is_placed_through_a_gate_and_bound_as_a_gang(kube, make_binder):
     log, binder = await setup(kube, make_binder)
+    for i in range(4):  # what every kubelet labels its node with
+        await kube.patch(api.NODES, f"node-{i}", {"metadata": {"labels": {"kubernetes.io/os": "linux"}}})
+    await run_until(log, [binder], lambda: all(n.labels.get("kubernetes.io/os") for n in log.state.nodes.values()),
+                    what="the nodes' labels on the log")
     async with cluster_running(kube, ["team"], kubelet=False) as cluster:
         await apply_manifests(kube, job("plain", pods=4, gpus=4, pod_spec="nodeSelector: {kubernetes.io/os: linux}"))
         wl = log.state.workloads
