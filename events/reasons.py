@@ -51,6 +51,7 @@ class ReasonCode(enum.StrEnum):
     NO_FLAVOR_ROOM = "no_flavor_room"
     NO_PLACEMENT = "no_placement"
     TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"
+    NO_MATCHING_NODES = "no_matching_nodes"
     RESERVATION_HELD = "reservation_held"
     RESERVED_FOR_ANOTHER_GANG = "reserved_for_another_gang"
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
@@ -113,6 +114,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NO_FLAVOR_ROOM: "no flavor of {cluster_queue} ({flavors}) has room for the request",
     C.NO_PLACEMENT: "no placement for the whole gang on free capacity",
     C.TOPOLOGY_UNSATISFIABLE: "topology can never be satisfied: pod set {pod_set} has {request} topology {level}, but {missing}",
+    C.NO_MATCHING_NODES: "no node can ever take pod set {pod_set}: {missing}",
     C.RESERVATION_HELD: "no placement for the whole gang on free capacity",
     C.RESERVED_FOR_ANOTHER_GANG: "the room it needs is reserved for {gang}, expected to start at {start}",
     C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",
@@ -169,6 +171,8 @@ DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
 #: Codes of what reconciling found (``ClusterReconciled``), and of a failed bind's requeue (``WorkloadEvicted``).
 RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, C.PODS_VANISHED)
 BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
+#: A workload no node of the cluster can ever take (until nodes it may use join): never waited for.
+NEVER_PLACEABLE_CODES = (C.TOPOLOGY_UNSATISFIABLE, C.NO_MATCHING_NODES)
 #: The contract itself stands in the way: no queue, or no quota for what is asked.
 CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR)
 

@@ -101,3 +101,22 @@ spec:
         load_jobs(text.replace("operator: Exists", "operator: Maybe"), "job.yaml")
     with pytest.raises(ManifestError, match="nodeSelector"):
         load_jobs(text.replace('pool: "y"', "pool: 3"), "job.yaml")
+
+
+def test_a_gang_no_node_may_ever_take_is_said_so_and_does_not_block_a_strict_queue():
+    from gangway.events.reasons import C
+    from gangway.read.explain import explain
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(64).strict_fifo()).obj())
+    sim.add_nodes([tainted("a", RESERVED, pool="x"), tainted("b", pool="y")])
+    sim.submit(with_pods(workload("lost").queue("q").gpus(8), node_selector={"pool": "z"}))
+    sim.submit(with_pods(workload("shy").queue("q").gpus(8), node_selector={"pool": "x"}))
+    sim.submit(with_pods(workload("fine").queue("q").gpus(8)))
+    sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
+    phases = {name: wl.phase for name, wl in sim.state.workloads.items()}
+    assert phases == {"lost": "pending", "shy": "pending", "fine": "running"}
+    lost = explain(sim.log, "lost")
+    assert lost[-3] == f"now pending ({C.NO_MATCHING_NODES}): no node can ever take pod set main: no node has the labels pool=z"
+    assert lost[-1] == "estimated start: never, unless nodes it may use join the cluster"
+    assert explain(sim.log, "shy")[-3].endswith(
+        "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")

@@ -329,10 +329,16 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
 
 def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None) -> Reason | None:
     """Why no placement of the gang can ever exist on these nodes, whatever frees up (None: one may):
-    a pod set requires (or slices by) a topology level that no candidate node carries. The reason
-    (``topology_unsatisfiable``) names the pod set, the level and the missing label."""
+    a pod set requires (or slices by) a topology level that no candidate node carries
+    (``topology_unsatisfiable``: the pod set, the level and the missing label), or no candidate node
+    has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``)."""
     candidates = None
+    tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
+        if ps.node_selector or tainted:
+            missing = _no_node_for(free, ps, nodes)
+            if missing:
+                return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing)
         t = ps.topology
         if t is None:
             continue
@@ -346,6 +352,19 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
             if why is not None:
                 return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level, missing=why)
     return None
+
+
+def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:
+    """Why no candidate node may take the pod set's pods ('' when one may)."""
+    names = [n for n in _names(free) if nodes is None or n in nodes]
+    labelled = [n for n in names if all(free[n].labels.get(k) == v for k, v in ps.node_selector.items())]
+    if not labelled:
+        return "no node has the labels " + ", ".join(f"{k}={v}" for k, v in sorted(ps.node_selector.items()))
+    if any(admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations) for n in labelled):
+        return ""
+    taints = sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for n in labelled
+                     for t in free[n].taints if not any(tol.tolerates(t) for tol in ps.tolerations)})
+    return f"every node it may use has a taint it does not tolerate ({', '.join(taints[:3])})"
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:
