@@ -57,12 +57,53 @@ class Taint(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     value: str = ""
 
 
+class NodeSelectorRequirement(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One requirement of a node affinity term, as Kubernetes writes it (on a label, or on the
+    node's name for a ``matchFields`` requirement)."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = []
+
+    def matches(self, value: str | None) -> bool:
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        try:  # Gt, Lt: integers
+            have, bound = int(value), int(self.values[0])  # type: ignore[arg-type]
+        except (TypeError, ValueError, IndexError):
+            return False
+        return have > bound if op == "Gt" else have < bound
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A term of required node affinity: all its requirements hold (an empty term matches no node)."""
+
+    match_expressions: list[NodeSelectorRequirement] = []
+    match_fields: list[NodeSelectorRequirement] = []
+
+    def matches(self, name: str, labels: dict[str, str]) -> bool:
+        if not self.match_expressions and not self.match_fields:
+            return False
+        return all(r.matches(labels.get(r.key)) for r in self.match_expressions) and all(
+            r.matches(name if r.key == "metadata.name" else None) for r in self.match_fields)
+
+
 def admits(labels: dict[str, str], taints: list[Taint], node_selector: dict[str, str],
-           tolerations: list[Toleration]) -> bool:
-    """May a pod with ``node_selector`` and ``tolerations`` go to a node with ``labels`` and ``taints``?"""
+           tolerations: list[Toleration], name: str = "", affinity: list[NodeSelectorTerm] = ()) -> bool:
+    """May a pod with ``node_selector``, required node ``affinity`` (terms: any one holds) and
+    ``tolerations`` go to the node ``name`` with ``labels`` and ``taints``?"""
     for key, value in node_selector.items():
         if labels.get(key) != value:
             return False
+    if affinity and not any(term.matches(name, labels) for term in affinity):
+        return False
     return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
 
 
@@ -77,9 +118,11 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
     resources: dict[str, Union[str, int, float]]
     topology: TopologyRequest | None = None
     min_count: int | None = None
-    #: The pod template's nodeSelector and tolerations: the only nodes its pods may go to.
+    #: The pod template's nodeSelector, required node affinity and tolerations: the only nodes its
+    #: pods may go to.
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
+    node_affinity: list[NodeSelectorTerm] = []
 
 
 class JobSubmitted(_Event, frozen=True):
@@ -106,9 +149,11 @@ class PodSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     resources: dict[str, int]
     topology: TopologyRequest | None = None
     min_count: int | None = None
-    #: Its pods go only to nodes with these labels, whose taints they tolerate all.
+    #: Its pods go only to nodes with these labels, matching one term of its required node affinity
+    #: (when it has any), whose taints they tolerate all.
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
+    node_affinity: list[NodeSelectorTerm] = []
 
 
 class WorkloadQueued(_Event, frozen=True):

@@ -27,8 +27,8 @@ def shape_of(spec: WorkloadQueued) -> str:
     the nodes it may use: node selector and tolerations), as text."""
     sets = ";".join(f"{ps.count}x" + ("" if ps.min_count is None else f"(min {ps.min_count})")
                     + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items()))
-                    + (f"@{sorted(ps.node_selector.items())}{ps.tolerations}" if ps.node_selector or ps.tolerations
-                       else "") for ps in spec.pod_sets)
+                    + (f"@{sorted(ps.node_selector.items())}{ps.tolerations}{ps.node_affinity}"
+                       if ps.node_selector or ps.tolerations or ps.node_affinity else "") for ps in spec.pod_sets)
     return f"{spec.cluster_queue}|{sets}"
 
 

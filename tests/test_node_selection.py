@@ -120,3 +120,42 @@ def test_a_gang_no_node_may_ever_take_is_said_so_and_does_not_block_a_strict_que
     assert lost[-1] == "estimated start: never, unless nodes it may use join the cluster"
     assert explain(sim.log, "shy")[-3].endswith(
         "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")
+
+
+def test_required_node_affinity_keeps_the_pods_to_nodes_one_of_its_terms_matches():
+    from gangway.events.catalogue import NodeSelectorRequirement as Req
+    from gangway.events.catalogue import NodeSelectorTerm as Term
+    nodes = [tainted("a", pool="x", gen="3"), tainted("b", pool="y", gen="5"), tainted("c", pool="z", gen="4")]
+    newer = [Term(match_expressions=[Req(key="gen", operator="Gt", values=["3"]),
+                                     Req(key="pool", operator="NotIn", values=["z"])])]
+    spec = with_pods(workload("w").queue("q").gpus(8))
+    assert placed_on(spec, nodes=nodes) == {"w": {"a"}}  # without it: the first of three equal nodes
+    pick = msgspec.structs.replace(spec, pod_sets=[msgspec.structs.replace(spec.pod_sets[0], node_affinity=newer)])
+    assert placed_on(pick, nodes=nodes) == {"w": {"b"}}
+    by_name = [Term(match_fields=[Req(key="metadata.name", operator="In", values=["c"])]),
+               Term(match_expressions=[Req(key="pool", operator="DoesNotExist")])]
+    pick = msgspec.structs.replace(spec, pod_sets=[msgspec.structs.replace(spec.pod_sets[0], node_affinity=by_name)])
+    assert placed_on(pick, nodes=nodes) == {"w": {"c"}}
+    assert not Term().matches("a", {"pool": "x"})  # an empty term matches no node, as in Kubernetes
+    text = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: j, namespace: ns, labels: {kueue.x-k8s.io/queue-name: q}}
+spec:
+  template:
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions: [{key: gen, operator: Gt, values: ["3"]}, {key: pool, operator: NotIn, values: [z]}]
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - {weight: 1, preference: {matchExpressions: [{key: pool, operator: In, values: [x]}]}}
+      containers: [{name: m, image: x, resources: {requests: {nvidia.com/gpu: 1}}}]
+"""
+    [job] = load_jobs(text, "job.yaml")
+    assert job.pod_sets[0].node_affinity == newer
+    with pytest.raises(ManifestError, match="must be one integer for Gt"):
+        load_jobs(text.replace('values: ["3"]', "values: [three]"), "job.yaml")
+    with pytest.raises(ManifestError, match="'Near' is not one of"):
+        load_jobs(text.replace("operator: NotIn", "operator: Near"), "job.yaml")

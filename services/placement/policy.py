@@ -155,8 +155,9 @@ def _place_gang(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None
     tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
         where = allowed
-        if ps.node_selector or tainted:  # only the nodes its pods may go to (labels, taints)
-            where = [n for n in allowed if admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations)]
+        if ps.node_selector or ps.node_affinity or tainted:  # only the nodes its pods may go to (labels, taints)
+            where = [n for n in allowed
+                     if admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations, n, ps.node_affinity)]
         got = _place_pod_set(trial, ps, where)
         if got is None:
             return None
@@ -335,7 +336,7 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
     candidates = None
     tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
-        if ps.node_selector or tainted:
+        if ps.node_selector or ps.node_affinity or tainted:
             missing = _no_node_for(free, ps, nodes)
             if missing:
                 return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing)
@@ -357,10 +358,14 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
 def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:
     """Why no candidate node may take the pod set's pods ('' when one may)."""
     names = [n for n in _names(free) if nodes is None or n in nodes]
-    labelled = [n for n in names if all(free[n].labels.get(k) == v for k, v in ps.node_selector.items())]
+    labelled = [n for n in names if admits(free[n].labels, [], ps.node_selector, [], n, ps.node_affinity)]
     if not labelled:
-        return "no node has the labels " + ", ".join(f"{k}={v}" for k, v in sorted(ps.node_selector.items()))
-    if any(admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations) for n in labelled):
+        wanted = [f"the labels {', '.join(f'{k}={v}' for k, v in sorted(ps.node_selector.items()))}"] \
+            if ps.node_selector else []
+        wanted += ["its required node affinity"] if ps.node_affinity else []
+        return f"no node has {' and '.join(wanted)}"
+    if any(admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations, n, ps.node_affinity)
+           for n in labelled):
         return ""
     taints = sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for n in labelled
                      for t in free[n].taints if not any(tol.tolerates(t) for tol in ps.tolerations)})

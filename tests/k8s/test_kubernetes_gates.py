@@ -100,4 +100,11 @@ async def test_taints_and_node_selectors_of_the_cluster_decide_where_pods_go(kub
         assert nodes_of("team/tolerant") == {"node-0"}
         [pod] = await pods_of(kube, "tolerant")
         assert pod["spec"]["nodeName"] == "node-0"
+        # Required node affinity: of node-1 and node-2, the one its term names.
+        await apply_manifests(kube, job("affine", pods=1, gpus=8, pod_spec=(
+            "affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: "
+            "[{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [node-2]}]}]}}}")))
+        await run_until(log, [binder], lambda: "team/affine" in wl and wl["team/affine"].phase == "running",
+                        what="the affine Job running")
+        assert nodes_of("team/affine") == {"node-2"}
         assert wl["team/plain"].phase == "pending"
