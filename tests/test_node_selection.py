@@ -31,6 +31,19 @@ def with_pods(w, node_selector=None, tolerations=()) -> ev.WorkloadQueued:
     return msgspec.structs.replace(spec, pod_sets=sets)
 
 
+def job_with(pod_spec: str) -> str:
+    """A Job manifest whose pod template's spec has these lines besides its container."""
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: j, namespace: ns, labels: {{kueue.x-k8s.io/queue-name: q}}}}
+spec:
+  template:
+    spec:{pod_spec}
+      containers: [{{name: m, image: x, resources: {{requests: {{nvidia.com/gpu: 1}}}}}}]
+"""
+
+
 def placed_on(*specs: ev.WorkloadQueued, nodes: list[ev.NodeObserved]) -> dict[str, set[str]]:
     sim = Simulation()
     sim.configure(contract(cluster_queue("q").gpus(64)).obj())
@@ -82,17 +95,9 @@ spec:
 status: {allocatable: {nvidia.com/gpu: 8}}
 """)
     assert n.taints == [RESERVED]
-    text = """
-apiVersion: batch/v1
-kind: Job
-metadata: {name: j, namespace: ns, labels: {kueue.x-k8s.io/queue-name: q}}
-spec:
-  template:
-    spec:
+    text = job_with("""
       nodeSelector: {pool: "y"}
-      tolerations: [{key: gangway.io/reserved, operator: Exists, effect: NoSchedule}]
-      containers: [{name: m, image: x, resources: {requests: {nvidia.com/gpu: 1}}}]
-"""
+      tolerations: [{key: gangway.io/reserved, operator: Exists, effect: NoSchedule}]""")
     [job] = load_jobs(text, "job.yaml")
     [ps] = job.pod_sets
     assert ps.node_selector == {"pool": "y"}
@@ -137,22 +142,14 @@ def test_required_node_affinity_keeps_the_pods_to_nodes_one_of_its_terms_matches
     pick = msgspec.structs.replace(spec, pod_sets=[msgspec.structs.replace(spec.pod_sets[0], node_affinity=by_name)])
     assert placed_on(pick, nodes=nodes) == {"w": {"c"}}
     assert not Term().matches("a", {"pool": "x"})  # an empty term matches no node, as in Kubernetes
-    text = """
-apiVersion: batch/v1
-kind: Job
-metadata: {name: j, namespace: ns, labels: {kueue.x-k8s.io/queue-name: q}}
-spec:
-  template:
-    spec:
+    text = job_with("""
       affinity:
         nodeAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
             nodeSelectorTerms:
             - matchExpressions: [{key: gen, operator: Gt, values: ["3"]}, {key: pool, operator: NotIn, values: [z]}]
           preferredDuringSchedulingIgnoredDuringExecution:
-          - {weight: 1, preference: {matchExpressions: [{key: pool, operator: In, values: [x]}]}}
-      containers: [{name: m, image: x, resources: {requests: {nvidia.com/gpu: 1}}}]
-"""
+          - {weight: 1, preference: {matchExpressions: [{key: pool, operator: In, values: [x]}]}}""")
     [job] = load_jobs(text, "job.yaml")
     assert job.pod_sets[0].node_affinity == newer
     with pytest.raises(ManifestError, match="must be one integer for Gt"):
