@@ -31,6 +31,82 @@ class TopologyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, g
     slice_size: int | None = None
 
 
+class Toleration(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A pod's toleration, as Kubernetes writes it (``operator`` Equal or Exists; ``effect`` "" : any)."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: "Taint") -> bool:
+        """Kubernetes' rule: the effects agree (or the toleration names none), and the key and value
+        match (Exists: the key only; an empty key with Exists tolerates every taint)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+class Taint(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A node's taint that keeps new pods off it unless they tolerate it (NoSchedule, NoExecute)."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+class NodeSelectorRequirement(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One requirement of a node affinity term, as Kubernetes writes it (on a label, or on the
+    node's name for a ``matchFields`` requirement)."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = []
+
+    def matches(self, value: str | None) -> bool:
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        try:  # Gt, Lt: integers
+            have, bound = int(value), int(self.values[0])  # type: ignore[arg-type]
+        except (TypeError, ValueError, IndexError):
+            return False
+        return have > bound if op == "Gt" else have < bound
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A term of required node affinity: all its requirements hold (an empty term matches no node)."""
+
+    match_expressions: list[NodeSelectorRequirement] = []
+    match_fields: list[NodeSelectorRequirement] = []
+
+    def matches(self, name: str, labels: dict[str, str]) -> bool:
+        if not self.match_expressions and not self.match_fields:
+            return False
+        return all(r.matches(labels.get(r.key)) for r in self.match_expressions) and all(
+            r.matches(name if r.key == "metadata.name" else None) for r in self.match_fields)
+
+
+def admits(labels: dict[str, str], taints: list[Taint], node_selector: dict[str, str],
+           tolerations: list[Toleration], name: str = "", affinity: list[NodeSelectorTerm] = ()) -> bool:
+    """May a pod with ``node_selector``, required node ``affinity`` (terms: any one holds) and
+    ``tolerations`` go to the node ``name`` with ``labels`` and ``taints``?"""
+    for key, value in node_selector.items():
+        if labels.get(key) != value:
+            return False
+    if affinity and not any(term.matches(name, labels) for term in affinity):
+        return False
+    return all(any(t.tolerates(taint) for t in tolerations) for taint in taints)
+
+
 # --- producers' input -------------------------------------------------------------------------
 
 
@@ -42,6 +118,11 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
     resources: dict[str, Union[str, int, float]]
     topology: TopologyRequest | None = None
     min_count: int | None = None
+    #: The pod template's nodeSelector, required node affinity and tolerations: the only nodes its
+    #: pods may go to.
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+    node_affinity: list[NodeSelectorTerm] = []
 
 
 class JobSubmitted(_Event, frozen=True):
@@ -68,6 +149,11 @@ class PodSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     resources: dict[str, int]
     topology: TopologyRequest | None = None
     min_count: int | None = None
+    #: Its pods go only to nodes with these labels, matching one term of its required node affinity
+    #: (when it has any), whose taints they tolerate all.
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+    node_affinity: list[NodeSelectorTerm] = []
 
 
 class WorkloadQueued(_Event, frozen=True):
@@ -212,6 +298,14 @@ class WorkloadEvicted(_Event, frozen=True):
     attempt: int
     preemptor: str | None = None
     reason: str = ""
+    #: A gang that did not bind whole (rolled back) is requeued with a backoff: how many of its
+    #: binds in a row failed, counting this one (0: not a failed bind), and the cluster time before
+    #: which admission leaves it alone (0: none). ``reason_code`` says which: ``bind_backoff``, or
+    #: ``bind_failures_exceeded`` when it is deactivated (it never runs again).
+    bind_failures: int = 0
+    retry_after_ms: int = 0
+    reason_code: ReasonCode | None = None
+    reason_params: dict[str, Param] = {}
 
 
 class CheckpointSaved(_Event, frozen=True):
@@ -238,6 +332,8 @@ class NodeObserved(_Event, frozen=True):
     #: Why the node takes no new pods ("" : it does): cordoned, NotReady, a node.kubernetes.io taint.
     #: What already runs there keeps running and keeps its resources.
     unavailable: str = ""
+    #: Its other NoSchedule/NoExecute taints: only pods that tolerate them all go there.
+    taints: list[Taint] = []
 
 
 class NodeRemoved(_Event, frozen=True):
@@ -259,10 +355,35 @@ class WorkloadWithdrawn(_Event, frozen=True):
     reason: str = ""
 
 
+class ClusterReconciled(_Event, frozen=True):
+    """What the binder found when it compared the cluster with the log (at start, after a lost watch,
+    on every pass): an object resumed or pods on nodes without a placement on the log, or pods of a
+    placement gone. Kubernetes is the truth about what runs: this records the finding and what was
+    done about it. It changes no scheduling state (a finding that does — a placement whose pods
+    vanished — is followed by its own WorkloadEvicted)."""
+
+    #: The Kubernetes object: kind, namespace, name and uid.
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+    reason_code: ReasonCode
+    reason_params: dict[str, Param] = {}
+    #: The workload the object is (None: the log has none for it) and its attempt then.
+    workload: str | None = None
+    attempt: int | None = None
+    #: The pods found (names) and the nodes they were on.
+    pods: list[str] = []
+    nodes: list[str] = []
+    #: What the binder did ("suspended again, 2 pod(s) deleted").
+    action: str = ""
+
+
 Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
-    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn,
+    NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn, ClusterReconciled,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -284,6 +405,7 @@ EVENT_TYPES: dict[type, str] = {
     CheckpointSaved: "io.gangway.checkpoint.saved.v1",
     ClockTicked: "io.gangway.clock.ticked.v1",
     WorkloadWithdrawn: "io.gangway.workload.withdrawn.v1",
+    ClusterReconciled: "io.gangway.cluster.reconciled.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

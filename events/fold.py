@@ -70,6 +70,8 @@ def _enqueue(state: State, wl: WorkloadState) -> None:
 
 def _dequeue(state: State, wl: WorkloadState) -> None:
     del state.pending[wl.spec.workload]
+    if state.backing_off:
+        state.backing_off.pop(wl.spec.workload, None)
     for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
         left = counts.get(key, 0) - 1
         if left > 0:
@@ -423,6 +425,14 @@ def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
     wl = state.workloads.get(e.workload)
     if _report(state, wl, e.attempt, EVICT_FROM):
         _requeue(state, wl, env)
+        wl.bind_failures, wl.retry_after_ms = e.bind_failures, e.retry_after_ms
+        if e.retry_after_ms:
+            state.backing_off[e.workload] = e.retry_after_ms
+        if e.reason_code == C.BIND_FAILURES_EXCEEDED:  # deactivated: out of its queue for good
+            _dequeue(state, wl)
+            _set_phase(state, wl, "finished")
+            wl.finished_ms = env.time_ms
+            wl.deactivated = e.reason or "deactivated"
 
 
 def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
@@ -446,12 +456,13 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
                 if name == e.node:
                     add_into(free, used, -1)
     known = state.nodes.get(e.node)
-    if known is None or known.labels != e.labels:
+    if known is None or known.labels != e.labels or known.taints != e.taints:
         state.node_epoch += 1
     if e.node in state.nodes:
         _index_node(state, state.nodes[e.node], -1)
     state.nodes[e.node] = NodeState(name=e.node, allocatable=dict(e.allocatable), labels=dict(e.labels), free=free,
-                                    gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands))
+                                    gpus=gpus.slots(e.allocatable.get(GPU, 0)), islands=list(e.islands),
+                                    taints=list(e.taints))
     _index_node(state, state.nodes[e.node], +1)
     for wl in holding:
         _gpus_held(state, wl, sign=-1, only=e.node)

@@ -51,6 +51,7 @@ class ReasonCode(enum.StrEnum):
     NO_FLAVOR_ROOM = "no_flavor_room"
     NO_PLACEMENT = "no_placement"
     TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"
+    NO_MATCHING_NODES = "no_matching_nodes"
     RESERVATION_HELD = "reservation_held"
     RESERVED_FOR_ANOTHER_GANG = "reserved_for_another_gang"
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
@@ -74,6 +75,13 @@ class ReasonCode(enum.StrEnum):
     GPUS_NO_LONGER_FIT = "gpus_no_longer_fit"
     GANG_INCOMPLETE = "gang_incomplete"
     NO_LONGER_IDLE = "no_longer_idle"
+    # --- the binder: a gang that did not bind, and what it does about it (WorkloadEvicted) ----
+    BIND_BACKOFF = "bind_backoff"
+    BIND_FAILURES_EXCEEDED = "bind_failures_exceeded"
+    # --- reconciling the cluster against the log (ClusterReconciled) --------------------------
+    RESUMED_WITHOUT_PLACEMENT = "resumed_without_placement"
+    PODS_BOUND_WITHOUT_PLACEMENT = "pods_bound_without_placement"
+    PODS_VANISHED = "pods_vanished"
 
 
 C = ReasonCode
@@ -106,6 +114,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NO_FLAVOR_ROOM: "no flavor of {cluster_queue} ({flavors}) has room for the request",
     C.NO_PLACEMENT: "no placement for the whole gang on free capacity",
     C.TOPOLOGY_UNSATISFIABLE: "topology can never be satisfied: pod set {pod_set} has {request} topology {level}, but {missing}",
+    C.NO_MATCHING_NODES: "no node can ever take pod set {pod_set}: {missing}",
     C.RESERVATION_HELD: "no placement for the whole gang on free capacity",
     C.RESERVED_FOR_ANOTHER_GANG: "the room it needs is reserved for {gang}, expected to start at {start}",
     C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",
@@ -128,6 +137,13 @@ MESSAGES: dict[ReasonCode, str] = {
     C.GPUS_NO_LONGER_FIT: "{count} pod(s) of {pod_set} no longer fit the GPUs of {node}",
     C.GANG_INCOMPLETE: "pod set {pod_set}: {placed} of {count} pods placed (a gang is all or nothing)",
     C.NO_LONGER_IDLE: "the workload is no longer running idle",
+    C.BIND_BACKOFF: "backing off after {failures} failed bind(s) in a row: back in its queue at {retry_at}",
+    C.BIND_FAILURES_EXCEEDED: "deactivated after {failures} failed binds in a row (limit {limit})",
+    C.RESUMED_WITHOUT_PLACEMENT: ("{kind} {object} was resumed with {pods} pod(s) on nodes, but the log holds no "
+                                  "placement for it"),
+    C.PODS_BOUND_WITHOUT_PLACEMENT: ("{kind} {object} is suspended, yet {pods} pod(s) of it are on nodes, and the "
+                                     "log holds no placement for it"),
+    C.PODS_VANISHED: "{kind} {object}: {pods} pod(s) of the placement of {workload} are gone from the cluster",
 }
 
 #: Optional tails, added in this order when their parameter is present.
@@ -139,6 +155,8 @@ CLAUSES: dict[str, str] = {
     "reserved_start": "; nodes reserved for it, expected to start at {reserved_start}",
     "domains": " ({domains})",
     "idle_first": "; {idle_first}",
+    "workload_phase": " (workload {workload_phase})",
+    "last_error": ": {last_error}",
 }
 
 #: Codes a decision event may carry, by event: what a consumer of each event type switches on.
@@ -150,6 +168,11 @@ PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PR
 DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
     "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,
 }
+#: Codes of what reconciling found (``ClusterReconciled``), and of a failed bind's requeue (``WorkloadEvicted``).
+RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, C.PODS_VANISHED)
+BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
+#: A workload no node of the cluster can ever take (until nodes it may use join): never waited for.
+NEVER_PLACEABLE_CODES = (C.TOPOLOGY_UNSATISFIABLE, C.NO_MATCHING_NODES)
 #: The contract itself stands in the way: no queue, or no quota for what is asked.
 CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR)
 

@@ -6,7 +6,9 @@ from typing import Literal
 
 import msgspec
 
-from gangway.events.catalogue import EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadIdle, WorkloadQueued
+from gangway.events.catalogue import (
+    EvictionOrdered, PlacementDecided, Taint, WorkloadAdmitted, WorkloadIdle, WorkloadQueued,
+)
 from gangway.events.contract import Contract
 from gangway.events.freeindex import FreeIndex
 from gangway.events.reasons import ReasonCode
@@ -21,9 +23,12 @@ EVICT_FROM = ("placed", "bound", "running", "evicting")
 
 
 def shape_of(spec: WorkloadQueued) -> str:
-    """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources), as text."""
+    """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources, and
+    the nodes it may use: node selector and tolerations), as text."""
     sets = ";".join(f"{ps.count}x" + ("" if ps.min_count is None else f"(min {ps.min_count})")
-                    + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items())) for ps in spec.pod_sets)
+                    + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items()))
+                    + (f"@{sorted(ps.node_selector.items())}{ps.tolerations}{ps.node_affinity}"
+                       if ps.node_selector or ps.tolerations or ps.node_affinity else "") for ps in spec.pod_sets)
     return f"{spec.cluster_queue}|{sets}"
 
 
@@ -77,6 +82,7 @@ class NodeState(msgspec.Struct):
     #: Free milli per GPU (index order) and the NVLink islands (``events/gpus.py``).
     gpus: list[int] = []
     islands: list[int] = []
+    taints: list[Taint] = []
 
 
 class WorkloadState(msgspec.Struct):
@@ -139,6 +145,12 @@ class WorkloadState(msgspec.Struct):
     tokens_saved: int = 0
     #: Why it was withdrawn (None: it was not); a withdrawn workload is "finished" and never runs.
     withdrawn: str | None = None
+    #: Failed binds in a row (the last rollback's count) and the cluster time before which admission
+    #: leaves it alone (its requeue backoff; 0: none).
+    bind_failures: int = 0
+    retry_after_ms: int = 0
+    #: Why it was deactivated (too many failed binds): it is "finished" and never runs again.
+    deactivated: str | None = None
 
 
 class State(msgspec.Struct):
@@ -170,6 +182,9 @@ class State(msgspec.Struct):
     #: shape and runtime (``run_key``): a cycle that saw every one of them fail can stop early.
     pending_shapes: dict[str, int] = {}
     pending_runs: dict[str, int] = {}
+    #: Pending workloads requeued with a backoff after a failed bind → the cluster time before which
+    #: admission leaves them alone (kept until they leave the queue; the time may have passed).
+    backing_off: dict[str, int] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
     #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for

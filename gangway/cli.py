@@ -84,7 +84,10 @@ def _kubernetes(args) -> dict | None:
     """--kubernetes [--kubeconfig F] [--context C] (in-cluster config when in a pod and no file is named)."""
     if not getattr(args, "kubernetes", False):
         return None
-    return {"kubeconfig": args.kubeconfig, "context": args.context}
+    backoff = {"bind-backoff": args.bind_backoff, "bind-backoff-max": args.bind_backoff_max,
+               "bind-backoff-limit": args.bind_backoff_limit}
+    return {"kubeconfig": args.kubeconfig, "context": args.context,
+            **{k: str(v) for k, v in backoff.items() if v is not None}}
 
 
 def _load_contract(path: str):
@@ -393,6 +396,14 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--kubeconfig", help="with --kubernetes: kubeconfig file (default $KUBECONFIG, ~/.kube/config; "
                                         "in a pod: its service account)")
     s.add_argument("--context", help="with --kubernetes: kubeconfig context (default: the current one)")
+    s.add_argument("--bind-backoff", type=float, metavar="SECONDS",
+                   help="with --kubernetes: a gang whose bind failed waits this long before admission tries it "
+                        "again, doubling with each failed bind in a row (default 10)")
+    s.add_argument("--bind-backoff-max", type=float, metavar="SECONDS",
+                   help="with --kubernetes: the longest such wait (default 3600)")
+    s.add_argument("--bind-backoff-limit", type=int, metavar="N",
+                   help="with --kubernetes: after N failed binds in a row the workload is deactivated "
+                        "(default 8; 0: never)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -93,8 +93,13 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         from gangway.adapters.kubernetes import Kube
         from gangway.services.binder.kubernetes_service import KubernetesBinderService
         from gangway.services.submission.kubernetes import job_from_object
+        from gangway.services.binder.policy import RequeueBackoff
+        default = RequeueBackoff()
+        backoff = RequeueBackoff(float(kubernetes.get("bind-backoff") or default.base_s),
+                                 float(kubernetes.get("bind-backoff-max") or default.max_s),
+                                 int(kubernetes.get("bind-backoff-limit") or default.limit))
         return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
-                                       job_from_object, sdir, pending=pending)
+                                       job_from_object, sdir, pending=pending, backoff=backoff)
     if name == "submission":
         from gangway.services.submission.service import SubmissionService
         return SubmissionService(bootstrap, sdir)

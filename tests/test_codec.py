@@ -15,6 +15,7 @@ from gangway.events.codec import (
     OFFSET_EXT, STRUCTURED, CodecError, decode_data, format_time, from_record, from_structured, parse_time,
     structured_line, to_binary, to_structured,
 )
+from gangway.events.reasons import ReasonCode
 from gangway.events.resources import GPU
 
 T = 1_700_000_000_123
@@ -48,6 +49,8 @@ SAMPLES: list[object] = [
     ev.CheckpointSaved(workload="w1", saved_ms=T - 5, step=1200),
     ev.ClockTicked(reason="minimum runtime of w0 ends"),
     ev.WorkloadWithdrawn(workload="w1", reason="Job ns/w1 deleted"),
+    ev.ClusterReconciled(kind="Job", namespace="ns", name="w1", uid="u-1", reason="pods gone",
+                         reason_code=ReasonCode.PODS_VANISHED, workload="w1", attempt=0, pods=["w1-0"], nodes=["n1"]),
     ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=3, sm_active=312, gpu_util=64, fb_used_mib=512, workload="w1")],
                     observed_ms=T - 1),
     ev.WorkloadProgress(workload="w1", step=7, tokens=10_000_000_000, observed_ms=T - 1),

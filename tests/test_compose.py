@@ -138,7 +138,7 @@ def test_only_the_binder_may_touch_pods_and_nodes():
     granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
     # What the binder does with each (tests/k8s/test_kubernetes_rbac.py checks it against the requests made).
     assert granted == {
-        ("pods", "list"), ("pods", "watch"), ("pods", "delete"), ("pods/binding", "create"),
+        ("pods", "list"), ("pods", "watch"), ("pods", "delete"), ("pods", "patch"), ("pods/binding", "create"),
         ("pods/eviction", "create"), ("nodes", "list"), ("nodes", "watch"), ("events", "create"),
         *((kind, verb) for kind in ("jobs", "jobsets", "pytorchjobs") for verb in ("list", "watch", "patch")),
         *((f"{kind}/status", "patch") for kind in ("jobs", "jobsets", "pytorchjobs")),

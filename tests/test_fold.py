@@ -17,6 +17,7 @@ from builders import (
 )
 from gangway.events import catalogue as ev
 from gangway.events.fold import apply, copy_state
+from gangway.events.reasons import C
 from gangway.events.resources import GPU
 
 CONTRACT = contract(
@@ -324,6 +325,8 @@ def scenario() -> LogBuilder:
             .nodes(node("n3").gpus(8))
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
             .finish("g").add(ev.WorkloadWithdrawn(workload="w", reason="Job deleted")).add(ev.NodeRemoved(node="n3"))
+            .add(ev.ClusterReconciled(kind="Job", namespace="ns", name="w", uid="u", reason="resumed",
+                                      reason_code=C.RESUMED_WITHOUT_PLACEMENT, workload="w"))
             .add(ev.InvoiceIssued(invoice_id="i", team="ns", period="2026-11", period_start_ms=0, period_end_ms=1,
                                   currency="EUR", lines=[], list_cost_micros=0, credits_micros=0, idle_cost_micros=0,
                                   billed_cost_micros=0, log_id="l", cut_offset=0)))

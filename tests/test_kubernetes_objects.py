@@ -93,3 +93,22 @@ def test_a_cordoned_node_keeps_what_runs_there_gets_nothing_new_and_comes_back_w
     log.add(ev.NodeObserved(node=home, allocatable={"nvidia.com/gpu": 8000}, unavailable="cordoned"))
     log.add(ev.NodeRemoved(node=home))
     assert log.state.workloads["w"].phase == "pending" and home not in log.state.unavailable
+
+
+def test_a_job_is_resumed_behind_gangways_gate_and_a_gated_pod_is_pinned_then_ungated():
+    job = {"kind": "Job", "spec": {"suspend": True, "template": {"spec": {
+        "schedulingGates": [{"name": "example.com/other"}], "containers": []}}}}
+    patch = ob.suspend_patch(job, False, "ns/j", 1, gate=ob.GATE)
+    assert patch["spec"]["suspend"] is False
+    assert patch["spec"]["template"] == {"spec": {"schedulingGates": [{"name": "example.com/other"}, {"name": ob.GATE}]}}
+    again = ob.suspend_patch({"kind": "Job", "spec": {"template": patch["spec"]["template"]}}, False, "ns/j", 2, gate=ob.GATE)
+    assert again["spec"]["template"]["spec"]["schedulingGates"].count({"name": ob.GATE}) == 1
+    assert not ob.names_scheduler(job, "gangway")
+    assert ob.names_scheduler({"kind": "Job", "spec": {"template": {"spec": {"schedulerName": "gangway"}}}}, "gangway")
+    pod = {"metadata": {"name": "j-0"}, "spec": {"schedulingGates": [{"name": ob.GATE}, {"name": "example.com/other"}]}}
+    assert ob.gates(pod) == [ob.GATE, "example.com/other"]
+    assert ob.ungate_patch(pod, "n1", [2, 3], ob.GATE) == {
+        "metadata": {"annotations": {ob.GPUS_ANNOTATION: "2,3"}},
+        "spec": {"nodeSelector": {ob.HOSTNAME_LABEL: "n1"}, "schedulingGates": [{"name": "example.com/other"}]}}
+    assert ob.ungate_patch({"spec": {"schedulingGates": [{"name": ob.GATE}]}}, "n1", [], ob.GATE)["spec"][
+        "schedulingGates"] is None

@@ -89,6 +89,11 @@ SAMPLES: dict[type, object] = {
         list_cost_micros=16_800_000, credits_micros=0, idle_cost_micros=0, billed_cost_micros=16_800_000,
         log_id="gangway.log/0/abc", cut_offset=900),
     ev.WorkloadWithdrawn: ev.WorkloadWithdrawn(workload="ml/j-0", reason="Job ml/j-0 deleted"),
+    ev.ClusterReconciled: ev.ClusterReconciled(
+        kind="Job", namespace="ml", name="j-0", uid="0b5e", reason="Job ml/j-0 was resumed with 1 pod(s) on nodes, "
+        "but the log holds no placement for it", reason_code=ReasonCode.RESUMED_WITHOUT_PLACEMENT,
+        reason_params={"kind": "Job", "object": "ml/j-0", "pods": 1}, pods=["j-0-0"], nodes=["n-1"],
+        action="suspended again, 1 pod(s) deleted"),
 }
 
 def errors(schema: dict, value: object) -> list[str]:
@@ -150,7 +155,7 @@ def test_asyncapi_lists_the_topics_and_their_messages():
     assert on_log == ["WorkloadQueued", "CheckpointSaved", "GpuTelemetry", "WorkloadProgress", "ConfigApplied",
                       "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
-                      "ClockTicked", "WorkloadWithdrawn", "WorkloadIdle"]
+                      "ClockTicked", "WorkloadWithdrawn", "ClusterReconciled", "WorkloadIdle"]
     assert list(channels["config"]["messages"]) == ["ConfigApplied"]
     assert list(channels["submissions"]["messages"]) == ["JobSubmitted"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]

@@ -290,7 +290,8 @@ def job_view(folded: Folded, name: str, explain_lines: list[str]) -> dict | None
         else:
             step["step"] = {"WorkloadQueued": "queued", "WorkloadAdmitted": "admitted", "PlacementDecided": "placed",
                             "WorkloadBound": "bound", "WorkloadRunning": "running", "WorkloadFinished": "finished",
-                            "WorkloadEvicted": "evicted", "CheckpointSaved": "checkpoint"}.get(step["kind"], step["kind"])
+                            "WorkloadEvicted": "evicted", "CheckpointSaved": "checkpoint",
+                            "ClusterReconciled": "reconciled"}.get(step["kind"], step["kind"])
         steps.append(step)
     pods = [{"node": node, "gpus": sorted(gpus)} for node, gpus in
             sorted(_pods_of(state, name).items())]

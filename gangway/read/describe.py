@@ -8,7 +8,9 @@ read from their codes where the event has them; the sentence is what the event r
 from __future__ import annotations
 
 from gangway.events import catalogue as ev
+from gangway.events.codec import format_time
 from gangway.events.quantity import format_milli
+from gangway.events.reasons import C
 from gangway.events.resources import GPU, total_request
 
 
@@ -41,8 +43,16 @@ def _own(d, superseded: str | None) -> str:
         return f"eviction by {d.preemptor} superseded: {superseded}"
     if isinstance(d, ev.EvictionOrdered):
         return f"preempted by {d.preemptor}: {_terms(d)}"
+    if isinstance(d, ev.WorkloadEvicted) and d.reason_code == C.BIND_FAILURES_EXCEEDED:
+        return f"evicted (attempt {d.attempt + 1}): {d.reason}; deactivated [{d.reason_code}]"
     if isinstance(d, ev.WorkloadEvicted):
-        return f"evicted (attempt {d.attempt + 1}){': ' + d.reason if d.reason else ''}; back in its queue"
+        backoff = ""
+        if d.retry_after_ms:
+            backoff = (f"; admissible again at {format_time(d.retry_after_ms)} ({d.bind_failures} failed bind(s) "
+                       f"in a row) [{d.reason_code}]")
+        return f"evicted (attempt {d.attempt + 1}){': ' + d.reason if d.reason else ''}; back in its queue{backoff}"
+    if isinstance(d, ev.ClusterReconciled):
+        return f"reconciled with the cluster [{d.reason_code}]: {d.reason}" + (f"; {d.action}" if d.action else "")
     if isinstance(d, (ev.WorkloadBound, ev.WorkloadRunning)):
         return f"{'bound' if isinstance(d, ev.WorkloadBound) else 'running'} (attempt {d.attempt + 1})"
     if isinstance(d, ev.WorkloadFinished):
@@ -80,6 +90,9 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
         return f"{d.job_id or '?'} rejected ({d.reason}): {d.message}"
     if isinstance(d, ev.JobSubmitted):
         return f"{d.namespace}/{d.job_id} submitted to {d.queue}"
+    if isinstance(d, ev.ClusterReconciled):
+        return (f"{d.kind} {d.namespace}/{d.name} reconciled with the cluster [{d.reason_code}]: {d.reason}"
+                + (f"; {d.action}" if d.action else ""))
     if isinstance(d, ev.ClockTicked):
         return f"clock ticked{': ' + d.reason if d.reason else ''}"
     return type(d).__name__

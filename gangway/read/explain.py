@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gangway.events import catalogue as ev
 from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
-from gangway.events.reasons import C, CONFIG_CODES, Param, Reason, ReasonCode, reason
+from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State
 from gangway.read.describe import describe
@@ -45,7 +45,7 @@ def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
     The cycle's own reason stands, except that a workload which would fit on its own is waiting
     behind others: the gang holding a reservation, or workloads ahead of it in the queue."""
     why = outcome.reason or reason(C.NO_PLACEMENT)
-    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, C.TOPOLOGY_UNSATISFIABLE, *CONFIG_CODES):
+    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, *NEVER_PLACEABLE_CODES, *CONFIG_CODES):
         return why
     if fits_alone:
         if snap.reservation:
@@ -69,7 +69,12 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
         why = reason(C.ADMISSIBLE) if outcome.admission is not None else \
             classify(outcome, snap, alone.would_admit(outcome.wl))
         report[name] = _pending(why, lq_pos[name], cq_pos[name])
-    waiting = {name for name, pending in report.items() if pending.code != C.TOPOLOGY_UNSATISFIABLE}
+    for name, retry_ms in state.backing_off.items():  # out of the cycle until its requeue backoff ends
+        wl = state.workloads[name]
+        if retry_ms > state.time_ms:
+            why = reason(C.BIND_BACKOFF, failures=wl.bind_failures, retry_at=format_time(wl.retry_after_ms))
+            report[name] = _pending(why, lq_pos[name], cq_pos[name])
+    waiting = {name for name, pending in report.items() if pending.code not in NEVER_PLACEABLE_CODES}
     if forecast and waiting:  # a workload no node can ever take has no start to forecast
         for name, eta in forecast_starts(state, waiting).items():
             report[name].eta_ms = eta
@@ -143,8 +148,12 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
             if forecast and report.code == C.TOPOLOGY_UNSATISFIABLE:
                 lines.append("estimated start: never, unless nodes with that label join the cluster")
+            elif forecast and report.code == C.NO_MATCHING_NODES:
+                lines.append("estimated start: never, unless nodes it may use join the cluster")
             elif forecast:
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
+    elif wl is not None and wl.deactivated:
+        lines.append(f"now deactivated ({C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from gangway.events.catalogue import WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
-from gangway.events.reasons import C, Reason, reason, said
+from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason, said
 from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
@@ -57,7 +57,10 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome,
     snap.reserve_admitted()
     waiting = victims_in_flight(state)
     blocked: set[str] = set()
+    # A gang whose bind failed waits out its requeue backoff (on the log's clock) out of the cycle.
     order = queue_order(state)
+    if any(t > state.time_ms for t in state.backing_off.values()):
+        order = [wl for wl in order if wl.retry_after_ms <= state.time_ms]
     for wl in order:
         if wl.nominated or wl.spec.workload in waiting:
             yield _try(snap, idx, wl, waiting, blocked), snap
@@ -145,7 +148,7 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
-    if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code == C.TOPOLOGY_UNSATISFIABLE):
+    if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code in NEVER_PLACEABLE_CODES):
         # a head that can never be placed is set aside, not waited for
         blocked.add(cq)
     return outcome

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import yaml
 
-from gangway.events.catalogue import NodeObserved
+from gangway.events.catalogue import NodeObserved, Taint
 from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.placement.topology import ISLANDS_LABEL, parse_islands
+
+
+#: The prefix of the taints Kubernetes itself sets (not-ready, unreachable, unschedulable…).
+SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"
 
 
 class ClusterFileError(ValueError):
@@ -61,4 +65,13 @@ def _node(item: dict, filename: str) -> NodeObserved:
     islands = parse_islands(layout, resources.get("nvidia.com/gpu", 0) // 1000)
     if layout and not islands:
         raise ClusterFileError(f"{filename}: Node {name}: {ISLANDS_LABEL}={layout!r} does not add up to its GPUs")
-    return NodeObserved(node=name, allocatable=resources, labels=labels, islands=islands)
+    taints = []
+    for taint in (item.get("spec") or {}).get("taints") or []:
+        if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
+            raise ClusterFileError(f"{filename}: Node {name}: a taint without a key")
+        # Kubernetes' own taints (node.kubernetes.io/…) say the node is unavailable (objects.py);
+        # PreferNoSchedule keeps no pod off.
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not taint["key"].startswith(SYSTEM_TAINT_PREFIX):
+            taints.append(Taint(key=taint["key"], effect=taint["effect"], value=str(taint.get("value") or "")))
+    return NodeObserved(node=name, allocatable=resources, labels=labels, islands=islands,
+                        taints=sorted(taints, key=lambda t: (t.key, t.effect, t.value)))

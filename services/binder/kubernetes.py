@@ -37,11 +37,14 @@ from gangway.adapters.kubernetes import client as api
 from gangway.adapters.kubernetes.lease import micro_time
 from gangway.events.codec import format_time
 from gangway.events.catalogue import (
-    JobSubmitted, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning, WorkloadWithdrawn,
+    ClockTicked, ClusterReconciled, JobSubmitted, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished,
+    WorkloadRunning, WorkloadWithdrawn,
 )
+from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import admitted_pod_sets
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.services.binder import objects as ob
+from gangway.services.binder.policy import RequeueBackoff, bind_failed, rule_deadlines
 
 log = logging.getLogger(__name__)
 RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
@@ -81,11 +84,15 @@ class KubernetesBinder:
     def __init__(self, kube: Kube, identity: str, intake: Intake | None = None, namespace: str = "gangway-system",
                  lease_name: str = "gangway-binder", lease_s: float = 15.0, pods_timeout_s: float = 60.0,
                  scheduler: str = ob.SCHEDULER_NAME, bind_concurrency: int = 32, kinds: tuple[str, ...] = ob.KINDS,
-                 watch_timeout_s: int = 60, pending: Callable[[State], dict] | None = None):
+                 watch_timeout_s: int = 60, pending: Callable[[State], dict] | None = None,
+                 backoff: RequeueBackoff = RequeueBackoff(), gate: str = ob.GATE):
         self.kube, self.identity, self.intake = kube, identity, intake
         #: pending(state) → workload → an object with reason and eta_ms (gangway explain's pending report).
         self.pending = pending
         self.scheduler, self.pods_timeout_s = scheduler, pods_timeout_s
+        #: How a gang whose bind failed is requeued; the scheduling gate of objects whose pods cannot
+        #: name gangway's scheduler.
+        self.backoff, self.gate = backoff, gate
         self.wake = asyncio.Event()
         self.reflectors: dict[str, Reflector] = {
             kind: Reflector(kube, res, on_change=self._changed, on_relist=self._relisted,
@@ -105,8 +112,10 @@ class KubernetesBinder:
         self.pods_bound = 0
         #: (pods, start, end) of every round of binds (monotonic s): the binder's own binding rate.
         self.bind_phases: list[tuple[int, float, float]] = []
-        #: What reconciling found and fixed (also logged and told on the objects).
+        #: What reconciling found and fixed (also on the log, logged and told on the objects), and the
+        #: findings already reported (the cache may show a fixed object once more).
         self.found: list[str] = []
+        self.reported: dict[tuple, str] = {}
         self._tasks: list[asyncio.Task] = []
 
     # --- running ---------------------------------------------------------------------------------
@@ -142,6 +151,7 @@ class KubernetesBinder:
         if not self.elector.leading or not self.synced:
             return out
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        self._ticks(state, out, now_ms)
         self._nodes(state, out, now_ms)
         objs, by_uid = self._objects(state)
         pods = self._pods()
@@ -160,10 +170,20 @@ class KubernetesBinder:
             elif wl.phase == "evicting":
                 work.append(self._evict(wl, obj, its_pods, out, now_ms))
         await asyncio.gather(*work)
-        await self._reconcile(state, by_uid, pods)
+        await self._reconcile(state, by_uid, pods, out, now_ms)
         await self._tell_pending(state, objs)
         self._forget(state)
         return out
+
+    # --- the log's clock -------------------------------------------------------------------------------
+
+    def _ticks(self, state: State, out: Step, now_ms: int) -> None:
+        """Time-based rules that came due with nothing else on the log (a requeue backoff ended, a
+        minimum runtime ended): one ClockTicked at the latest deadline passed, so the deciders see it."""
+        due = [(t, why) for t, why in rule_deadlines(state) if t <= now_ms]
+        if due:
+            t = due[-1][0]
+            out.reports.append((f"tick/{t}", t, ClockTicked(reason="; ".join(why for _, why in due))))
 
     # --- nodes ---------------------------------------------------------------------------------------
 
@@ -179,8 +199,8 @@ class KubernetesBinder:
                 changed = state.unavailable.get(node.node) != node.unavailable
             else:
                 known = state.nodes.get(node.node)
-                changed = known is None or (known.allocatable, known.labels, known.islands) != (
-                    node.allocatable, node.labels, node.islands)
+                changed = known is None or (known.allocatable, known.labels, known.islands, known.taints) != (
+                    node.allocatable, node.labels, node.islands, node.taints)
             if changed:
                 digest = hashlib.sha256(repr(node).encode()).hexdigest()[:12]
                 out.reports.append((f"node/{node.node}/{digest}/{state.offset}", now_ms, node))
@@ -305,26 +325,27 @@ class KubernetesBinder:
         out.reports.append((f"bound/{name}/{wl.attempt}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
 
     async def _resume(self, wl: WorkloadState, obj: dict) -> None:
+        """Resume the object for this attempt: its pods named for gangway's scheduler, or — where the
+        template cannot take a scheduler (a batch/v1 Job) — created behind gangway's scheduling gate."""
         kind, m = ob.kind_of(obj), ob.meta(obj)
-        scheduler = None if kind in self.scheduler_immutable else self.scheduler
-        patch = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, scheduler)
+        gated = (kind == "Job" or kind in self.scheduler_immutable) and not ob.names_scheduler(obj, self.scheduler)
         counts = wl.admission.counts
-        if kind == "Job" and counts:  # partial admission: run as many pods as were admitted, as Kueue does
-            patch["spec"]["parallelism"] = sum(counts.values())
+
+        def patch(gate: str | None) -> dict:
+            p = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, self.scheduler, gate=gate)
+            if kind == "Job" and counts:  # partial admission: run as many pods as were admitted, as Kueue does
+                p["spec"]["parallelism"] = sum(counts.values())
+            return p
         try:
-            await self.kube.patch(RESOURCES[kind], m["name"], patch, m.get("namespace"))
+            await self.kube.patch(RESOURCES[kind], m["name"], patch(self.gate if gated else None), m.get("namespace"))
         except ApiError as exc:
-            if exc.status != 422 or scheduler is None or "immutable" not in exc.message:
+            if gated or exc.status != 422 or "immutable" not in exc.message:
                 raise
-            # A batch/v1 Job's pod template is immutable but for a few scheduling fields: its
-            # pods keep the scheduler their template names (let it be gangway's to avoid a race).
-            log.warning("%s pod templates are immutable: their pods keep the scheduler the template names "
-                        "(set schedulerName: %s there, or another scheduler may race gangway)", kind, self.scheduler)
+            # This kind's pod templates take no new scheduler: its pods are gated instead.
+            log.warning("%s pod templates are immutable: their pods are created behind the scheduling gate %s",
+                        kind, self.gate)
             self.scheduler_immutable.add(kind)
-            patch = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, None)
-            if kind == "Job" and counts:
-                patch["spec"]["parallelism"] = sum(counts.values())
-            await self.kube.patch(RESOURCES[kind], m["name"], patch, m.get("namespace"))
+            await self.kube.patch(RESOURCES[kind], m["name"], patch(self.gate), m.get("namespace"))
 
     async def _bind(self, pod: dict, node: str, gpus: list[int]) -> str:
         """'' when bound, else what the API server said."""
@@ -334,11 +355,25 @@ class KubernetesBinder:
                              "annotations": {ob.GPUS_ANNOTATION: ",".join(map(str, gpus))} if gpus else {}},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         async with self.bind_sem:
+            gates = ob.gates(pod)
+            if self.gate in gates:  # pinned to its node and ungated first: a gated pod cannot be bound
+                try:
+                    await self.kube.patch(api.PODS, m["name"], ob.ungate_patch(pod, node, gpus, self.gate),
+                                          m.get("namespace"))
+                except ApiError as exc:
+                    if exc.not_found:
+                        return GONE
+                    return f"pod {m['name']} to {node}: lifting its scheduling gate: {exc}"
+            others = [g for g in gates if g != self.gate]
+            if others:
+                return f"pod {m['name']} to {node}: held by scheduling gate(s) {', '.join(others)}"
             try:
                 await self.kube.create(api.PODS, body, m.get("namespace"), sub="binding", name=m["name"])
             except ApiError as exc:
                 if exc.not_found:
                     return GONE
+                if exc.conflict and f'already assigned to node "{node}"' in exc.message:
+                    return ""  # the default scheduler bound the ungated pod first, where it was pinned
                 return f"pod {m['name']} to {node}: {exc}"
         return ""
 
@@ -349,10 +384,15 @@ class KubernetesBinder:
         await self._suspend(obj, "")
         said = (f"gang not bound: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again; "
                 f"back in its queue")
-        await self.tell(obj, "Warning", "GangRolledBack", said, status="False")
+        report = bind_failed(wl, now_ms, said, self.backoff)
+        if report.reason_code == C.BIND_FAILURES_EXCEEDED:
+            await self.tell(obj, "Warning", "Deactivated", f"Deactivated by gangway: {report.reason}; delete and "
+                            f"create the {ob.kind_of(obj)} again to retry", status="False")
+        else:
+            await self.tell(obj, "Warning", "GangRolledBack", f"{said}; {Reason(report.reason_code, report.reason_params).message}",
+                            status="False")
         self.gangs.pop((wl.spec.workload, wl.attempt), None)
-        out.reports.append((f"rolled-back/{wl.spec.workload}/{wl.attempt}", now_ms,
-                            WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=said)))
+        out.reports.append((f"rolled-back/{wl.spec.workload}/{wl.attempt}", now_ms, report))
 
     async def _delete_pods(self, pods: list[dict], grace: int | None) -> int:
         async def one(pod):
@@ -405,8 +445,12 @@ class KubernetesBinder:
         why = f"{gone} pod(s) of the gang lost" + (f" (failed: {', '.join(sorted(failed))})" if failed else "")
         removed = await self._delete_pods([p for p in pods if not ob.meta(p).get("deletionTimestamp")], grace=None)
         await self._suspend(obj, "")
-        said = f"{why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again; back in its queue"
+        action = f"{removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
+        said = f"{why}; {action}; back in its queue"
         await self.tell(obj, "Warning", "PodLost", said, status="False")
+        found = reason(C.PODS_VANISHED, kind=ob.kind_of(obj), object=_name(obj), pods=gone, workload=wl.spec.workload)
+        self._found(out, now_ms, obj, found, wl, pods=failed, nodes=sorted({a.node for a in wl.placement.assignments}),
+                    action=action + "; the workload requeued")
         out.reports.append((f"lost/{wl.spec.workload}/{wl.attempt}", now_ms,
                             WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=said)))
 
@@ -456,7 +500,7 @@ class KubernetesBinder:
 
     # --- reconciling: the cluster is the truth about what runs ----------------------------------------------
 
-    async def _reconcile(self, state: State, by_uid: dict[str, dict], pods: dict) -> None:
+    async def _reconcile(self, state: State, by_uid: dict[str, dict], pods: dict, out: Step, now_ms: int) -> None:
         uid_wl = {wl.spec.labels.get(ob.UID_LABEL): wl for name in list(state.pending) + list(state.active)
                   for wl in (state.workloads[name],)}
         for uid, obj in by_uid.items():
@@ -473,14 +517,35 @@ class KubernetesBinder:
             on_nodes = [p for p in its if (p.get("spec") or {}).get("nodeName") and not ob.meta(p).get("deletionTimestamp")]
             if ob.is_suspended(obj) and not on_nodes:
                 continue
-            what = (f"{ob.kind_of(obj)} {m.get('namespace')}/{m.get('name')} "
-                    + ("resumed" if not ob.is_suspended(obj) else "suspended")
-                    + f" with {len(on_nodes)} pod(s) on nodes, but the log holds no placement for it "
-                    + (f"(workload {wl.spec.workload} is {wl.phase})" if wl else "(no workload)"))
-            self.found.append(what)
-            log.warning("reconcile: %s: suspending it and deleting its pods", what)
-            await self._delete_pods(its, grace=None)
-            await self._suspend(obj, f"Reconciled by gangway: {what}; suspended again and its pods deleted")
+            code = C.PODS_BOUND_WITHOUT_PLACEMENT if ob.is_suspended(obj) else C.RESUMED_WITHOUT_PLACEMENT
+            found = reason(code, kind=ob.kind_of(obj), object=_name(obj), pods=len(on_nodes),
+                           workload_phase=f"{wl.spec.workload} is {wl.phase}" if wl else None)
+            key = (uid, code, m.get("resourceVersion"), tuple(sorted(ob.meta(p).get("name") for p in on_nodes)))
+            if key in self.reported:
+                continue  # fixed already: the cache has not caught up yet
+            self.found.append(found.message)
+            log.warning("reconcile: %s: suspending it and deleting its pods", found.message)
+            removed = await self._delete_pods(its, grace=None)
+            await self._suspend(obj, f"Reconciled by gangway: {found.message}; suspended again and its pods deleted")
+            self.reported[key] = uid
+            self._found(out, now_ms, obj, found, wl, pods=[ob.meta(p).get("name") for p in on_nodes],
+                        nodes=[p["spec"]["nodeName"] for p in on_nodes],
+                        action=f"suspended again, {removed} pod(s) deleted")
+        for key in [k for k, uid in self.reported.items() if uid not in by_uid]:
+            del self.reported[key]
+
+    def _found(self, out: Step, now_ms: int, obj: dict, found: Reason, wl: WorkloadState | None,
+               pods: list[str], nodes: list[str], action: str) -> None:
+        """What reconciling found, onto the log."""
+        m = ob.meta(obj)
+        digest = hashlib.sha256(repr((found.params, pods, action)).encode()).hexdigest()[:12]
+        out.reports.append((f"reconciled/{found.code}/{m.get('uid')}/{m.get('resourceVersion')}/{digest}", now_ms,
+                            ClusterReconciled(
+                                kind=ob.kind_of(obj), namespace=str(m.get("namespace") or ""), name=str(m.get("name")),
+                                uid=str(m.get("uid")), reason=found.message, reason_code=found.code,
+                                reason_params=found.params, workload=wl.spec.workload if wl else None,
+                                attempt=wl.attempt if wl else None, pods=sorted(pods), nodes=sorted(set(nodes)),
+                                action=action)))
 
     # --- telling users -------------------------------------------------------------------------------------
 
@@ -552,3 +617,8 @@ class KubernetesBinder:
 def _moved_on(state: State, name: str, attempt: int, phase: str) -> bool:
     wl = state.workloads.get(name)
     return wl is None or wl.attempt != attempt or wl.phase != phase
+
+
+def _name(obj: dict) -> str:
+    m = ob.meta(obj)
+    return f"{m.get('namespace')}/{m.get('name')}"

@@ -28,6 +28,11 @@ UID_LABEL = "gangway.io/uid"
 #: Per pod: the GPU indexes the placement gave it, for a device plugin that reads them.
 GPUS_ANNOTATION = "gangway.io/gpu-indexes"
 CONDITION_TYPE = "GangwayScheduling"
+#: The scheduling gate gangway adds to the pod templates of objects whose pods do not name its
+#: scheduler (a batch/v1 Job's template cannot gain a schedulerName): each pod is created gated, and
+#: gangway pins it to its node and lifts the gate (Kueue's topology-aware scheduling does the same).
+GATE = "gangway.io/placement"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 KINDS = ("Job", "JobSet", "PyTorchJob")
 #: Labels that name a pod's owner object, per kind.
 OWNER_LABELS = {
@@ -63,7 +68,7 @@ def node_observed(node: dict) -> NodeObserved | None:
         return None
     why = node_unavailable(node)
     return NodeObserved(node=seen.node, allocatable=seen.allocatable, labels=seen.labels, islands=seen.islands,
-                        unavailable=why) if why else seen
+                        unavailable=why, taints=seen.taints) if why else seen
 
 
 # --- job objects -------------------------------------------------------------------------------------
@@ -99,9 +104,10 @@ def templates(obj: dict) -> list[dict]:
 
 
 def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0,
-                  scheduler: str | None = SCHEDULER_NAME) -> dict:
-    """A merge patch that suspends or resumes ``obj``; resuming also names gangway's scheduler in
-    every pod template and marks the object with its workload and attempt."""
+                  scheduler: str | None = SCHEDULER_NAME, gate: str | None = None) -> dict:
+    """A merge patch that suspends or resumes ``obj``; resuming marks the object with its workload and
+    attempt and, in every pod template, names gangway's ``scheduler`` or adds the scheduling ``gate``
+    (a suspended Job's template takes new scheduling gates, not a new scheduler: KEP-2926)."""
     kind = kind_of(obj)
     patch: dict = {}
     if not suspend:
@@ -110,21 +116,41 @@ def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0
         patch["spec"] = {"runPolicy": {"suspend": suspend}}
     else:
         patch["spec"] = {"suspend": suspend}
-    if suspend or scheduler is None:
+    if suspend:
         return patch
-    if kind == "Job":
-        patch["spec"]["template"] = {"spec": {"schedulerName": scheduler}}
-    elif kind == "JobSet":  # a list: a merge patch replaces it whole
-        rjs = copy.deepcopy((obj.get("spec") or {}).get("replicatedJobs") or [])
-        for rj in rjs:
-            rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault(
-                "spec", {})["schedulerName"] = scheduler
-        patch["spec"]["replicatedJobs"] = rjs
-    elif kind == "PyTorchJob":
-        patch["spec"]["pytorchReplicaSpecs"] = {
-            t: {"template": {"spec": {"schedulerName": scheduler}}}
-            for t in (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}}
+    if gate is not None:
+        _template_fields(obj, patch["spec"], lambda t: {"schedulingGates": _gates_with(t, gate)})
+    elif scheduler is not None:
+        _template_fields(obj, patch["spec"], lambda t: {"schedulerName": scheduler})
     return patch
+
+
+def _gates_with(template_spec: dict, gate: str) -> list[dict]:
+    gates = [g for g in template_spec.get("schedulingGates") or [] if isinstance(g, dict)]
+    return gates if any(g.get("name") == gate for g in gates) else gates + [{"name": gate}]
+
+
+def _template_fields(obj: dict, patch_spec: dict, fields) -> None:
+    """Set ``fields(template spec)`` in every pod template of ``obj``, into ``patch_spec``."""
+    kind, spec = kind_of(obj), obj.get("spec") or {}
+    if kind == "Job":
+        patch_spec["template"] = {"spec": fields((spec.get("template") or {}).get("spec") or {})}
+    elif kind == "JobSet":  # a list: a merge patch replaces it whole
+        rjs = copy.deepcopy(spec.get("replicatedJobs") or [])
+        for rj in rjs:
+            tspec = rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+            tspec.update(fields(tspec))
+        patch_spec["replicatedJobs"] = rjs
+    elif kind == "PyTorchJob":
+        patch_spec["pytorchReplicaSpecs"] = {
+            t: {"template": {"spec": fields(((rs or {}).get("template") or {}).get("spec") or {})}}
+            for t, rs in (spec.get("pytorchReplicaSpecs") or {}).items()}
+
+
+def names_scheduler(obj: dict, scheduler: str) -> bool:
+    """Do all the object's pod templates already name ``scheduler``?"""
+    found = [(t.get("spec") or {}).get("schedulerName") for t in templates(copy.deepcopy(obj))]
+    return bool(found) and all(name == scheduler for name in found)
 
 
 def finished(obj: dict) -> tuple[bool, bool, str] | None:
@@ -190,6 +216,21 @@ def pod_order(pod: dict) -> tuple:
     replica = labels.get("training.kubeflow.org/replica-index")
     return (_int(labels.get("jobset.sigs.k8s.io/job-index", 0)), _int(completion if completion is not None else replica),
             str(m.get("name")))
+
+
+def gates(pod: dict) -> list[str]:
+    """The names of the pod's scheduling gates (a gated pod is not scheduled, nor can it be bound)."""
+    return [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict)]
+
+
+def ungate_patch(pod: dict, node: str, gpus: list[int], gate: str) -> dict:
+    """A merge patch that pins a gated pod to ``node`` (a ``kubernetes.io/hostname`` nodeSelector, which
+    a gated pod may gain: KEP-3838), notes its GPU indexes and removes ``gate``: the pod can then be
+    bound there, by gangway or by the default scheduler, and nowhere else."""
+    rest = [g for g in (pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != gate]
+    annotations = {GPUS_ANNOTATION: ",".join(map(str, gpus))} if gpus else {}
+    return {"metadata": {"annotations": annotations},
+            "spec": {"nodeSelector": {HOSTNAME_LABEL: node}, "schedulingGates": rest or None}}
 
 
 def live(pod: dict) -> bool:

@@ -10,6 +10,7 @@ so accounting and replays are exact whatever the binder's wake-up jitter.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import msgspec
 
@@ -18,6 +19,8 @@ from gangway.events.catalogue import (
     CheckpointSaved, ClockTicked, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted,
     WorkloadFinished, WorkloadProgress, WorkloadRunning,
 )
+from gangway.events.codec import format_time
+from gangway.events.reasons import C, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State, WorkloadState
 
@@ -38,6 +41,38 @@ CATCH_UP_MAX = 240
 Report = tuple[str, int, object]
 
 
+@dataclass(frozen=True)
+class RequeueBackoff:
+    """How a gang whose bind failed is requeued (Kueue's ``requeuingStrategy``, without its jitter so
+    that the log says it exactly): the n-th failed bind in a row keeps it out of admission for
+    ``base_s * 2^(n-1)`` seconds, at most ``max_s``; after ``limit`` failed binds in a row it is
+    deactivated (0: never)."""
+
+    base_s: float = 10.0
+    max_s: float = 3600.0
+    limit: int = 8
+
+    def after(self, failures: int) -> int | None:
+        """Milliseconds to wait after the ``failures``-th failed bind in a row (None: deactivate)."""
+        if self.limit and failures >= self.limit:
+            return None
+        return int(min(self.max_s, self.base_s * 2 ** max(0, min(failures - 1, 60))) * 1000)
+
+
+def bind_failed(wl: WorkloadState, now_ms: int, why: str, backoff: RequeueBackoff) -> WorkloadEvicted:
+    """The report of a gang that did not bind whole: requeued with its backoff, or deactivated."""
+    failures = wl.bind_failures + 1
+    wait = backoff.after(failures)
+    if wait is None:
+        said = reason(C.BIND_FAILURES_EXCEEDED, failures=failures, limit=backoff.limit, last_error=why)
+        return WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=said.message,
+                               bind_failures=failures, reason_code=said.code, reason_params=said.params)
+    retry = now_ms + wait
+    said = reason(C.BIND_BACKOFF, failures=failures, retry_at=format_time(retry))
+    return WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=why, bind_failures=failures,
+                           retry_after_ms=retry, reason_code=said.code, reason_params=said.params)
+
+
 def finish_at(wl: WorkloadState, default_runtime_ms: int) -> int | None:
     if wl.phase not in ("running", "evicting") or wl.started_ms is None:
         return None
@@ -54,12 +89,13 @@ def evict_at(wl: WorkloadState) -> int | None:
 def rule_deadlines(state: State) -> list[tuple[int, str]]:
     """Future moments at which a time-based rule changes what may be decided, while anyone waits.
 
-    Today: the end of a running workload's minimum runtime (it becomes preemptible).
+    Today: the end of a running workload's minimum runtime (it becomes preemptible), and the end of a
+    pending workload's requeue backoff after a failed bind (it may be admitted again).
     """
     if not state.pending or state.contract is None:
         return []
     idx = index_of(state.contract)
-    found = []
+    found = [(t, f"requeue backoff of {name} ends") for name, t in state.backing_off.items() if t > state.time_ms]
     for name in state.active:
         wl = state.workloads[name]
         minimum = idx.min_runtime_ms(wl.spec.priority_class)
@@ -194,7 +230,8 @@ def node_sync(state: State, observed: list[NodeObserved], now_ms: int) -> list[R
     for node in sorted(observed, key=lambda n: n.node):
         seen.add(node.node)
         known = state.nodes.get(node.node)
-        if known is None or (known.allocatable, known.labels, known.islands) != (node.allocatable, node.labels, node.islands):
+        if known is None or (known.allocatable, known.labels, known.islands, known.taints) != (
+                node.allocatable, node.labels, node.islands, node.taints):
             reports.append((f"node/{node.node}/{node_digest(node)}", now_ms, node))
     for name in sorted(set(state.nodes) - seen):
         reports.append((f"node-removed/{name}/{state.offset}", now_ms, NodeRemoved(node=name)))

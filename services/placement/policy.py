@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 
 from gangway.events import freeindex, gpus
-from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
+from gangway.events.catalogue import (
+    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, admits,
+)
 from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
@@ -36,17 +38,18 @@ DOMAIN_TRIES_MAX = 64
 class NodeRoom:
     """What is free on one node: resources (milli), milli per GPU, and what never changes."""
 
-    __slots__ = ("free", "gpus", "islands", "labels")
+    __slots__ = ("free", "gpus", "islands", "labels", "taints")
 
     def __init__(self, free: dict[str, int], gpus: list[int] | None = None, islands: list[int] | None = None,
-                 labels: Mapping[str, str] | None = None):
+                 labels: Mapping[str, str] | None = None, taints: list[Taint] | None = None):
         self.free = free
         self.gpus = gpus if gpus is not None else []
         self.islands = islands if islands is not None else []
         self.labels = labels if labels is not None else {}
+        self.taints = taints if taints is not None else []
 
     def copy(self) -> NodeRoom:
-        return NodeRoom(dict(self.free), list(self.gpus), self.islands, self.labels)
+        return NodeRoom(dict(self.free), list(self.gpus), self.islands, self.labels, self.taints)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, NodeRoom) and (self.free, self.gpus) == (other.free, other.gpus)
@@ -62,11 +65,15 @@ class Free(dict[str, NodeRoom]):
     scorer: scoring.LiveScorer | None = None
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
+    #: Does some node have taints (then every pod set is checked against them)?
+    tainted: bool = False
 
 
 def free_capacity(state: State) -> Free:
     """A private copy of every node's free room, with the scorer of the state's pod mix."""
-    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
+    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels, n.taints)
+                 for name, n in state.nodes.items()})
+    free.tainted = any(n.taints for n in state.nodes.values())
     free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
@@ -90,7 +97,7 @@ def _node_models(state: State) -> tuple[str, ...]:
 
 def copy_free(free: Free) -> Free:
     copy = Free({name: room.copy() for name, room in free.items()})
-    copy.scorer, copy.levels = free.scorer, free.levels
+    copy.scorer, copy.levels, copy.tainted = free.scorer, free.levels, free.tainted
     return copy
 
 
@@ -145,8 +152,13 @@ def _place_gang(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None
     allowed = _names(free) if nodes is None else sorted(n for n in free if n in nodes)
     assignments: list[PodAssignment] = []
     notes: list[str] = []
+    tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
-        got = _place_pod_set(trial, ps, allowed)
+        where = allowed
+        if ps.node_selector or ps.node_affinity or tainted:  # only the nodes its pods may go to (labels, taints)
+            where = [n for n in allowed
+                     if admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations, n, ps.node_affinity)]
+        got = _place_pod_set(trial, ps, where)
         if got is None:
             return None
         assignments += got[0]
@@ -318,10 +330,16 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
 
 def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None) -> Reason | None:
     """Why no placement of the gang can ever exist on these nodes, whatever frees up (None: one may):
-    a pod set requires (or slices by) a topology level that no candidate node carries. The reason
-    (``topology_unsatisfiable``) names the pod set, the level and the missing label."""
+    a pod set requires (or slices by) a topology level that no candidate node carries
+    (``topology_unsatisfiable``: the pod set, the level and the missing label), or no candidate node
+    has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``)."""
     candidates = None
+    tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
+        if ps.node_selector or ps.node_affinity or tainted:
+            missing = _no_node_for(free, ps, nodes)
+            if missing:
+                return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing)
         t = ps.topology
         if t is None:
             continue
@@ -335,6 +353,23 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
             if why is not None:
                 return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level, missing=why)
     return None
+
+
+def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:
+    """Why no candidate node may take the pod set's pods ('' when one may)."""
+    names = [n for n in _names(free) if nodes is None or n in nodes]
+    labelled = [n for n in names if admits(free[n].labels, [], ps.node_selector, [], n, ps.node_affinity)]
+    if not labelled:
+        wanted = [f"the labels {', '.join(f'{k}={v}' for k, v in sorted(ps.node_selector.items()))}"] \
+            if ps.node_selector else []
+        wanted += ["its required node affinity"] if ps.node_affinity else []
+        return f"no node has {' and '.join(wanted)}"
+    if any(admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations, n, ps.node_affinity)
+           for n in labelled):
+        return ""
+    taints = sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for n in labelled
+                     for t in free[n].taints if not any(tol.tolerates(t) for tol in ps.tolerations)})
+    return f"every node it may use has a taint it does not tolerate ({', '.join(taints[:3])})"
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:

@@ -42,7 +42,9 @@ import msgspec
 import yaml
 
 from gangway.events import codec
-from gangway.events.catalogue import Envelope, JobSubmitted, PodSetRequest, TopologyRequest
+from gangway.events.catalogue import (
+    Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TopologyRequest,
+)
 from gangway.events.quantity import QuantityError, format_milli, parse_milli
 
 GANGWAY_API = "gangway.io/v1alpha1"
@@ -350,7 +352,86 @@ def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) ->
         count=count,
         resources=_pod_resources(where, spec, f"{field}.spec"),
         topology=_topology(where, annotations, f"{field}.metadata.annotations"),
+        node_selector=_strings(where, spec, "nodeSelector", f"{field}.spec.nodeSelector"),
+        tolerations=_tolerations(where, spec, f"{field}.spec.tolerations"),
+        node_affinity=_node_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity"),
     )
+
+
+def _node_affinity(where: _Where, pod_spec: dict, field: str) -> list[NodeSelectorTerm]:
+    """The required node affinity's terms (the preferred ones only weigh, and placement does not weigh them)."""
+    affinity = _mapping(where, pod_spec, "affinity", field.rsplit(".", 1)[0])
+    node = _mapping(where, affinity, "nodeAffinity", field)
+    required = _mapping(where, node, "requiredDuringSchedulingIgnoredDuringExecution",
+                        f"{field}.requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return []
+    where_terms = f"{field}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    terms = []
+    for i, term in enumerate(_list(where, required, "nodeSelectorTerms", where_terms)):
+        if not isinstance(term, dict):
+            raise where.error(f"{where_terms}[{i}]", f"must be a mapping, not {_type_name(term)}")
+        parts = {}
+        for key in ("matchExpressions", "matchFields"):
+            reqs = term.get(key) or []
+            if not isinstance(reqs, list):
+                raise where.error(f"{where_terms}[{i}].{key}", f"must be a list, not {_type_name(reqs)}")
+            parts[key] = [_requirement(where, r, f"{where_terms}[{i}].{key}[{j}]", key == "matchFields")
+                          for j, r in enumerate(reqs)]
+        terms.append(NodeSelectorTerm(match_expressions=parts["matchExpressions"], match_fields=parts["matchFields"]))
+    return terms
+
+
+def _requirement(where: _Where, req: Any, field: str, on_fields: bool) -> NodeSelectorRequirement:
+    if not isinstance(req, dict):
+        raise where.error(field, f"must be a mapping, not {_type_name(req)}")
+    key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
+    if not isinstance(key, str) or not key:
+        raise where.error(f"{field}.key", "missing")
+    if on_fields and key != "metadata.name":
+        raise where.error(f"{field}.key", f"{key!r}: only metadata.name may be matched as a field")
+    ops = ("In", "NotIn") if on_fields else ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+    if op not in ops:
+        raise where.error(f"{field}.operator", f"{op!r} is not one of {', '.join(ops)}")
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise where.error(f"{field}.values", "must be a list of strings")
+    if op in ("In", "NotIn") and not values:
+        raise where.error(f"{field}.values", f"must not be empty for {op}")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise where.error(f"{field}.values", f"must be empty for {op}")
+    if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+        raise where.error(f"{field}.values", f"must be one integer for {op}")
+    return NodeSelectorRequirement(key=key, operator=op, values=list(values))
+
+
+def _tolerations(where: _Where, pod_spec: dict, field: str) -> list[Toleration]:
+    """The pod's tolerations (Kubernetes' fields; ``tolerationSeconds`` does not matter to placing)."""
+    value = pod_spec.get("tolerations")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(field, f"must be a list, not {_type_name(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise where.error(f"{field}[{i}]", f"must be a mapping, not {_type_name(item)}")
+        fields = {k: item.get(k) for k in ("key", "operator", "value", "effect") if item.get(k) is not None}
+        for key, text in fields.items():
+            if not isinstance(text, str):
+                raise where.error(f"{field}[{i}].{key}", f"must be a string, not {_type_name(text)}")
+        operator = fields.get("operator", "Equal")
+        if operator not in ("Equal", "Exists"):
+            raise where.error(f"{field}[{i}].operator", f"{operator!r} is neither Equal nor Exists")
+        if operator == "Exists" and fields.get("value"):
+            raise where.error(f"{field}[{i}].value", "must be empty when the operator is Exists")
+        if operator == "Equal" and not fields.get("key"):
+            raise where.error(f"{field}[{i}].key", "missing (only operator Exists may leave the key out)")
+        if fields.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise where.error(f"{field}[{i}].effect", f"{fields['effect']!r} is not NoSchedule, PreferNoSchedule "
+                              "or NoExecute")
+        out.append(Toleration(key=fields.get("key", ""), operator=operator, value=fields.get("value", ""),
+                              effect=fields.get("effect", "")))
+    return out
 
 
 def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quantity]:

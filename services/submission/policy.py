@@ -380,6 +380,7 @@ def _pod_set(where: str, request: PodSetRequest) -> PodSet:
     return PodSet(
         name=request.name, count=request.count, resources=resources,
         topology=request.topology, min_count=request.min_count,
+        node_selector=request.node_selector, tolerations=request.tolerations, node_affinity=request.node_affinity,
     )
 
 

@@ -19,6 +19,7 @@ from gangway.events.catalogue import ConfigApplied, Envelope, JobRejected, JobSu
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
+from gangway.read.describe import describe
 from gangway.services.binder.kubernetes import KubernetesBinder
 from gangway.services.deciders import DECIDERS, decision_id
 from gangway.services.submission.policy import Invalid, queue_job
@@ -89,6 +90,7 @@ async def run_until(log: LocalLog, binders: list[KubernetesBinder], done, timeou
             return
         if time.monotonic() > deadline:
             phases = {n: w.phase for n, w in log.state.workloads.items()}
+            print("the log so far:\n" + "\n".join(f"[{e.offset}] {describe(e)}" for e in log.envelopes))
             raise TimeoutError(f"{what} not reached in {timeout_s} s; workloads: {phases}")
         await asyncio.sleep(0.05)
 

@@ -9,6 +9,8 @@ import pytest
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
+from gangway.events.reasons import C
+from gangway.services.binder.policy import RequeueBackoff
 from gangway.services.binder import objects as ob
 from k8s_harness import cluster_running, LocalLog, apply_manifests, complete, create_node, node_object, run_until
 
@@ -40,9 +42,12 @@ spec: {clusterQueue: team}
 """
 
 
-def job(name: str, pods: int, gpus: int, suspend: bool = True, cpu: str = "1", memory: str = "1Gi") -> str:
-    """A suspended, Indexed batch/v1 Job of ``pods`` pods in namespace team, queue default."""
+def job(name: str, pods: int, gpus: int, suspend: bool = True, cpu: str = "1", memory: str = "1Gi",
+        pod_spec: str = "") -> str:
+    """A suspended, Indexed batch/v1 Job of ``pods`` pods in namespace team, queue default (``pod_spec``:
+    more fields of its pod template's spec, as YAML lines), naming no scheduler, as Kueue users write it."""
     gpu = f", nvidia.com/gpu: {gpus}}}, limits: {{nvidia.com/gpu: {gpus}" if gpus else ""
+    extra = "".join(f"\n      {line}" for line in pod_spec.splitlines() if line.strip())
     return f"""
 apiVersion: batch/v1
 kind: Job
@@ -57,7 +62,7 @@ spec:
   suspend: {str(suspend).lower()}
   template:
     spec:
-      restartPolicy: Never
+      restartPolicy: Never{extra}
       containers:
       - name: main
         image: busybox
@@ -165,10 +170,11 @@ async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube,
         assert all(n.free == n.allocatable for n in log.state.nodes.values())
 
 
-async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued(kube, make_binder):
-    log, binder = await setup(kube, make_binder)
+async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued_after_a_backoff(kube, make_binder):
+    log, binder = await setup(kube, make_binder, backoff=RequeueBackoff(base_s=1.0, max_s=5.0, limit=4))
     async with cluster_running(kube, ["team"], kubelet=False):
-        await apply_manifests(kube, job("gang", pods=4, gpus=8))
+        # A Job that names gangway's scheduler itself: no scheduling gate, gangway binds its pods as they come.
+        await apply_manifests(kube, job("gang", pods=4, gpus=8, pod_spec=f"schedulerName: {ob.SCHEDULER_NAME}"))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: "team/gang" in wl and wl["team/gang"].phase == "placed",
                         what="the gang placed")
@@ -185,9 +191,17 @@ async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued(kube, ma
         await run_until(log, [binder], lambda: bool(log.of_type(ev.WorkloadEvicted)), what="the rollback")
         [rolled] = log.of_type(ev.WorkloadEvicted)
         assert "gang not bound" in rolled.reason and "1 of 4 binds refused" in rolled.reason and last in rolled.reason
+        assert (rolled.bind_failures, rolled.reason_code) == (1, C.BIND_BACKOFF)
+        rolled_at = next(e.time_ms for e in log.envelopes if e.data is rolled)
+        # the first backoff: 1 s from the binder's pass (the report is appended when the pass ends)
+        assert 0 < rolled.retry_after_ms - rolled_at <= 1000
         # Never half a gang: after the rollback no pod of the first attempt is left on a node.
         await run_until(log, [binder], lambda: wl["team/gang"].attempt == 1 and wl["team/gang"].phase == "bound",
                         what="the second attempt bound")
+        # Admitted again only once the backoff ended, on the log's clock (a tick of the binder said so).
+        readmitted = [e for e in log.envelopes if isinstance(e.data, ev.WorkloadAdmitted)][-1]
+        assert readmitted.time_ms >= rolled.retry_after_ms
+        assert any(isinstance(e.data, ev.ClockTicked) and "backoff of team/gang" in e.data.reason for e in log.envelopes)
         pods = await pods_of(kube, "gang")
         assert len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
         events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=gang")

@@ -11,6 +11,7 @@ import pytest
 from conftest import kill, wait_leading
 from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
+from gangway.events.reasons import C
 from k8s_harness import cluster_running, LocalLog, apply_manifests, create_node, node_object, run_until
 from test_kubernetes_binder import job, pods_of, setup
 
@@ -152,3 +153,51 @@ async def test_a_watch_that_expires_lists_again_and_misses_nothing(kube, make_bi
     await run_until(log, [binder], lambda: "team/meanwhile" in log.state.workloads, what="the Job seen after 410",
                     timeout_s=20)
     assert jobs.lists > lists - 1
+
+
+async def test_what_reconciling_finds_is_fixed_and_written_onto_the_log(kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    wl = log.state.workloads
+    async with cluster_running(kube, ["team"], kubelet=False):
+        # A placement whose pods vanish: a pod of a running gang deleted by hand.
+        await apply_manifests(kube, job("steady", pods=2, gpus=8))
+        await run_until(log, [binder], lambda: "team/steady" in wl and wl["team/steady"].phase == "bound",
+                        what="the steady Job bound")
+        first = (await pods_of(kube, "steady"))[0]["metadata"]["name"]
+        await kube.delete(api.PODS, first, "team", grace_seconds=0)
+        await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the vanished pod found")
+        [vanished] = log.of_type(ev.ClusterReconciled)
+        assert (vanished.reason_code, vanished.kind, vanished.namespace, vanished.name) == (
+            C.PODS_VANISHED, "Job", "team", "steady")
+        assert vanished.workload == "team/steady" and vanished.attempt == 0 and vanished.nodes
+        assert "requeued" in vanished.action
+        later = log.envelopes[[e.data for e in log.envelopes].index(vanished) + 1].data
+        assert isinstance(later, ev.WorkloadEvicted) and later.workload == "team/steady"
+    # An object someone resumed by hand, its pods bound by another scheduler, the log knowing nothing of it.
+    rogue = job("rogue", pods=2, gpus=8, suspend=False).replace(
+        "labels: {kueue.x-k8s.io/queue-name: default}",
+        "labels: {kueue.x-k8s.io/queue-name: default}\n  annotations: {gangway.io/workload: team/rogue, "
+        "gangway.io/attempt: '0'}")
+    for i, node in enumerate(("node-2", "node-3")):
+        await kube.create(api.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"rogue-{i}", "namespace": "team", "labels": {"batch.kubernetes.io/job-name": "rogue"}},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}}, "team")
+    for _ in range(100):  # the binder's cache has both pods before their Job appears
+        if sum(1 for p in binder.reflectors["Pod"].store.values() if p["metadata"]["name"].startswith("rogue")) == 2:
+            break
+        await asyncio.sleep(0.02)
+    [obj] = await apply_manifests(kube, rogue)
+    await run_until(log, [binder], lambda: len(log.of_type(ev.ClusterReconciled)) == 2, what="the rogue Job found")
+    found = log.of_type(ev.ClusterReconciled)[-1]
+    assert (found.reason_code, found.name, found.uid, found.workload) == (
+        C.RESUMED_WITHOUT_PLACEMENT, "rogue", obj["metadata"]["uid"], None)
+    assert (found.pods, found.nodes) == (["rogue-0", "rogue-1"], ["node-2", "node-3"])
+    assert found.action == "suspended again, 2 pod(s) deleted"
+    assert (await kube.get(api.JOBS, "rogue", "team"))["spec"]["suspend"] is True
+    assert not [p for p in await pods_of(kube, "rogue") if not p["metadata"].get("deletionTimestamp")]
+    # Once suspended it is an ordinary submission; nothing is found twice.
+    await run_until(log, [binder], lambda: "team/rogue" in wl, what="the rogue Job queued")
+    for _ in range(5):
+        await log.turn(binder)
+    assert len(log.of_type(ev.ClusterReconciled)) == 2
+    assert binder.found[-1] == found.reason

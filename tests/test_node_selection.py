@@ -1,0 +1,158 @@
+"""A pod template's nodeSelector and tolerations decide which nodes its pods may go to: a node's
+NoSchedule/NoExecute taints keep off every pod that does not tolerate them, and a nodeSelector keeps
+the pods to nodes with those labels — in admission, placement and preemption alike."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from builders import cluster_queue, contract, node, workload
+from gangway.events import catalogue as ev
+from gangway.events.catalogue import Taint, Toleration, admits
+from gangway.services.binder.cluster import load_nodes
+from gangway.services.submission.manifests import ManifestError, load_jobs
+from gangway.sim import Simulation
+
+RESERVED = Taint(key="gangway.io/reserved", value="serving", effect="NoSchedule")
+
+
+def tainted(name: str, *taints: Taint, **labels: str) -> ev.NodeObserved:
+    b = node(name).gpus(8)
+    for k, v in labels.items():
+        b = b.label(k.replace("_", "."), v)
+    return msgspec.structs.replace(b.obj(), taints=list(taints))
+
+
+def with_pods(w, node_selector=None, tolerations=()) -> ev.WorkloadQueued:
+    spec = w.obj()
+    sets = [msgspec.structs.replace(ps, node_selector=node_selector or {}, tolerations=list(tolerations))
+            for ps in spec.pod_sets]
+    return msgspec.structs.replace(spec, pod_sets=sets)
+
+
+def job_with(pod_spec: str) -> str:
+    """A Job manifest whose pod template's spec has these lines besides its container."""
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: j, namespace: ns, labels: {{kueue.x-k8s.io/queue-name: q}}}}
+spec:
+  template:
+    spec:{pod_spec}
+      containers: [{{name: m, image: x, resources: {{requests: {{nvidia.com/gpu: 1}}}}}}]
+"""
+
+
+def placed_on(*specs: ev.WorkloadQueued, nodes: list[ev.NodeObserved]) -> dict[str, set[str]]:
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(64)).obj())
+    sim.add_nodes(nodes)
+    for spec in specs:
+        sim.submit(spec)
+    sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
+    return {name: {a.node for a in wl.placement.assignments} if wl.placement else set()
+            for name, wl in sim.state.workloads.items()}
+
+
+def test_kubernetes_toleration_rules():
+    assert Toleration(key="gangway.io/reserved", value="serving", effect="NoSchedule").tolerates(RESERVED)
+    assert Toleration(key="gangway.io/reserved", operator="Exists").tolerates(RESERVED)
+    assert Toleration(operator="Exists").tolerates(RESERVED)
+    assert not Toleration(key="gangway.io/reserved", value="batch").tolerates(RESERVED)
+    assert not Toleration(key="gangway.io/reserved", operator="Exists", effect="NoExecute").tolerates(RESERVED)
+    assert admits({"pool": "a"}, [], {"pool": "a"}, []) and not admits({"pool": "b"}, [], {"pool": "a"}, [])
+    assert not admits({}, [RESERVED], {}, []) and admits({}, [RESERVED], {}, [Toleration(operator="Exists")])
+
+
+def test_a_tainted_node_takes_only_pods_that_tolerate_its_taint():
+    nodes = [tainted("a-reserved", RESERVED), tainted("b-open")]
+    plain = with_pods(workload("plain").queue("q").gpus(8))
+    where = placed_on(plain, with_pods(workload("second").queue("q").gpus(8)), nodes=nodes)
+    assert where == {"plain": {"b-open"}, "second": set()}  # the tainted node stays empty for them
+    serving = with_pods(workload("serving").queue("q").gpus(8),
+                        tolerations=[Toleration(key="gangway.io/reserved", value="serving", effect="NoSchedule")])
+    assert placed_on(plain, serving, nodes=nodes) == {"plain": {"b-open"}, "serving": {"a-reserved"}}
+
+
+def test_a_node_selector_keeps_the_gang_to_the_nodes_with_those_labels():
+    nodes = [tainted("a", pool="x"), tainted("b", pool="y"), tainted("c", pool="y")]
+    gang = with_pods(workload("gang").queue("q").gpus(8, pods=2), node_selector={"pool": "y"})
+    assert placed_on(gang, nodes=nodes) == {"gang": {"b", "c"}}
+    too_big = with_pods(workload("big").queue("q").gpus(8, pods=3), node_selector={"pool": "y"})
+    assert placed_on(too_big, nodes=nodes) == {"big": set()}  # three nodes free, but only two of pool y
+
+
+def test_cluster_files_and_manifests_carry_taints_selectors_and_tolerations():
+    [n] = load_nodes("""
+kind: Node
+metadata: {name: n1}
+spec:
+  taints:
+  - {key: gangway.io/reserved, value: serving, effect: NoSchedule}
+  - {key: soft, effect: PreferNoSchedule}
+  - {key: node.kubernetes.io/not-ready, effect: NoExecute}
+status: {allocatable: {nvidia.com/gpu: 8}}
+""")
+    assert n.taints == [RESERVED]
+    text = job_with("""
+      nodeSelector: {pool: "y"}
+      tolerations: [{key: gangway.io/reserved, operator: Exists, effect: NoSchedule}]""")
+    [job] = load_jobs(text, "job.yaml")
+    [ps] = job.pod_sets
+    assert ps.node_selector == {"pool": "y"}
+    assert ps.tolerations == [Toleration(key="gangway.io/reserved", operator="Exists", effect="NoSchedule")]
+    with pytest.raises(ManifestError, match="neither Equal nor Exists"):
+        load_jobs(text.replace("operator: Exists", "operator: Maybe"), "job.yaml")
+    with pytest.raises(ManifestError, match="nodeSelector"):
+        load_jobs(text.replace('pool: "y"', "pool: 3"), "job.yaml")
+
+
+def test_a_gang_no_node_may_ever_take_is_said_so_and_does_not_block_a_strict_queue():
+    from gangway.events.reasons import C
+    from gangway.read.explain import explain
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(64).strict_fifo()).obj())
+    sim.add_nodes([tainted("a", RESERVED, pool="x"), tainted("b", pool="y")])
+    sim.submit(with_pods(workload("lost").queue("q").gpus(8), node_selector={"pool": "z"}))
+    sim.submit(with_pods(workload("shy").queue("q").gpus(8), node_selector={"pool": "x"}))
+    sim.submit(with_pods(workload("fine").queue("q").gpus(8)))
+    sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
+    phases = {name: wl.phase for name, wl in sim.state.workloads.items()}
+    assert phases == {"lost": "pending", "shy": "pending", "fine": "running"}
+    lost = explain(sim.log, "lost")
+    assert lost[-3] == f"now pending ({C.NO_MATCHING_NODES}): no node can ever take pod set main: no node has the labels pool=z"
+    assert lost[-1] == "estimated start: never, unless nodes it may use join the cluster"
+    assert explain(sim.log, "shy")[-3].endswith(
+        "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")
+
+
+def test_required_node_affinity_keeps_the_pods_to_nodes_one_of_its_terms_matches():
+    from gangway.events.catalogue import NodeSelectorRequirement as Req
+    from gangway.events.catalogue import NodeSelectorTerm as Term
+    nodes = [tainted("a", pool="x", gen="3"), tainted("b", pool="y", gen="5"), tainted("c", pool="z", gen="4")]
+    newer = [Term(match_expressions=[Req(key="gen", operator="Gt", values=["3"]),
+                                     Req(key="pool", operator="NotIn", values=["z"])])]
+    spec = with_pods(workload("w").queue("q").gpus(8))
+    assert placed_on(spec, nodes=nodes) == {"w": {"a"}}  # without it: the first of three equal nodes
+    pick = msgspec.structs.replace(spec, pod_sets=[msgspec.structs.replace(spec.pod_sets[0], node_affinity=newer)])
+    assert placed_on(pick, nodes=nodes) == {"w": {"b"}}
+    by_name = [Term(match_fields=[Req(key="metadata.name", operator="In", values=["c"])]),
+               Term(match_expressions=[Req(key="pool", operator="DoesNotExist")])]
+    pick = msgspec.structs.replace(spec, pod_sets=[msgspec.structs.replace(spec.pod_sets[0], node_affinity=by_name)])
+    assert placed_on(pick, nodes=nodes) == {"w": {"c"}}
+    assert not Term().matches("a", {"pool": "x"})  # an empty term matches no node, as in Kubernetes
+    text = job_with("""
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions: [{key: gen, operator: Gt, values: ["3"]}, {key: pool, operator: NotIn, values: [z]}]
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - {weight: 1, preference: {matchExpressions: [{key: pool, operator: In, values: [x]}]}}""")
+    [job] = load_jobs(text, "job.yaml")
+    assert job.pod_sets[0].node_affinity == newer
+    with pytest.raises(ManifestError, match="must be one integer for Gt"):
+        load_jobs(text.replace('values: ["3"]', "values: [three]"), "job.yaml")
+    with pytest.raises(ManifestError, match="'Near' is not one of"):
+        load_jobs(text.replace("operator: NotIn", "operator: Near"), "job.yaml")
