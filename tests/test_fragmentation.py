@@ -208,3 +208,17 @@ def test_the_fold_keys_queued_pods_by_the_gpu_models_their_queue_may_use():
          .flavor_labels("t4", {GPU_MODEL_LABEL: "T4"}).flavor_labels("v100", {GPU_MODEL_LABEL: "V100"}))
     log = LogBuilder().configure(c).queue(*(workload(q).queue(q).gpus(1) for q in ("t4-only", "any", "mixed")))
     assert sorted(k.split("/", 3)[3:] for k in log.state.pod_shapes) == [[], ["T4"], ["T4|V100"]]
+
+
+def test_trace_all_finds_every_openb_trace_in_the_data_folder_family_by_family(tmp_path):
+    from gangway.benchmarks.fragmentation import traces_present
+    from gangway.benchmarks.results import ReferenceDataMissing
+    assert traces_present(REFERENCE) == ["gpushare100", "multigpu50"]
+    folder = tmp_path / "alibaba-gpu-v2023"
+    folder.mkdir()
+    for name in ("openb_node_list_all_node", "openb_pod_list_gpuspec20", "openb_pod_list_default",
+                 "openb_pod_list_cpu050", "openb_pod_list_gpuspec10"):
+        (folder / f"{name}.csv").write_text("")
+    assert traces_present(tmp_path) == ["default", "cpu050", "gpuspec10", "gpuspec20"]
+    with pytest.raises(ReferenceDataMissing, match="has no alibaba-gpu-v2023"):
+        traces_present(tmp_path / "alibaba-gpu-v2023")  # a folder, but not the data folder

@@ -32,7 +32,7 @@ TRACES = ("default", "multigpu50", "gpushare100", "cpu050", "gpuspec10", "gpuspe
 
 def traces_present(root: Path | None = None) -> list[str]:
     """Every openb pod trace in the data folder (``--trace all``), family by family."""
-    folder = reference_data(root, "alibaba-gpu-v2023")
+    folder = reference_data(root, "alibaba-gpu-v2023/openb_node_list_all_node.csv") / "alibaba-gpu-v2023"
     found = sorted(p.name.removeprefix("openb_pod_list_").removesuffix(".csv")
                    for p in folder.glob("openb_pod_list_*.csv"))
     family = {name: next((i for i, f in enumerate(FAMILIES) if name.startswith(f)), len(FAMILIES)) for name in found}
