@@ -57,17 +57,35 @@ class NodeRoom:
 
 class Free(dict[str, NodeRoom]):
     """Free room per node name: what admission, placement and preemption take trial placements from.
-    ``scorer`` (from the pods queued lately) orders the nodes for GPU pods; None: best fit."""
+    ``scorer`` (from the pods queued lately) orders the nodes for GPU pods; None: best fit.
+
+    Copy on write: a room may be shared with the state's node or with another ``Free`` (``owned``
+    names the rooms that are this one's alone; None: all of them). Whoever changes a room in place
+    takes it with ``own`` first; trials (``_Trial``) copy what they change anyway."""
 
     scorer: scoring.LiveScorer | None = None
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
+    owned: set[str] | None = None
+
+    def own(self, name: str) -> NodeRoom:
+        """The room of ``name``, this ``Free``'s alone (copied the first time it is changed)."""
+        room = self[name]
+        owned = self.owned
+        if owned is None or name in owned:
+            return room
+        room = self[name] = room.copy()
+        owned.add(name)
+        return room
 
 
-def free_capacity(state: State) -> Free:
-    """A private copy of every node's free room, with the scorer of the state's pod mix."""
-    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels) for name, n in state.nodes.items()})
-    free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
+def free_capacity(state: State, scored: bool = True) -> Free:
+    """Every node's free room (shared with the state's nodes until changed: copy on write), with
+    the scorer of the state's pod mix when ``scored``."""
+    free = Free({name: NodeRoom(n.free, n.gpus, n.islands, n.labels) for name, n in state.nodes.items()})
+    free.owned = set()
+    if scored:
+        free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
 
@@ -89,8 +107,14 @@ def _node_models(state: State) -> tuple[str, ...]:
 
 
 def copy_free(free: Free) -> Free:
-    copy = Free({name: room.copy() for name, room in free.items()})
+    """A copy whose changes never show in ``free`` (nor the other way): the rooms are shared, and
+    copied by whichever side changes one first."""
+    copy = Free(free)
     copy.scorer, copy.levels = free.scorer, free.levels
+    copy.owned, free.owned = set(), set()
+    names = free.__dict__.get("names")
+    if names is not None:
+        copy.__dict__["names"] = names
     return copy
 
 
@@ -129,8 +153,12 @@ class _Trial:
         return self.changed[name]
 
     def commit(self) -> None:
+        base = self.base
         for name, room in self.changed.items():
-            self.base[name] = room
+            base[name] = room
+        owned = getattr(base, "owned", None)
+        if owned is not None:  # the trial's rooms were copies: the base's own now
+            owned.update(self.changed)
 
 
 def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | None = None) -> list[PodAssignment] | None:
@@ -345,9 +373,9 @@ def release_nodes(free: Free, wl: WorkloadState) -> None:
     held = wl.placement_gpus or [[] for _ in wl.placement.assignments]
     for (node, used), a, indexes in zip(assignment_use(wl.spec.pod_sets, wl.placement.assignments),
                                         wl.placement.assignments, held):
-        room = free.get(node)
-        if room is None:
+        if node not in free:
             continue
+        room = free.own(node)
         add_into(room.free, used)
         if indexes and room.gpus:
             gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], gpu_per_pod[a.pod_set], +1)
@@ -381,8 +409,12 @@ def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) ->
 def keep_smaller(free: Free, other: Free, names=None) -> None:
     """Each node of ``free`` (of ``names``, when given) keeps the smaller of its room and ``other``'s,
     resource by resource and GPU by GPU."""
-    for name in free if names is None else names:
+    for name in list(free) if names is None else names:
         now, then = free[name], other[name]
+        if now is then or (all(resource in now.free and now.free[resource] <= amount for resource, amount in then.free.items())
+                           and all(a <= b for a, b in zip(now.gpus, then.gpus))):
+            continue  # already no larger: nothing to change (the room stays shared)
+        now = free.own(name)
         for resource, amount in then.free.items():
             now.free[resource] = min(now.free.get(resource, 0), amount)
         now.gpus[:] = [min(a, b) for a, b in zip(now.gpus, then.gpus)]
@@ -392,9 +424,9 @@ def take_assignments(free: Free, pod_sets: list[PodSet], assignments: list[PodAs
     """Take pods placed elsewhere (same nodes, same GPUs) out of ``free`` too."""
     gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in pod_sets}
     for (node, used), a in zip(assignment_use(pod_sets, assignments), assignments):
-        room = free.get(node)
-        if room is None:
+        if node not in free:
             continue
+        room = free.own(node)
         add_into(room.free, used, -1)
         if a.gpus and room.gpus:
             gpus.apply(room.gpus, [i for i in a.gpus if i < len(room.gpus)], gpu_per_pod[a.pod_set], -1)
