@@ -67,10 +67,22 @@ class Free(dict[str, NodeRoom]):
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
     owned: set[str] | None = None
+    #: A superset of the nodes with a free GPU (None: not gathered yet): GPU pods look only at
+    #: these. Room only grows through ``own``, which adds the node.
+    gpu_nodes: set[str] | None = None
+
+    def with_gpus(self) -> set[str]:
+        """Every node that may have a free GPU (and perhaps some that no longer have one)."""
+        found = self.gpu_nodes
+        if found is None:
+            found = self.gpu_nodes = {name for name, room in self.items() if room.free.get(GPU, 0) > 0}
+        return found
 
     def own(self, name: str) -> NodeRoom:
         """The room of ``name``, this ``Free``'s alone (copied the first time it is changed)."""
         room = self[name]
+        if self.gpu_nodes is not None:
+            self.gpu_nodes.add(name)
         owned = self.owned
         if owned is None or name in owned:
             return room
@@ -112,6 +124,8 @@ def copy_free(free: Free) -> Free:
     copy = Free(free)
     copy.scorer, copy.levels = free.scorer, free.levels
     copy.owned, free.owned = set(), set()
+    if free.gpu_nodes is not None:
+        copy.gpu_nodes = set(free.gpu_nodes)
     names = free.__dict__.get("names")
     if names is not None:
         copy.__dict__["names"] = names
@@ -136,6 +150,8 @@ class _Trial:
 
     def __init__(self, base: Mapping[str, NodeRoom]):
         self.base = base
+        #: The ``Free`` under every trial.
+        self.root = base.root if isinstance(base, _Trial) else base
         self.changed: dict[str, NodeRoom] = {}
         self.scorer = getattr(base, "scorer", None)
         self.levels: dict[str, topology.Levels] = getattr(base, "levels", {})
@@ -159,6 +175,9 @@ class _Trial:
         owned = getattr(base, "owned", None)
         if owned is not None:  # the trial's rooms were copies: the base's own now
             owned.update(self.changed)
+        with_gpus = getattr(base, "gpu_nodes", None)
+        if with_gpus is not None:  # a trial only takes room: the nodes it left without a GPU go
+            with_gpus.difference_update([name for name, room in self.changed.items() if room.free.get(GPU, 0) <= 0])
 
 
 def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | None = None) -> list[PodAssignment] | None:
@@ -265,6 +284,14 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
 def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
     if per_pod.get(GPU, 0) > 0:
         need, changed, base = per_pod[GPU], trial.changed, trial.base
+        root = trial.root
+        if isinstance(root, Free) and len(names) > 64:  # look only where a GPU may be free
+            maybe = root.with_gpus()
+            if len(names) == len(root):  # (names are always some of the root's nodes)
+                names = maybe
+            elif len(maybe) * 4 < len(names):
+                allowed = set(names)
+                names = [n for n in maybe if n in allowed]
         by_gpu = []
         for n in names:  # only the nodes with room for one pod's GPUs are sorted (most are full)
             room = changed.get(n) or base[n]
@@ -285,10 +312,14 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
     if shape is None:
         return names
     need = per_pod.get(GPU, 0)
-    fitting = [n for n in names if trial[n].free.get(GPU, 0) >= need and _fits_one(trial[n], per_pod, shape)]
+    fitting, rooms = [], []
+    for n in names:
+        room = trial[n]
+        if room.free.get(GPU, 0) >= need and _fits_one(room, per_pod, shape):
+            fitting.append(n)
+            rooms.append(room)
     if len(fitting) <= 1:
         return fitting
-    rooms = [trial[n] for n in fitting]
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                            [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]
@@ -299,7 +330,7 @@ def _fits_one(room: NodeRoom, per_pod: dict[str, int], shape: scoring.Shape) -> 
         return False
     if shape.milli < gpus.WHOLE:
         return max(room.gpus, default=0) >= shape.milli
-    return sum(1 for g in room.gpus if g == gpus.WHOLE) >= shape.gpus
+    return room.gpus.count(gpus.WHOLE) >= shape.gpus
 
 
 def _fit_on(room: NodeRoom, per_pod: dict[str, int], count: int) -> tuple[int, list[int]]:
