@@ -17,7 +17,9 @@ tried first (best fit on domains), so big blocks, racks, nodes and islands stay 
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+import bisect
+import heapq
+from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignment, PodSet, TopologyRequest
@@ -78,11 +80,27 @@ class Free(dict[str, NodeRoom]):
             found = self.gpu_nodes = {name for name, room in self.items() if room.free.get(GPU, 0) > 0}
         return found
 
+    #: The nodes by kind of free room (``_Kinds``), for GPU pods on big clusters; None: not
+    #: built yet (only a ``Free`` from ``free_capacity`` builds one: ``indexed``).
+    kinds: _Kinds | None = None
+    indexed: bool = False
+
+    def by_kind(self) -> _Kinds:
+        """The kind index, up to date (rooms changed through ``own`` are filed again)."""
+        kinds = self.kinds
+        if kinds is None:
+            kinds = self.kinds = _Kinds(self)
+        elif kinds.dirty:
+            kinds.refile(self)
+        return kinds
+
     def own(self, name: str) -> NodeRoom:
         """The room of ``name``, this ``Free``'s alone (copied the first time it is changed)."""
         room = self[name]
         if self.gpu_nodes is not None:
             self.gpu_nodes.add(name)
+        if self.kinds is not None:  # it may change in place: filed again when next asked
+            self.kinds.dirty.add(name)
         owned = self.owned
         if owned is None or name in owned:
             return room
@@ -91,11 +109,60 @@ class Free(dict[str, NodeRoom]):
         return room
 
 
+def _kind(room: NodeRoom) -> tuple:
+    """What placement sees of a node: nodes of one kind fit, take and score GPU pods alike."""
+    return tuple(sorted(room.free.items())), tuple(room.gpus), room.labels.get(GPU_MODEL_LABEL, "")
+
+
+class _Kinds:
+    """The nodes of a ``Free`` grouped by kind (``_kind``), each kind's names sorted: a GPU pod set
+    is ordered by looking at each kind once, not at every node (a big cluster has a few dozen
+    kinds of node state and thousands of nodes)."""
+
+    __slots__ = ("kind_of", "members", "dirty")
+
+    def __init__(self, free: Free | None = None):
+        self.kind_of: dict[str, tuple] = {}
+        self.members: dict[tuple, list[str]] = {}
+        #: Names whose room may have changed in place since filed.
+        self.dirty: set[str] = set()
+        if free is not None:
+            for name in sorted(free):
+                key = self.kind_of[name] = _kind(free[name])
+                self.members.setdefault(key, []).append(name)
+
+    def copy(self) -> _Kinds:
+        other = _Kinds()
+        other.kind_of = dict(self.kind_of)
+        other.members = {k: list(v) for k, v in self.members.items()}
+        other.dirty = set(self.dirty)
+        return other
+
+    def file(self, name: str, room: NodeRoom) -> None:
+        key = _kind(room)
+        old = self.kind_of.get(name)
+        if old == key:
+            return
+        if old is not None:
+            names = self.members[old]
+            del names[bisect.bisect_left(names, name)]
+            if not names:
+                del self.members[old]
+        self.kind_of[name] = key
+        bisect.insort(self.members.setdefault(key, []), name)
+
+    def refile(self, free: Free) -> None:
+        for name in sorted(self.dirty):
+            self.file(name, free[name])
+        self.dirty.clear()
+
+
 def free_capacity(state: State, scored: bool = True) -> Free:
     """Every node's free room (shared with the state's nodes until changed: copy on write), with
     the scorer of the state's pod mix when ``scored``."""
     free = Free({name: NodeRoom(n.free, n.gpus, n.islands, n.labels) for name, n in state.nodes.items()})
     free.owned = set()
+    free.indexed = True
     if scored:
         free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
@@ -126,6 +193,9 @@ def copy_free(free: Free) -> Free:
     copy.owned, free.owned = set(), set()
     if free.gpu_nodes is not None:
         copy.gpu_nodes = set(free.gpu_nodes)
+    copy.indexed = free.indexed
+    if free.kinds is not None:
+        copy.kinds = free.kinds.copy()
     names = free.__dict__.get("names")
     if names is not None:
         copy.__dict__["names"] = names
@@ -178,6 +248,10 @@ class _Trial:
         with_gpus = getattr(base, "gpu_nodes", None)
         if with_gpus is not None:  # a trial only takes room: the nodes it left without a GPU go
             with_gpus.difference_update([name for name, room in self.changed.items() if room.free.get(GPU, 0) <= 0])
+        kinds = getattr(base, "kinds", None)
+        if kinds is not None:
+            for name, room in self.changed.items():
+                kinds.file(name, room)
 
 
 def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | None = None) -> list[PodAssignment] | None:
@@ -266,9 +340,13 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
     free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated).
     GPU pods, one or many, take the nodes in the fragmentation score's order when there is one."""
     out: list[PodAssignment] = []
-    order = _best_fit_order(trial, ps.resources, names)
-    if trial.scorer is not None and len(order) > 1:
-        order = _scored_order(trial, ps.resources, order)
+    root = trial.root
+    if ps.resources.get(GPU, 0) > 0 and isinstance(root, Free) and root.indexed and len(names) == len(root) > KINDS_FROM:
+        order = _order_by_kind(trial, ps.resources)  # (names are always some of the root's nodes: all of them)
+    else:
+        order = _best_fit_order(trial, ps.resources, names)
+        if trial.scorer is not None and len(order) > 1:
+            order = _scored_order(trial, ps.resources, order)
     for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
         if n <= 0:
@@ -279,6 +357,57 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
         if count == 0:
             return out
     return None
+
+
+#: Clusters of more nodes than this order GPU pods by kind of node (``_Kinds``).
+KINDS_FROM = 64
+
+
+def _order_by_kind(trial: _Trial, per_pod: dict[str, int]) -> Iterator[str]:
+    """Every node of the root, in the order ``_best_fit_order`` then ``_scored_order`` give them,
+    lazily: each kind of node is looked at once, its names (sorted) merged with the others'.
+
+    Best fit sorts by (free GPUs, name); the score sorts by (score, GPUs left, CPU left), ties by
+    the best-fit position — within equal keys the free GPUs are equal, so by name. Nodes a trial
+    changed are kinds of their own."""
+    need = per_pod[GPU]
+    kinds = trial.root.by_kind()
+    changed: dict[str, NodeRoom] = {}
+    level = trial
+    while isinstance(level, _Trial):
+        for name, room in level.changed.items():
+            changed.setdefault(name, room)
+        level = level.base
+    groups: list[tuple[NodeRoom, list[str]]] = []
+    for names in kinds.members.values():
+        room = level[names[0]]  # (``level`` is the root now: the room the kind was filed from)
+        if room.free.get(GPU, 0) >= need:
+            members = [n for n in names if n not in changed] if changed else names
+            if members:
+                groups.append((room, members))
+    for name, room in changed.items():
+        if room.free.get(GPU, 0) >= need:
+            groups.append((room, [name]))
+    total = sum(len(members) for _, members in groups)
+    shape = scoring.shape_of(per_pod.get("cpu", 0), per_pod.get("memory", 0), need)
+    if trial.scorer is None or total <= 1 or shape is None:
+        keyed = [(room.free.get(GPU, 0),) for room, _ in groups]
+    else:
+        fits = [(room, members) for room, members in groups if _fits_one(room, per_pod, shape)]
+        groups = fits
+        if not groups:
+            return iter(())
+        rooms = [room for room, _ in groups]
+        keyed = scoring.keys(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
+                             [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms],
+                             [r.labels.get(GPU_MODEL_LABEL, "") for r in rooms])
+    streams = [_keyed(key, members) for key, (_, members) in zip(keyed, groups)]
+    return (name for _, name in heapq.merge(*streams))
+
+
+def _keyed(key: tuple, names: list[str]) -> Iterator[tuple[tuple, str]]:
+    for name in names:
+        yield key, name
 
 
 def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:

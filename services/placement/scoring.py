@@ -81,12 +81,12 @@ def order(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[i
             k = kinds[key] = len(kinds)
         kind_of.append(k)
     first = list(kinds)
-    keys = _keys(live, shape, [k[0] for k in first], [k[1] for k in first], [k[2] for k in first],
+    keyed = keys(live, shape, [k[0] for k in first], [k[1] for k in first], [k[2] for k in first],
                  [k[3] for k in first])
-    return sorted(range(len(kind_of)), key=lambda i: (*keys[kind_of[i]], i))
+    return sorted(range(len(kind_of)), key=lambda i: (*keyed[kind_of[i]], i))
 
 
-def _keys(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[int],
+def keys(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[int],
           gpus: Sequence[Sequence[int]], models: Sequence[str]) -> list[tuple[int, int, int]]:
     """(score, GPU capacity left, CPU left) of each node with one more pod of ``shape``."""
     widths = {len(g) for g in gpus}
