@@ -40,6 +40,10 @@ def queue_order(state: State) -> list[WorkloadState]:
     return [state.workloads[key[3]] for key in heapq.merge(*state.pending_order.values())]
 
 
+#: Up to this many workloads left, ``_merged`` sorts them at once instead of merging lazily.
+_SORT_UP_TO = 256
+
+
 def _merged(state: State, queues: dict[str, int], skip: Container[str],
             stop: Callable[[WorkloadState], bool] | None = None) -> Iterator[WorkloadState]:
     """The pending workloads of ``queues`` (ClusterQueue → index of the first one to take) in
@@ -48,9 +52,25 @@ def _merged(state: State, queues: dict[str, int], skip: Container[str],
     so of a workload (not yielded), its queue leaves the merge and ``queues`` keeps its index
     there: the rest of that queue, from it on, for later."""
     order = state.pending_order
+    workloads = state.workloads
+    if sum(len(order[cq]) - i for cq, i in queues.items()) <= _SORT_UP_TO:
+        # A short queue: one sort of what is left is cheaper than a heap (same order, same stops).
+        stopped: set[str] = set()
+        for key, cq, i in sorted((order[cq][i], cq, i) for cq, start in queues.items() for i in range(start, len(order[cq]))):
+            if cq in stopped or key[3] in skip:
+                continue
+            wl = workloads[key[3]]
+            if stop is not None and stop(wl):
+                queues[cq] = i
+                stopped.add(cq)
+                continue
+            yield wl
+        for cq in queues:
+            if cq not in stopped:
+                queues[cq] = len(order[cq])
+        return
     heap = [(order[cq][i], cq, i) for cq, i in queues.items() if i < len(order[cq])]
     heapq.heapify(heap)
-    workloads = state.workloads
     while heap:
         key, cq, i = heap[0]
         if key[3] not in skip:

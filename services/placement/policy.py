@@ -26,7 +26,7 @@ from gangway.events.catalogue import Fragmentation, PlacementDecided, PodAssignm
 from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
-from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, State, WorkloadState
+from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -157,10 +157,28 @@ class _Kinds:
         self.dirty.clear()
 
 
+_ROOMS: dict[int, tuple[NodeState, NodeRoom]] = {}
+
+
+def _room_of(node: NodeState) -> NodeRoom:
+    """The room over a node's own free resources and GPUs (a ``Free`` never changes a room it
+    does not own, so one room per node serves every ``Free`` while the node is the same)."""
+    cached = _ROOMS.get(id(node))
+    if cached is not None and cached[0] is node:
+        room = cached[1]
+        if room.free is node.free and room.gpus is node.gpus:
+            return room
+    room = NodeRoom(node.free, node.gpus, node.islands, node.labels)
+    if len(_ROOMS) > 65_536:
+        _ROOMS.clear()
+    _ROOMS[id(node)] = (node, room)
+    return room
+
+
 def free_capacity(state: State, scored: bool = True) -> Free:
     """Every node's free room (shared with the state's nodes until changed: copy on write), with
     the scorer of the state's pod mix when ``scored``."""
-    free = Free({name: NodeRoom(n.free, n.gpus, n.islands, n.labels) for name, n in state.nodes.items()})
+    free = Free({name: _room_of(n) for name, n in state.nodes.items()})
     free.owned = set()
     free.indexed = True
     if scored:
@@ -413,6 +431,10 @@ def _keyed(key: tuple, names: list[str]) -> Iterator[tuple[tuple, str]]:
 def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
     if per_pod.get(GPU, 0) > 0:
         need, changed, base = per_pod[GPU], trial.changed, trial.base
+        if not changed and type(base) is Free and len(names) <= KINDS_FROM:  # (the common case, fast)
+            by_gpu = [(g, n) for n in names if (g := base[n].free.get(GPU, 0)) >= need]
+            by_gpu.sort()
+            return [n for _, n in by_gpu]
         root = trial.root
         if isinstance(root, Free) and len(names) > 64:  # look only where a GPU may be free
             maybe = root.with_gpus()
