@@ -65,7 +65,9 @@ class Free(dict[str, NodeRoom]):
     names the rooms that are this one's alone; None: all of them). Whoever changes a room in place
     takes it with ``own`` first; trials (``_Trial``) copy what they change anyway."""
 
-    scorer: scoring.LiveScorer | None = None
+    _scorer: scoring.LiveScorer | None = None
+    #: What ``scorer`` is built from, until it is first needed (None: built, or none to build).
+    _scorer_of: tuple | None = None
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
     owned: set[str] | None = None
@@ -93,6 +95,23 @@ class Free(dict[str, NodeRoom]):
         elif kinds.dirty:
             kinds.refile(self)
         return kinds
+
+    @property
+    def scorer(self) -> scoring.LiveScorer | None:
+        """The fragmentation scorer of the pods queued lately (built when first needed)."""
+        if self._scorer_of is not None:
+            self._scorer, self._scorer_of = scoring.scorer_of(*self._scorer_of), None
+        return self._scorer
+
+    @scorer.setter
+    def scorer(self, value: scoring.LiveScorer | None) -> None:
+        self._scorer, self._scorer_of = value, None
+
+    def scored(self) -> bool:
+        """Is there a scorer (``scorer`` is not None)? Answered without building it."""
+        if self._scorer_of is not None:
+            return scoring.has_scored_shapes(self._scorer_of[0])
+        return self._scorer is not None
 
     def own(self, name: str) -> NodeRoom:
         """The room of ``name``, this ``Free``'s alone (copied the first time it is changed)."""
@@ -182,7 +201,7 @@ def free_capacity(state: State, scored: bool = True) -> Free:
     free.owned = set()
     free.indexed = True
     if scored:
-        free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
+        free._scorer_of = (state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
 
@@ -207,7 +226,7 @@ def copy_free(free: Free) -> Free:
     """A copy whose changes never show in ``free`` (nor the other way): the rooms are shared, and
     copied by whichever side changes one first."""
     copy = Free(free)
-    copy.scorer, copy.levels = free.scorer, free.levels
+    copy._scorer, copy._scorer_of, copy.levels = free._scorer, free._scorer_of, free.levels
     copy.owned, free.owned = set(), set()
     if free.gpu_nodes is not None:
         copy.gpu_nodes = set(free.gpu_nodes)
@@ -241,8 +260,15 @@ class _Trial:
         #: The ``Free`` under every trial.
         self.root = base.root if isinstance(base, _Trial) else base
         self.changed: dict[str, NodeRoom] = {}
-        self.scorer = getattr(base, "scorer", None)
         self.levels: dict[str, topology.Levels] = getattr(base, "levels", {})
+
+    @property
+    def scorer(self) -> scoring.LiveScorer | None:
+        return getattr(self.root, "scorer", None)
+
+    def scored(self) -> bool:
+        root = self.root
+        return root.scored() if isinstance(root, Free) else getattr(root, "scorer", None) is not None
 
     def __getitem__(self, name: str) -> NodeRoom:
         room = self.changed.get(name)
@@ -363,7 +389,7 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
         order = _order_by_kind(trial, ps.resources)  # (names are always some of the root's nodes: all of them)
     else:
         order = _best_fit_order(trial, ps.resources, names)
-        if trial.scorer is not None and len(order) > 1:
+        if len(order) > 1 and trial.scored():
             order = _scored_order(trial, ps.resources, order)
     for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
@@ -408,17 +434,17 @@ def _order_by_kind(trial: _Trial, per_pod: dict[str, int]) -> Iterator[str]:
             groups.append((room, [name]))
     total = sum(len(members) for _, members in groups)
     shape = scoring.shape_of(per_pod.get("cpu", 0), per_pod.get("memory", 0), need)
-    if trial.scorer is None or total <= 1 or shape is None:
-        keyed = [(room.free.get(GPU, 0),) for room, _ in groups]
+    if total > 1 and shape is not None and trial.scored():
+        groups = [(room, members) for room, members in groups if _fits_one(room, per_pod, shape)]
+        if len(groups) <= 1:
+            keyed = [()] * len(groups)  # one kind: every node alike, by name (no score needed)
+        else:
+            rooms = [room for room, _ in groups]
+            keyed = scoring.keys(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
+                                 [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms],
+                                 [r.labels.get(GPU_MODEL_LABEL, "") for r in rooms])
     else:
-        fits = [(room, members) for room, members in groups if _fits_one(room, per_pod, shape)]
-        groups = fits
-        if not groups:
-            return iter(())
-        rooms = [room for room, _ in groups]
-        keyed = scoring.keys(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
-                             [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms],
-                             [r.labels.get(GPU_MODEL_LABEL, "") for r in rooms])
+        keyed = [(room.free.get(GPU, 0),) for room, _ in groups]
     streams = [_keyed(key, members) for key, (_, members) in zip(keyed, groups)]
     return (name for _, name in heapq.merge(*streams))
 
@@ -469,8 +495,8 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
         if room.free.get(GPU, 0) >= need and _fits_one(room, per_pod, shape):
             fitting.append(n)
             rooms.append(room)
-    if len(fitting) <= 1:
-        return fitting
+    if len(fitting) <= 1 or len({_kind(room) for room in rooms}) == 1:
+        return fitting  # (nodes alike score alike: the best-fit order stands)
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                            [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]

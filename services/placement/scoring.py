@@ -64,6 +64,15 @@ def scorer_of(pod_shapes: Mapping[str, int], pod_shapes_ms: int = 0, now_ms: int
     return LiveScorer(mix.scorer(specs), codes) if mix.shapes else None
 
 
+def has_scored_shapes(pod_shapes: Mapping[str, int]) -> bool:
+    """Would ``scorer_of`` these counts give a scorer (some shape it scores)? Without building it."""
+    for key in pod_shapes:
+        cpu, memory, gpu, *_ = key.split("/")
+        if shape_of(int(cpu), int(memory), int(gpu)) is not None:
+            return True
+    return False
+
+
 def order(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[int],
           gpus: Sequence[Sequence[int]], labels: Sequence[Mapping[str, str]] = ()) -> list[int]:
     """Candidate indexes (each fits one pod of ``shape``), lowest score first, then the least GPU
