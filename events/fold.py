@@ -12,6 +12,8 @@ Rules (see DESIGN.md):
 
 from __future__ import annotations
 
+import bisect
+
 import msgspec
 
 from gangway.events import catalogue as ev
@@ -24,7 +26,7 @@ from gangway.events.resources import (
 )
 from gangway.events.state import (
     EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState, count_pod_shape,
-    pod_shape_key, run_key, shape_of,
+    pod_shape_key, queue_key, run_key, shape_of,
 )
 
 
@@ -64,6 +66,7 @@ def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
 
 def _enqueue(state: State, wl: WorkloadState) -> None:
     state.pending[wl.spec.workload] = None
+    bisect.insort(state.pending_order.setdefault(wl.spec.cluster_queue, []), queue_key(wl))
     for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
         counts[key] = counts.get(key, 0) + 1
 
@@ -72,6 +75,11 @@ def _dequeue(state: State, wl: WorkloadState) -> None:
     del state.pending[wl.spec.workload]
     if state.backing_off:
         state.backing_off.pop(wl.spec.workload, None)
+    state.nominated.pop(wl.spec.workload, None)
+    queue = state.pending_order[wl.spec.cluster_queue]
+    key = queue_key(wl)
+    i = bisect.bisect_left(queue, key)
+    del queue[i]  # (an emptied queue keeps its key, as the other indexes do)
     for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
         left = counts.get(key, 0) - 1
         if left > 0:
@@ -381,6 +389,7 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
     preemptor = state.workloads.get(e.preemptor)
     if preemptor is not None and preemptor.phase == "pending":
         preemptor.nominated = True
+        state.nominated[e.preemptor] = None
     if wl.phase == "admitted":
         # Nothing runs yet: the quota goes back at once and the workload waits again.
         _requeue(state, wl, env)

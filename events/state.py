@@ -185,6 +185,12 @@ class State(msgspec.Struct):
     #: Pending workloads requeued with a backoff after a failed bind → the cluster time before which
     #: admission leaves them alone (kept until they leave the queue; the time may have passed).
     backing_off: dict[str, int] = {}
+    #: The pending workloads of each ClusterQueue in queue order, kept sorted by the fold:
+    #: (-priority, queued_ms, seq, name) — highest priority first, then oldest (``queue_key``).
+    #: A cycle merges these instead of sorting every pending workload.
+    pending_order: dict[str, list[tuple[int, int, int, str]]] = {}
+    #: Pending workloads victims were ordered out for (``WorkloadState.nominated``).
+    nominated: dict[str, None] = {}
     #: Workloads holding quota (admitted until finished or evicted), in admission order.
     active: dict[str, None] = {}
     #: Phase indexes, so a cycle need not walk every active workload: admitted gangs waiting for
@@ -203,3 +209,21 @@ class State(msgspec.Struct):
     superseded: int = 0
     #: Events ignored as re-deliveries or stale reports.
     ignored: int = 0
+
+    def __post_init__(self) -> None:
+        # A snapshot written before the queue-order index: derive it (and the nominated ones).
+        if len(self.pending) != sum(len(q) for q in self.pending_order.values()):
+            self.pending_order, self.nominated = {}, {}
+            for name in self.pending:
+                wl = self.workloads[name]
+                self.pending_order.setdefault(wl.spec.cluster_queue, []).append(queue_key(wl))
+                if wl.nominated:
+                    self.nominated[name] = None
+            for q in self.pending_order.values():
+                q.sort()
+
+
+def queue_key(wl: WorkloadState) -> tuple[int, int, int, str]:
+    """A pending workload's place in its queue: highest priority first, then oldest (``seq``, the
+    offset at which it entered, breaks ties: keys are unique)."""
+    return (-wl.spec.priority, wl.queued_ms, wl.seq, wl.spec.workload)

@@ -409,6 +409,8 @@ def renumbered(state: State, moved: dict[int, int]) -> State:
             decision = getattr(wl, field)
             if decision is not None:
                 setattr(wl, field, msgspec.structs.replace(decision, based_on=moved[decision.based_on]))
+    state.pending_order = {cq: [(p, t, moved[seq], name) for p, t, seq, name in queue]
+                           for cq, queue in state.pending_order.items()}
     return state
 
 

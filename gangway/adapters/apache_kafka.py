@@ -84,8 +84,12 @@ def install() -> Path:
 
 
 def random_cluster_id() -> str:
-    """A KRaft cluster id: a UUID in URL-safe base64 without padding (what `kafka-storage random-uuid` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a UUID in URL-safe base64 without padding (what `kafka-storage random-uuid` prints),
+    never starting with "-" (``kafka-storage format --cluster-id -x…`` reads it as an option and fails)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass

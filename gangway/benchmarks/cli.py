@@ -14,15 +14,26 @@ TOPOLOGY_BENCHES = ("fgd", "placement")
 DURABILITY_BENCHES = ("restore", "loss", "faults", "fuzz")
 
 
+def _provenance(result: dict) -> dict:
+    """The command that produced ``result`` and the machine's load average then (1, 5, 15 min)."""
+    import os
+    import shlex
+    import sys
+    result["command"] = shlex.join(["gangway", *sys.argv[1:]])
+    result["uptime"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return result
+
+
 def cmd_bench(args) -> int:
     if args.what in TOPOLOGY_BENCHES:
         return cmd_bench_topology(args)
     if args.what == "core":
         from gangway.benchmarks import core
         out = args.out or "bench/results/core.json"
-        result = core.bench_core(**({"gpu_steps": (64, 512), "pending_steps": (100, 1000)} if args.quick else {}))
+        result = core.bench_core(**({"gpu_steps": (64, 512), "pending_steps": (100, 1000)} if args.quick else {}),
+                                 runs=args.repeat or (1 if args.quick else 3))
         print(core.table(result))
-        results.write_json(result, out)
+        results.write_json(_provenance(result), out)
         core.plot(result, str(Path(out).with_suffix(".png")))
         return 0
     if args.what == "console":
@@ -47,13 +58,18 @@ def cmd_bench(args) -> int:
     from gangway.benchmarks import pipeline
     if args.what == "pipeline":
         brokers = pipeline.BROKERS if args.broker == "both" else (args.broker,)
-        if brokers == ("embedded",) and args.repeat == 1:
+        if brokers == ("embedded",) and (args.repeat or 1) == 1:
             result = pipeline.bench_pipeline(jobs=args.jobs, rate=args.rate)
         else:
-            result = pipeline.bench_brokers(args.jobs, args.rate, brokers, args.repeat)
+            result = pipeline.bench_brokers(args.jobs, args.rate, brokers, args.repeat or 1)
     else:
-        result = pipeline.bench_replay(workloads=args.workloads, events=args.events, load=args.load)
-    results.print_json(result)
+        result = pipeline.bench_replay(workloads=args.workloads, events=args.events, load=args.load,
+                                       repeat=args.repeat or 3, log=args.log)
+    results.print_json(_provenance(result))
+    if args.what == "replay":
+        print(pipeline.replay_line(result))
+    else:
+        print(pipeline.pipeline_line(result))
     if args.out:
         results.write_json(result, args.out)
     return 0
@@ -135,7 +151,9 @@ def add_parsers(sub) -> None:
     s.add_argument("--rate", type=float, default=100.0, help="pipeline: jobs/s in the paced phase; loss: appends/s (default 2000)")
     s.add_argument("--broker", choices=("embedded", "apache-kafka", "both"), default="embedded",
                    help="pipeline, faults: the broker (apache-kafka: started from the Maven jars; both: side by side)")
-    s.add_argument("--repeat", type=int, default=1, help="pipeline: runs per broker (medians reported)")
+    s.add_argument("--repeat", type=int, help="pipeline: runs per broker (medians reported; default 1); "
+                                              "replay, core: runs whose median is reported (default 3)")
+    s.add_argument("--log", help="replay: verify this exported log (one CloudEvent per line) instead of generating one")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues); "
                                                  "money: workloads in the month (default 15,000); console: in the log (default 4,000)")
     s.add_argument("--events", type=int, help="replay, restore: events in the generated log")

@@ -6,6 +6,7 @@ They are commands (`gangway bench pipeline`, `gangway bench replay`), never time
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import random
 import statistics
@@ -95,6 +96,27 @@ def bench_brokers(jobs: int, rate: float, brokers: tuple[str, ...], repeat: int)
                                   for phase in ("paced", "burst")},
                        "runs": results}
     return out
+
+
+#: ``bench pipeline --jobs 10000``'s target (issue 13): the burst, JobSubmitted → WorkloadRunning
+#: through the six processes, in workloads per second end to end.
+PIPELINE_BURST_TARGET_PER_S = 1_500
+
+
+def pipeline_line(result: dict) -> str:
+    """The burst's throughput beside its target, per broker (the median where there were runs)."""
+    lines = []
+    per_broker = {b: result[b] for b in BROKERS if b in result} or {result.get("broker", "embedded"): result}
+    for broker, r in per_broker.items():
+        if "median" in r:
+            speed, runs = r["median"]["burst"]["workloads_per_s"], [x["burst"]["workloads_per_s"] for x in r["runs"]]
+        else:
+            speed, runs = r["burst"]["workloads_per_s"], [r["burst"]["workloads_per_s"]]
+        jobs = result.get("jobs") or r["burst"]["jobs"]
+        lines.append(f"pipeline burst ({broker}, {jobs:,} jobs on {2 * jobs + 10:,} GPUs): {speed:,.0f} workloads/s "
+                     f"end to end (median of {len(runs)}: {', '.join(f'{x:,.0f}' for x in runs)}), "
+                     f"target {PIPELINE_BURST_TARGET_PER_S:,} ({speed / PIPELINE_BURST_TARGET_PER_S:.2f}×)")
+    return "\n".join(lines)
 
 
 def bench_pipeline(jobs: int = 1000, rate: float = 100.0, broker: str = "embedded") -> dict:
@@ -196,46 +218,77 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+#: ``bench replay``'s target (issue 13): verification speed on the 1,000,000-event log.
+REPLAY_TARGET_PER_S = 50_000
+
+
 def bench_replay(workloads: int | None = None, events: int | None = None, seed: int = 42,
-                 load: float = 0.85) -> dict:
+                 load: float = 0.85, repeat: int = 3, log: str | None = None) -> dict:
     """Generate a log (in a child process), export it, then read it back and verify it here.
 
     ``workloads``: the old in-memory variant (deep queues, 0–120 s arrivals) — no export.
     ``events``: a log of about that many events at ``load`` (offered GPU load), written as an
     auditor gets it (one structured CloudEvent per line), read back (codec) and verified; the
     generation, the reading and the verification are timed apart, and the peak memory is this
-    process's (the generator runs in another).
+    process's (the generator runs in another). ``log``: verify this export instead of generating
+    one. The verification runs ``repeat`` times on the log read once; ``events_per_s`` is the
+    median, beside the target.
     """
-    if events is None:
+    if events is None and log is None:
         started = time.perf_counter()
         envs = simulated_log(workloads or 20_000, seed)
         generated = time.perf_counter() - started
-        result = _replay_speed(envs)
+        result = _replay_runs(envs, repeat)
         result["generate_seconds"] = generated
         return result
     import multiprocessing
 
     from gangway.read.logfile import read_export
     with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "log.jsonl")
-        started = time.perf_counter()
-        child = multiprocessing.get_context("spawn").Process(target=_generate_export, args=(path, events, seed, load))
-        child.start()
-        child.join()
-        if child.exitcode != 0:
-            raise RuntimeError(f"log generation failed (exit {child.exitcode})")
-        generated = time.perf_counter() - started
+        path = log or str(Path(tmp) / "log.jsonl")
+        generated = None
+        if log is None:
+            started = time.perf_counter()
+            child = multiprocessing.get_context("spawn").Process(target=_generate_export, args=(path, events, seed, load))
+            child.start()
+            child.join()
+            if child.exitcode != 0:
+                raise RuntimeError(f"log generation failed (exit {child.exitcode})")
+            generated = time.perf_counter() - started
         size = Path(path).stat().st_size
         rss_before = _peak_rss_mib()
         started = time.perf_counter()
         envs = read_export(path)
         read_s = time.perf_counter() - started
-    result = _replay_speed(envs)
+    result = _replay_runs(envs, repeat)
     result.update({
-        "generate_seconds": generated, "load": load, "seed": seed, "export_bytes": size,
+        "generate_seconds": generated, "load": load if log is None else None, "seed": seed if log is None else None,
+        "log": log, "export_bytes": size,
         "read_seconds": read_s, "read_events_per_s": len(envs) / read_s if read_s else 0.0,
         "peak_rss_mib_before_read": rss_before, "peak_rss_mib": _peak_rss_mib(),
-        "target_events_per_s": 50_000,
     })
-    result["ratio_to_target"] = result["events_per_s"] / 50_000
     return result
+
+
+def _replay_runs(envs: list[ev.Envelope], repeat: int) -> dict:
+    """``_replay_speed`` ``repeat`` times: the median run's figures, every run's speed, the target."""
+    runs = []
+    for _ in range(max(1, repeat)):
+        runs.append(_replay_speed(envs))
+        gc.collect()
+    speeds = [r["events_per_s"] for r in runs]
+    median = statistics.median(speeds)
+    result = dict(min(runs, key=lambda r: abs(r["events_per_s"] - median)))
+    result.update({"events_per_s": median, "runs_events_per_s": speeds, "repeat": len(runs),
+                   "mismatches": max(r["mismatches"] for r in runs),
+                   "target_events_per_s": REPLAY_TARGET_PER_S, "ratio_to_target": median / REPLAY_TARGET_PER_S})
+    return result
+
+
+def replay_line(result: dict) -> str:
+    """The figure beside its target, as ``bench replay`` prints it."""
+    runs = ", ".join(f"{s:,.0f}" for s in result["runs_events_per_s"])
+    return (f"replay: {result['events_per_s']:,.0f} events/s verifying {result['events']:,} events "
+            f"({result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} mismatches; "
+            f"median of {result['repeat']}: {runs}), target {result['target_events_per_s']:,} "
+            f"({result['ratio_to_target']:.2f}×)")

@@ -55,7 +55,7 @@ def cluster_state(gpus_total: int) -> State:
 def _release(free: Free, pod_sets: list[ev.PodSet], assignments: list[ev.PodAssignment]) -> None:
     per_pod = {ps.name: ps.resources for ps in pod_sets}
     for a in assignments:
-        room = free[a.node]
+        room = free.own(a.node)
         add_into(room.free, {k: v * a.count for k, v in per_pod[a.pod_set].items()})
         if a.gpus:
             gpus.apply(room.gpus, a.gpus, per_pod[a.pod_set][GPU], +1)

@@ -82,7 +82,45 @@ def kueue_tas_text(result: dict) -> str:
             f"before running{replayed} (`bench/results/kueue-tas.json`).")
 
 
-_BLOCKS = {"kueue-tas": ("kueue-tas.json", kueue_tas_text)}
+def _runs(values: list[float]) -> str:
+    return ", ".join(f"{v:,.0f}" for v in values)
+
+
+def replay_text(result: dict) -> str:
+    """``bench replay`` (replay-1m.json): the median speed beside the target, every run, the command."""
+    runs = result.get("runs_events_per_s") or [result["events_per_s"]]
+    return (f"{result['events_per_s']:,.0f} events/s verifying {result['events']:,} events "
+            f"({result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} "
+            f"mismatches; median of {len(runs)}: {_runs(runs)}) — target {result['target_events_per_s']:,}: "
+            f"{result['ratio_to_target']:.2f}× (`{result.get('command', 'gangway bench replay --events 1000000')}`"
+            f"{', load ' + result['uptime'] if result.get('uptime') else ''}).")
+
+
+def core_depth_text(result: dict) -> str:
+    """``bench core`` (core.json): each of issue 13's points at depth beside its target."""
+    out = []
+    for t in result.get("targets", []):
+        runs = t.get("runs_per_s") or [t["admissions_placements_per_s"]]
+        out.append(f"{t['gpus']:,} GPUs, {t['pending']:,} pending: {t['admissions_placements_per_s']:,.0f} "
+                   f"admissions+placements/s (median of {len(runs)}: {_runs(runs)}) — target "
+                   f"{t['target_per_s']:,}: {t['ratio_to_target']:.2f}×")
+    return ("; ".join(out) + f" (`{result.get('command', 'gangway bench core')}`"
+            f"{', load ' + result['uptime'] if result.get('uptime') else ''}).")
+
+
+def pipeline_burst_text(result: dict) -> str:
+    """``bench pipeline --jobs 10000 --repeat 3`` (pipeline-burst.json): the burst beside its target."""
+    target = 1_500
+    median = result["embedded"]["median"]["burst"]["workloads_per_s"]
+    runs = [r["burst"]["workloads_per_s"] for r in result["embedded"]["runs"]]
+    return (f"burst of {result['jobs']:,} jobs on {2 * result['jobs'] + 10:,} GPUs through the six processes: "
+            f"{median:,.0f} workloads/s end to end (median of {len(runs)}: {_runs(runs)}) — target {target:,}: "
+            f"{median / target:.2f}× (`{result.get('command', 'gangway bench pipeline')}`"
+            f"{', load ' + result['uptime'] if result.get('uptime') else ''}).")
+
+
+_BLOCKS = {"kueue-tas": ("kueue-tas.json", kueue_tas_text), "replay": ("replay-1m.json", replay_text),
+           "core-depth": ("core.json", core_depth_text), "pipeline-burst": ("pipeline-burst.json", pipeline_burst_text)}
 
 
 def readme_with_figures(text: str, results_dir: Path) -> str:

@@ -19,14 +19,15 @@ A scheduling cycle, in Kueue's words but without its one-admission-per-queue lim
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import heapq
+from collections.abc import Callable, Container, Iterator
 
 from gangway.events.catalogue import WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason, said
 from gangway.events.resources import ContractIndex, by_flavor, index_of
-from gangway.events.state import State, WorkloadState, shape_of
+from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
 from gangway.services.placement.policy import victims_in_flight
 
@@ -36,9 +37,55 @@ ADMISSIONS_PER_CYCLE_MAX = 1000
 
 def queue_order(state: State) -> list[WorkloadState]:
     """Pending workloads, highest priority first, then oldest."""
-    pending = [state.workloads[name] for name in state.pending]
-    pending.sort(key=lambda wl: (-wl.spec.priority, wl.queued_ms, wl.seq))
-    return pending
+    return [state.workloads[key[3]] for key in heapq.merge(*state.pending_order.values())]
+
+
+#: Up to this many workloads left, ``_merged`` sorts them at once instead of merging lazily.
+_SORT_UP_TO = 256
+
+
+def _merged(state: State, queues: dict[str, int], skip: Container[str],
+            stop: Callable[[WorkloadState], bool] | None = None) -> Iterator[WorkloadState]:
+    """The pending workloads of ``queues`` (ClusterQueue → index of the first one to take) in
+    queue order, lazily (a k-way merge of the fold's per-queue orders: nothing is sorted, and only
+    what the caller takes is walked); those named in ``skip`` are passed over. When ``stop`` says
+    so of a workload (not yielded), its queue leaves the merge and ``queues`` keeps its index
+    there: the rest of that queue, from it on, for later."""
+    order = state.pending_order
+    workloads = state.workloads
+    if sum(len(order[cq]) - i for cq, i in queues.items()) <= _SORT_UP_TO:
+        # A short queue: one sort of what is left is cheaper than a heap (same order, same stops).
+        stopped: set[str] = set()
+        for key, cq, i in sorted((order[cq][i], cq, i) for cq, start in queues.items() for i in range(start, len(order[cq]))):
+            if cq in stopped or key[3] in skip:
+                continue
+            wl = workloads[key[3]]
+            if stop is not None and stop(wl):
+                queues[cq] = i
+                stopped.add(cq)
+                continue
+            yield wl
+        for cq in queues:
+            if cq not in stopped:
+                queues[cq] = len(order[cq])
+        return
+    heap = [(order[cq][i], cq, i) for cq, i in queues.items() if i < len(order[cq])]
+    heapq.heapify(heap)
+    while heap:
+        key, cq, i = heap[0]
+        if key[3] not in skip:
+            wl = workloads[key[3]]
+            if stop is not None and stop(wl):
+                queues[cq] = i
+                heapq.heappop(heap)
+                continue
+            yield wl
+        queue = order[cq]
+        if i + 1 < len(queue):
+            heapq.heapreplace(heap, (queue[i + 1], cq, i + 1))
+        else:
+            heapq.heappop(heap)
+            queues[cq] = len(queue)
 
 
 def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome, Snapshot]]:
@@ -52,49 +99,51 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome,
        after it in that queue waits for the second pass too;
     3. then the borrowers: in queue order, or with fair sharing by lowest share after admission.
     Preemption walks the same cycle, so it never evicts for a workload admission would admit.
+    The walk is lazy (the fold keeps each queue in order): a caller that stops early has not
+    paid for the rest of the queue.
     """
     snap = Snapshot(state, idx)
     snap.reserve_admitted()
     waiting = victims_in_flight(state)
     blocked: set[str] = set()
     # A gang whose bind failed waits out its requeue backoff (on the log's clock) out of the cycle.
-    order = queue_order(state)
-    if any(t > state.time_ms for t in state.backing_off.values()):
-        order = [wl for wl in order if wl.retry_after_ms <= state.time_ms]
-    for wl in order:
-        if wl.nominated or wl.spec.workload in waiting:
-            yield _try(snap, idx, wl, waiting, blocked), snap
-    later: list[WorkloadState] = []
-    borrowing_queues: set[str] = set()
-    for wl in order:
-        if wl.nominated or wl.spec.workload in waiting:
-            continue
-        cq = wl.spec.cluster_queue
-        if cq in borrowing_queues or _needs_borrowing(snap, wl):
-            borrowing_queues.add(cq)
-            later.append(wl)
-            continue
+    backing_off = {name for name, t in state.backing_off.items() if t > state.time_ms}
+    first = ({name for name in state.nominated} | {name for name in waiting if name in state.pending}) - backing_off
+    for key in sorted(queue_key(state.workloads[name]) for name in first):
+        yield _try(snap, idx, state.workloads[key[3]], waiting, blocked), snap
+    skip = first | backing_off
+    queues = dict.fromkeys(state.pending_order, 0)
+    for wl in _merged(state, queues, skip, lambda wl: _needs_borrowing(snap, wl)):
         yield _try(snap, idx, wl, waiting, blocked), snap
+    later = {cq: i for cq, i in queues.items() if i < len(state.pending_order[cq])}
     if idx.contract.fair_sharing.enable:
-        later = list(fair_order(snap, idx, later))
-    for wl in later:
+        borrowers = fair_order(snap, idx, {cq: _merged(state, {cq: i}, skip) for cq, i in later.items()})
+    else:
+        borrowers = _merged(state, later, skip)
+    for wl in borrowers:
         yield _try(snap, idx, wl, waiting, blocked), snap
 
 
-def fair_order(snap: Snapshot, idx: ContractIndex, workloads: list[WorkloadState]) -> Iterator[WorkloadState]:
+def fair_order(snap: Snapshot, idx: ContractIndex, queues: dict[str, Iterator[WorkloadState]]) -> Iterator[WorkloadState]:
     """Borrowers, the queue head whose queue (and cohorts, root first) would have the lowest share first.
 
-    Shares are Kueue's dominant resource shares, weighted by queue and cohort weights and by
-    flavor values; each pick is taken into account before the next (a tournament per level).
+    ``queues``: each borrowing ClusterQueue's workloads in queue order (taken lazily). Shares are
+    Kueue's dominant resource shares, weighted by queue and cohort weights and by flavor values;
+    each pick is taken into account before the next (a tournament per level).
     """
-    heads: dict[str, list[WorkloadState]] = {}
-    for wl in workloads:
-        heads.setdefault(wl.spec.cluster_queue, []).append(wl)
+    heads: dict[str, WorkloadState] = {}
+    for cq, walk in queues.items():
+        head = next(walk, None)
+        if head is not None:
+            heads[cq] = head
     while heads:
-        best = min(heads, key=lambda cq: (_share_key(snap, idx, heads[cq][0]), _order_key(heads[cq][0])))
-        wl = heads[best].pop(0)
-        if not heads[best]:
+        best = min(heads, key=lambda cq: (_share_key(snap, idx, heads[cq]), _order_key(heads[cq])))
+        wl = heads[best]
+        head = next(queues[best], None)
+        if head is None:
             del heads[best]
+        else:
+            heads[best] = head
         yield wl
 
 

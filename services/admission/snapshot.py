@@ -78,10 +78,9 @@ class Snapshot:
         self.later: dict[str, dict[str, int]] = {}
         self._bound: QuotaView | None = None
         self._later: QuotaView | None = None
-        self.free: Free = free_capacity(state)
         # Admission asks only whether a whole placement exists: plain best fit answers that, and
         # faster than the fragmentation score, which chooses among placements (placement's job).
-        self.free.scorer = None
+        self.free: Free = free_capacity(state, scored=False)
         #: Capacity before reservations: backfill that ends in time may use it.
         self.free_unreserved: Free | None = None
         self.reservation: tuple[str, int] | None = None

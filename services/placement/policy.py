@@ -17,7 +17,9 @@ tried first (best fit on domains), so big blocks, racks, nodes and islands stay 
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+import bisect
+import heapq
+from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
@@ -26,7 +28,7 @@ from gangway.events.catalogue import (
 from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
-from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, State, WorkloadState
+from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -60,21 +62,152 @@ class NodeRoom:
 
 class Free(dict[str, NodeRoom]):
     """Free room per node name: what admission, placement and preemption take trial placements from.
-    ``scorer`` (from the pods queued lately) orders the nodes for GPU pods; None: best fit."""
+    ``scorer`` (from the pods queued lately) orders the nodes for GPU pods; None: best fit.
 
-    scorer: scoring.LiveScorer | None = None
+    Copy on write: a room may be shared with the state's node or with another ``Free`` (``owned``
+    names the rooms that are this one's alone; None: all of them). Whoever changes a room in place
+    takes it with ``own`` first; trials (``_Trial``) copy what they change anyway."""
+
+    _scorer: scoring.LiveScorer | None = None
+    #: What ``scorer`` is built from, until it is first needed (None: built, or none to build).
+    _scorer_of: tuple | None = None
     #: Each node's Topology levels (``topology.node_levels``); a node not in it has no Topology.
     levels: dict[str, topology.Levels] = {}
     #: Does some node have taints (then every pod set is checked against them)?
     tainted: bool = False
+    owned: set[str] | None = None
+    #: A superset of the nodes with a free GPU (None: not gathered yet): GPU pods look only at
+    #: these. Room only grows through ``own``, which adds the node.
+    gpu_nodes: set[str] | None = None
+
+    def with_gpus(self) -> set[str]:
+        """Every node that may have a free GPU (and perhaps some that no longer have one)."""
+        found = self.gpu_nodes
+        if found is None:
+            found = self.gpu_nodes = {name for name, room in self.items() if room.free.get(GPU, 0) > 0}
+        return found
+
+    #: The nodes by kind of free room (``_Kinds``), for GPU pods on big clusters; None: not
+    #: built yet (only a ``Free`` from ``free_capacity`` builds one: ``indexed``).
+    kinds: _Kinds | None = None
+    indexed: bool = False
+
+    def by_kind(self) -> _Kinds:
+        """The kind index, up to date (rooms changed through ``own`` are filed again)."""
+        kinds = self.kinds
+        if kinds is None:
+            kinds = self.kinds = _Kinds(self)
+        elif kinds.dirty:
+            kinds.refile(self)
+        return kinds
+
+    @property
+    def scorer(self) -> scoring.LiveScorer | None:
+        """The fragmentation scorer of the pods queued lately (built when first needed)."""
+        if self._scorer_of is not None:
+            self._scorer, self._scorer_of = scoring.scorer_of(*self._scorer_of), None
+        return self._scorer
+
+    @scorer.setter
+    def scorer(self, value: scoring.LiveScorer | None) -> None:
+        self._scorer, self._scorer_of = value, None
+
+    def scored(self) -> bool:
+        """Is there a scorer (``scorer`` is not None)? Answered without building it."""
+        if self._scorer_of is not None:
+            return scoring.has_scored_shapes(self._scorer_of[0])
+        return self._scorer is not None
+
+    def own(self, name: str) -> NodeRoom:
+        """The room of ``name``, this ``Free``'s alone (copied the first time it is changed)."""
+        room = self[name]
+        if self.gpu_nodes is not None:
+            self.gpu_nodes.add(name)
+        if self.kinds is not None:  # it may change in place: filed again when next asked
+            self.kinds.dirty.add(name)
+        owned = self.owned
+        if owned is None or name in owned:
+            return room
+        room = self[name] = room.copy()
+        owned.add(name)
+        return room
 
 
-def free_capacity(state: State) -> Free:
-    """A private copy of every node's free room, with the scorer of the state's pod mix."""
-    free = Free({name: NodeRoom(dict(n.free), list(n.gpus), n.islands, n.labels, n.taints)
-                 for name, n in state.nodes.items()})
+def _kind(room: NodeRoom) -> tuple:
+    """What placement sees of a node: nodes of one kind fit, take and score GPU pods alike."""
+    return tuple(sorted(room.free.items())), tuple(room.gpus), room.labels.get(GPU_MODEL_LABEL, "")
+
+
+class _Kinds:
+    """The nodes of a ``Free`` grouped by kind (``_kind``), each kind's names sorted: a GPU pod set
+    is ordered by looking at each kind once, not at every node (a big cluster has a few dozen
+    kinds of node state and thousands of nodes)."""
+
+    __slots__ = ("kind_of", "members", "dirty")
+
+    def __init__(self, free: Free | None = None):
+        self.kind_of: dict[str, tuple] = {}
+        self.members: dict[tuple, list[str]] = {}
+        #: Names whose room may have changed in place since filed.
+        self.dirty: set[str] = set()
+        if free is not None:
+            for name in sorted(free):
+                key = self.kind_of[name] = _kind(free[name])
+                self.members.setdefault(key, []).append(name)
+
+    def copy(self) -> _Kinds:
+        other = _Kinds()
+        other.kind_of = dict(self.kind_of)
+        other.members = {k: list(v) for k, v in self.members.items()}
+        other.dirty = set(self.dirty)
+        return other
+
+    def file(self, name: str, room: NodeRoom) -> None:
+        key = _kind(room)
+        old = self.kind_of.get(name)
+        if old == key:
+            return
+        if old is not None:
+            names = self.members[old]
+            del names[bisect.bisect_left(names, name)]
+            if not names:
+                del self.members[old]
+        self.kind_of[name] = key
+        bisect.insort(self.members.setdefault(key, []), name)
+
+    def refile(self, free: Free) -> None:
+        for name in sorted(self.dirty):
+            self.file(name, free[name])
+        self.dirty.clear()
+
+
+_ROOMS: dict[int, tuple[NodeState, NodeRoom]] = {}
+
+
+def _room_of(node: NodeState) -> NodeRoom:
+    """The room over a node's own free resources and GPUs (a ``Free`` never changes a room it
+    does not own, so one room per node serves every ``Free`` while the node is the same)."""
+    cached = _ROOMS.get(id(node))
+    if cached is not None and cached[0] is node:
+        room = cached[1]
+        if room.free is node.free and room.gpus is node.gpus:
+            return room
+    room = NodeRoom(node.free, node.gpus, node.islands, node.labels, node.taints)
+    if len(_ROOMS) > 65_536:
+        _ROOMS.clear()
+    _ROOMS[id(node)] = (node, room)
+    return room
+
+
+def free_capacity(state: State, scored: bool = True) -> Free:
+    """Every node's free room (shared with the state's nodes until changed: copy on write), with
+    the scorer of the state's pod mix when ``scored``."""
+    free = Free({name: _room_of(n) for name, n in state.nodes.items()})
+    free.owned = set()
+    free.indexed = True
     free.tainted = any(n.taints for n in state.nodes.values())
-    free.scorer = scoring.scorer_of(state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
+    if scored:
+        free._scorer_of = (state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     return free
 
@@ -96,8 +229,19 @@ def _node_models(state: State) -> tuple[str, ...]:
 
 
 def copy_free(free: Free) -> Free:
-    copy = Free({name: room.copy() for name, room in free.items()})
-    copy.scorer, copy.levels, copy.tainted = free.scorer, free.levels, free.tainted
+    """A copy whose changes never show in ``free`` (nor the other way): the rooms are shared, and
+    copied by whichever side changes one first."""
+    copy = Free(free)
+    copy._scorer, copy._scorer_of, copy.levels, copy.tainted = free._scorer, free._scorer_of, free.levels, free.tainted
+    copy.owned, free.owned = set(), set()
+    if free.gpu_nodes is not None:
+        copy.gpu_nodes = set(free.gpu_nodes)
+    copy.indexed = free.indexed
+    if free.kinds is not None:
+        copy.kinds = free.kinds.copy()
+    names = free.__dict__.get("names")
+    if names is not None:
+        copy.__dict__["names"] = names
     return copy
 
 
@@ -119,9 +263,18 @@ class _Trial:
 
     def __init__(self, base: Mapping[str, NodeRoom]):
         self.base = base
+        #: The ``Free`` under every trial.
+        self.root = base.root if isinstance(base, _Trial) else base
         self.changed: dict[str, NodeRoom] = {}
-        self.scorer = getattr(base, "scorer", None)
         self.levels: dict[str, topology.Levels] = getattr(base, "levels", {})
+
+    @property
+    def scorer(self) -> scoring.LiveScorer | None:
+        return getattr(self.root, "scorer", None)
+
+    def scored(self) -> bool:
+        root = self.root
+        return root.scored() if isinstance(root, Free) else getattr(root, "scorer", None) is not None
 
     def __getitem__(self, name: str) -> NodeRoom:
         room = self.changed.get(name)
@@ -136,8 +289,19 @@ class _Trial:
         return self.changed[name]
 
     def commit(self) -> None:
+        base = self.base
         for name, room in self.changed.items():
-            self.base[name] = room
+            base[name] = room
+        owned = getattr(base, "owned", None)
+        if owned is not None:  # the trial's rooms were copies: the base's own now
+            owned.update(self.changed)
+        with_gpus = getattr(base, "gpu_nodes", None)
+        if with_gpus is not None:  # a trial only takes room: the nodes it left without a GPU go
+            with_gpus.difference_update([name for name, room in self.changed.items() if room.free.get(GPU, 0) <= 0])
+        kinds = getattr(base, "kinds", None)
+        if kinds is not None:
+            for name, room in self.changed.items():
+                kinds.file(name, room)
 
 
 def place_gang(free: Free, pod_sets: list[PodSet], *, nodes: Container[str] | None = None) -> list[PodAssignment] | None:
@@ -231,9 +395,13 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
     free GPUs will need (measured on the Alibaba traces: a third fewer GPUs left unallocated).
     GPU pods, one or many, take the nodes in the fragmentation score's order when there is one."""
     out: list[PodAssignment] = []
-    order = _best_fit_order(trial, ps.resources, names)
-    if trial.scorer is not None and len(order) > 1:
-        order = _scored_order(trial, ps.resources, order)
+    root = trial.root
+    if ps.resources.get(GPU, 0) > 0 and isinstance(root, Free) and root.indexed and len(names) == len(root) > KINDS_FROM:
+        order = _order_by_kind(trial, ps.resources)  # (names are always some of the root's nodes: all of them)
+    else:
+        order = _best_fit_order(trial, ps.resources, names)
+        if len(order) > 1 and trial.scored():
+            order = _scored_order(trial, ps.resources, order)
     for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
         if n <= 0:
@@ -246,9 +414,72 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
     return None
 
 
+#: Clusters of more nodes than this order GPU pods by kind of node (``_Kinds``).
+KINDS_FROM = 64
+
+
+def _order_by_kind(trial: _Trial, per_pod: dict[str, int]) -> Iterator[str]:
+    """Every node of the root, in the order ``_best_fit_order`` then ``_scored_order`` give them,
+    lazily: each kind of node is looked at once, its names (sorted) merged with the others'.
+
+    Best fit sorts by (free GPUs, name); the score sorts by (score, GPUs left, CPU left), ties by
+    the best-fit position — within equal keys the free GPUs are equal, so by name. Nodes a trial
+    changed are kinds of their own."""
+    need = per_pod[GPU]
+    kinds = trial.root.by_kind()
+    changed: dict[str, NodeRoom] = {}
+    level = trial
+    while isinstance(level, _Trial):
+        for name, room in level.changed.items():
+            changed.setdefault(name, room)
+        level = level.base
+    groups: list[tuple[NodeRoom, list[str]]] = []
+    for names in kinds.members.values():
+        room = level[names[0]]  # (``level`` is the root now: the room the kind was filed from)
+        if room.free.get(GPU, 0) >= need:
+            members = [n for n in names if n not in changed] if changed else names
+            if members:
+                groups.append((room, members))
+    for name, room in changed.items():
+        if room.free.get(GPU, 0) >= need:
+            groups.append((room, [name]))
+    total = sum(len(members) for _, members in groups)
+    shape = scoring.shape_of(per_pod.get("cpu", 0), per_pod.get("memory", 0), need)
+    if total > 1 and shape is not None and trial.scored():
+        groups = [(room, members) for room, members in groups if _fits_one(room, per_pod, shape)]
+        if len(groups) <= 1:
+            keyed = [()] * len(groups)  # one kind: every node alike, by name (no score needed)
+        else:
+            rooms = [room for room, _ in groups]
+            keyed = scoring.keys(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
+                                 [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms],
+                                 [r.labels.get(GPU_MODEL_LABEL, "") for r in rooms])
+    else:
+        keyed = [(room.free.get(GPU, 0),) for room, _ in groups]
+    streams = [_keyed(key, members) for key, (_, members) in zip(keyed, groups)]
+    return (name for _, name in heapq.merge(*streams))
+
+
+def _keyed(key: tuple, names: list[str]) -> Iterator[tuple[tuple, str]]:
+    for name in names:
+        yield key, name
+
+
 def _best_fit_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> list[str]:
     if per_pod.get(GPU, 0) > 0:
         need, changed, base = per_pod[GPU], trial.changed, trial.base
+        if not changed and type(base) is Free and len(names) <= KINDS_FROM:  # (the common case, fast)
+            by_gpu = [(g, n) for n in names if (g := base[n].free.get(GPU, 0)) >= need]
+            by_gpu.sort()
+            return [n for _, n in by_gpu]
+        root = trial.root
+        if isinstance(root, Free) and len(names) > 64:  # look only where a GPU may be free
+            maybe = root.with_gpus()
+            if len(names) == len(root):  # (names are always some of the root's nodes)
+                names = maybe
+            elif len(maybe) * 4 < len(names):
+                allowed = set(names)
+                names = [n for n in maybe if n in allowed]
         by_gpu = []
         for n in names:  # only the nodes with room for one pod's GPUs are sorted (most are full)
             room = changed.get(n) or base[n]
@@ -269,10 +500,14 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
     if shape is None:
         return names
     need = per_pod.get(GPU, 0)
-    fitting = [n for n in names if trial[n].free.get(GPU, 0) >= need and _fits_one(trial[n], per_pod, shape)]
-    if len(fitting) <= 1:
-        return fitting
-    rooms = [trial[n] for n in fitting]
+    fitting, rooms = [], []
+    for n in names:
+        room = trial[n]
+        if room.free.get(GPU, 0) >= need and _fits_one(room, per_pod, shape):
+            fitting.append(n)
+            rooms.append(room)
+    if len(fitting) <= 1 or len({_kind(room) for room in rooms}) == 1:
+        return fitting  # (nodes alike score alike: the best-fit order stands)
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                            [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]
@@ -283,7 +518,7 @@ def _fits_one(room: NodeRoom, per_pod: dict[str, int], shape: scoring.Shape) -> 
         return False
     if shape.milli < gpus.WHOLE:
         return max(room.gpus, default=0) >= shape.milli
-    return sum(1 for g in room.gpus if g == gpus.WHOLE) >= shape.gpus
+    return room.gpus.count(gpus.WHOLE) >= shape.gpus
 
 
 def _fit_on(room: NodeRoom, per_pod: dict[str, int], count: int) -> tuple[int, list[int]]:
@@ -380,9 +615,9 @@ def release_nodes(free: Free, wl: WorkloadState) -> None:
     held = wl.placement_gpus or [[] for _ in wl.placement.assignments]
     for (node, used), a, indexes in zip(assignment_use(wl.spec.pod_sets, wl.placement.assignments),
                                         wl.placement.assignments, held):
-        room = free.get(node)
-        if room is None:
+        if node not in free:
             continue
+        room = free.own(node)
         add_into(room.free, used)
         if indexes and room.gpus:
             gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], gpu_per_pod[a.pod_set], +1)
@@ -416,8 +651,12 @@ def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) ->
 def keep_smaller(free: Free, other: Free, names=None) -> None:
     """Each node of ``free`` (of ``names``, when given) keeps the smaller of its room and ``other``'s,
     resource by resource and GPU by GPU."""
-    for name in free if names is None else names:
+    for name in list(free) if names is None else names:
         now, then = free[name], other[name]
+        if now is then or (all(resource in now.free and now.free[resource] <= amount for resource, amount in then.free.items())
+                           and all(a <= b for a, b in zip(now.gpus, then.gpus))):
+            continue  # already no larger: nothing to change (the room stays shared)
+        now = free.own(name)
         for resource, amount in then.free.items():
             now.free[resource] = min(now.free.get(resource, 0), amount)
         now.gpus[:] = [min(a, b) for a, b in zip(now.gpus, then.gpus)]
@@ -427,9 +666,9 @@ def take_assignments(free: Free, pod_sets: list[PodSet], assignments: list[PodAs
     """Take pods placed elsewhere (same nodes, same GPUs) out of ``free`` too."""
     gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in pod_sets}
     for (node, used), a in zip(assignment_use(pod_sets, assignments), assignments):
-        room = free.get(node)
-        if room is None:
+        if node not in free:
             continue
+        room = free.own(node)
         add_into(room.free, used, -1)
         if a.gpus and room.gpus:
             gpus.apply(room.gpus, [i for i in a.gpus if i < len(room.gpus)], gpu_per_pod[a.pod_set], -1)

@@ -64,17 +64,49 @@ def scorer_of(pod_shapes: Mapping[str, int], pod_shapes_ms: int = 0, now_ms: int
     return LiveScorer(mix.scorer(specs), codes) if mix.shapes else None
 
 
+def has_scored_shapes(pod_shapes: Mapping[str, int]) -> bool:
+    """Would ``scorer_of`` these counts give a scorer (some shape it scores)? Without building it."""
+    for key in pod_shapes:
+        cpu, memory, gpu, *_ = key.split("/")
+        if shape_of(int(cpu), int(memory), int(gpu)) is not None:
+            return True
+    return False
+
+
 def order(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[int],
           gpus: Sequence[Sequence[int]], labels: Sequence[Mapping[str, str]] = ()) -> list[int]:
     """Candidate indexes (each fits one pod of ``shape``), lowest score first, then the least GPU
     capacity left, then the least CPU left, then index. ``labels``: the candidates' node labels
-    (their GPU model)."""
-    width = max(1, max(len(g) for g in gpus))
-    model = [live.codes.get(lb.get(GPU_MODEL_LABEL, ""), 0) for lb in labels] if labels else [0] * len(cpu)
+    (their GPU model).
+
+    A node's score depends only on its free room and GPU model: nodes alike are scored once (a
+    big cluster has a few kinds of node state, not thousands)."""
+    kinds: dict[tuple, int] = {}
+    kind_of: list[int] = []
+    for i, g in enumerate(gpus):
+        key = (cpu[i], memory[i], tuple(g), labels[i].get(GPU_MODEL_LABEL, "") if labels else "")
+        k = kinds.get(key)
+        if k is None:
+            k = kinds[key] = len(kinds)
+        kind_of.append(k)
+    first = list(kinds)
+    keyed = keys(live, shape, [k[0] for k in first], [k[1] for k in first], [k[2] for k in first],
+                 [k[3] for k in first])
+    return sorted(range(len(kind_of)), key=lambda i: (*keyed[kind_of[i]], i))
+
+
+def keys(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[int],
+          gpus: Sequence[Sequence[int]], models: Sequence[str]) -> list[tuple[int, int, int]]:
+    """(score, GPU capacity left, CPU left) of each node with one more pod of ``shape``."""
+    widths = {len(g) for g in gpus}
+    width = max(1, max(widths))
+    if widths == {width}:  # every node as wide: no padding
+        gpu = np.array(gpus, dtype=np.int64).reshape(len(gpus), width)
+    else:
+        gpu = np.array([list(g) + [0] * (width - len(g)) for g in gpus], dtype=np.int64)
+    model = [live.codes.get(m, 0) for m in models]
     before = Nodes(np.array(cpu, dtype=np.int64), np.array(memory, dtype=np.int64) // MIB_MILLI,
-                   np.array([list(g) + [0] * (width - len(g)) for g in gpus], dtype=np.int64),
-                   np.array(model, dtype=np.int64))
+                   gpu, np.array(model, dtype=np.int64))
     after = after_one_pod(before, shape)
     score = live.scorer.score(before, after, fragmentation(before, live.scorer.table))
-    keys = (np.arange(len(cpu)), after.cpu, after.gpu.sum(axis=1), score)
-    return [int(i) for i in np.lexsort(keys)]
+    return list(zip(score.tolist(), after.gpu.sum(axis=1).tolist(), after.cpu.tolist()))

@@ -1,0 +1,85 @@
+"""Property: on big clusters placement orders GPU pods by kind of node (``_Kinds``), and lands
+exactly where walking every node would.
+
+Random clusters of more than ``KINDS_FROM`` nodes (GPU counts, NVLink islands, CPU, GPU models),
+partly filled by earlier gangs, with or without the fragmentation scorer; random gangs of GPU pod
+sets (whole or shared GPUs, CPU, several pods, several pod sets). Each gang is placed twice on
+copies of one ``Free`` — by kind, and node by node (the threshold raised past the cluster) — and
+the assignments, and the room left, must be the same; then the next gang goes on.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gangway.events import catalogue as ev
+from gangway.events.fold import apply
+from gangway.events.state import GPU_MODEL_LABEL, State
+from gangway.services.placement import policy
+from gangway.services.placement.policy import copy_free, free_capacity, place_gang, release_nodes
+from gangway.services.placement.scoring import scorer_of
+
+GPU = "nvidia.com/gpu"
+
+
+@st.composite
+def clusters(draw):
+    count = draw(st.integers(policy.KINDS_FROM + 1, policy.KINDS_FROM + 40))
+    state = State()
+    for i in range(count):
+        gpus = draw(st.sampled_from((0, 4, 8, 8, 8)))
+        islands = draw(st.sampled_from(([], [4, 4]) if gpus == 8 else ([],)))
+        labels = {GPU_MODEL_LABEL: draw(st.sampled_from(("a100", "h100")))} if draw(st.booleans()) else {}
+        node = ev.NodeObserved(node=f"n{i:03d}", allocatable={GPU: gpus * 1000, "cpu": draw(st.sampled_from((16, 96))) * 1000},
+                               labels=labels, islands=islands)
+        apply(state, ev.Envelope(id=f"node/{i}", source="test", time_ms=0, data=node, offset=i))
+    return state
+
+
+@st.composite
+def gangs(draw):
+    sets = []
+    for k in range(draw(st.integers(1, 2))):
+        gpu = draw(st.sampled_from((250, 500, 1000, 2000, 4000, 8000)))
+        sets.append(ev.PodSet(name=f"p{k}", count=draw(st.integers(1, 5)),
+                              resources={GPU: gpu, "cpu": draw(st.sampled_from((1000, 4000, 12_000)))}))
+    return sets
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                                  HealthCheck.data_too_large])
+@given(clusters(), st.lists(gangs(), min_size=1, max_size=12), st.booleans(), st.data())
+def test_placing_by_kind_lands_where_walking_every_node_does(state, gang_list, scored, data):
+    by_kind = free_capacity(state, scored=False)
+    if scored:
+        by_kind.scorer = scorer_of({"4000/0/1000": 5000, "1000/0/2000": 2000, "12000/0/8000": 1000, "1000/0/500": 700})
+    placed = []
+    for pod_sets in gang_list:
+        walked = copy_free(by_kind)
+        got = place_gang(by_kind, pod_sets)
+        saved = policy.KINDS_FROM
+        policy.KINDS_FROM = 10**9
+        try:
+            expected = place_gang(walked, pod_sets)
+        finally:
+            policy.KINDS_FROM = saved
+        assert got == expected
+        assert dict(by_kind) == dict(walked)
+        if got is not None:
+            placed.append((pod_sets, got))
+        if placed and data.draw(st.booleans()):  # room comes back too (a finished gang)
+            pod_sets, assignments = placed.pop(0)
+            wl = _held(pod_sets, assignments)
+            release_nodes(by_kind, wl)
+    assert by_kind.kinds is not None  # the kind index was used
+
+
+def _held(pod_sets, assignments):
+    """A placed workload holding ``assignments`` (what ``release_nodes`` gives back)."""
+    from gangway.events.state import WorkloadState
+    spec = ev.WorkloadQueued(workload="w", namespace="ns", queue="q", cluster_queue="cq", priority_class=None,
+                             priority=0, kind="Job", runtime_ms=None, pod_sets=pod_sets)
+    return WorkloadState(spec=spec, phase="running", seq=0, queued_ms=0,
+                         placement=ev.PlacementDecided(workload="w", assignments=assignments, based_on=0),
+                         placement_gpus=[list(a.gpus) for a in assignments])
