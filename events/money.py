@@ -137,6 +137,14 @@ def period_bounds(period: str) -> tuple[int, int]:
         raise ValueError(f"{period!r} is not a billing period (2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10)") from None
 
 
+def settling_period(state) -> tuple[str, int]:
+    """The billing period the log's clock is in or settling (the one holding ``time - settle``),
+    and the cluster time at which it is cut (its end plus the settle time)."""
+    billing = state.contract.billing
+    period = period_of(billing.period, max(0, state.time_ms - billing.settle_ms))
+    return period, period_bounds(period)[1] + billing.settle_ms
+
+
 def billing_deadline(state) -> tuple[int, str] | None:
     """When the log's clock must next show time passing for a billing period to be cut: the end
     of the period holding the latest activity, plus the settle time — while a workload holds
@@ -144,10 +152,9 @@ def billing_deadline(state) -> tuple[int, str] | None:
     contract = state.contract
     if contract is None or not contract.prices:
         return None
-    billing = contract.billing
-    period = period_of(billing.period, max(0, state.time_ms - billing.settle_ms))
-    start, end = period_bounds(period)
+    period, cut_at = settling_period(state)
+    start = period_bounds(period)[0]
     busy = any(state.workloads[n].phase in ("placed", "bound", "running", "evicting") for n in state.active)
     if not busy and not any(wl.finished_ms is not None and wl.finished_ms >= start for wl in state.workloads.values()):
         return None
-    return end + billing.settle_ms, f"billing period {period} ends"
+    return cut_at, f"billing period {period} ends"

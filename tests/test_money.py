@@ -299,3 +299,19 @@ def test_team_figures_set_cost_against_busy_time(story) -> None:
     assert research.useful_tokens == 1000 * 4 * 3600
     runs = run_figures(books.charges, books.state)
     assert runs[0].workload == "research/notebook" and runs[0].idle_flagged and runs[0].attempts == 2
+
+
+def test_within_the_settle_time_past_a_periods_end_the_period_settling_is_the_one_that_ended():
+    """The demo waits for the cut of the period the binder ticks for (``billing_deadline``): in the
+    settle time past an hour's end, that is the hour that ended, not the one the clock is in."""
+    from gangway.events.contract import Billing
+    from gangway.events.money import settling_period
+    from gangway.events.state import State
+    hour_start = START_MS - START_MS % HOUR + HOUR
+    contract = msgspec.structs.replace(night().state.contract, billing=Billing(period="hourly", settle_ms=60_000))
+    ended = period_of("hourly", hour_start - 1)
+    for time_ms, expected in ((hour_start + 59_999, ended), (hour_start - 1, ended),
+                              (hour_start + 60_000, period_of("hourly", hour_start))):
+        state = State(contract=contract, time_ms=time_ms)
+        period, cut_at = settling_period(state)
+        assert period == expected and cut_at == period_bounds(period)[1] + 60_000
