@@ -92,7 +92,7 @@ async def test_the_incident_serving_reclaims_from_batch_on_a_real_api_server(kub
         await runner
     took = time.monotonic() - started
     evicted = {e.workload for e in log.of_type(ev.WorkloadEvicted)}
-    print("evicted:", [(e.workload, e.reason[:90]) for e in log.of_type(ev.WorkloadEvicted)], "found:", binder.found)
+    print("evicted:", [(e.workload, e.reason) for e in log.of_type(ev.WorkloadEvicted)], "found:", binder.found)
     assert {e.workload for e in log.of_type(ev.EvictionOrdered)} == expected_victims == evicted
     assert evicted <= night_running
     # Exactly the victims' pods were evicted: every pod that got a deletionTimestamp belongs to one.
