@@ -266,31 +266,25 @@ class Stack:
             if self.restored.cluster_ms > self.clock.now_ms():  # a sped-up cluster goes on from where it was
                 self.clock = ClusterClock(time.time(), self.restored.cluster_ms, self.time_scale)
             self._spawn(ARCHIVER)
-            self._wait_for(ARCHIVER, ARCHIVER_START_TIMEOUT_S)  # its progress group exists: producers can wait on it
+            self._wait_for((ARCHIVER,), ARCHIVER_START_TIMEOUT_S)  # its progress group exists: producers can wait on it
         (sdir / "bootstrap").write_text(self.bootstrap + (" embedded" if self.broker else "") + "\n")
         for name in SERVICES:
             (sdir / f"{name}.ready").unlink(missing_ok=True)
             self._spawn(name)
         return self.bootstrap
 
-    def _wait_for(self, name: str, timeout_s: float) -> None:
+    def _wait_for(self, names: tuple[str, ...], timeout_s: float) -> None:
+        """Until each of ``names`` has written its ready file (supervising meanwhile)."""
         deadline = time.monotonic() + timeout_s
-        while not (state_dir() / f"{name}.ready").exists():
+        while missing := [n for n in names if not (state_dir() / f"{n}.ready").exists()]:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready after {timeout_s} s; see {state_dir() / 'logs' / (name + '.log')}")
+                raise TimeoutError(f"not ready after {timeout_s} s: {', '.join(missing)}; see {state_dir() / 'logs'}")
             self.supervise_once()
             time.sleep(0.05)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Until every service has folded the whole log once (supervising meanwhile)."""
-        deadline = time.monotonic() + timeout_s
-        while not all((state_dir() / f"{name}.ready").exists() for name in SERVICES):
-            if time.monotonic() > deadline:
-                missing = [n for n in SERVICES if not (state_dir() / f"{n}.ready").exists()]
-                raise TimeoutError(f"services not ready after {timeout_s} s: {', '.join(missing)}; "
-                                   f"see {state_dir() / 'logs'}")
-            self.supervise_once()
-            time.sleep(0.1)
+        """Until every service has folded the whole log once."""
+        self._wait_for(SERVICES, timeout_s)
 
     def _spawn(self, name: str) -> None:
         sdir = state_dir()

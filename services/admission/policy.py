@@ -52,40 +52,40 @@ def _merged(state: State, queues: dict[str, int], skip: Container[str],
     so of a workload (not yielded), its queue leaves the merge and ``queues`` keeps its index
     there: the rest of that queue, from it on, for later."""
     order = state.pending_order
-    workloads = state.workloads
+    stopped: set[str] = set()
+    for key, cq, i in _in_queue_order(order, queues, stopped):
+        if key[3] in skip:
+            continue
+        wl = state.workloads[key[3]]
+        if stop is not None and stop(wl):
+            queues[cq] = i
+            stopped.add(cq)
+            continue
+        yield wl
+    for cq in queues:
+        if cq not in stopped:
+            queues[cq] = len(order[cq])
+
+
+def _in_queue_order(order: dict[str, list], queues: dict[str, int], stopped: set[str]) -> Iterator[tuple]:
+    """``(key, queue, index)`` of what is left of ``queues`` in queue order, lazily; a queue put in
+    ``stopped`` (by the consumer, between two items) yields nothing more."""
     if sum(len(order[cq]) - i for cq, i in queues.items()) <= _SORT_UP_TO:
-        # A short queue: one sort of what is left is cheaper than a heap (same order, same stops).
-        stopped: set[str] = set()
-        for key, cq, i in sorted((order[cq][i], cq, i) for cq, start in queues.items() for i in range(start, len(order[cq]))):
-            if cq in stopped or key[3] in skip:
-                continue
-            wl = workloads[key[3]]
-            if stop is not None and stop(wl):
-                queues[cq] = i
-                stopped.add(cq)
-                continue
-            yield wl
-        for cq in queues:
-            if cq not in stopped:
-                queues[cq] = len(order[cq])
+        # A short queue: one sort of what is left is cheaper than a heap (same order).
+        for item in sorted((order[cq][i], cq, i) for cq, start in queues.items() for i in range(start, len(order[cq]))):
+            if item[1] not in stopped:
+                yield item
         return
     heap = [(order[cq][i], cq, i) for cq, i in queues.items() if i < len(order[cq])]
     heapq.heapify(heap)
     while heap:
         key, cq, i = heap[0]
-        if key[3] not in skip:
-            wl = workloads[key[3]]
-            if stop is not None and stop(wl):
-                queues[cq] = i
-                heapq.heappop(heap)
-                continue
-            yield wl
+        yield key, cq, i
         queue = order[cq]
-        if i + 1 < len(queue):
+        if cq not in stopped and i + 1 < len(queue):
             heapq.heapreplace(heap, (queue[i + 1], cq, i + 1))
         else:
             heapq.heappop(heap)
-            queues[cq] = len(queue)
 
 
 def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome, Snapshot]]:
