@@ -190,6 +190,7 @@ def test_a_person_sees_the_gang_the_waiting_job_and_the_preemptor(scene):
 
             # money: allocated GPU-hours per team, research's the largest so far
             page.click("nav a[data-tab=money]")
+            page.locator('#money-table tr[data-team="research"]').wait_for(timeout=15_000)  # rendered, not just shown
             hours = {r.get_attribute("data-team"): float(r.locator("td").nth(1).inner_text())
                      for r in page.locator("#money-table tr[data-team]").all()}
             assert hours["research"] > 0 and hours["serving"] >= 0, hours
