@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
+from gangway.services.runtime import shell
 from gangway.services.runtime.clock import ClusterClock
 from gangway.services.submission.config import SOURCE as CONFIG_SOURCE
 
@@ -127,6 +129,8 @@ def run_service(service) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await service.run(stop, standby=True)
+    service.own_process = True
+    gc.set_threshold(*shell.GC_THRESHOLDS)
     asyncio.run(main())
 
 

@@ -220,6 +220,34 @@ async def test_a_new_log_never_inherits_an_old_logs_position(tmp_path) -> None:
     ledger.close()
 
 
+async def test_the_ledger_is_written_at_most_once_a_second_and_at_stop(tmp_path) -> None:
+    """Under a stream of fetched batches the ledger is written once a second, not after each batch
+    (each write rewrites every running charge), and the loop wakes up in time to write the rest."""
+    from gangway.services.accounting import service as accounting
+
+    url, log = f"sqlite:///{tmp_path}/ledger.db", night().log
+    service = accounting.AccountingService("127.0.0.1:9", url, tmp_path)
+    service.was_active = True
+    for env in log[:200]:
+        service.fold(env)
+    await service.on_folded()
+    assert Ledger(url).position(service.log_id) == 199
+    for env in log[200:300]:
+        service.fold(env)
+    await service.on_folded()
+    assert Ledger(url).position(service.log_id) == 199, "a second batch within the second waits"
+    assert 0 < service.wake_in_s(service.state) <= accounting.LEDGER_WRITE_EVERY_S
+    service.written_at -= accounting.LEDGER_WRITE_EVERY_S
+    assert service.wake_in_s(service.state) == 0
+    await service.on_folded()
+    assert Ledger(url).position(service.log_id) == 299
+    for env in log[300:310]:
+        service.fold(env)
+    await service.on_folded(force=True)  # what the service's stop does
+    assert Ledger(url).position(service.log_id) == 309
+    service.ledger.close()
+
+
 # --- the contract's money fields ------------------------------------------------------------------
 
 POLICY = """

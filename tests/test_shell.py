@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -171,3 +172,34 @@ async def test_each_proposal_goes_to_its_own_topic_and_only_the_log_ones_wait_in
             batch = await consumer.getmany(timeout_ms=2000)
         records = [r for rs in batch.values() for r in rs]
         assert [codec.from_record(r.value, r.headers, r.offset).id for r in records] == ["to-rejections"]
+
+
+async def test_preemption_spends_at_most_its_share_of_time_deciding(tmp_path):
+    """After a decide that took t, the preemption service waits t × (1/share − 1) before the next
+    (it runs a whole admission cycle each time); admission decides whenever it is caught up."""
+    from gangway.services.runtime import shell
+
+    preemption = DecidingService("preemption", "127.0.0.1:9", tmp_path)
+    admission = DecidingService("admission", "127.0.0.1:9", tmp_path)
+    calls: list[str] = []
+
+    def slow_decide(name):
+        def decide(_state):
+            calls.append(name)
+            time.sleep(0.05)
+            return []
+        return decide
+
+    for service in (preemption, admission):
+        service.was_active = True
+        service.decide = slow_decide(service.name)
+        await service._decide_and_append(None)
+        wait = await service._decide_and_append(None)
+        if service is preemption:
+            assert calls == ["preemption"], "the second decide waits"
+            assert 0.05 * (1 / shell.PREEMPTION_DECIDE_SHARE - 1) * 0.9 <= wait <= 5
+        else:
+            assert calls == ["preemption", "admission", "admission"]
+    await asyncio.sleep(preemption.next_decide_at - time.monotonic() + 0.01)
+    await preemption._decide_and_append(None)
+    assert calls.count("preemption") == 2, "once the wait is over it decides again"

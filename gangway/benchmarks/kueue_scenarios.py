@@ -16,6 +16,7 @@ binder's WorkloadRunning time; release is the WorkloadFinished time (start + run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
@@ -192,35 +193,35 @@ def job(s: Spec) -> ev.JobSubmitted:
     )
 
 
+#: The events ``_watch`` reads (the others are not decoded: the benchmark should not take the services' CPU).
+WATCHED = (ev.WorkloadQueued, ev.WorkloadAdmitted, ev.WorkloadRunning, ev.WorkloadEvicted, ev.WorkloadFinished)
+
+
 async def _watch(bootstrap: str, expected: int, deadline_s: float) -> dict[str, dict]:
     """Follow the log until ``expected`` workloads finished: per workload, its event times."""
     seen: dict[str, dict] = {}
     finished = 0
-    start = 0
     deadline = time.monotonic() + deadline_s
-    while finished < expected:
-        async for env in kafka.read_log(bootstrap, start=start, idle_ms=200):
-            start = env.offset + 1
-            d = env.data
-            name = getattr(d, "workload", None)
-            if name is None:
-                continue
-            rec = seen.setdefault(name, {"evictions": 0})
-            if isinstance(d, ev.WorkloadQueued):
-                rec["queued_ms"] = env.time_ms
-            elif isinstance(d, ev.WorkloadAdmitted):
-                rec.setdefault("admitted_ms", env.time_ms)
-            elif isinstance(d, ev.WorkloadRunning):
-                rec.setdefault("running_ms", env.time_ms)
-            elif isinstance(d, ev.WorkloadEvicted):
-                rec["evictions"] += 1
-            elif isinstance(d, ev.WorkloadFinished) and "finished_ms" not in rec:
-                rec["finished_ms"] = env.time_ms
-                finished += 1
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {finished} of {expected} workloads finished in {deadline_s:.0f} s")
-        await asyncio.sleep(0.05)
-    return seen
+    async with contextlib.aclosing(kafka.log_fetches(bootstrap, idle_ms=200, types=WATCHED)) as fetches:
+        async for envs, _, _ in fetches:
+            for env in envs:
+                d = env.data
+                rec = seen.setdefault(d.workload, {"evictions": 0})
+                if isinstance(d, ev.WorkloadQueued):
+                    rec["queued_ms"] = env.time_ms
+                elif isinstance(d, ev.WorkloadAdmitted):
+                    rec.setdefault("admitted_ms", env.time_ms)
+                elif isinstance(d, ev.WorkloadRunning):
+                    rec.setdefault("running_ms", env.time_ms)
+                elif isinstance(d, ev.WorkloadEvicted):
+                    rec["evictions"] += 1
+                elif isinstance(d, ev.WorkloadFinished) and "finished_ms" not in rec:
+                    rec["finished_ms"] = env.time_ms
+                    finished += 1
+            if finished >= expected:
+                return seen
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {finished} of {expected} workloads finished in {deadline_s:.0f} s")
 
 
 def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, int]]]:

@@ -1,9 +1,12 @@
 """The accounting shell: charges from the log into the SQL ledger exactly once, invoices out, and
 the idle-GPU hunt.
 
-Each fetched batch's new charges, the running charges and the new log position are written in one
-transaction (the tracking row), so a restart or a replay of the whole log never counts anything
-twice. The log is identified by a digest of its whole first event (``billing.log_identity``), and
+The new charges, the running charges and the new log position are written in one transaction
+(the tracking row), so a restart or a replay of the whole log never counts anything twice. They are
+written at most once every ``LEDGER_WRITE_EVERY_S``, and at most a tenth of the time (and once more
+at stop): the running charges are rewritten whole at each write, which, after every fetched batch
+of a burst onto a big cluster, cost more than the rest of the service put together. The ledger
+lags the log by about that long. The log is identified by a digest of its whole first event (``billing.log_identity``), and
 the tracking row keeps the id of the event at its position: if the log holds another event there,
 it is another log, recorded afresh under a new identity.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from pathlib import Path
 
 from gangway.adapters import kafka
@@ -31,6 +35,11 @@ from gangway.services.accounting.policy import open_allocations, usage_effects
 from gangway.services.deciders import propose
 from gangway.services.runtime.clock import ClusterClock
 from gangway.services.runtime.shell import LogService, Proposal
+
+#: How often, at most, the ledger is written (the log's new charges, the running ones, the position)…
+LEDGER_WRITE_EVERY_S = 1.0
+#: …and at most this share of the time (a write of many running charges waits longer for the next).
+LEDGER_WRITE_SHARE = 0.1
 
 
 class AccountingService(LogService):
@@ -50,6 +59,9 @@ class AccountingService(LogService):
         self.flushed = 0
         self.invoices: list[InvoiceIssued] = []
         self.producer = None
+        #: When the ledger was last written (monotonic s), and how long to wait from then.
+        self.written_at = float("-inf")
+        self.write_every_s = LEDGER_WRITE_EVERY_S
 
     def lease_group(self) -> str:
         """Accounting services writing different ledgers are not standbys of each other."""
@@ -76,9 +88,26 @@ class AccountingService(LogService):
     def decide(self, state: State) -> list[Proposal]:
         return propose("idle-hunt", state)
 
-    async def on_folded(self) -> None:
+    def wake_in_s(self, state: State) -> float:
+        """Soon enough to write what was folded since the ledger's last write."""
+        wait = super().wake_in_s(state)
+        if self.log_id and self.state.offset > self.position:
+            wait = min(wait, max(0.0, self.written_at + self.write_every_s - time.monotonic()))
+        return wait
+
+    async def on_folded(self, force: bool = False) -> None:
         if not self.log_id or self.state.offset <= self.position:
             return
+        if not force and time.monotonic() - self.written_at < self.write_every_s:
+            return
+        self.written_at = time.monotonic()
+        try:
+            await self._write()
+        finally:
+            took = time.monotonic() - self.written_at
+            self.write_every_s = max(LEDGER_WRITE_EVERY_S, took / LEDGER_WRITE_SHARE)
+
+    async def _write(self) -> None:
         if not self.was_active:  # a standby keeps only what the active instance has not recorded yet
             self.position = await asyncio.to_thread(self.ledger.position, self.log_id)
             return
@@ -112,6 +141,7 @@ class AccountingService(LogService):
         try:
             await super().run(stop, standby)
         finally:
+            await self.on_folded(force=True)
             if self.producer is not None:
                 await self.producer.stop()
             self.ledger.close()
