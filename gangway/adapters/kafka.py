@@ -30,7 +30,7 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 
 from gangway.events import codec, topics
-from gangway.events.catalogue import Envelope
+from gangway.events.catalogue import EVENT_TYPES, Envelope
 
 log = logging.getLogger(__name__)
 #: Kafka refused the credentials.
@@ -481,8 +481,16 @@ def decode_log_record(rec) -> Envelope | None:
         return None
 
 
-async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500):
+def _of_types(rec, types: frozenset[bytes]) -> bool:
+    return any(key == "ce_type" and value in types for key, value in rec.headers or ())
+
+
+async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500, types: tuple[type, ...] = ()):
     """Yield ``(envelopes, end, caught_up)`` for every fetch of the log from ``start``, forever.
+
+    With ``types``, only the records of those event types are decoded (told by their ``ce_type``
+    header, which the services write): a reader waiting for one kind of event does not pay for
+    decoding all the others.
 
     Records come strictly in offset order (``InOrder`` fetches holes again); ``end`` is the fetch
     high-water mark (ListOffsets(latest) is unreliable on Tansu), None until the broker has answered;
@@ -490,6 +498,7 @@ async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500):
     ``contextlib.aclosing`` so the consumer stops when the reader does."""
     consumer = log_consumer(bootstrap)
     order = InOrder(start)
+    wanted = frozenset(EVENT_TYPES[t].encode() for t in types)
     try:
         await consumer.start()
         consumer.assign([LOG_PARTITION])
@@ -500,6 +509,8 @@ async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500):
             if hole:
                 consumer.seek(LOG_PARTITION, order.next)
                 await asyncio.sleep(0.02)
+            if wanted:
+                records = [rec for rec in records if _of_types(rec, wanted)]
             envs = [env for env in map(decode_log_record, records) if env is not None]
             end = consumer.highwater(LOG_PARTITION)
             quiet = not (hole or records) and end is not None
@@ -508,10 +519,11 @@ async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500):
         await consumer.stop()
 
 
-async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: bool = False):
+async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: bool = False,
+                   types: tuple[type, ...] = ()):
     """Yield every envelope of the log from ``start`` up to its current end (the auditor's input),
-    or, with ``follow``, on and on as the log grows."""
-    async with contextlib.aclosing(log_fetches(bootstrap, start, idle_ms)) as fetches:
+    or, with ``follow``, on and on as the log grows; with ``types``, only events of those types."""
+    async with contextlib.aclosing(log_fetches(bootstrap, start, idle_ms, types)) as fetches:
         async for envs, _, caught_up in fetches:
             for env in envs:
                 yield env
