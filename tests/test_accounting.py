@@ -383,3 +383,33 @@ def test_the_policy_stays_pure() -> None:
     code = "import sys, gangway.services.accounting.policy; print(sorted(m for m in sys.modules if m.split('.')[0] in {'sqlalchemy', 'psycopg', 'aiokafka'}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_books_capacity_follows_nodes_and_contracts_like_a_full_recount():
+    """The books keep the capacity node by node; after each event it equals ``capacity(state)``
+    counted afresh: nodes observed, observed again with other GPUs or labels, removed, contracts
+    that change which flavor a label means."""
+    import random
+
+    from builders import node
+    from gangway.services.accounting.billing import Books, capacity
+
+    rng = random.Random(7)
+    two = Contract(flavors=[ResourceFlavor(name="a100", node_labels={"gpu": "a100"}), ResourceFlavor(name="plain")])
+    one = Contract(flavors=[ResourceFlavor(name="h100", node_labels={"gpu": "h100"})])
+    books, state = Books(), State()
+    for offset in range(400):
+        roll = rng.random()
+        if roll < 0.05:
+            c = rng.choice([two, one])
+            data = ev.ConfigApplied(contract=c, digest=str(offset))
+        elif roll < 0.25 and state.nodes:
+            data = ev.NodeRemoved(node=rng.choice(sorted(state.nodes)))
+        else:
+            n = node(f"n{rng.randrange(12)}").gpus(rng.choice([0, 4, 8]))
+            data = n.label("gpu", rng.choice(["a100", "h100", "t4"])).obj()
+        env = ev.Envelope(id=f"e{offset}", source="gangway/binder", time_ms=offset, data=data, offset=offset)
+        apply(state, env)
+        books.after(state, env)
+        if isinstance(data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
+            assert books.changes[-1][1] == capacity(state), f"after event {offset}: {data}"

@@ -192,6 +192,12 @@ class Books:
     issued: list[ev.InvoiceIssued] = field(default_factory=list)
     #: (next_period, its end in ms): computed once per period.
     _bounds: tuple[str, int] = ("", 0)
+    #: The capacity now, each node's part of it (flavor, GPU milli), and the contract its flavors
+    #: were read from: a node observed or removed changes its own part (a cluster's first thousands
+    #: of NodeObserved summed every node again each, quadratic); a new contract recounts them all.
+    _capacity: dict[str, int] = field(default_factory=dict)
+    _node_parts: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _capacity_of: object = None
 
     def step(self, env: ev.Envelope, state: State | None = None) -> list[ev.InvoiceIssued]:
         """Fold ``env`` (into ``state`` if given, else the books' own); returns invoices it cuts."""
@@ -205,7 +211,7 @@ class Books:
     def after(self, state: State, env: ev.Envelope) -> list[ev.InvoiceIssued]:
         """What follows once ``env`` is folded into ``state``: capacity, and the periods to cut."""
         if isinstance(env.data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
-            cap = capacity(state)
+            cap = self._capacity_after(state, env.data)
             if not self.changes or self.changes[-1][1] != cap:
                 self.changes.append((env.time_ms, cap))
         if state.contract is None:
@@ -227,6 +233,30 @@ class Books:
             self.next_period = period_of(billing.period, end)
         self.issued.extend(cut)
         return cut
+
+    def _capacity_after(self, state: State, data) -> dict[str, int]:
+        """``capacity(state)``, kept up to date node by node."""
+        if state.contract is not self._capacity_of or isinstance(data, ev.ConfigApplied):
+            self._capacity_of = state.contract
+            self._node_parts = {name: (node_flavor(state.contract, node.labels), node.allocatable.get(GPU, 0))
+                                for name, node in state.nodes.items()}
+            self._capacity = {}
+            for flavor, gpus in self._node_parts.values():
+                if gpus:
+                    self._capacity[flavor] = self._capacity.get(flavor, 0) + gpus
+            return dict(self._capacity)
+        flavor, gpus = self._node_parts.pop(data.node, ("", 0))
+        if gpus:
+            self._capacity[flavor] -= gpus
+            if not self._capacity[flavor]:
+                del self._capacity[flavor]
+        node = state.nodes.get(data.node)
+        if node is not None:
+            flavor, gpus = node_flavor(state.contract, node.labels), node.allocatable.get(GPU, 0)
+            self._node_parts[data.node] = (flavor, gpus)
+            if gpus:
+                self._capacity[flavor] = self._capacity.get(flavor, 0) + gpus
+        return dict(self._capacity)
 
     def known(self, now_ms: int | None = None) -> list[Interval]:
         """Every charge so far, the open ones accrued up to ``now_ms`` (default: the log's time)."""
