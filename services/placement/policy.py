@@ -679,12 +679,17 @@ def decide_placement(state: State) -> list[PlacementDecided]:
 
     The room a preemptor waits for (its victims are leaving) is kept for it, as admission does.
     """
+    return list(placements(state))
+
+
+def placements(state: State) -> Iterator[PlacementDecided]:
+    """``decide_placement``'s decisions one by one, lazily (a caller may stop early)."""
     free = free_capacity(state)
     for preemptor, victims in sorted(victims_in_flight(state).items()):
         wl = state.workloads.get(preemptor)
         if wl is not None and wl.phase == "pending":
             reserve_room(free, wl, victims)
-    decisions: list[PlacementDecided] = []
+    made = 0
     measure = _Measure(state)
     for name in state.unplaced:
         wl = state.workloads[name]
@@ -692,12 +697,12 @@ def decide_placement(state: State) -> list[PlacementDecided]:
         if placed is None:
             continue
         assignments, notes = placed
-        decisions.append(PlacementDecided(
+        yield PlacementDecided(
             workload=name, assignments=assignments, based_on=state.offset, **said(_reason(assignments, notes)),
-            fragmentation=measure.after(wl.spec.pod_sets, assignments)))
-        if len(decisions) >= PLACEMENTS_PER_CYCLE_MAX:
+            fragmentation=measure.after(wl.spec.pod_sets, assignments))
+        made += 1
+        if made >= PLACEMENTS_PER_CYCLE_MAX:
             break
-    return decisions
 
 
 class _Measure:

@@ -1,0 +1,96 @@
+"""The auditor's shortcuts give the answers of the plain replay: deriving only up to the decisions
+recorded at an offset, and splitting the log between processes."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from gangway.events import catalogue as ev
+from gangway.events.fold import apply
+from gangway.events.state import State
+from gangway.services.audit import replay
+from gangway.services.audit.replay import verify
+from gangway.services.deciders import DECIDERS, propose, propose_until
+from test_properties import actions, random_run
+from test_replay import LOG, data, first, tampered
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@SETTINGS
+@given(actions, st.randoms(use_true_random=False))
+def test_deriving_up_to_the_wanted_decisions_is_a_prefix_of_the_whole_decide(steps, rng):
+    """At every offset of a random run, for every service: asked for some of the ids ``propose``
+    gives, ``propose_until`` gives exactly ``propose``'s items up to the last of them; asked for an
+    id it never makes, all of them."""
+    sim = random_run(steps)
+    state = State()
+    for env in sim.log:
+        apply(state, env)
+        for service in DECIDERS:
+            whole = propose(service, state)
+            ids = [pid for pid, _, _ in whole]
+            if ids:
+                wanted = set(rng.sample(ids, rng.randint(1, len(ids))))
+                last = max(i for i, pid in enumerate(ids) if pid in wanted)
+                assert _bytes(propose_until(service, state, wanted)) == _bytes(whole[:last + 1])
+            assert _bytes(propose_until(service, state, {"never/made/0"})) == _bytes(whole)
+
+
+def _bytes(items) -> list[bytes]:
+    return [msgspec.json.encode([pid, time_ms, d]) for pid, time_ms, d in items]
+
+
+def test_a_decision_made_after_others_is_still_found():
+    """Two admissions at one offset: asked for the second, the first is derived on the way."""
+    offsets = {}
+    for env in LOG:
+        if isinstance(env.data, ev.WorkloadAdmitted):
+            offsets.setdefault(env.data.based_on, []).append(env.id)
+    based_on, ids = next((o, ids) for o, ids in offsets.items() if len(ids) > 1)
+    state = State()
+    for env in LOG[:based_on + 1]:
+        apply(state, env)
+    got = [pid for pid, _, _ in propose_until("admission", state, {ids[-1]})]
+    assert got[-1] == ids[-1] and ids[0] in got
+
+
+def _report(report) -> tuple:
+    return (report.events, report.decisions, report.verified, report.superseded,
+            [(m.offset, m.id, m.service, m.why) for m in report.mismatches],
+            msgspec.msgpack.encode(report.state))
+
+
+def test_split_gives_each_worker_a_stretch_of_the_offsets():
+    wanted = replay._wanted(LOG)
+    bounds = replay.split(LOG, wanted, 3)
+    assert len(bounds) == 2 and bounds == sorted(bounds)
+    assert all(b in wanted for b in bounds)
+    assert replay.split(LOG[:1], replay._wanted(LOG[:1]), 2) == []
+
+
+def test_two_workers_report_what_one_does():
+    one, two = verify(LOG), verify(LOG, workers=2)
+    assert two.mismatches == [] and two.verified == two.decisions > 0
+    assert _report(two) == _report(one)
+
+
+def test_workers_report_tampering_anywhere_in_log_order():
+    """Tampered decisions in both workers' stretches come back as one list in log order."""
+    early, late = first(ev.EvictionOrdered), [e.offset for e in LOG if isinstance(e.data, ev.WorkloadAdmitted)][-1]
+    log = tampered(early, data(grace_ms=1))
+    log[late] = msgspec.structs.replace(log[late], time_ms=log[late].time_ms - 1)
+    bounds = replay.split(log, replay._wanted(log), 2)
+    assert log[early].data.based_on < bounds[0] <= log[late].data.based_on  # one in each stretch
+    for workers in (2, 3):
+        report = verify(log, workers=workers)
+        assert [m.offset for m in report.mismatches] == [early, late]
+        assert _report(report) == _report(verify(log))
+
+
+def test_a_log_too_short_to_split_is_checked_here():
+    assert _report(verify(LOG[:3], workers=4)) == _report(verify(LOG[:3]))
