@@ -45,7 +45,7 @@ def change(index: FreeIndex, free: list[int], islands: list[int], labels: dict[s
     """Count a node in (sign +1) or out (-1) of the index, as it is now."""
     if not free:
         return
-    per_island = [sum(1 for i in r if free[i] == gpus.WHOLE) for r in gpus.island_ranges(islands, len(free))]
+    per_island = [free[r.start:r.stop].count(gpus.WHOLE) for r in gpus.island_ranges(islands, len(free))]
     for k in per_island:
         _bump(index.islands, k, sign)
     whole = sum(per_island)

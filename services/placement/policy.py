@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
@@ -199,13 +200,33 @@ def _room_of(node: NodeState) -> NodeRoom:
     return room
 
 
+#: The last rooms ``free_capacity`` made: (the state's node dict, its nodes in order, name → room,
+#: tainted). The fold changes a node's free room and GPUs in place and replaces the node object
+#: when it changes otherwise, so while the same node objects are there the rooms serve again.
+_LAST_ROOMS: list = [None, (), {}, False]
+
+
+def _rooms(state: State) -> tuple[dict[str, NodeRoom], bool]:
+    """Every node's room (``_room_of``) and whether some node has taints, from the last call's when
+    the state holds the very same node objects (checked one by one: cheaper than building)."""
+    nodes, last = state.nodes, _LAST_ROOMS
+    values = tuple(nodes.values())
+    if last[0] is nodes and len(values) == len(last[1]) and all(map(operator.is_, values, last[1])):
+        return last[2], last[3]
+    rooms = {name: _room_of(n) for name, n in nodes.items()}
+    tainted = any(n.taints for n in values)
+    last[:] = [nodes, values, rooms, tainted]
+    return rooms, tainted
+
+
 def free_capacity(state: State, scored: bool = True) -> Free:
     """Every node's free room (shared with the state's nodes until changed: copy on write), with
     the scorer of the state's pod mix when ``scored``."""
-    free = Free({name: _room_of(n) for name, n in state.nodes.items()})
+    rooms, tainted = _rooms(state)
+    free = Free(rooms)
     free.owned = set()
     free.indexed = True
-    free.tainted = any(n.taints for n in state.nodes.values())
+    free.tainted = tainted
     if scored:
         free._scorer_of = (state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
