@@ -3,6 +3,9 @@ recorded at an offset, and splitting the log between processes."""
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 import msgspec
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -12,10 +15,15 @@ from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.audit import replay
 from gangway.services.audit.replay import verify
+from gangway.services.admission.policy import decide_admission
 from gangway.services.deciders import DECIDERS, propose, propose_until
+from gangway.services.placement import fragmentation as _fragmentation, scoring as _scoring
+from gangway.services.placement.policy import decide_placement, free_capacity
+from gangway.services.preemption.policy import decide_preemption
 from test_properties import actions, random_run
 from test_replay import LOG, data, first, tampered
 
+_PARSE, _SPECS_BUILD, _THRESHOLDS_BUILD = _scoring._parsed, _scoring._specs, _fragmentation._thresholds
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -94,3 +102,81 @@ def test_workers_report_tampering_anywhere_in_log_order():
 
 def test_a_log_too_short_to_split_is_checked_here():
     assert _report(verify(LOG[:3], workers=4)) == _report(verify(LOG[:3]))
+
+
+# --- the memos of the shared deciders ---------------------------------------------------------------
+
+
+def _no_memos():
+    """free_capacity builds every room, the scorer parses, builds its specs, table and thresholds."""
+    from gangway.services.placement import fragmentation, policy, scoring
+
+    def rooms(state):
+        return {name: policy._room_of(n) for name, n in state.nodes.items()}, any(n.taints for n in state.nodes.values())
+
+    def specs(node_models, restricted):
+        scoring._SPECS.clear()
+        return _SPECS_BUILD(node_models, restricted)
+
+    def thresholds(table):
+        fragmentation._THRESHOLDS.clear()
+        return _THRESHOLDS_BUILD(table)
+
+    return [mock.patch.object(policy, "_rooms", rooms),
+            mock.patch.object(scoring, "_parsed", lambda key: (scoring._PARSED.clear(), _PARSE(key))[1]),
+            mock.patch.object(scoring, "_specs", specs),
+            mock.patch.object(fragmentation, "_table", lambda shapes, specs: fragmentation.ShapeTable.of(shapes, specs)),
+            mock.patch.object(fragmentation, "_thresholds", thresholds)]
+
+
+def _decisions_at_every_offset(log) -> list[bytes]:
+    state, out = State(), []
+    for env in log:
+        apply(state, env)
+        out.append(msgspec.json.encode([decide_placement(state), decide_admission(state), decide_preemption(state)]))
+    return out
+
+
+@SETTINGS
+@given(actions)
+def test_the_deciders_memos_change_no_decision(steps):
+    """Placement, admission and preemption decide the same at every offset of random runs (nodes
+    coming back as new objects, contracts changing) with the memos as without them."""
+    log = random_run(steps).log
+    with_memos = _decisions_at_every_offset(log)
+    with contextlib.ExitStack() as stack:
+        for patch in _no_memos():
+            stack.enter_context(patch)
+        assert _decisions_at_every_offset(log) == with_memos
+
+
+def test_the_rooms_follow_a_node_observed_again():
+    """A node observed again is a new object with its own free room: the rooms of the last call
+    are not used for it, though the names and their number are the same."""
+    state = State()
+    for env in LOG:
+        apply(state, env)
+        if len(state.nodes) >= 2:
+            break
+    before = free_capacity(state)
+    name = sorted(state.nodes)[0]
+    node = state.nodes[name]
+    apply(state, ev.Envelope(id="again", source="t", time_ms=state.time_ms, offset=state.offset + 1,
+                             data=ev.NodeObserved(node=name, allocatable={**node.allocatable, "nvidia.com/gpu": 2000})))
+    after = free_capacity(state)
+    assert after[name].free is state.nodes[name].free and after[name].gpus == [1000, 1000]
+    assert before[name].free is not after[name].free
+    assert all(after[n] is before[n] for n in state.nodes if n != name)
+
+
+def test_the_deciders_memos_change_no_decision_on_a_busy_cluster():
+    """The bench's mixed gangs on a few nodes: the fragmentation score orders most placements."""
+    from gangway.benchmarks.pipeline import simulated_log
+    log = simulated_log(workloads=300, seed=7, nodes=8)
+    with mock.patch.object(_scoring, "keys", wraps=_scoring.keys) as scored:
+        with_memos = _decisions_at_every_offset(log)
+    assert scored.call_count > 50
+    with contextlib.ExitStack() as stack:
+        for patch in _no_memos():
+            stack.enter_context(patch)
+        assert _decisions_at_every_offset(log) == with_memos
