@@ -58,10 +58,14 @@ def measure(index: FreeIndex) -> Fragmentation:
     """The published measure: largest free room per level and how many common shapes still fit."""
     def largest(prefix: str) -> int:
         return max((v for k, v in index.domains.items() if k.startswith(prefix)), default=0)
+    islands = [(k, n) for k, n in index.islands.items() if n]  # (an island count of 0 adds nothing)
     return Fragmentation(
         gpus_free=sum(k * n for k, n in index.nodes.items()),
-        largest_island=max((k for k, n in index.islands.items() if n > 0), default=0),
+        largest_island=max((k for k, n in islands if n > 0), default=0),
         largest_node=max((k for k, n in index.nodes.items() if n > 0), default=0),
         largest_rack=largest("rack/"), largest_block=largest("block/"),
-        fits={str(s): sum((k // s) * n for k, n in index.islands.items()) for s in COMMON_SHAPES},
+        fits={key: sum((k // s) * n for k, n in islands) for key, s in _SHAPE_KEYS},
     )
+
+
+_SHAPE_KEYS = [(str(s), s) for s in COMMON_SHAPES]
