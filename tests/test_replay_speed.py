@@ -7,6 +7,7 @@ import contextlib
 from unittest import mock
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -180,3 +181,17 @@ def test_the_deciders_memos_change_no_decision_on_a_busy_cluster():
         for patch in _no_memos():
             stack.enter_context(patch)
         assert _decisions_at_every_offset(log) == with_memos
+
+
+def test_the_log_is_handed_back_to_the_garbage_collector():
+    import gc
+    assert gc.get_freeze_count() == 0
+    verify(LOG)
+    verify(LOG, workers=2)
+    def stop(_n: int) -> None:
+        assert gc.get_freeze_count() > 0, "the log is out of the collector's sight while it is replayed"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        verify(LOG, progress=stop)
+    assert gc.get_freeze_count() == 0
