@@ -45,13 +45,18 @@ def change(index: FreeIndex, free: list[int], islands: list[int], labels: dict[s
     """Count a node in (sign +1) or out (-1) of the index, as it is now."""
     if not free:
         return
-    per_island = [free[r.start:r.stop].count(gpus.WHOLE) for r in gpus.island_ranges(islands, len(free))]
-    for k in per_island:
-        _bump(index.islands, k, sign)
-    whole = sum(per_island)
+    if not islands:  # one island: the whole node (``gpus.island_ranges``)
+        whole = free.count(gpus.WHOLE)
+        _bump(index.islands, whole, sign)
+    else:
+        per_island = [free[r.start:r.stop].count(gpus.WHOLE) for r in gpus.island_ranges(islands, len(free))]
+        for k in per_island:
+            _bump(index.islands, k, sign)
+        whole = sum(per_island)
     _bump(index.nodes, whole, sign)
-    for domain in _domains(labels):
-        _bump(index.domains, domain, sign * whole)
+    if labels:
+        for domain in _domains(labels):
+            _bump(index.domains, domain, sign * whole)
 
 
 def measure(index: FreeIndex) -> Fragmentation:
