@@ -195,3 +195,20 @@ def test_the_log_is_handed_back_to_the_garbage_collector():
     with pytest.raises(KeyboardInterrupt):
         verify(LOG, progress=stop)
     assert gc.get_freeze_count() == 0
+
+
+def test_gangway_replay_with_two_workers_reproduces_every_decision(tmp_path):
+    import subprocess
+    import sys
+
+    from gangway.read.logfile import write_export
+    path = tmp_path / "log.jsonl"
+    write_export(LOG, str(path))
+    done = subprocess.run([sys.executable, "-m", "gangway", "replay", "--workers", "2", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    decisions = sum(isinstance(e.data, ev.DECISION_TYPES) for e in LOG)
+    assert f"{decisions} of {decisions} decisions reproduced" in " ".join(done.stdout.split())
+    refused = subprocess.run([sys.executable, "-m", "gangway", "replay", "--workers", "0", str(path)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "must be 1 or more" in refused.stderr
