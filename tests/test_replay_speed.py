@@ -4,6 +4,7 @@ recorded at an offset, and splitting the log between processes."""
 from __future__ import annotations
 
 import contextlib
+import os
 from unittest import mock
 
 import msgspec
@@ -212,3 +213,31 @@ def test_gangway_replay_with_two_workers_reproduces_every_decision(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "gangway", "replay", "--workers", "0", str(path)],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "must be 1 or more" in refused.stderr
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), st.integers(0, 3), max_size=3),
+                          st.lists(st.sampled_from([0, 500, 1000]), max_size=3),
+                          st.sampled_from(["", "A100", "H100"])), min_size=1, max_size=5))
+def test_rooms_are_alike_exactly_when_their_kinds_are(rooms):
+    from gangway.events.state import GPU_MODEL_LABEL
+    from gangway.services.placement.policy import NodeRoom, _all_alike, _kind
+    made = [NodeRoom(dict(free), list(slots), [], {GPU_MODEL_LABEL: model} if model else {}) for free, slots, model in rooms]
+    assert _all_alike(made) == (len({_kind(room) for room in made}) == 1)
+
+
+def test_workers_stop_when_the_replay_is_interrupted():
+    import multiprocessing
+
+    def stop(_n: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        verify(LOG, progress=stop, workers=2)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_worker_that_dies_is_reported(monkeypatch):
+    monkeypatch.setattr(replay, "_child", lambda *args: os._exit(3))
+    with pytest.raises(RuntimeError, match="a replay worker died \\(exit code 3\\)"):
+        verify(LOG, workers=2)

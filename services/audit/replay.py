@@ -231,23 +231,31 @@ def _verify_forked(envs: list[Envelope], wanted: dict[int, dict[str, set[str]]],
             k = bisect.bisect_right(bounds, env.data.based_on)
             stops[k] = i + 1
     children = []
-    for k in range(len(edges) - 2):
-        reader, writer = context.Pipe(duplex=False)
-        child = context.Process(target=_child, args=(envs, wanted, edges[k], edges[k + 1], stops[k], writer), daemon=True)
-        child.start()
-        writer.close()
-        children.append((child, reader))
-    mine = _Part()
-    state = _verify_part(envs, wanted, edges[-2], _INF, len(envs), mine, progress)
-    others = []
-    for child, reader in children:
-        try:
-            others.append(reader.recv())
-        except EOFError:
+    try:
+        for k in range(len(edges) - 2):
+            reader, writer = context.Pipe(duplex=False)
+            child = context.Process(target=_child, args=(envs, wanted, edges[k], edges[k + 1], stops[k], writer),
+                                    daemon=True)
+            child.start()
+            writer.close()
+            children.append((child, reader))
+        mine = _Part()
+        state = _verify_part(envs, wanted, edges[-2], _INF, len(envs), mine, progress)
+        others = []
+        for child, reader in children:
+            try:
+                others.append(reader.recv())
+            except EOFError:
+                child.join()
+                raise RuntimeError(f"a replay worker died (exit code {child.exitcode})") from None
             child.join()
-            raise RuntimeError(f"a replay worker died (exit code {child.exitcode})") from None
-        child.join()
-    return mine.finish(state, others)
+        return mine.finish(state, others)
+    finally:  # (stopped here, e.g. interrupted: the workers stop too)
+        for child, reader in children:
+            if child.is_alive():
+                child.terminate()
+                child.join()
+            reader.close()
 
 
 def _child(envs, wanted, lo, hi, stop, writer) -> None:

@@ -527,11 +527,18 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
         if room.free.get(GPU, 0) >= need and _fits_one(room, per_pod, shape):
             fitting.append(n)
             rooms.append(room)
-    if len(fitting) <= 1 or len({_kind(room) for room in rooms}) == 1:
+    if len(fitting) <= 1 or _all_alike(rooms):
         return fitting  # (nodes alike score alike: the best-fit order stands)
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                            [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]
+
+
+def _all_alike(rooms: list[NodeRoom]) -> bool:
+    """Are the rooms all of one kind (``_kind``)? Compared as they are, stopping at the first other."""
+    first = rooms[0]
+    free, slots, model = first.free, first.gpus, first.labels.get(GPU_MODEL_LABEL, "")
+    return all(r.free == free and r.gpus == slots and r.labels.get(GPU_MODEL_LABEL, "") == model for r in rooms)
 
 
 def _fits_one(room: NodeRoom, per_pod: dict[str, int], shape: scoring.Shape) -> bool:
