@@ -45,23 +45,32 @@ def change(index: FreeIndex, free: list[int], islands: list[int], labels: dict[s
     """Count a node in (sign +1) or out (-1) of the index, as it is now."""
     if not free:
         return
-    per_island = [sum(1 for i in r if free[i] == gpus.WHOLE) for r in gpus.island_ranges(islands, len(free))]
-    for k in per_island:
-        _bump(index.islands, k, sign)
-    whole = sum(per_island)
+    if not islands:  # one island: the whole node (``gpus.island_ranges``)
+        whole = free.count(gpus.WHOLE)
+        _bump(index.islands, whole, sign)
+    else:
+        per_island = [free[r.start:r.stop].count(gpus.WHOLE) for r in gpus.island_ranges(islands, len(free))]
+        for k in per_island:
+            _bump(index.islands, k, sign)
+        whole = sum(per_island)
     _bump(index.nodes, whole, sign)
-    for domain in _domains(labels):
-        _bump(index.domains, domain, sign * whole)
+    if labels:
+        for domain in _domains(labels):
+            _bump(index.domains, domain, sign * whole)
 
 
 def measure(index: FreeIndex) -> Fragmentation:
     """The published measure: largest free room per level and how many common shapes still fit."""
     def largest(prefix: str) -> int:
         return max((v for k, v in index.domains.items() if k.startswith(prefix)), default=0)
+    islands = [(k, n) for k, n in index.islands.items() if n]  # (an island count of 0 adds nothing)
     return Fragmentation(
         gpus_free=sum(k * n for k, n in index.nodes.items()),
-        largest_island=max((k for k, n in index.islands.items() if n > 0), default=0),
+        largest_island=max((k for k, n in islands if n > 0), default=0),
         largest_node=max((k for k, n in index.nodes.items() if n > 0), default=0),
         largest_rack=largest("rack/"), largest_block=largest("block/"),
-        fits={str(s): sum((k // s) * n for k, n in index.islands.items()) for s in COMMON_SHAPES},
+        fits={key: sum((k // s) * n for k, n in islands) for key, s in _SHAPE_KEYS},
     )
+
+
+_SHAPE_KEYS = [(str(s), s) for s in COMMON_SHAPES]

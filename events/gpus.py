@@ -94,6 +94,11 @@ def choose(free: list[int], islands: list[int], gpu_milli: int, count: int,
 def apply(free: list[int], indexes: list[int], gpu_milli: int, sign: int = -1) -> None:
     """Take (sign -1) or give back (+1) what pods of ``gpu_milli`` hold on ``indexes``."""
     whole, frac = per_pod(gpu_milli)
+    if whole and not frac:  # whole GPUs only: every index is one whole GPU
+        step = sign * WHOLE
+        for i in indexes:
+            free[i] += step
+        return
     step = indexes_per_pod(gpu_milli)
     for start in range(0, len(indexes), max(1, step)):
         pod = indexes[start:start + step]
@@ -105,11 +110,11 @@ def apply(free: list[int], indexes: list[int], gpu_milli: int, sign: int = -1) -
 
 def fits(free: list[int], indexes: list[int], gpu_milli: int, count: int) -> bool:
     """Do ``count`` pods of ``gpu_milli`` fit on exactly these GPU indexes?"""
-    if len(indexes) != count * indexes_per_pod(gpu_milli) or any(not 0 <= i < len(free) for i in indexes):
+    if len(indexes) != count * indexes_per_pod(gpu_milli) or (indexes and not 0 <= min(indexes) <= max(indexes) < len(free)):
         return False
     trial = list(free)
     apply(trial, indexes, gpu_milli)
-    return all(v >= 0 for v in trial)
+    return not trial or min(trial) >= 0
 
 
 def largest_free_island(free: list[int], islands: list[int]) -> int:

@@ -191,6 +191,13 @@ async def _print_log(bootstrap: str, follow: bool, line) -> None:
         print(line(env, t0), flush=True)
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def cmd_replay(args) -> int:
     from rich.progress import Progress
 
@@ -199,7 +206,7 @@ def cmd_replay(args) -> int:
     with Progress(console=console, transient=True, disable=len(envs) < 20_000) as progress:
         task = progress.add_task("replaying", total=len(envs))
         started = time.perf_counter()
-        report = verify(envs, progress=lambda n: progress.advance(task, n))
+        report = verify(envs, progress=lambda n: progress.advance(task, n), workers=args.workers)
         elapsed = time.perf_counter() - started
     for mismatch in report.mismatches:
         print(f"NOT REPRODUCED {mismatch}")
@@ -447,6 +454,8 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_log)
     s = sub.add_parser("replay", help="audit: re-derive every decision of a log")
     s.add_argument("file", nargs="?", help="an exported log (default: the broker's log)")
+    s.add_argument("--workers", type=_positive_int, default=1,
+                   help="processes checking the log, each its own stretch of it (default 1)")
     s.set_defaults(func=cmd_replay)
     s = sub.add_parser("explain", help="why a job waits, or what happened to it (decisions and reasons)")
     s.add_argument("job", help="namespace/job, or a job id")

@@ -17,11 +17,13 @@ REFERENCE = Path(__file__).parent / "data" / "reference"
 
 
 def test_replay_benchmark_exports_reads_back_and_reproduces_every_decision():
-    result = bench.bench_replay(events=3_000)
+    result = bench.bench_replay(events=3_000, workers=2)
     assert result["events"] >= 3_000
     assert result["mismatches"] == 0
     assert result["verified"] == result["decisions"] > 0
     assert result["peak_rss_mib"] > 0 and result["generate_seconds"] > 0
+    assert result["workers"] == 2 and all(cpu > 0 for cpu in result["runs_cpu_seconds"])
+    assert "with 2 processes" in bench.replay_line(result) and "events per CPU second" in bench.replay_line(result)
 
 
 def test_core_cycle_fills_the_freed_room_from_a_deep_queue():

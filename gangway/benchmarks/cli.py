@@ -64,7 +64,7 @@ def cmd_bench(args) -> int:
             result = pipeline.bench_brokers(args.jobs, args.rate, brokers, args.repeat or 1)
     else:
         result = pipeline.bench_replay(workloads=args.workloads, events=args.events, load=args.load,
-                                       repeat=args.repeat or 3, log=args.log)
+                                       repeat=args.repeat or 3, log=args.log, workers=args.workers)
     results.print_json(_provenance(result))
     if args.what == "replay":
         print(pipeline.replay_line(result))
@@ -136,7 +136,7 @@ def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
     s.add_argument("--policy", default="gangway",
                    help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
-    s.add_argument("--workers", type=int, default=2, help="fgd: processes")
+    s.add_argument("--workers", type=int, default=2, help="fgd: processes; replay: processes checking the log (default 2; 1: this one alone)")
     s.add_argument("--upto", type=int, default=130, help="fgd: the last arrival level (%% of the GPUs) simulated")
     s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
     s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")

@@ -153,13 +153,23 @@ def bench_pipeline(jobs: int = 1000, rate: float = 100.0, broker: str = "embedde
             "superseded": state.superseded, "replay": replay}
 
 
-def _replay_speed(envs: list[ev.Envelope]) -> dict:
+def _replay_speed(envs: list[ev.Envelope], workers: int = 1) -> dict:
     from gangway.services.audit.replay import verify
+    cpu = _cpu_seconds()
     started = time.perf_counter()
-    report = verify(envs)
+    report = verify(envs, workers=workers)
     elapsed = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu
     return {"events": report.events, "decisions": report.decisions, "verified": report.verified,
-            "mismatches": len(report.mismatches), "superseded": report.superseded, "seconds": elapsed, "events_per_s": report.events / elapsed if elapsed else 0.0}
+            "mismatches": len(report.mismatches), "superseded": report.superseded, "seconds": elapsed,
+            "events_per_s": report.events / elapsed if elapsed else 0.0, "workers": workers, "cpu_seconds": cpu}
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the replay's workers)."""
+    import resource
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 SHAPES = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8)]  # (pods, GPUs per pod)
@@ -224,7 +234,7 @@ REPLAY_TARGET_PER_S = 50_000
 
 
 def bench_replay(workloads: int | None = None, events: int | None = None, seed: int = 42,
-                 load: float = 0.85, repeat: int = 3, log: str | None = None) -> dict:
+                 load: float = 0.85, repeat: int = 3, log: str | None = None, workers: int = 1) -> dict:
     """Generate a log (in a child process), export it, then read it back and verify it here.
 
     ``workloads``: the old in-memory variant (deep queues, 0–120 s arrivals) — no export.
@@ -233,13 +243,14 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
     generation, the reading and the verification are timed apart, and the peak memory is this
     process's (the generator runs in another). ``log``: verify this export instead of generating
     one. The verification runs ``repeat`` times on the log read once; ``events_per_s`` is the
-    median, beside the target.
+    median, beside the target. ``workers``: processes checking the log (``verify``); the CPU
+    time of all of them is reported beside the wall time.
     """
     if events is None and log is None:
         started = time.perf_counter()
         envs = simulated_log(workloads or 20_000, seed)
         generated = time.perf_counter() - started
-        result = _replay_runs(envs, repeat)
+        result = _replay_runs(envs, repeat, workers)
         result["generate_seconds"] = generated
         return result
     import multiprocessing
@@ -261,7 +272,7 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
         started = time.perf_counter()
         envs = read_export(path)
         read_s = time.perf_counter() - started
-    result = _replay_runs(envs, repeat)
+    result = _replay_runs(envs, repeat, workers)
     result.update({
         "generate_seconds": generated, "load": load if log is None else None, "seed": seed if log is None else None,
         "log": log, "export_bytes": size,
@@ -271,16 +282,17 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
     return result
 
 
-def _replay_runs(envs: list[ev.Envelope], repeat: int) -> dict:
+def _replay_runs(envs: list[ev.Envelope], repeat: int, workers: int = 1) -> dict:
     """``_replay_speed`` ``repeat`` times: the median run's figures, every run's speed, the target."""
     runs = []
     for _ in range(max(1, repeat)):
-        runs.append(_replay_speed(envs))
+        runs.append(_replay_speed(envs, workers))
         gc.collect()
     speeds = [r["events_per_s"] for r in runs]
     median = statistics.median(speeds)
     result = dict(min(runs, key=lambda r: abs(r["events_per_s"] - median)))
     result.update({"events_per_s": median, "runs_events_per_s": speeds, "repeat": len(runs),
+                   "runs_cpu_seconds": [r["cpu_seconds"] for r in runs],
                    "mismatches": max(r["mismatches"] for r in runs),
                    "target_events_per_s": REPLAY_TARGET_PER_S, "ratio_to_target": median / REPLAY_TARGET_PER_S})
     return result
@@ -289,7 +301,11 @@ def _replay_runs(envs: list[ev.Envelope], repeat: int) -> dict:
 def replay_line(result: dict) -> str:
     """The figure beside its target, as ``bench replay`` prints it."""
     runs = ", ".join(f"{s:,.0f}" for s in result["runs_events_per_s"])
+    workers = result.get("workers", 1)
+    cpu = (f"; {result['events'] / result['cpu_seconds']:,.0f} events per CPU second"
+           if result.get("cpu_seconds") else "")
     return (f"replay: {result['events_per_s']:,.0f} events/s verifying {result['events']:,} events "
+            f"with {workers} process{'es' if workers > 1 else ''}{cpu} "
             f"({result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} mismatches; "
             f"median of {result['repeat']}: {runs}), target {result['target_events_per_s']:,} "
             f"({result['ratio_to_target']:.2f}×)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 
 import msgspec
@@ -89,8 +90,13 @@ def _runs(values: list[float]) -> str:
 def replay_text(result: dict) -> str:
     """``bench replay`` (replay-1m.json): the median speed beside the target, every run, the command."""
     runs = result.get("runs_events_per_s") or [result["events_per_s"]]
+    workers = result.get("workers", 1)
+    cpu = result.get("runs_cpu_seconds")
+    per_cpu = (f"{result['events'] / statistics.median(cpu):,.0f} events per CPU second"
+               f"{' of them all' if workers > 1 else ''}; " if cpu else "")
     return (f"{result['events_per_s']:,.0f} events/s verifying {result['events']:,} events "
-            f"({result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} "
+            f"with {workers} process{'es' if workers > 1 else ''} "
+            f"({per_cpu}{result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} "
             f"mismatches; median of {len(runs)}: {_runs(runs)}) — target {result['target_events_per_s']:,}: "
             f"{result['ratio_to_target']:.2f}× (`{result.get('command', 'gangway bench replay --events 1000000')}`"
             f"{', load ' + result['uptime'] if result.get('uptime') else ''}).")
@@ -120,6 +126,7 @@ def pipeline_burst_text(result: dict) -> str:
 
 
 _BLOCKS = {"kueue-tas": ("kueue-tas.json", kueue_tas_text), "replay": ("replay-1m.json", replay_text),
+           "replay-one-process": ("replay-1m-one-process.json", replay_text),
            "core-depth": ("core.json", core_depth_text), "pipeline-burst": ("pipeline-burst.json", pipeline_burst_text)}
 
 

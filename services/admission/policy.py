@@ -209,10 +209,16 @@ def _strict(idx: ContractIndex, cq: str) -> bool:
 
 
 def decide_admission(state: State) -> list[WorkloadAdmitted]:
+    return list(admissions(state))
+
+
+def admissions(state: State) -> Iterator[WorkloadAdmitted]:
+    """``decide_admission``'s decisions one by one, lazily: a caller that has what it wants (the
+    auditor, looking for the decisions recorded at an offset) stops the cycle there."""
     if state.contract is None or not state.pending:
-        return []
+        return
     idx = index_of(state.contract)
-    decisions: list[WorkloadAdmitted] = []
+    made = 0
     counted = sum(state.pending_shapes.values()) == len(state.pending)  # (snapshots older than the counts)
     for outcome, snap in admission_cycle(state, idx):
         a = outcome.admission
@@ -221,14 +227,14 @@ def decide_admission(state: State) -> list[WorkloadAdmitted]:
                 break
             continue
         wl = outcome.wl
-        decisions.append(WorkloadAdmitted(
+        yield WorkloadAdmitted(
             workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
             usage=a.request, borrowed=a.borrowed, based_on=state.offset,
             flavors=a.flavors, counts=a.counts, **said(_reason(idx, wl, a)),
-        ))
-        if len(decisions) >= ADMISSIONS_PER_CYCLE_MAX:
+        )
+        made += 1
+        if made >= ADMISSIONS_PER_CYCLE_MAX:
             break
-    return decisions
 
 
 def _nothing_left(state: State, snap: Snapshot) -> bool:

@@ -169,20 +169,18 @@ class Snapshot:
         cq = self.idx.cluster_queues[wl.spec.cluster_queue]
         request = total_request(pod_sets)
         per_group: list[list[Option]] = []
-        preempt: list[list[Option]] = []
+        preempt: list[tuple[list, list[Option], list[Option]]] = []
         reasons: list[Reason] = []
         for group in self.idx.groups[cq.name]:
             if not any(request.get(r, 0) > 0 for r in group[0].resources):
                 continue
             now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable)
             per_group.append(now)
-            rank = {fq.flavor: i for i, fq in enumerate(group)}
-            preempt.append(sorted(now + pre, key=lambda o: rank[o.flavor]))
+            preempt.append((group, now, pre))
             if not now:
                 reasons.append(pre[0].why if pre else _no_fit_why(self.view, cq, group, request))
-        preempt_flavors = [_flavors(combo) for combo in _product(preempt)]
         if reasons:
-            return Outcome(wl, None, reasons[0], preempt_flavors)
+            return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
         for combo in _product(per_group):
             flavors = _flavors(combo)
@@ -199,7 +197,7 @@ class Snapshot:
                 self.take(cq.name, held)
             counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
-        return Outcome(wl, None, why, preempt_flavors)
+        return Outcome(wl, None, why, _preempt_flavors(preempt))
 
     def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:
         return self.idx.nodes_of(flavors, self.state)
@@ -319,6 +317,16 @@ def _cut(pod_sets: list[PodSet], cut: int) -> list[PodSet]:
             ps = msgspec.structs.replace(ps, count=max(ps.min_count, ps.count - cut))
         out.append(ps)
     return out
+
+
+def _preempt_flavors(groups: list[tuple[list, list[Option], list[Option]]]) -> list[dict[str, str]]:
+    """Flavor assignments under which evictions could make room (only a workload not admitted
+    needs them): per resource group, its options now and by preemption in the group's order."""
+    per_group = []
+    for group, now, pre in groups:
+        rank = {fq.flavor: i for i, fq in enumerate(group)}
+        per_group.append(sorted(now + pre, key=lambda o: rank[o.flavor]))
+    return [_flavors(combo) for combo in _product(per_group)]
 
 
 def _flavors(combo) -> dict[str, str]:

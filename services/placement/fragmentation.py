@@ -102,10 +102,7 @@ def fragmentation(nodes: Nodes, table: ShapeTable) -> np.ndarray:
     """GPU milli fragmented on each node for each shape ``[C, S]`` (int64)."""
     gpu = nodes.gpu
     total = gpu.sum(axis=1)[:, None]
-    whole = table.milli >= WHOLE
-    threshold = np.where(whole, WHOLE, table.milli)
-    # Free capacity on GPUs with less free than the shape's threshold, per distinct threshold.
-    levels, which = np.unique(threshold, return_inverse=True)
+    whole, levels, which = _thresholds(table)
     partial = (gpu[:, :, None] * (gpu[:, :, None] < levels[None, None, :])).sum(axis=1)[:, which]
     full = (gpu == WHOLE).sum(axis=1)[:, None]
     gpu_ok = np.where(whole, full >= table.gpus, gpu.max(axis=1)[:, None] >= table.milli)
@@ -113,6 +110,25 @@ def fragmentation(nodes: Nodes, table: ShapeTable) -> np.ndarray:
     host &= table.allowed[:, nodes.model].T
     frag = np.where(host & gpu_ok, partial, total)
     return np.where(table.gpus == 0, 0, frag).astype(np.int64)
+
+
+_THRESHOLDS: dict[int, tuple[ShapeTable, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _thresholds(table: ShapeTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which shapes take whole GPUs, and the distinct thresholds below which a GPU's free capacity
+    is no use to a shape with each shape's index among them (memo per table)."""
+    found = _THRESHOLDS.get(id(table))
+    if found is not None and found[0] is table:
+        return found[1:]
+    whole = table.milli >= WHOLE
+    threshold = np.where(whole, WHOLE, table.milli)
+    # Free capacity on GPUs with less free than the shape's threshold, per distinct threshold.
+    levels, which = np.unique(threshold, return_inverse=True)
+    if len(_THRESHOLDS) > 256:
+        _THRESHOLDS.clear()
+    _THRESHOLDS[id(table)] = (table, whole, levels, which)
+    return whole, levels, which
 
 
 def after_one_pod(nodes: Nodes, shape: Shape) -> Nodes:
@@ -221,4 +237,22 @@ class ShapeMix:
         cpu = round(sum(count[i] * s.cpu for i, s in zip(columns, shapes) if s.gpus))
         memory = round(sum(count[i] * s.memory for i, s in zip(columns, shapes) if s.gpus))
         weights = np.array([w for _, w, _ in chosen], dtype=np.int64)
-        return Scorer(ShapeTable.of(shapes, specs), columns, weights, (cpu, gpu), (memory, gpu))
+        return Scorer(_table(shapes, specs), columns, weights, (cpu, gpu), (memory, gpu))
+
+
+_TABLES: dict[tuple, tuple[np.ndarray, ShapeTable]] = {}
+
+
+def _table(shapes: list[Shape], specs: np.ndarray) -> ShapeTable:
+    """``ShapeTable.of``, memo: the mix's weights change with every pod, its shapes seldom (the
+    table is only read)."""
+    key = (tuple(shapes), specs.shape, specs.tobytes())
+    found = _TABLES.get(key)
+    if found is None:
+        table = ShapeTable.of(shapes, specs)
+        for column in table:
+            column.flags.writeable = False
+        if len(_TABLES) > 256:
+            _TABLES.clear()
+        found = _TABLES[key] = (specs, table)
+    return found[1]

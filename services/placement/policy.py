@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
@@ -199,13 +200,33 @@ def _room_of(node: NodeState) -> NodeRoom:
     return room
 
 
+#: The last rooms ``free_capacity`` made: (the state's node dict, its nodes in order, name → room,
+#: tainted). The fold changes a node's free room and GPUs in place and replaces the node object
+#: when it changes otherwise, so while the same node objects are there the rooms serve again.
+_LAST_ROOMS: list = [None, (), {}, False]
+
+
+def _rooms(state: State) -> tuple[dict[str, NodeRoom], bool]:
+    """Every node's room (``_room_of``) and whether some node has taints, from the last call's when
+    the state holds the very same node objects (checked one by one: cheaper than building)."""
+    nodes, last = state.nodes, _LAST_ROOMS
+    values = tuple(nodes.values())
+    if last[0] is nodes and len(values) == len(last[1]) and all(map(operator.is_, values, last[1])):
+        return last[2], last[3]
+    rooms = {name: _room_of(n) for name, n in nodes.items()}
+    tainted = any(n.taints for n in values)
+    last[:] = [nodes, values, rooms, tainted]
+    return rooms, tainted
+
+
 def free_capacity(state: State, scored: bool = True) -> Free:
     """Every node's free room (shared with the state's nodes until changed: copy on write), with
     the scorer of the state's pod mix when ``scored``."""
-    free = Free({name: _room_of(n) for name, n in state.nodes.items()})
+    rooms, tainted = _rooms(state)
+    free = Free(rooms)
     free.owned = set()
     free.indexed = True
-    free.tainted = any(n.taints for n in state.nodes.values())
+    free.tainted = tainted
     if scored:
         free._scorer_of = (state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
@@ -506,11 +527,18 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
         if room.free.get(GPU, 0) >= need and _fits_one(room, per_pod, shape):
             fitting.append(n)
             rooms.append(room)
-    if len(fitting) <= 1 or len({_kind(room) for room in rooms}) == 1:
+    if len(fitting) <= 1 or _all_alike(rooms):
         return fitting  # (nodes alike score alike: the best-fit order stands)
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                            [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
     return [fitting[i] for i in ranked]
+
+
+def _all_alike(rooms: list[NodeRoom]) -> bool:
+    """Are the rooms all of one kind (``_kind``)? Compared as they are, stopping at the first other."""
+    first = rooms[0]
+    free, slots, model = first.free, first.gpus, first.labels.get(GPU_MODEL_LABEL, "")
+    return all(r.free == free and r.gpus == slots and r.labels.get(GPU_MODEL_LABEL, "") == model for r in rooms)
 
 
 def _fits_one(room: NodeRoom, per_pod: dict[str, int], shape: scoring.Shape) -> bool:
@@ -679,12 +707,17 @@ def decide_placement(state: State) -> list[PlacementDecided]:
 
     The room a preemptor waits for (its victims are leaving) is kept for it, as admission does.
     """
+    return list(placements(state))
+
+
+def placements(state: State) -> Iterator[PlacementDecided]:
+    """``decide_placement``'s decisions one by one, lazily (a caller may stop early)."""
     free = free_capacity(state)
     for preemptor, victims in sorted(victims_in_flight(state).items()):
         wl = state.workloads.get(preemptor)
         if wl is not None and wl.phase == "pending":
             reserve_room(free, wl, victims)
-    decisions: list[PlacementDecided] = []
+    made = 0
     measure = _Measure(state)
     for name in state.unplaced:
         wl = state.workloads[name]
@@ -692,12 +725,12 @@ def decide_placement(state: State) -> list[PlacementDecided]:
         if placed is None:
             continue
         assignments, notes = placed
-        decisions.append(PlacementDecided(
+        yield PlacementDecided(
             workload=name, assignments=assignments, based_on=state.offset, **said(_reason(assignments, notes)),
-            fragmentation=measure.after(wl.spec.pod_sets, assignments)))
-        if len(decisions) >= PLACEMENTS_PER_CYCLE_MAX:
+            fragmentation=measure.after(wl.spec.pod_sets, assignments))
+        made += 1
+        if made >= PLACEMENTS_PER_CYCLE_MAX:
             break
-    return decisions
 
 
 class _Measure:

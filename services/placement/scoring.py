@@ -44,24 +44,53 @@ def shape_of(cpu: int, memory: int, gpu: int, spec: int = 0) -> Shape | None:
 def scorer_of(pod_shapes: Mapping[str, int], pod_shapes_ms: int = 0, now_ms: int = 0,
               node_models: Iterable[str] = ()) -> LiveScorer | None:
     """The scorer for the pods queued so far, as of ``now_ms`` (None before any GPU pod)."""
-    parsed = []
-    for key, count in sorted(pod_shape_counts(pod_shapes, pod_shapes_ms, now_ms).items()):
-        cpu, memory, gpu, *rest = key.split("/")
-        parsed.append((int(cpu), int(memory), int(gpu), tuple(rest[0].split("|")) if rest else (), count))
-    models = sorted(set(node_models) | {m for *_, allowed, _ in parsed for m in allowed})
-    codes = {m: i + 1 for i, m in enumerate(models)}
-    restricted = sorted({allowed for *_, allowed, _ in parsed if allowed})
-    restrictions = {(): 0, **{allowed: i + 1 for i, allowed in enumerate(restricted)}}
-    specs = np.ones((len(restrictions), len(models) + 1), dtype=bool)
-    for allowed, row in restrictions.items():
-        if allowed:
-            specs[row] = [False] + [m in allowed for m in models]
+    parsed = [(*_parsed(key), count) for key, count in sorted(pod_shape_counts(pod_shapes, pod_shapes_ms, now_ms).items())]
+    codes, restrictions, specs = _specs(tuple(node_models), tuple(sorted({allowed for *_, allowed, _ in parsed if allowed})))
     mix = ShapeMix()
     for cpu, memory, gpu, allowed, count in parsed:
         shape = shape_of(cpu, memory, gpu, restrictions[allowed])
         if shape is not None:
             mix.see(shape, count)
     return LiveScorer(mix.scorer(specs), codes) if mix.shapes else None
+
+
+_PARSED: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
+
+
+def _parsed(key: str) -> tuple[int, int, int, tuple[str, ...]]:
+    """A pod shape key (``State.pod_shapes``) as (cpu, memory, gpu, allowed models); memo."""
+    found = _PARSED.get(key)
+    if found is None:
+        cpu, memory, gpu, *rest = key.split("/")
+        found = (int(cpu), int(memory), int(gpu), tuple(rest[0].split("|")) if rest else ())
+        if len(_PARSED) > 4096:
+            _PARSED.clear()
+        _PARSED[key] = found
+    return found
+
+
+_SPECS: dict[tuple, tuple[dict[str, int], dict[tuple[str, ...], int], np.ndarray]] = {}
+
+
+def _specs(node_models: tuple[str, ...], restricted: tuple[tuple[str, ...], ...]):
+    """(model → code, restriction → row, rows ``[restrictions, models + 1]`` of the models each
+    restriction may use) for the nodes' models and the restrictions queued; memo (read only)."""
+    key = (node_models, restricted)
+    found = _SPECS.get(key)
+    if found is not None:
+        return found
+    models = sorted(set(node_models) | {m for allowed in restricted for m in allowed})
+    codes = {m: i + 1 for i, m in enumerate(models)}
+    restrictions = {(): 0, **{allowed: i + 1 for i, allowed in enumerate(restricted)}}
+    specs = np.ones((len(restrictions), len(models) + 1), dtype=bool)
+    for allowed, row in restrictions.items():
+        if allowed:
+            specs[row] = [False] + [m in allowed for m in models]
+    specs.flags.writeable = False
+    if len(_SPECS) > 256:
+        _SPECS.clear()
+    found = _SPECS[key] = (codes, restrictions, specs)
+    return found
 
 
 def has_scored_shapes(pod_shapes: Mapping[str, int]) -> bool:

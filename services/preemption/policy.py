@@ -25,6 +25,8 @@ finds the free GPUs scattered gets a consolidation instead (``defrag.py``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from gangway.events.catalogue import EvictionOrdered
 from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaView
@@ -56,11 +58,15 @@ def work_lost_ms(wl: WorkloadState, now_ms: int) -> int:
 
 
 def decide_preemption(state: State) -> list[EvictionOrdered]:
+    return list(evictions(state))
+
+
+def evictions(state: State) -> Iterator[EvictionOrdered]:
+    """``decide_preemption``'s orders one by one, lazily (a caller may stop early)."""
     if state.contract is None or not state.pending:
-        return []
+        return
     idx = index_of(state.contract)
     waiting = victims_in_flight(state)
-    orders: list[EvictionOrdered] = []
     ordered_out: set[str] = set()
     hopeless: set[tuple] = set()
     served = 0
@@ -88,17 +94,16 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
         hopeless.clear()
         flavors, victims = found
         for victim, rule in victims:
-            orders.append(EvictionOrdered(
+            yield EvictionOrdered(
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
                 grace_ms=idx.grace_ms(victim.spec.priority_class), work_lost_ms=work_lost_ms(victim, state.time_ms),
                 **said(rule),
-            ))
+            )
         ordered_out.update(v.spec.workload for v, _ in victims)
         snap.reserve_for_preemptor(wl, [v for v, _ in victims], flavors)
         served += 1
         if served >= PREEMPTORS_PER_CYCLE_MAX:
             break
-    return orders
 
 
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
