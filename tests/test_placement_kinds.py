@@ -1,9 +1,9 @@
-"""Property: on big clusters placement orders GPU pods by kind of node (``_Kinds``), and lands
+"""Property: on big clusters placement orders pods by kind of node (``_Kinds``), and lands
 exactly where walking every node would.
 
 Random clusters of more than ``KINDS_FROM`` nodes (GPU counts, NVLink islands, CPU, GPU models),
-partly filled by earlier gangs, with or without the fragmentation scorer; random gangs of GPU pod
-sets (whole or shared GPUs, CPU, several pods, several pod sets). Each gang is placed twice on
+partly filled by earlier gangs, with or without the fragmentation scorer; random gangs of pod
+sets (whole or shared GPUs or none, CPU, several pods, several pod sets). Each gang is placed twice on
 copies of one ``Free`` — by kind, and node by node (the threshold raised past the cluster) — and
 the assignments, and the room left, must be the same; then the next gang goes on.
 """
@@ -41,9 +41,10 @@ def clusters(draw):
 def gangs(draw):
     sets = []
     for k in range(draw(st.integers(1, 2))):
-        gpu = draw(st.sampled_from((250, 500, 1000, 2000, 4000, 8000)))
+        gpu = draw(st.sampled_from((0, 250, 500, 1000, 2000, 4000, 8000)))
+        cpu = draw(st.sampled_from((1000, 4000, 12_000, 16_000)))
         sets.append(ev.PodSet(name=f"p{k}", count=draw(st.integers(1, 5)),
-                              resources={GPU: gpu, "cpu": draw(st.sampled_from((1000, 4000, 12_000)))}))
+                              resources={GPU: gpu, "cpu": cpu} if gpu else {"cpu": cpu}))
     return sets
 
 
