@@ -193,35 +193,41 @@ def job(s: Spec) -> ev.JobSubmitted:
     )
 
 
-#: The events ``_watch`` reads (the others are not decoded: the benchmark should not take the services' CPU).
-WATCHED = (ev.WorkloadQueued, ev.WorkloadAdmitted, ev.WorkloadRunning, ev.WorkloadEvicted, ev.WorkloadFinished)
-
-
-async def _watch(bootstrap: str, expected: int, deadline_s: float) -> dict[str, dict]:
-    """Follow the log until ``expected`` workloads finished: per workload, its event times."""
-    seen: dict[str, dict] = {}
-    finished = 0
+async def _wait_finished(bootstrap: str, expected: int, deadline_s: float) -> None:
+    """Follow the log until ``expected`` workloads finished (only WorkloadFinished records are
+    decoded while the scenario runs: the benchmark should not take the services' CPU)."""
+    finished: set[str] = set()
     deadline = time.monotonic() + deadline_s
-    async with contextlib.aclosing(kafka.log_fetches(bootstrap, idle_ms=200, types=WATCHED)) as fetches:
+    async with contextlib.aclosing(kafka.log_fetches(bootstrap, idle_ms=200, types=(ev.WorkloadFinished,))) as fetches:
         async for envs, _, _ in fetches:
-            for env in envs:
-                d = env.data
-                rec = seen.setdefault(d.workload, {"evictions": 0})
-                if isinstance(d, ev.WorkloadQueued):
-                    rec["queued_ms"] = env.time_ms
-                elif isinstance(d, ev.WorkloadAdmitted):
-                    rec.setdefault("admitted_ms", env.time_ms)
-                elif isinstance(d, ev.WorkloadRunning):
-                    rec.setdefault("running_ms", env.time_ms)
-                elif isinstance(d, ev.WorkloadEvicted):
-                    rec["evictions"] += 1
-                elif isinstance(d, ev.WorkloadFinished) and "finished_ms" not in rec:
-                    rec["finished_ms"] = env.time_ms
-                    finished += 1
-            if finished >= expected:
-                return seen
+            finished.update(env.data.workload for env in envs)
+            if len(finished) >= expected:
+                return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {finished} of {expected} workloads finished in {deadline_s:.0f} s")
+                raise TimeoutError(f"only {len(finished)} of {expected} workloads finished in {deadline_s:.0f} s")
+
+
+def times_of(envs: list[ev.Envelope]) -> dict[str, dict]:
+    """Per workload, from the whole log: when it was queued, first admitted, first running, first
+    finished, and how often it was evicted."""
+    seen: dict[str, dict] = {}
+    for env in envs:
+        d = env.data
+        if not isinstance(d, (ev.WorkloadQueued, ev.WorkloadAdmitted, ev.WorkloadRunning, ev.WorkloadEvicted,
+                              ev.WorkloadFinished)):
+            continue
+        rec = seen.setdefault(d.workload, {"evictions": 0})
+        if isinstance(d, ev.WorkloadQueued):
+            rec["queued_ms"] = env.time_ms
+        elif isinstance(d, ev.WorkloadAdmitted):
+            rec.setdefault("admitted_ms", env.time_ms)
+        elif isinstance(d, ev.WorkloadRunning):
+            rec.setdefault("running_ms", env.time_ms)
+        elif isinstance(d, ev.WorkloadEvicted):
+            rec["evictions"] += 1
+        else:
+            rec.setdefault("finished_ms", env.time_ms)
+    return seen
 
 
 def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, int]]]:
@@ -289,26 +295,26 @@ def run(sc: Scenario, deadline_s: float | None = None) -> dict:
                 asyncio.run(stack.publish_config(running.bootstrap, sc.contract, f"kueue-perf/{sc.name}",
                                                  running.clock.now_ms()))
                 running.wait_ready()
-                sent, seen = asyncio.run(_run_async(running.bootstrap, sc, deadline_s))
+                sent = asyncio.run(_run_async(running.bootstrap, sc, deadline_s))
                 _, envs = asyncio.run(stack.read_state(running.bootstrap))
         finally:
             if old is None:
                 os.environ.pop("GANGWAY_STATE_DIR", None)
             else:
                 os.environ["GANGWAY_STATE_DIR"] = old
-    result = figures(sc, sent, seen, envs)
+    result = figures(sc, sent, times_of(envs), envs)
     from gangway.benchmarks.pipeline import _replay_speed
     result["replay"] = _replay_speed(envs)
     return result
 
 
-async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float):
-    watcher = asyncio.create_task(_watch(bootstrap, len(sc.specs), deadline_s))
+async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float) -> dict[str, int]:
+    watcher = asyncio.create_task(_wait_finished(bootstrap, len(sc.specs), deadline_s))
     # Every job at its creation time (half a second from now, to let the watcher start).
     sent = await stack.publish_jobs(bootstrap, [job(s) for s in sc.specs],
                                     at_s=[0.5 + s.create_ms / 1000 for s in sc.specs], source="gangway/bench-kueue")
-    seen = await watcher
-    return sent, seen
+    await watcher
+    return sent
 
 
 def report(result: dict) -> str:
