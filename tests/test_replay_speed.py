@@ -26,6 +26,7 @@ from test_properties import actions, random_run
 from test_replay import LOG, data, first, tampered
 
 _PARSE, _SPECS_BUILD, _THRESHOLDS_BUILD = _scoring._parsed, _scoring._specs, _fragmentation._thresholds
+_EFFECTS_BUILD = _scoring._effects
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -110,7 +111,8 @@ def test_a_log_too_short_to_split_is_checked_here():
 
 
 def _no_memos():
-    """free_capacity builds every room, the scorer parses, builds its specs, table and thresholds."""
+    """free_capacity builds every room, the scorer parses, builds its specs, table and thresholds,
+    and scores every kind of node afresh."""
     from gangway.services.placement import fragmentation, policy, scoring
 
     def rooms(state):
@@ -124,7 +126,11 @@ def _no_memos():
         fragmentation._THRESHOLDS.clear()
         return _THRESHOLDS_BUILD(table)
 
-    return [mock.patch.object(policy, "_rooms", rooms),
+    def effects(*args):
+        scoring._EFFECTS[:] = [None, {}]
+        return _EFFECTS_BUILD(*args)
+
+    return [mock.patch.object(policy, "_rooms", rooms), mock.patch.object(scoring, "_effects", effects),
             mock.patch.object(scoring, "_parsed", lambda key: (scoring._PARSED.clear(), _PARSE(key))[1]),
             mock.patch.object(scoring, "_specs", specs),
             mock.patch.object(fragmentation, "_table", lambda shapes, specs: fragmentation.ShapeTable.of(shapes, specs)),
@@ -241,3 +247,45 @@ def test_a_worker_that_dies_is_reported(monkeypatch):
     monkeypatch.setattr(replay, "_child", lambda *args: os._exit(3))
     with pytest.raises(RuntimeError, match="a replay worker died \\(exit code 3\\)"):
         verify(LOG, workers=2)
+
+
+def _keys_from_scratch(live, shape, cpu, memory, gpus, models):
+    """What ``scoring.keys`` gives, all in numpy from the nodes as they are (the offline scorer's way)."""
+    import numpy as np
+
+    from gangway.services.placement.fragmentation import Nodes, after_one_pod, fragmentation
+    width = max(1, max(len(g) for g in gpus))
+    gpu = np.array([list(g) + [0] * (width - len(g)) for g in gpus], dtype=np.int64)
+    before = Nodes(np.array(cpu, dtype=np.int64), np.array(memory, dtype=np.int64) // _scoring.MIB_MILLI, gpu,
+                   np.array([live.codes.get(m, 0) for m in models], dtype=np.int64))
+    after = after_one_pod(before, shape)
+    score = live.scorer.score(before, after, fragmentation(before, live.scorer.table))
+    return list(zip(score.tolist(), after.gpu.sum(axis=1).tolist(), after.cpu.tolist()))
+
+
+_GIB = 1024 * _scoring.MIB_MILLI
+_pod_shape_key = st.tuples(st.sampled_from([0, 4000, 16000]), st.sampled_from([0, 8 * _GIB]),
+                           st.sampled_from([500, 1000, 2000, 4000]), st.sampled_from(["", "A100", "A100|H100"]))
+_node = st.tuples(st.integers(0, 64) .map(lambda c: c * 1000), st.integers(0, 512).map(lambda g: g * _GIB),
+                  st.lists(st.sampled_from([0, 250, 500, 1000]), min_size=1, max_size=8), st.sampled_from(["", "A100", "H100"]))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_pod_shape_key, st.integers(1, 10**7), min_size=1, max_size=6),
+       st.lists(st.tuples(st.integers(0, 10**6), st.lists(_node, min_size=1, max_size=6)), min_size=1, max_size=4))
+def test_the_kept_effects_score_nodes_as_the_scorer_does_from_scratch(mix, calls):
+    """``scoring.keys`` keeps what one more pod does to each kind of node per shape table and
+    weighs it per call: the same keys as scoring the nodes from scratch, call after call (time
+    passing, so the weights change while the table stays)."""
+    pod_shapes = {f"{c}/{m}/{g}" + (f"/{models}" if models else ""): n for (c, m, g, models), n in mix.items()}
+    for age_ms, nodes in calls:
+        live = _scoring.scorer_of(pod_shapes, 0, age_ms, ["A100", "H100"])
+        if live is None:
+            continue
+        for shape in {_scoring.shape_of(c, m, g) for c, m, g, _ in mix}:
+            fits = [(c, m, g, model) for c, m, g, model in nodes if c >= shape.cpu and m // _scoring.MIB_MILLI >= shape.memory
+                    and (max(g) >= shape.milli if shape.milli < 1000 else g.count(1000) >= shape.gpus)]
+            if not fits:
+                continue
+            args = ([f[0] for f in fits], [f[1] for f in fits], [f[2] for f in fits], [f[3] for f in fits])
+            assert _scoring.keys(live, shape, *args) == _keys_from_scratch(live, shape, *args)

@@ -151,9 +151,14 @@ def best_fit_gpu(gpu: np.ndarray, milli: int) -> np.ndarray:
 def stranded(nodes: Nodes, cpu_per_gpu: tuple[int, int], memory_per_gpu: tuple[int, int]) -> np.ndarray:
     """GPU milli free on each node without the CPU or memory to go with it ``[C]``; ``x_per_gpu``
     is the mix's average as a fraction (amount, GPU milli)."""
-    free = nodes.gpu.sum(axis=1)
-    cpu_short = free - nodes.cpu * cpu_per_gpu[1] // max(1, cpu_per_gpu[0])
-    memory_short = free - nodes.memory * memory_per_gpu[1] // max(1, memory_per_gpu[0])
+    return stranded_of(nodes.gpu.sum(axis=1), nodes.cpu, nodes.memory, cpu_per_gpu, memory_per_gpu)
+
+
+def stranded_of(free: np.ndarray, cpu: np.ndarray, memory: np.ndarray, cpu_per_gpu: tuple[int, int],
+                memory_per_gpu: tuple[int, int]) -> np.ndarray:
+    """``stranded`` from each node's free GPU milli (summed), CPU and memory ``[C]``."""
+    cpu_short = free - cpu * cpu_per_gpu[1] // max(1, cpu_per_gpu[0])
+    memory_short = free - memory * memory_per_gpu[1] // max(1, memory_per_gpu[0])
     return np.maximum(0, cpu_short) + np.maximum(0, memory_short)
 
 
@@ -170,10 +175,14 @@ class Scorer(NamedTuple):
         """Rise in weighted fragmentation plus weighted rise in stranded capacity, per node ``[C]``.
         ``frag_before`` is ``fragmentation(before, self.table)`` (kept by the caller)."""
         rise = fragmentation(after, self.table) - frag_before
-        delta = rise @ self.weights
-        total = int(self.weights.sum())
         strand = stranded(after, self.cpu_per_gpu, self.memory_per_gpu)
         strand -= stranded(before, self.cpu_per_gpu, self.memory_per_gpu)
+        return self.combine(rise, strand)
+
+    def combine(self, rise: np.ndarray, strand: np.ndarray) -> np.ndarray:
+        """The score from the rise in fragmentation per shape ``[C, S]`` and in stranded capacity ``[C]``."""
+        delta = rise @ self.weights
+        total = int(self.weights.sum())
         score = delta + STRANDED_WEIGHT * total * strand
         restricted = self.table.restricted
         if restricted.any():

@@ -17,7 +17,7 @@ import numpy as np
 
 from gangway.events.state import GPU_MODEL_LABEL, pod_shape_counts
 from gangway.services.placement.fragmentation import (  # noqa: F401 (Shape: re-exported)
-    WHOLE, Nodes, Scorer, Shape, ShapeMix, after_one_pod, fragmentation,
+    WHOLE, Nodes, Scorer, Shape, ShapeMix, after_one_pod, fragmentation, stranded_of,
 )
 
 MIB_MILLI = 1000 * 2**20
@@ -126,16 +126,53 @@ def order(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[i
 
 def keys(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[int],
           gpus: Sequence[Sequence[int]], models: Sequence[str]) -> list[tuple[int, int, int]]:
-    """(score, GPU capacity left, CPU left) of each node with one more pod of ``shape``."""
-    widths = {len(g) for g in gpus}
-    width = max(1, max(widths))
-    if widths == {width}:  # every node as wide: no padding
-        gpu = np.array(gpus, dtype=np.int64).reshape(len(gpus), width)
-    else:
-        gpu = np.array([list(g) + [0] * (width - len(g)) for g in gpus], dtype=np.int64)
-    model = [live.codes.get(m, 0) for m in models]
-    before = Nodes(np.array(cpu, dtype=np.int64), np.array(memory, dtype=np.int64) // MIB_MILLI,
-                   gpu, np.array(model, dtype=np.int64))
-    after = after_one_pod(before, shape)
-    score = live.scorer.score(before, after, fragmentation(before, live.scorer.table))
-    return list(zip(score.tolist(), after.gpu.sum(axis=1).tolist(), after.cpu.tolist()))
+    """(score, GPU capacity left, CPU left) of each node with one more pod of ``shape``.
+
+    What one more pod does to a kind of node (its rise in fragmentation per shape, and what it
+    leaves) depends on the scorer's shapes, not on their weights, which change pod by pod: it is
+    kept per shape table (``_effects``); only the weighing is done for each call."""
+    scorer = live.scorer
+    mib = [m // MIB_MILLI for m in memory]
+    effects = _effects(scorer.table, shape, cpu, mib, gpus, [live.codes.get(m, 0) for m in models])
+    if not effects:
+        return []
+    rise = np.array([e[0] for e in effects], dtype=np.int64).reshape(len(effects), -1)
+    left_gpu, left_cpu, left_memory = [e[1] for e in effects], [e[2] for e in effects], [e[3] for e in effects]
+    strand = stranded_of(np.array(left_gpu, dtype=np.int64), np.array(left_cpu, dtype=np.int64),
+                         np.array(left_memory, dtype=np.int64), scorer.cpu_per_gpu, scorer.memory_per_gpu)
+    strand -= stranded_of(np.array([sum(g) for g in gpus], dtype=np.int64), np.array(cpu, dtype=np.int64),
+                          np.array(mib, dtype=np.int64), scorer.cpu_per_gpu, scorer.memory_per_gpu)
+    score = scorer.combine(rise, strand)
+    return list(zip(score.tolist(), left_gpu, left_cpu))
+
+
+#: [the shape table, (shape, cpu, memory MiB, GPUs, model code) → (rise in fragmentation per
+#: shape, GPU milli, CPU and memory left)] for the table in use (its shapes seldom change).
+_EFFECTS: list = [None, {}]
+
+
+def _effects(table, shape: Shape, cpu: Sequence[int], mib: Sequence[int], gpus: Sequence[Sequence[int]],
+             codes: Sequence[int]) -> list[tuple[list[int], int, int, int]]:
+    """Each node's (rise in fragmentation per shape of ``table``, GPU milli, CPU and memory left)
+    with one more pod of ``shape``: computed (numpy) for the kinds not seen with this table yet."""
+    if _EFFECTS[0] is not table or len(_EFFECTS[1]) > 65_536:
+        _EFFECTS[:] = [table, {}]
+    memo = _EFFECTS[1]
+    kinds = [(shape, c, m, tuple(g), code) for c, m, g, code in zip(cpu, mib, gpus, codes)]
+    new = [i for i, kind in enumerate(kinds) if kind not in memo]
+    if new:
+        rows = [gpus[i] for i in new]
+        widths = {len(g) for g in rows}
+        width = max(1, max(widths))
+        if widths == {width}:  # every node as wide: no padding
+            gpu = np.array(rows, dtype=np.int64).reshape(len(rows), width)
+        else:  # (padding adds GPUs with nothing free: no node's figures change)
+            gpu = np.array([list(g) + [0] * (width - len(g)) for g in rows], dtype=np.int64)
+        before = Nodes(np.array([cpu[i] for i in new], dtype=np.int64), np.array([mib[i] for i in new], dtype=np.int64),
+                       gpu, np.array([codes[i] for i in new], dtype=np.int64))
+        after = after_one_pod(before, shape)
+        rise = (fragmentation(after, table) - fragmentation(before, table)).tolist()
+        left = zip(after.gpu.sum(axis=1).tolist(), after.cpu.tolist(), after.memory.tolist())
+        for i, r, (g, c, m) in zip(new, rise, left):
+            memo[kinds[i]] = (r, g, c, m)
+    return [memo[kind] for kind in kinds]
