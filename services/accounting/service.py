@@ -6,9 +6,11 @@ The new charges, the running charges and the new log position are written in one
 written at most once every ``LEDGER_WRITE_EVERY_S``, and at most a tenth of the time (and once more
 at stop): the running charges are rewritten whole at each write, which, after every fetched batch
 of a burst onto a big cluster, cost more than the rest of the service put together. The ledger
-lags the log by about that long. The log is identified by a digest of its whole first event (``billing.log_identity``), and
-the tracking row keeps the id of the event at its position: if the log holds another event there,
-it is another log, recorded afresh under a new identity.
+lags the log by about that long.
+
+The log is identified by a digest of its whole first event (``billing.log_identity``), and the
+tracking row keeps the id of the event at its position: if the log holds another event there, it
+is another log, recorded afresh under a new identity.
 
 When the log's clock passes a billing period's end (plus the contract's settle time), the books
 cut the period and the active instance publishes one ``InvoiceIssued`` per team on
