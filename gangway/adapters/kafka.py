@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -529,6 +530,22 @@ async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: b
                 yield env
             if caught_up and not follow:
                 return
+
+
+async def first_events(bootstrap: str, event_type: type, workloads: set[str], deadline_s: float) -> dict[str, int]:
+    """When each of ``workloads`` first has an event of ``event_type`` on the log (its event time),
+    following the log until all of them have or ``deadline_s`` passes (then what was found). Only
+    records of that type are decoded: a benchmark waiting on the services does not take their CPU."""
+    found: dict[str, int] = {}
+    deadline = time.monotonic() + deadline_s
+    async with contextlib.aclosing(log_fetches(bootstrap, idle_ms=100, types=(event_type,))) as fetches:
+        async for envs, _, _ in fetches:
+            for env in envs:
+                if env.data.workload in workloads:
+                    found.setdefault(env.data.workload, env.time_ms)
+            if len(found) == len(workloads) or time.monotonic() > deadline:
+                return found
+    return found
 
 
 class ActiveLease:

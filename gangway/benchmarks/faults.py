@@ -227,19 +227,7 @@ def _active_lines(path: Path) -> int:
 
 
 def _wait_finished(bootstrap: str, expected: set[str], timeout_s: float) -> None:
-    async def watch() -> None:
-        done: set[str] = set()
-        start = 0
-        deadline = time.monotonic() + timeout_s
-        while not expected <= done:
-            async for env in kafka.read_log(bootstrap, start=start, idle_ms=200):
-                start = env.offset + 1
-                if isinstance(env.data, ev.WorkloadFinished):
-                    done.add(env.data.workload)
-            if time.monotonic() > deadline:
-                return
-            await asyncio.sleep(0.2)
-    asyncio.run(watch())
+    asyncio.run(kafka.first_events(bootstrap, ev.WorkloadFinished, expected, timeout_s))
 
 
 def count_faults(envs: list[ev.Envelope]) -> dict:

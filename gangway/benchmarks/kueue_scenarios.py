@@ -16,12 +16,10 @@ binder's WorkloadRunning time; release is the WorkloadFinished time (start + run
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,18 +191,11 @@ def job(s: Spec) -> ev.JobSubmitted:
     )
 
 
-async def _wait_finished(bootstrap: str, expected: int, deadline_s: float) -> None:
-    """Follow the log until ``expected`` workloads finished (only WorkloadFinished records are
-    decoded while the scenario runs: the benchmark should not take the services' CPU)."""
-    finished: set[str] = set()
-    deadline = time.monotonic() + deadline_s
-    async with contextlib.aclosing(kafka.log_fetches(bootstrap, idle_ms=200, types=(ev.WorkloadFinished,))) as fetches:
-        async for envs, _, _ in fetches:
-            finished.update(env.data.workload for env in envs)
-            if len(finished) >= expected:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(finished)} of {expected} workloads finished in {deadline_s:.0f} s")
+async def _wait_finished(bootstrap: str, expected: set[str], deadline_s: float) -> None:
+    """Follow the log until every expected workload finished."""
+    finished = await kafka.first_events(bootstrap, ev.WorkloadFinished, expected, deadline_s)
+    if len(finished) < len(expected):
+        raise TimeoutError(f"only {len(finished)} of {len(expected)} workloads finished in {deadline_s:.0f} s")
 
 
 def times_of(envs: list[ev.Envelope]) -> dict[str, dict]:
@@ -309,7 +300,7 @@ def run(sc: Scenario, deadline_s: float | None = None) -> dict:
 
 
 async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float) -> dict[str, int]:
-    watcher = asyncio.create_task(_wait_finished(bootstrap, len(sc.specs), deadline_s))
+    watcher = asyncio.create_task(_wait_finished(bootstrap, {f"{s.namespace}/{s.name}" for s in sc.specs}, deadline_s))
     # Every job at its creation time (half a second from now, to let the watcher start).
     sent = await stack.publish_jobs(bootstrap, [job(s) for s in sc.specs],
                                     at_s=[0.5 + s.create_ms / 1000 for s in sc.specs], source="gangway/bench-kueue")

@@ -48,22 +48,11 @@ def job(i: int, runtime_s: float) -> ev.JobSubmitted:
 
 
 async def _wait_running(bootstrap: str, expected: set[str], deadline_s: float) -> dict[str, int]:
-    """Cluster time at which each expected workload was first reported running (only the log's
-    WorkloadRunning records are decoded: the benchmark should not take the services' CPU)."""
-    import contextlib
-
+    """Cluster time at which each expected workload was first reported running."""
     from gangway.adapters import kafka
-    running: dict[str, int] = {}
-    deadline = time.monotonic() + deadline_s
-    async with contextlib.aclosing(kafka.log_fetches(bootstrap, idle_ms=100, types=(ev.WorkloadRunning,))) as fetches:
-        async for envs, _, _ in fetches:
-            for env in envs:
-                if env.data.workload in expected:
-                    running.setdefault(env.data.workload, env.time_ms)
-            if len(running) == len(expected):
-                return running
-            if time.monotonic() > deadline:
-                break
+    running = await kafka.first_events(bootstrap, ev.WorkloadRunning, expected, deadline_s)
+    if len(running) == len(expected):
+        return running
     state, _ = await stack.read_state(bootstrap)
     stuck = {w: (state.workloads[w].phase, state.workloads[w].superseded) if w in state.workloads else "not queued"
              for w in sorted(expected - set(running))[:10]}

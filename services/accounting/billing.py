@@ -47,11 +47,18 @@ def node_flavor(contract: Contract | None, labels: dict[str, str]) -> str:
 
 def capacity(state: State) -> dict[str, int]:
     """GPU milli per flavor on the state's nodes."""
+    return _summed(_node_part(state.contract, node) for node in state.nodes.values())
+
+
+def _node_part(contract: Contract | None, node) -> tuple[str, int]:
+    """A node's part of the capacity: (its GPUs' flavor, GPU milli)."""
+    return node_flavor(contract, node.labels), node.allocatable.get(GPU, 0)
+
+
+def _summed(parts) -> dict[str, int]:
     out: dict[str, int] = {}
-    for node in state.nodes.values():
-        gpus = node.allocatable.get(GPU, 0)
+    for flavor, gpus in parts:
         if gpus:
-            flavor = node_flavor(state.contract, node.labels)
             out[flavor] = out.get(flavor, 0) + gpus
     return out
 
@@ -238,12 +245,8 @@ class Books:
         """``capacity(state)``, kept up to date node by node."""
         if state.contract is not self._capacity_of or isinstance(data, ev.ConfigApplied):
             self._capacity_of = state.contract
-            self._node_parts = {name: (node_flavor(state.contract, node.labels), node.allocatable.get(GPU, 0))
-                                for name, node in state.nodes.items()}
-            self._capacity = {}
-            for flavor, gpus in self._node_parts.values():
-                if gpus:
-                    self._capacity[flavor] = self._capacity.get(flavor, 0) + gpus
+            self._node_parts = {name: _node_part(state.contract, node) for name, node in state.nodes.items()}
+            self._capacity = _summed(self._node_parts.values())
             return dict(self._capacity)
         flavor, gpus = self._node_parts.pop(data.node, ("", 0))
         if gpus:
@@ -252,8 +255,7 @@ class Books:
                 del self._capacity[flavor]
         node = state.nodes.get(data.node)
         if node is not None:
-            flavor, gpus = node_flavor(state.contract, node.labels), node.allocatable.get(GPU, 0)
-            self._node_parts[data.node] = (flavor, gpus)
+            flavor, gpus = self._node_parts[data.node] = _node_part(state.contract, node)
             if gpus:
                 self._capacity[flavor] = self._capacity.get(flavor, 0) + gpus
         return dict(self._capacity)
