@@ -153,6 +153,15 @@ def test_admission_is_kept_on_the_workload_with_its_borrowing():
     assert wl.admission.borrowed == {GPU: 4000}
 
 
+def test_an_admission_that_borrows_less_by_the_time_it_is_folded_holds():
+    """Work of the queue ended between the decision and its fold: it borrows less than it said."""
+    log = base().running(workload("x").queue("a").gpus(4)).queue(workload("w").queue("a").gpus(8))
+    decision = log.admission("w")
+    assert decision.borrowed == {GPU: 4000}
+    log.finish("x").add(decision)
+    assert log.phase("w") == "admitted" and log.state.workloads["w"].superseded is None
+
+
 def test_running_records_its_start_time():
     log = base().queue(W4).admit("w").place("w").bind("w")
     assert log.state.workloads["w"].started_ms == log.envelopes[-1].time_ms

@@ -101,6 +101,29 @@ def test_once_its_minimum_runtime_has_passed_it_may_be_preempted():
     assert victims(log) == ["old"]  # "new" has run 50 s of its 60
 
 
+def declared_runtime_queue(ran_ms: int, runtime_ms: int | None = 60_000) -> LogBuilder:
+    """Queue q (8 GPUs, grace 5 s): "v" declared ``runtime_ms`` and has run ``ran_ms``; "p" waits."""
+    c = contract(cluster_queue("q").gpus(8).preemption(within="LowerPriority")).priority_class("batch", 0, grace_ms=5_000)
+    log = LogBuilder(step_ms=0).configure(c).nodes(node("n1").gpus(8))
+    declared = workload("v").queue("q").priority(0, "batch").pod_set("main", count=1, gpus=8)
+    log.running(declared.runtime_ms(runtime_ms) if runtime_ms is not None else declared)
+    return log.at(log.state.workloads["v"].started_ms + ran_ms).queue(wl("p", "q", 8, priority=10))
+
+
+def test_a_workload_expected_to_end_within_its_grace_period_is_waited_for_not_evicted():
+    assert victims(declared_runtime_queue(ran_ms=56_000)) == []  # ends in 4 s; an eviction gives it 5
+
+
+def test_a_workload_expected_to_run_longer_than_its_grace_period_is_evicted():
+    assert victims(declared_runtime_queue(ran_ms=54_000)) == ["v"]  # 6 s to go
+    assert victims(declared_runtime_queue(ran_ms=54_000, runtime_ms=None)) == ["v"]  # no runtime declared
+
+
+def test_a_workload_late_by_more_than_a_grace_period_is_no_longer_waited_for():
+    assert victims(declared_runtime_queue(ran_ms=64_000)) == []  # 4 s late: still believed
+    assert victims(declared_runtime_queue(ran_ms=66_000)) == ["v"]  # 6 s late
+
+
 def test_the_binder_ticks_when_a_minimum_runtime_ends_while_someone_waits():
     log = checkpointed_queue(min_runtime_ms=600_000).queue(wl("p", "q", 4, priority=10))
     ends = log.state.workloads["old"].started_ms + 600_000

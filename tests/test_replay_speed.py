@@ -183,7 +183,7 @@ def test_the_deciders_memos_change_no_decision_on_a_busy_cluster():
     log = simulated_log(workloads=300, seed=7, nodes=8)
     with mock.patch.object(_scoring, "keys", wraps=_scoring.keys) as scored:
         with_memos = _decisions_at_every_offset(log)
-    assert scored.call_count > 50
+    assert scored.call_count > 30  # the scorer is exercised, not skipped
     with contextlib.ExitStack() as stack:
         for patch in _no_memos():
             stack.enter_context(patch)

@@ -2,8 +2,9 @@
 
 When a gang fits its quota and enough GPUs are free in total on its flavor's nodes, but no whole
 placement exists (the free GPUs are scattered), plan a consolidation:
-1. candidates are running workloads that may be moved: priority at most the gang's, past their
-   minimum runtime, not already leaving — cheapest first (least work lost since the last
+1. candidates are running workloads that may be moved: priority at most the gang's, not
+   ``protected`` (past their minimum runtime, not expected to end within their grace period anyway),
+   not already leaving — cheapest first (least work lost since the last
    checkpoint, then fewest GPUs);
 2. take candidates out, one by one, until the gang can be placed;
 3. minimal set: put back every candidate the gang can do without (newest choice first);
@@ -59,14 +60,29 @@ def _movable(state: State, idx: ContractIndex, wl: WorkloadState, nodes, ordered
             continue
         if other.spec.priority > wl.spec.priority:
             continue
-        minimum = idx.min_runtime_ms(other.spec.priority_class)
-        if minimum and other.started_ms is not None and state.time_ms - other.started_ms < minimum:
+        if protected(idx, other, state.time_ms):
             continue
         if nodes is not None and not any(a.node in nodes for a in other.placement.assignments):
             continue
         found.append(((lost_ms(other, state.time_ms), other.request.get(GPU, 0), -other.seq), other))
     found.sort(key=lambda item: item[0])
     return [other for _, other in found]
+
+
+def protected(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
+    """May ``victim`` not be evicted now? When it has run less than its priority class's minimum
+    runtime (kueue#9876), or when it is expected to end — by its declared runtime — within one grace
+    period of now: an eviction gives it that grace to leave, so evicting it would free nothing
+    sooner than waiting, and would throw its work away if it failed to finish in time after all.
+    (One that is late by more than a grace period is no longer believed.)"""
+    started = victim.started_ms
+    minimum = idx.min_runtime_ms(victim.spec.priority_class)
+    if minimum and started is not None and now_ms - started < minimum:
+        return True
+    runtime = victim.spec.runtime_ms
+    if runtime is None:
+        return False
+    return abs((started if started is not None else now_ms) + runtime - now_ms) <= idx.grace_ms(victim.spec.priority_class)
 
 
 def _gang_fits(free, wl: WorkloadState, moved: list[WorkloadState], nodes) -> bool:

@@ -13,7 +13,9 @@ which evictions could make room:
      must borrow;
    - other queues, fair sharing: the preemption strategies (LessThanOrEqualToFinalShare,
      LessThanInitialShare) compare the queues' dominant resource shares;
-   - never a workload that has run less than its priority class's minimum runtime;
+   - never a workload that has run less than its priority class's minimum runtime, nor one
+     expected to end (its declared runtime) within the grace period its eviction would give it —
+     evicting it frees nothing sooner than waiting for it (``defrag.protected``);
 2. add candidates to a trial until the preemptor fits (quota and a whole placement);
 3. minimal set: put each chosen victim back, newest choice first, and keep it out of the set if
    the preemptor still fits without evicting it;
@@ -37,7 +39,7 @@ from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.policy import admission_cycle
 from gangway.services.admission.snapshot import Snapshot
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes, victims_in_flight
-from gangway.services.preemption.defrag import plan_moves
+from gangway.services.preemption.defrag import plan_moves, protected
 
 #: At most this many preemptors are served per cycle.
 PREEMPTORS_PER_CYCLE_MAX = 64
@@ -220,7 +222,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
                 rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
             else:
                 rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)
-        if rule and _shares_something(state, trial, victim) and not _protected(idx, state, victim):
+        if rule and _shares_something(state, trial, victim) and not protected(idx, victim, state.time_ms):
             lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
             # With fair sharing, the queue furthest above its share gives first (Kueue's order).
             share = 0
@@ -253,10 +255,6 @@ def _shares_something(state: State, trial: _Trial, victim: WorkloadState) -> boo
     return any(a.node in trial.nodes for a in victim.placement.assignments)
 
 
-def _protected(idx: ContractIndex, state: State, victim: WorkloadState) -> bool:
-    """Has the victim run less than its class's minimum runtime (kueue#9876)?"""
-    minimum = idx.min_runtime_ms(victim.spec.priority_class)
-    return bool(minimum) and victim.started_ms is not None and state.time_ms - victim.started_ms < minimum
 
 
 def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> Reason | None:
