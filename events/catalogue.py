@@ -256,6 +256,11 @@ class PlacementDecided(_Event, frozen=True):
     reason_params: dict[str, Param] = {}
     #: The cluster's fragmentation once this placement (and those before it in its cycle) holds.
     fragmentation: Fragmentation | None = None
+    #: Decided with the workload's admission, by the admission service, and written right after it
+    #: in the same append: ``based_on`` is the admission's, when the workload was still pending. It
+    #: holds while the admission in force is the one decided there. (False: the placement service's,
+    #: based on a state in which the workload was admitted.)
+    with_admission: bool = False
 
 
 class EvictionOrdered(_Event, frozen=True):

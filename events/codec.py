@@ -319,7 +319,8 @@ LOG_WRITERS: dict[str, frozenset[type]] = {
     # contracts from gangway.config
     "gangway/submission": frozenset({ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
                                      ev.ConfigApplied}),
-    "gangway/admission": frozenset({ev.WorkloadAdmitted}),
+    # admission writes a gang's placement with its admission (PlacementDecided.with_admission)
+    "gangway/admission": frozenset({ev.WorkloadAdmitted, ev.PlacementDecided}),
     "gangway/placement": frozenset({ev.PlacementDecided}),
     "gangway/preemption": frozenset({ev.EvictionOrdered}),
     # the binder reports the cluster: the simulated one's telemetry too, the Kubernetes one's withdrawals

@@ -339,7 +339,12 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
 
 
 def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> Reason | None:
-    stale = _stale(wl, "admitted", e.based_on, wl and wl.admitted_at, "the admission in force")
+    if e.with_admission:  # decided at the admission's offset: the admission in force must be that one
+        stale = _stale(wl, "admitted", e.based_on, e.based_on, "")
+        if stale is None and wl.admission.based_on != e.based_on:
+            stale = reason(C.DECIDED_BEFORE, based_on=e.based_on, what="the admission in force", since=wl.admitted_at)
+    else:
+        stale = _stale(wl, "admitted", e.based_on, wl and wl.admitted_at, "the admission in force")
     if stale is not None:
         return stale
     per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}

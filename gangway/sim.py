@@ -16,7 +16,7 @@ from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.binder.policy import DEFAULT_RUNTIME_MS, due_reports, next_due_ms, node_sync
-from gangway.services.deciders import DECIDERS, WRITTEN_BY, decision_id
+from gangway.services.deciders import DECIDERS, WRITTEN_BY, id_of
 
 SERVICES = tuple(DECIDERS)
 
@@ -74,7 +74,7 @@ class Simulation:
                 continue
             prefix = DECIDERS[service][0]
             for d in self.decide[service](self.state):
-                self.append(decision_id(prefix, d.workload, d.based_on), self.state.time_ms, d,
+                self.append(id_of(prefix, d), self.state.time_ms, d,
                             f"gangway/{WRITTEN_BY.get(service, service)}")
                 added += 1
         return added

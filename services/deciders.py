@@ -6,14 +6,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 from gangway.events.catalogue import Decision, EvictionOrdered, PlacementDecided, WorkloadAdmitted, WorkloadIdle
 from gangway.events.state import State
-from gangway.services.admission.policy import admissions, decide_admission
+from gangway.services.admission.policy import admissions_placed
 from gangway.services.placement.policy import decide_placement, placements
 from gangway.services.preemption.idle import decide_idle
 from gangway.services.preemption.policy import decide_preemption, evictions
 
 #: service → (event id prefix, decide)
 DECIDERS: dict[str, tuple[str, Callable[[State], list[Decision]]]] = {
-    "admission": ("admit", decide_admission),
+    #: admission writes each gang's placement with its admission (``PlacementDecided.with_admission``)
+    "admission": ("admit", lambda state: list(admissions_placed(state))),
     "placement": ("place", decide_placement),
     "preemption": ("evict", decide_preemption),
     #: The idle-GPU hunt; the accounting shell runs it.
@@ -21,7 +22,7 @@ DECIDERS: dict[str, tuple[str, Callable[[State], list[Decision]]]] = {
 }
 #: service → its decisions one by one, lazily (the same as ``decide``'s list, in order).
 LAZY: dict[str, Callable[[State], Iterable[Decision]]] = {
-    "admission": admissions,
+    "admission": admissions_placed,
     "placement": placements,
     "preemption": evictions,
     "idle-hunt": decide_idle,
@@ -36,15 +37,29 @@ SERVICE_OF: dict[type, str] = {
 }
 
 
+def service_of(decision: Decision) -> str:
+    """The decider that made ``decision`` (a placement decided with its admission is admission's)."""
+    if isinstance(decision, PlacementDecided) and decision.with_admission:
+        return "admission"
+    return SERVICE_OF[type(decision)]
+
+
 def decision_id(prefix: str, workload: str, based_on: int) -> str:
     """Deterministic: a service deciding again at the same offset writes the same ids."""
     return f"{prefix}/{workload}/{based_on}"
 
 
+def id_of(prefix: str, decision: Decision) -> str:
+    """``decision``'s id; a placement decided with its admission is named after the admission:
+    ``admit/<workload>/<offset>/placement``."""
+    name = decision_id(prefix, decision.workload, decision.based_on)
+    return f"{name}/placement" if isinstance(decision, PlacementDecided) and decision.with_admission else name
+
+
 def propose(service: str, state: State) -> list[tuple[str, int, Decision]]:
     """``decide`` of one service, as (event id, event time, decision) — time is the state's."""
     prefix, decide = DECIDERS[service]
-    return [(decision_id(prefix, d.workload, d.based_on), state.time_ms, d) for d in decide(state)]
+    return [(id_of(prefix, d), state.time_ms, d) for d in decide(state)]
 
 
 def propose_until(service: str, state: State, wanted: set[str]) -> Iterator[tuple[str, int, Decision]]:
@@ -53,7 +68,7 @@ def propose_until(service: str, state: State, wanted: set[str]) -> Iterator[tupl
     prefix = DECIDERS[service][0]
     left = set(wanted)
     for d in LAZY[service](state):
-        pid = decision_id(prefix, d.workload, d.based_on)
+        pid = id_of(prefix, d)
         yield pid, state.time_ms, d
         left.discard(pid)
         if not left:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
-from gangway.services.binder.policy import due_reports, next_due_ms
+from gangway.services.binder.policy import due_reports, next_due_ms, rule_deadlines
 from gangway.services.preemption.policy import decide_preemption, work_lost_ms
 from gangway.services.submission.telemetry import decide_telemetry
 from gangway.sim import Simulation
@@ -122,6 +122,17 @@ def test_a_workload_expected_to_run_longer_than_its_grace_period_is_evicted():
 def test_a_workload_late_by_more_than_a_grace_period_is_no_longer_waited_for():
     assert victims(declared_runtime_queue(ran_ms=64_000)) == []  # 4 s late: still believed
     assert victims(declared_runtime_queue(ran_ms=66_000)) == ["v"]  # 6 s late
+
+
+def test_the_moment_a_workload_is_late_by_more_than_its_grace_period_is_a_rule_deadline():
+    """On a real cluster a workload may overrun its declared runtime: the binder ticks then (the
+    simulated one reports it finished at its runtime instead)."""
+    log = declared_runtime_queue(ran_ms=64_000)
+    assert victims(log) == []
+    late = log.state.workloads["v"].started_ms + 60_000 + 5_000 + 1
+    assert rule_deadlines(log.state) == [(late, "v is late by more than its grace period")]
+    log.add(ev.ClockTicked(reason="v is late by more than its grace period"), at_ms=late)
+    assert victims(log) == ["v"]
 
 
 def test_the_binder_ticks_when_a_minimum_runtime_ends_while_someone_waits():

@@ -14,7 +14,7 @@ import yaml
 from gangway.read import schemas
 from gangway.events import catalogue as ev
 from gangway.events import topics
-from gangway.events.codec import encode_data
+from gangway.events.codec import LOG_WRITERS, encode_data
 from gangway.events.reasons import MESSAGES, ReasonCode
 from gangway.events.contract import (
     ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota, ResourceFlavor,
@@ -179,6 +179,16 @@ def test_every_asyncapi_operation_names_a_channel_and_its_messages():
         assert op["action"] in ("send", "receive") and channel in doc["channels"], name
         for ref in op.get("messages", []):
             assert ref["$ref"].removeprefix(f"#/channels/{channel}/messages/") in doc["channels"][channel]["messages"]
+
+
+def test_each_services_send_operation_lists_what_it_may_write_on_the_log():
+    """The document says what the codec enforces (``LOG_WRITERS``): a writer's own events, no more."""
+    doc = yaml.safe_load((schemas.ROOT / schemas.ASYNCAPI).read_text())
+    for source, types in LOG_WRITERS.items():
+        op = doc["operations"].get(f"{source.removeprefix('gangway/')}_send_log")
+        if op is None:  # gangway/config: logs written before contracts came through gangway.config
+            continue
+        assert sorted(m["$ref"].rsplit("/", 1)[1] for m in op["messages"]) == sorted(t.__name__ for t in types), source
 
 
 def test_a_consumer_can_switch_on_the_reason_code():

@@ -13,6 +13,7 @@ from gangway.events.catalogue import NodeObserved, PlacementDecided, PodAssignme
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
 from gangway.events.resources import GPU
 from gangway.events.state import State
+from gangway.services.admission.policy import decide_admission
 from gangway.services.placement.topology import ISLAND
 from gangway.sim import Simulation
 
@@ -47,7 +48,8 @@ def _job(name: str, gpus: int, topology: TopologyRequest | None = None) -> Workl
 
 def tell(greedy: bool) -> dict:
     """Run the story with the greedy baseline or gangway's placement; what was left and what ran."""
-    sim = Simulation(decide={"placement": spread_placement} if greedy else None)
+    # The baseline places every gang itself: admission admits only (gangway's admits and places).
+    sim = Simulation(decide={"admission": decide_admission, "placement": spread_placement} if greedy else None)
     sim.configure(Contract(cluster_queues=[ClusterQueue(name="ml", flavors=[FlavorQuotas(
         flavor="default", resources={GPU: Quota(nominal=64_000)})])],
         local_queues=[LocalQueue(namespace="ml", name="default", cluster_queue="ml")]))

@@ -62,12 +62,12 @@ CHANNELS = (
         {
             "submission": (ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
                            ev.ConfigApplied),
-            "admission": (ev.WorkloadAdmitted,),
+            "admission": (ev.WorkloadAdmitted, ev.PlacementDecided),  # a gang's placement with its admission
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),
             "binder": (ev.WorkloadBound, ev.WorkloadRunning, ev.WorkloadFinished, ev.WorkloadEvicted,
                        ev.NodeObserved, ev.NodeRemoved, ev.ClockTicked, ev.WorkloadWithdrawn,
-                       ev.ClusterReconciled),
+                       ev.ClusterReconciled, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress),
             "accounting": (ev.WorkloadIdle,),
         },
         ("submission", "admission", "placement", "preemption", "binder", "accounting", "audit"),

@@ -22,14 +22,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Container, Iterator
 
-from gangway.events.catalogue import WorkloadAdmitted
+from gangway.events.catalogue import PlacementDecided, WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason, said
-from gangway.events.resources import ContractIndex, by_flavor, index_of
+from gangway.events.resources import ContractIndex, admitted_pod_sets, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
-from gangway.services.placement.policy import victims_in_flight
+from gangway.services.placement.policy import Placer, victims_in_flight
 
 #: At most this many admissions per cycle.
 ADMISSIONS_PER_CYCLE_MAX = 1000
@@ -235,6 +235,29 @@ def admissions(state: State) -> Iterator[WorkloadAdmitted]:
         made += 1
         if made >= ADMISSIONS_PER_CYCLE_MAX:
             break
+
+
+def admissions_placed(state: State) -> Iterator[WorkloadAdmitted | PlacementDecided]:
+    """What the admission service writes: each admission followed by the gang's placement, decided
+    in the same cycle (``PlacementDecided.with_admission``) — one round trip through the log fewer
+    between quota and running. The placement is the placement service's own (``Placer``: scored,
+    the gangs admitted before and not yet placed placed first, preemptors' room kept); a gang it
+    cannot place there is left to the placement service, and so is one whose placement the fold
+    finds no longer fits (the nodes changed between the decision and its fold)."""
+    decided = list(admissions(state))
+    if not decided:
+        return
+    placer = Placer(state, admitted={a.workload for a in decided})
+    for name in state.unplaced:
+        placer.place(state.workloads[name])
+    idx = index_of(state.contract)
+    for admitted in decided:
+        yield admitted
+        wl = state.workloads[admitted.workload]
+        placed = placer.place(wl, admitted_pod_sets(wl.spec.pod_sets, admitted.counts),
+                              idx.nodes_of(admitted.flavors, state), with_admission=True)
+        if placed is not None:
+            yield placed
 
 
 def _nothing_left(state: State, snap: Snapshot) -> bool:

@@ -22,7 +22,7 @@ import msgspec
 from gangway.events.catalogue import DECISION_TYPES, Envelope
 from gangway.events.fold import apply
 from gangway.events.state import State
-from gangway.services.deciders import SERVICE_OF, propose_until
+from gangway.services.deciders import propose_until, service_of
 
 
 @dataclass
@@ -55,7 +55,7 @@ def _wanted(envelopes: list[Envelope]) -> dict[int, dict[str, set[str]]]:
     wanted: dict[int, dict[str, set[str]]] = {}
     for env in envelopes:
         if isinstance(env.data, DECISION_TYPES):
-            wanted.setdefault(env.data.based_on, {}).setdefault(SERVICE_OF[type(env.data)], set()).add(env.id)
+            wanted.setdefault(env.data.based_on, {}).setdefault(service_of(env.data), set()).add(env.id)
     return wanted
 
 
@@ -163,7 +163,7 @@ def _verify_part(envs: list[Envelope], wanted: dict[int, dict[str, set[str]]], l
             based_on = data.based_on
             why = _check(env, derived.get(based_on) if based_on < env.offset else None)
             if why:
-                part.mismatches.append((position, Mismatch(env.offset, env.id, SERVICE_OF[type(data)], why)))
+                part.mismatches.append((position, Mismatch(env.offset, env.id, service_of(data), why)))
             else:
                 part.verified += 1
             if last_use.get(based_on) == env.offset:

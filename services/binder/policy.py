@@ -89,8 +89,10 @@ def evict_at(wl: WorkloadState) -> int | None:
 def rule_deadlines(state: State) -> list[tuple[int, str]]:
     """Future moments at which a time-based rule changes what may be decided, while anyone waits.
 
-    Today: the end of a running workload's minimum runtime (it becomes preemptible), and the end of a
-    pending workload's requeue backoff after a failed bind (it may be admitted again).
+    Today: the end of a running workload's minimum runtime (it becomes preemptible), the moment one
+    that declared its runtime is late by more than its grace period (preemption stops waiting for it
+    to end, ``defrag.protected``), and the end of a pending workload's requeue backoff after a failed
+    bind (it may be admitted again).
     """
     if not state.pending or state.contract is None:
         return []
@@ -99,10 +101,14 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
     for name in state.active:
         wl = state.workloads[name]
         minimum = idx.min_runtime_ms(wl.spec.priority_class)
-        if minimum and wl.phase == "running" and wl.started_ms is not None:
-            end = wl.started_ms + minimum
-            if end > state.time_ms:
-                found.append((end, f"minimum runtime of {name} ends"))
+        if wl.phase != "running" or wl.started_ms is None:
+            continue
+        if minimum and wl.started_ms + minimum > state.time_ms:
+            found.append((wl.started_ms + minimum, f"minimum runtime of {name} ends"))
+        if wl.spec.runtime_ms is not None:
+            late = wl.started_ms + wl.spec.runtime_ms + idx.grace_ms(wl.spec.priority_class) + 1
+            if late > state.time_ms:
+                found.append((late, f"{name} is late by more than its grace period"))
     return sorted(found)
 
 

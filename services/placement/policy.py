@@ -729,25 +729,50 @@ def decide_placement(state: State) -> list[PlacementDecided]:
 
 def placements(state: State) -> Iterator[PlacementDecided]:
     """``decide_placement``'s decisions one by one, lazily (a caller may stop early)."""
-    free = free_capacity(state)
-    for preemptor, victims in sorted(victims_in_flight(state).items()):
-        wl = state.workloads.get(preemptor)
-        if wl is not None and wl.phase == "pending":
-            reserve_room(free, wl, victims)
+    if not state.unplaced:
+        return
+    placer = Placer(state)
     made = 0
-    measure = _Measure(state)
     for name in state.unplaced:
-        wl = state.workloads[name]
-        placed = _place_gang(free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), placement_nodes(state, wl))
-        if placed is None:
+        decided = placer.place(state.workloads[name])
+        if decided is None:
             continue
-        assignments, notes = placed
-        yield PlacementDecided(
-            workload=name, assignments=assignments, based_on=state.offset, **said(_reason(assignments, notes)),
-            fragmentation=measure.after(wl.spec.pod_sets, assignments))
+        yield decided
         made += 1
         if made >= PLACEMENTS_PER_CYCLE_MAX:
             break
+
+
+class Placer:
+    """Placement's cycle, one gang at a time: free capacity scored, the room of waiting preemptors
+    kept, each placement taken before the next. Admission uses one too, to place each gang it admits
+    in the same cycle (``PlacementDecided.with_admission``): after the gangs already admitted and
+    not yet placed, which the placement service would place first."""
+
+    def __init__(self, state: State, admitted: Container[str] = ()):
+        """``admitted``: workloads admitted in the cycle this placer follows (a preemptor among
+        them is placed like any admitted gang; no room is kept for it any more)."""
+        self.state = state
+        self.free = free_capacity(state)
+        for preemptor, victims in sorted(victims_in_flight(state).items()):
+            wl = state.workloads.get(preemptor)
+            if wl is not None and wl.phase == "pending" and preemptor not in admitted:
+                reserve_room(self.free, wl, victims)
+        self.measure = _Measure(state)
+
+    def place(self, wl: WorkloadState, pod_sets: list[PodSet] | None = None, nodes=None,
+              with_admission: bool = False) -> PlacementDecided | None:
+        """Place ``wl`` (admitted: its admitted pod sets on its flavors' nodes; else as given)."""
+        if pod_sets is None:
+            pod_sets, nodes = admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), placement_nodes(self.state, wl)
+        placed = _place_gang(self.free, pod_sets, nodes)
+        if placed is None:
+            return None
+        assignments, notes = placed
+        return PlacementDecided(
+            workload=wl.spec.workload, assignments=assignments, based_on=self.state.offset,
+            **said(_reason(assignments, notes)), fragmentation=self.measure.after(wl.spec.pod_sets, assignments),
+            with_admission=with_admission)
 
 
 class _Measure:

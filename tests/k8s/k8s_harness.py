@@ -21,7 +21,7 @@ from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.read.describe import describe
 from gangway.services.binder.kubernetes import KubernetesBinder
-from gangway.services.deciders import DECIDERS, decision_id
+from gangway.services.deciders import DECIDERS, id_of
 from gangway.services.submission.policy import Invalid, queue_job
 
 KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
@@ -59,7 +59,7 @@ class LocalLog:
         added = 0
         for service, (prefix, decide) in DECIDERS.items():
             for d in decide(self.state):
-                self.append(decision_id(prefix, d.workload, d.based_on), d, f"gangway/{service}")
+                self.append(id_of(prefix, d), d, f"gangway/{service}")
                 added += 1
         return added
 
