@@ -7,6 +7,8 @@ admission's.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import msgspec
 import pytest
 
@@ -16,10 +18,11 @@ from gangway.events import catalogue as ev
 from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import ReasonCode
 from gangway.events.state import State
-from gangway.services.admission.policy import admissions_placed
+from gangway.events.resources import admitted_pod_sets, index_of
+from gangway.services.admission.policy import admissions, admissions_placed
 from gangway.services.audit.replay import verify
 from gangway.services.deciders import id_of, propose
-from gangway.services.placement.policy import decide_placement
+from gangway.services.placement.policy import Placer, decide_placement
 
 
 def two_nodes() -> LogBuilder:
@@ -127,3 +130,43 @@ def test_the_auditor_re_derives_placements_written_with_admissions():
                                     [msgspec.structs.replace(with_admission[0].data.assignments[0], node="elsewhere")])
     [mismatch, *_] = verify(log[:i] + [msgspec.structs.replace(log[i], data=moved)] + log[i + 1:]).mismatches
     assert (mismatch.offset, mismatch.service) == (log[i].offset, "admission")
+
+
+def _reference(state: State) -> list:
+    """admissions_placed the plain way: the whole cycle first, then every placement."""
+    decided = list(admissions(state))
+    placer = Placer(state, admitted={a.workload for a in decided})
+    for name in state.unplaced:
+        placer.place(state.workloads[name])
+    out = []
+    for a in decided:
+        out.append(a)
+        wl = state.workloads[a.workload]
+        placed = placer.place(wl, admitted_pod_sets(wl.spec.pod_sets, a.counts),
+                              index_of(state.contract).nodes_of(a.flavors, state), with_admission=True)
+        if placed is not None:
+            out.append(placed)
+    return out
+
+
+@pytest.mark.parametrize("seed", [3, 6])
+def test_the_lazy_pairs_are_the_whole_cycles(seed: int):
+    """Preemptors (nominated, or waiting for victims) come first in the cycle, so the placer built
+    at the first other admission keeps the same rooms as one built after the whole cycle."""
+    log = simulated_log(workloads=300, seed=seed, nodes=4)  # each has a cycle admitting a nominated
+    state = State()                                          # preemptor before one still waiting
+    preempting = 0
+    for env in log:
+        apply(state, env)
+        if state.pending:
+            preempting += bool(state.nominated or any(wl.phase == "evicting" for wl in state.workloads.values()))
+            assert list(admissions_placed(state)) == _reference(state), env.offset
+    assert preempting > 20
+
+
+def test_a_caller_that_wants_only_the_admission_builds_no_placer():
+    log = two_nodes().queue(workload("a").queue("q").gpus(4))
+    with mock.patch("gangway.services.admission.policy.Placer", wraps=Placer) as built:
+        first = next(admissions_placed(log.state))
+        assert isinstance(first, ev.WorkloadAdmitted) and built.call_count == 0
+        assert len(list(admissions_placed(log.state))) == 2 and built.call_count == 1

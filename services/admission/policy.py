@@ -20,6 +20,7 @@ A scheduling cycle, in Kueue's words but without its one-admission-per-queue lim
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Container, Iterator
 
 from gangway.events.catalogue import PlacementDecided, WorkloadAdmitted
@@ -243,16 +244,25 @@ def admissions_placed(state: State) -> Iterator[WorkloadAdmitted | PlacementDeci
     between quota and running. The placement is the placement service's own (``Placer``: scored,
     the gangs admitted before and not yet placed placed first, preemptors' room kept); a gang it
     cannot place there is left to the placement service, and so is one whose placement the fold
-    finds no longer fits (the nodes changed between the decision and its fold)."""
-    decided = list(admissions(state))
-    if not decided:
-        return
-    placer = Placer(state, admitted={a.workload for a in decided})
-    for name in state.unplaced:
-        placer.place(state.workloads[name])
-    idx = index_of(state.contract)
+    finds no longer fits (the nodes changed between the decision and its fold). Lazy like
+    ``admissions``: the preemptors (nominated, or waiting for their victims) come first in the
+    cycle (``admission_cycle``), so the placer, which keeps no room for those it admits, is ready
+    at the first other admission."""
+    preemptors = state.nominated.keys() | (victims_in_flight(state).keys() & state.pending.keys())
+    decided = admissions(state)
+    head: list[WorkloadAdmitted] = []
     for admitted in decided:
+        head.append(admitted)
+        if admitted.workload not in preemptors:
+            break
+    placer = None
+    idx = index_of(state.contract) if head else None
+    for admitted in itertools.chain(head, decided):
         yield admitted
+        if placer is None:  # not before: a caller that wanted only the admission stops there
+            placer = Placer(state, admitted={a.workload for a in head})
+            for name in state.unplaced:
+                placer.place(state.workloads[name])
         wl = state.workloads[admitted.workload]
         placed = placer.place(wl, admitted_pod_sets(wl.spec.pod_sets, admitted.counts),
                               idx.nodes_of(admitted.flavors, state), with_admission=True)
