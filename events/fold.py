@@ -237,14 +237,16 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     state.decisions += 1
 
 
-def _stale(wl: WorkloadState | None, phase: str, based_on: int, since: int | None, what: str) -> Reason | None:
+def _stale(wl: WorkloadState | None, phase: str, based_on: int, since: int | None, what: str,
+           with_admission: bool = False) -> Reason | None:
     """What every decision about a workload checks first: the workload exists, is still ``phase``,
-    and the decision saw the event that put it there (at offset ``since``)."""
+    and the decision saw the event that put it there (at offset ``since``) — or, for a placement
+    decided with its admission, that admission is the one in force (decided at the same offset)."""
     if wl is None:
         return reason(C.UNKNOWN_WORKLOAD)
     if wl.phase != phase:
         return reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected=phase)
-    if based_on < since:
+    if (wl.admission.based_on != based_on) if with_admission else based_on < since:
         return reason(C.DECIDED_BEFORE, based_on=based_on, what=what, since=since)
     return None
 
@@ -339,12 +341,8 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
 
 
 def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDecided) -> Reason | None:
-    if e.with_admission:  # decided at the admission's offset: the admission in force must be that one
-        stale = _stale(wl, "admitted", e.based_on, e.based_on, "")
-        if stale is None and wl.admission.based_on != e.based_on:
-            stale = reason(C.DECIDED_BEFORE, based_on=e.based_on, what="the admission in force", since=wl.admitted_at)
-    else:
-        stale = _stale(wl, "admitted", e.based_on, wl and wl.admitted_at, "the admission in force")
+    stale = _stale(wl, "admitted", e.based_on, wl and wl.admitted_at, "the admission in force",
+                   with_admission=e.with_admission)
     if stale is not None:
         return stale
     per_pod = {ps.name: ps.resources for ps in wl.spec.pod_sets}
