@@ -70,6 +70,9 @@ class Step:
 class Gang:
     started: float
     resumed: bool = False
+    #: The pods this binder bound for the attempt (uids): an unbound pod of the gang that is not
+    #: one of them is a replacement for one that was lost.
+    bound: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -322,6 +325,7 @@ class KubernetesBinder:
             await self._roll_back(wl, obj, pods, out, now_ms, f"{len(failed)} of {len(plan)} binds refused: {failed[0]}")
             return
         self.bind_latencies.append(time.monotonic() - gang.started)
+        gang.bound = frozenset(ob.meta(pod).get("uid") for pod, _, _ in plan)
         out.reports.append((f"bound/{name}/{wl.attempt}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
 
     async def _resume(self, wl: WorkloadState, obj: dict) -> None:
@@ -431,10 +435,14 @@ class KubernetesBinder:
         want = sum(self._expected(wl).values())
         alive = [p for p in pods if ob.live(p)]
         unbound = [p for p in alive if not (p.get("spec") or {}).get("nodeName")]
-        # A pod of the gang deleted or failed (the store may not show a fresh bind yet, so a pod
-        # is lost when it is gone, or when a replacement waits unbound beside running pods).
-        if len(alive) < want or (wl.phase == "running" and unbound):
-            await self._roll_back_lost(wl, obj, pods, out, now_ms, max(want - len(alive), len(unbound)))
+        # A pod of the gang deleted or failed. The store may not show a fresh bind yet, so a pod is
+        # lost when it is gone, or when a replacement waits unbound: beside running pods, or — the
+        # controller was quicker than this look — one this binder never bound.
+        gang = self.gangs.get((name, attempt))
+        replaced = [p for p in unbound if gang is not None and gang.bound and ob.meta(p).get("uid") not in gang.bound]
+        if len(alive) < want or (wl.phase == "running" and unbound) or replaced:
+            await self._roll_back_lost(wl, obj, pods, out, now_ms, max(want - len(alive), len(unbound) if
+                                       wl.phase == "running" else len(replaced)))
             return
         phases = [(p.get("status") or {}).get("phase") for p in alive]
         if wl.phase == "bound" and not unbound and all(ph in ("Running", "Succeeded") for ph in phases):

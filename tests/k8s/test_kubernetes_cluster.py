@@ -155,6 +155,31 @@ async def test_a_watch_that_expires_lists_again_and_misses_nothing(kube, make_bi
     assert jobs.lists > lists - 1
 
 
+async def test_a_pod_of_a_bound_gang_replaced_before_the_binder_looks_is_found_lost(kube, make_binder):
+    """The controller re-creates a deleted pod (same name, new uid, unbound, gated) before the
+    binder's next look: the gang is bound, not running, so only the uid tells the replacement."""
+    log, binder = await setup(kube, make_binder)
+    wl = log.state.workloads
+    async with cluster_running(kube, ["team"], kubelet=False):
+        await apply_manifests(kube, job("quick", pods=2, gpus=8))
+        await run_until(log, [binder], lambda: "team/quick" in wl and wl["team/quick"].phase == "bound",
+                        what="the Job bound")
+        first = (await pods_of(kube, "quick"))[0]["metadata"]
+        await kube.delete(api.PODS, first["name"], "team", grace_seconds=0)
+        for _ in range(200):  # the re-created pod in the binder's cache before it looks again
+            again = next((p for p in binder.reflectors["Pod"].store.values() if p["metadata"]["name"] == first["name"]),
+                         None)
+            if again is not None and again["metadata"]["uid"] != first["uid"]:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the controller did not re-create the pod")
+        await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the replaced pod found")
+        [lost] = log.of_type(ev.ClusterReconciled)
+        assert (lost.reason_code, lost.workload) == (C.PODS_VANISHED, "team/quick")
+        assert any(isinstance(e.data, ev.WorkloadEvicted) and e.data.workload == "team/quick" for e in log.envelopes)
+
+
 async def test_what_reconciling_finds_is_fixed_and_written_onto_the_log(kube, make_binder):
     log, binder = await setup(kube, make_binder)
     wl = log.state.workloads
