@@ -77,8 +77,7 @@ async def test_a_binder_killed_mid_gang_is_replaced_and_the_gang_completes(kube,
                 break
             await asyncio.sleep(0.02)
         turn = asyncio.create_task(log.turn(first))
-        deadline = time.monotonic() + 30  # the first bind: seconds on a loaded machine
-        while time.monotonic() < deadline and not turn.done():
+        for _ in range(500):
             bound = [p for p in await pods_of(kube, "gang") if p["spec"].get("nodeName")]
             if bound:
                 break
