@@ -24,10 +24,11 @@ from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
-    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
+    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, admits,
 )
+from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
-from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
+from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
 from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
@@ -759,19 +760,19 @@ class Placer:
                 reserve_room(self.free, wl, victims)
         self.measure = _Measure(state)
 
-    def place(self, wl: WorkloadState, admission: WorkloadAdmitted | None = None) -> PlacementDecided | None:
-        """Place ``wl``'s admitted pod sets on its flavors' nodes: as admitted in force, or — for a
-        gang admitted in the same cycle (``with_admission``) — as ``admission`` says."""
-        a = admission or wl.admission
-        placed = _place_gang(self.free, admitted_pod_sets(wl.spec.pod_sets, a.counts),
-                             index_of(self.state.contract).nodes_of(a.flavors, self.state))
+    def place(self, wl: WorkloadState, pod_sets: list[PodSet] | None = None, nodes=None,
+              with_admission: bool = False) -> PlacementDecided | None:
+        """Place ``wl`` (admitted: its admitted pod sets on its flavors' nodes; else as given)."""
+        if pod_sets is None:
+            pod_sets, nodes = admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), placement_nodes(self.state, wl)
+        placed = _place_gang(self.free, pod_sets, nodes)
         if placed is None:
             return None
         assignments, notes = placed
         return PlacementDecided(
             workload=wl.spec.workload, assignments=assignments, based_on=self.state.offset,
             **said(_reason(assignments, notes)), fragmentation=self.measure.after(wl.spec.pod_sets, assignments),
-            with_admission=admission is not None)
+            with_admission=with_admission)
 
 
 class _Measure:
