@@ -76,10 +76,15 @@ def format_milli(milli: int) -> str:
 
 def format_resource(name: str, milli: int) -> str:
     """An amount of a named resource as people write it: ``8 nvidia.com/gpu``, ``256Gi memory``."""
+    return f"{format_amount(name, milli)} {name}"
+
+
+def format_amount(name: str, milli: int) -> str:
+    """An amount of resource ``name`` without its name: ``8`` (GPUs), ``256Gi`` (memory)."""
     if name == "memory" or name.endswith("-storage"):
         units = milli // MILLI
         for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if units >= size and units % size == 0:
-                return f"{units // size}{suffix} {name}"
-        return f"{units} {name}"
-    return f"{format_milli(milli)} {name}"
+                return f"{units // size}{suffix}"
+        return str(units)
+    return format_milli(milli)

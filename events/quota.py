@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gangway.events.contract import WEIGHT_ONE, Contract, FlavorQuotas
+from gangway.events.quantity import format_amount
 from gangway.events.reasons import C, Reason, reason
 
 Usage = dict[str, dict[str, int]]
@@ -199,14 +200,17 @@ class QuotaView:
         flavor, resource = split_fr(fr)
         said = {"resource": resource, "flavor": flavor, "cluster_queue": node.name}
         nominal = node.nominal.get(fr, 0)
+
+        def n(milli: int) -> str:
+            return format_amount(resource, milli)
         if not node.parent:
-            return reason(C.OVER_NOMINAL_QUOTA, **said, wanted=used + amount, nominal=nominal)
+            return reason(C.OVER_NOMINAL_QUOTA, **said, wanted=n(used + amount), nominal=n(nominal))
         limit = node.borrowing_limit.get(fr)
         if limit is not None and used + amount > nominal + limit:
-            return reason(C.OVER_BORROWING_LIMIT, **said, wanted=used + amount, nominal=nominal, limit=limit)
+            return reason(C.OVER_BORROWING_LIMIT, **said, wanted=n(used + amount), nominal=n(nominal), limit=n(limit))
         if used + amount <= nominal:
             return reason(C.NOMINAL_QUOTA_LENT_OUT, **said, cohort=node.parent)
-        return reason(C.COHORT_EXHAUSTED, **said, cohort=node.parent, available=max(0, available), amount=amount)
+        return reason(C.COHORT_EXHAUSTED, **said, cohort=node.parent, available=n(max(0, available)), amount=n(amount))
 
     def borrowing(self, queue: str, frs=None) -> bool:
         """Does the queue use more than its nominal quota of anything (of ``frs``, when given)?"""

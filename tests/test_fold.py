@@ -193,10 +193,10 @@ def test_cluster_time_never_goes_back():
 STALE: list[tuple[str, Setup, MakeEvent, str]] = [
     ("an admission over nominal quota of a queue without cohort",
      lambda: base().queue(workload("w").queue("solo").gpus(4)).running(workload("x").queue("solo").gpus(6)),
-     lambda log: log.admission("w"), "over nominal quota 8000 of solo"),
+     lambda log: log.admission("w"), "over nominal quota 8 of solo"),
     ("an admission beyond the borrowing limit",
      lambda: base().queue(workload("w").queue("a").gpus(4)).running(workload("x").queue("a").pod_set(count=2, gpus=5)),
-     lambda log: msgspec.structs.replace(log.admission("w"), borrowed={GPU: 4000}), "borrowing limit 4000 of a"),
+     lambda log: msgspec.structs.replace(log.admission("w"), borrowed={GPU: 4000}), "borrowing limit 4 of a"),
     ("an admission when the cohort has nothing left to lend",
      lambda: base().queue(workload("w").queue("a").gpus(2)).running(
          workload("x").queue("a").gpus(8), workload("y").queue("b").gpus(8)),

@@ -71,6 +71,6 @@ def test_fit_names_what_is_borrowed_and_why_it_does_not_fit():
     assert v.fit("a", {G: milli(9)}) == (True, {G: milli(1)}, None)
     ok, _, why = v.fit("a", {G: milli(11)})
     assert not ok and why.code == ReasonCode.OVER_BORROWING_LIMIT
-    assert why.params == {"resource": GPU, "flavor": "default", "cluster_queue": "a", "wanted": 11000, "nominal": 8000,
-                          "limit": 2000}
-    assert why.message == "nvidia.com/gpu (default): 11000 over nominal 8000 + borrowing limit 2000 of a"
+    assert why.params == {"resource": GPU, "flavor": "default", "cluster_queue": "a", "wanted": "11", "nominal": "8",
+                          "limit": "2"}
+    assert why.message == "nvidia.com/gpu (default): 11 over nominal 8 + borrowing limit 2 of a"
