@@ -157,7 +157,6 @@ CLAUSES: dict[str, str] = {
     "idle_first": "; {idle_first}",
     "workload_phase": " (workload {workload_phase})",
     "last_error": ": {last_error}",
-    "held_for": "; held for {held_for}, reclaiming nominal quota lent out",
 }
 
 #: Codes a decision event may carry, by event: what a consumer of each event type switches on.

@@ -6,9 +6,7 @@ tests/integration/test_stories_on_the_stack.py).
 
 from __future__ import annotations
 
-from builders import LogBuilder, WorkloadBuilder, cluster_queue, contract, decide_pure, node, workload
-from gangway.events.resources import index_of
-from gangway.services.admission.policy import admission_cycle, decide_admission
+from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.services.binder.policy import due_reports, next_due_ms, rule_deadlines
@@ -124,56 +122,6 @@ def test_a_workload_expected_to_run_longer_than_its_grace_period_is_evicted():
 def test_a_workload_late_by_more_than_a_grace_period_is_no_longer_waited_for():
     assert victims(declared_runtime_queue(ran_ms=64_000)) == []  # 4 s late: still believed
     assert victims(declared_runtime_queue(ran_ms=66_000)) == ["v"]  # 6 s late
-
-
-# --- nominal quota held for a reclaimer while borrowers end -------------------------------------
-
-
-def lent_out(reclaim: str = "Any") -> LogBuilder:
-    """Cohort "all": a (8 nominal, reclaim ``reclaim``) and b (8) on 16 GPUs; b runs bb (4 GPUs) and
-    b0 (8), so it borrows 4 of a's; both declared 60 s, bb ends in 2 s and b0 in 3 (grace 5 s: they
-    are waited for, not evicted); a's gang "p" (8 GPUs, a's whole nominal quota) waits."""
-    c = contract(cluster_queue("a").cohort("all").gpus(8).preemption(reclaim=reclaim),
-                 cluster_queue("b").cohort("all").gpus(8)).priority_class("batch", 0, grace_ms=5_000)
-    log = LogBuilder(step_ms=0).configure(c).nodes(node("n1").gpus(8), node("n2").gpus(8))
-    log.running(workload("bb").queue("b").priority(0, "batch").gpus(4).runtime_ms(60_000))
-    log.advance(1_000).running(workload("b0").queue("b").priority(0, "batch").gpus(8).runtime_ms(60_000))
-    log.advance(57_000).queue(workload("p").queue("a").priority(10).gpus(8))
-    return log
-
-
-def admitted(log: LogBuilder) -> list[str]:
-    return sorted(a.workload for a in decide_pure(decide_admission, log.state))
-
-
-def borrower(name: str, runtime_ms: int) -> WorkloadBuilder:
-    return workload(name).queue("b").priority(0, "batch").gpus(2).runtime_ms(runtime_ms)
-
-
-def test_a_queue_reclaiming_its_nominal_quota_keeps_what_frees_from_new_borrowers():
-    log = lent_out().queue(borrower("b2", 60_000))
-    assert victims(log) == []  # bb ends within its grace: waited for
-    assert admitted(log) == []  # b2 would take 2 of the 4 GPUs bb gives back to a
-    [p] = [o for o, _ in admission_cycle(log.state, index_of(log.state.contract)) if o.wl.spec.workload == "p"]
-    assert p.reason.code == ReasonCode.NOMINAL_QUOTA_LENT_OUT
-
-
-def test_a_borrower_that_ends_before_the_quota_is_back_may_use_it():
-    log = lent_out().queue(borrower("b2", 60_000), borrower("quick", 1_000))
-    assert admitted(log) == ["quick"]  # ends in 1 s; bb gives a its quota back in 2
-
-
-def test_a_queue_that_may_not_reclaim_holds_nothing():
-    assert admitted(lent_out(reclaim="Never").queue(borrower("b2", 60_000))) == ["b2"]  # Kueue's behaviour
-
-
-def test_a_borrower_kept_out_is_told_for_whom_and_the_reclaimer_starts_when_the_quota_is_back():
-    log = lent_out().queue(borrower("b2", 60_000))
-    [b2] = [o for o, _ in admission_cycle(log.state, index_of(log.state.contract)) if o.wl.spec.workload == "b2"]
-    assert b2.reason.code == ReasonCode.COHORT_EXHAUSTED
-    assert b2.why.endswith("cohort all has 0 left to lend, b needs 2; held for p, reclaiming nominal quota lent out")
-    log.advance(2_000).finish("bb")
-    assert admitted(log) == ["p"]  # b2, queued first, did not take half of it
 
 
 def test_the_moment_a_workload_is_late_by_more_than_its_grace_period_is_a_rule_deadline():

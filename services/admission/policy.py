@@ -4,9 +4,7 @@ A scheduling cycle, in Kueue's words but without its one-admission-per-queue lim
 1. snapshot: copy quota usage (the cohort tree's too) and free node capacity (``Snapshot``, in
    ``snapshot.py``: admission, preemption and defragmentation share it);
 2. reserve what is already promised: admitted-but-unplaced gangs, and the room a preemptor is
-   waiting for while its victims exit; and, as the cycle finds them, the nominal quota a queue
-   that may reclaim is owed but lent out (``Snapshot.hold_for_reclaimer``: borrowers that end
-   before it is back may still use it);
+   waiting for while its victims exit;
 3. order the pending workloads: preemptors first, then queues reclaiming their nominal quota, then
    borrowers — highest priority first, then oldest; with fair sharing, borrowers by the share their
    queue (and its cohorts) would have after admission, lowest first;
@@ -189,21 +187,11 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
     outcome = snap.try_admit(wl)
     if outcome.admission is not None:
         return outcome
-    if snap.held:
-        backfilled = snap.backfill_held(wl)
-        if backfilled is not None:
-            return backfilled
-        holders = snap.holds_in_cohort_of(cq)
-        if holders and outcome.reason is not None and outcome.reason.code == C.COHORT_EXHAUSTED:
-            outcome.reason = outcome.reason.plus(held_for=", ".join(sorted(holders)))
     if wl.spec.workload in waiting:
         victims = waiting[wl.spec.workload]
         flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
         snap.reserve_for_preemptor(wl, victims, flavors)
         outcome.reason = reason(C.WAITING_FOR_VICTIMS, victims=len(victims))
-    elif outcome.reason is not None and outcome.reason.code == C.NOMINAL_QUOTA_LENT_OUT and _reclaims(idx, cq):
-        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
-        snap.hold_for_reclaimer(wl, flavors)
     elif outcome.reason is not None and outcome.reason.code == C.NO_PLACEMENT and snap.reservation is None:
         flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
         outcome.reserved = snap.reserve_for_gang(wl, snap.flavor_nodes(flavors))
@@ -214,12 +202,6 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         # a head that can never be placed is set aside, not waited for
         blocked.add(cq)
     return outcome
-
-
-def _reclaims(idx: ContractIndex, cq: str) -> bool:
-    """May the queue take back its nominal quota from borrowers (by preemption, and so by waiting)?"""
-    queue = idx.cluster_queues.get(cq)
-    return queue is not None and queue.preemption.reclaim_within_cohort != "Never"
 
 
 def _strict(idx: ContractIndex, cq: str) -> bool:
@@ -293,8 +275,6 @@ def _nothing_left(state: State, snap: Snapshot) -> bool:
     is held every shape and runtime (``Snapshot.failure_key``)? Room only shrinks within a cycle, so
     none of the rest can be admitted: a deep queue of a few kinds is not walked to its end."""
     kinds = state.pending_runs if snap.reservation is not None else state.pending_shapes
-    if snap.held and len(snap.backfill_failed) < len(state.pending_runs):
-        return False  # some kind may still use quota held for a reclaimer until it is back
     return len(snap.failed) >= len(kinds)
 
 

@@ -23,7 +23,7 @@ from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
 )
-from gangway.events.state import State, WorkloadState, run_key, shape_of
+from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.placement.policy import (
     Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, release_nodes, reserve_room, take_assignments,
@@ -76,12 +76,6 @@ class Snapshot:
         self.idx = idx
         self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage), averages(state))
         self.later: dict[str, dict[str, int]] = {}
-        #: Nominal quota held for reclaimers (workload → (queue, amounts, when expected back, or
-        #: None)): in ``bound_view`` only.
-        self.held: dict[str, tuple[str, dict[str, int], int | None]] = {}
-        #: Runs (``run_key``) that cannot use held quota until it is taken back (room only shrinks).
-        self.backfill_failed: set[str] = set()
-        self._ends: list[tuple[int, WorkloadState]] | None = None
         self._bound: QuotaView | None = None
         self._later: QuotaView | None = None
         # Admission asks only whether a whole placement exists: plain best fit answers that, and
@@ -98,9 +92,8 @@ class Snapshot:
     # --- quota ---------------------------------------------------------------------------------
 
     def bound_view(self) -> QuotaView:
-        """Quota to fit under: usage now plus what waiting preemptors will take and the nominal
-        quota held for reclaimers, per queue."""
-        if not self.later and not self.held:
+        """Quota to fit under: usage now plus what waiting preemptors will take, per queue."""
+        if not self.later:
             return self.view
         if self._bound is None:
             self._bound = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
@@ -108,8 +101,6 @@ class Snapshot:
                 grow = {fr: d for fr, d in deltas.items() if d > 0}
                 if cq in self.idx.tree.queues and grow:
                     self._bound.add(cq, grow)
-            for _, (cq, owed, _) in sorted(self.held.items()):
-                self._bound.add(cq, owed)
         return self._bound
 
     def later_view(self) -> QuotaView:
@@ -187,15 +178,14 @@ class Snapshot:
             per_group.append(now)
             preempt.append((group, now, pre))
             if not now:
-                reasons.append(pre[0].why if pre else _no_fit_why(self.bound_view(), cq, group, request))
+                reasons.append(pre[0].why if pre else _no_fit_why(self.view, cq, group, request))
         if reasons:
             return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
         for combo in _product(per_group):
             flavors = _flavors(combo)
             held = by_flavor(request, flavors)
-            ok, borrowed, why = (self.view.fit(cq.name, held) if self.bound_view() is not self.view
-                                 else (True, dict(_borrowed(combo)), None))
+            ok, borrowed, why = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), None)
             if not ok:
                 continue
             nodes = self.flavor_nodes(flavors)
@@ -263,83 +253,9 @@ class Snapshot:
         for victim in victims:
             add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
         add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(wl.request, flavors))
-        self.held.pop(wl.spec.workload, None)  # its room is in ``later`` now
         self._bound = self._later = None
         self.failed.clear()
         reserve_room(self.free, wl, victims)
-
-    def hold_for_reclaimer(self, wl: WorkloadState, flavors: dict[str, str]) -> bool:
-        """Keep from borrowers the nominal quota a workload is owed but its cohort lent out, while
-        the borrowers end: what it asks, up to what its queue's nominal quota leaves (counting the
-        holds already made for the queue). Borrowers admitted before the lent quota is back would
-        take what frees, one small piece at a time, and a gang needing its whole nominal quota
-        could wait for ever (or for evictions that throw work away). In ``bound_view`` only: a
-        preemption trial for the reclaimer itself starts from ``later_view``, without it."""
-        cq = wl.spec.cluster_queue
-        node = self.idx.tree.queues.get(cq)
-        if node is None:
-            return False
-        bound = self.bound_view()
-        owed = {}
-        for fr, amount in by_flavor(wl.request, flavors).items():
-            room = node.nominal.get(fr, 0) - bound.used(node, fr)
-            if min(amount, room) > 0:
-                owed[fr] = min(amount, room)
-        if not owed:
-            return False
-        self.held[wl.spec.workload] = (cq, owed, self._back_at(cq, owed, bound))
-        if self._bound is not None:
-            self._bound.add(cq, owed)
-        return True
-
-    def _back_at(self, cq: str, owed: dict[str, int], view: QuotaView) -> int | None:
-        """When the quota owed to ``cq`` is expected back: the running workloads of its cohort
-        released in the order they are expected to end until it fits (None: not from them)."""
-        tree = self.idx.tree
-        trial = QuotaView(tree, _copy(view.usage), _copy(view.cohort_usage))
-        root = tree.root_of(cq)
-        start = self.state.time_ms
-        if self._ends is None:
-            self._ends = expected_ends(self.state)
-        for end, other in self._ends:
-            if trial.fit(cq, owed)[0]:
-                return start
-            queue = other.spec.cluster_queue
-            if other.admission is None or queue not in tree.queues or tree.root_of(queue) != root:
-                continue
-            trial.add(queue, held_quota(self.state, other.admission), -1)
-            start = max(start, end)
-        return start if trial.fit(cq, owed)[0] else None
-
-    def holds_in_cohort_of(self, cq: str) -> dict[str, int | None]:
-        """The reclaimers holding quota in ``cq``'s cohort tree → when it is expected back."""
-        tree = self.idx.tree
-        if cq not in tree.queues:
-            return {}
-        root = tree.root_of(cq)
-        return {name: back for name, (queue, _, back) in self.held.items() if tree.root_of(queue) == root}
-
-    def backfill_held(self, wl: WorkloadState) -> Outcome | None:
-        """Admit ``wl`` into quota held for reclaimers of its cohort if it is expected to end
-        before the first of them gets its quota back (EASY backfill, on quota): held room is used,
-        and no reclaimer starts later for it. None if it may not or does not fit."""
-        key = run_key(wl)
-        if key in self.backfill_failed:
-            return None
-        backs = list(self.holds_in_cohort_of(wl.spec.cluster_queue).values())
-        if not backs or None in backs or wl.spec.runtime_ms is None \
-                or self.state.time_ms + wl.spec.runtime_ms > min(backs):
-            self.backfill_failed.add(key)
-            return None
-        held, self.held, self._bound = self.held, {}, None
-        try:
-            outcome = self._assign(wl, wl.spec.pod_sets)
-        finally:
-            self.held, self._bound = held, None
-        if outcome.admission is None:
-            self.backfill_failed.add(key)
-            return None
-        return outcome
 
     def reserve_for_gang(self, wl: WorkloadState, nodes=None) -> tuple[int, list[str]] | None:
         """Keep the nodes that free soonest for a gang blocked by capacity alone (EASY backfill).
