@@ -130,6 +130,8 @@ def run_service(service) -> None:
             loop.add_signal_handler(sig, stop.set)
         await service.run(stop, standby=True)
     service.own_process = True
+    if service.nice:
+        os.nice(service.nice)
     gc.set_threshold(*shell.GC_THRESHOLDS)
     asyncio.run(main())
 

@@ -76,6 +76,9 @@ class LogService:
     #: ``based_on`` state alone explains each decision). Submission does not need to: it knows
     #: which jobs it has in flight and validates each record on its own.
     waits_for_own_writes = True
+    #: Niceness of the service's own process (``os.nice``): a service off the path from a queued job
+    #: to a running one yields the CPU to those on it when the machine is busy, and catches up after.
+    nice = 0
     #: Whether this service copies log records no gangway service wrote to ``gangway.quarantine``
     #: (every service skips them alike and counts them; one copies them, once).
     copies_quarantine = False
@@ -375,6 +378,7 @@ def _record_id(rec) -> str:
 #: short, about a second under a burst of ten thousand. Its decisions stay those of the state they
 #: are based on; only how often it asks changes.
 PREEMPTION_DECIDE_SHARE = 0.25
+BACKGROUND_NICE = {"preemption": 5, "placement": 5}
 
 
 class DecidingService(LogService):
@@ -384,6 +388,7 @@ class DecidingService(LogService):
         super().__init__(bootstrap, state_dir, clock)
         self.name = name
         self.decide_share = PREEMPTION_DECIDE_SHARE if name == "preemption" else 1.0
+        self.nice = BACKGROUND_NICE.get(name, 0)
 
     def decide(self, state: State) -> list[Proposal]:
         return propose(self.name, state)

@@ -8,6 +8,7 @@ One stack is shared (conftest.py); every test uses job names of its own and wait
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from datetime import timezone
@@ -131,6 +132,17 @@ def demo_run(gw):
 
 
 @pytest.mark.both_brokers
+def test_services_off_the_path_from_queued_to_running_yield_the_cpu(gw):
+    """Accounting, placement (admission places gangs itself) and preemption run niced, so on a busy
+    machine submission, admission and the binder get the CPU first (os.nice; field 19 of /proc/PID/stat)."""
+    ours = os.nice(0)
+    nice = {name: int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) - ours
+            for name, proc in gw.stack.children.items()}
+    assert {name: nice[name] for name in ("submission", "admission", "binder")} == dict.fromkeys(
+        ("submission", "admission", "binder"), 0)
+    assert (nice["placement"], nice["preemption"], nice["accounting"]) == (5, 5, 10)
+
+
 def test_jobs_from_an_outside_client_run_in_binary_structured_and_plain_json_mode(gw):
     u = gw.uid()
     binary = gw.job(f"binary-{u}", namespace="research", gpus=2, runtime_s=60)
