@@ -32,8 +32,10 @@ from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
 from gangway.services.placement.policy import Placer, victims_in_flight
 
-#: At most this many admissions per cycle.
-ADMISSIONS_PER_CYCLE_MAX = 1000
+#: At most this many admissions per cycle: one append stays a few megabytes and a cycle well under
+#: a second. A cycle's fixed cost (the snapshot of quota and free nodes, the placer) is shared by
+#: its admissions: a burst of 10,000 onto 20,000 GPUs went 10 % faster at 3,000 than at 1,000.
+ADMISSIONS_PER_CYCLE_MAX = 3000
 
 
 def queue_order(state: State) -> list[WorkloadState]:
