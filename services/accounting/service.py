@@ -46,8 +46,6 @@ LEDGER_WRITE_SHARE = 0.1
 
 class AccountingService(LogService):
     name = "accounting"
-    # Money is counted from the log at any delay; no job waits for it.
-    nice = 10
     # Accounting refolds from zero (cheap) and relies on the ledger's position, not on snapshots.
     snapshots = False
 

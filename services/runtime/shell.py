@@ -64,6 +64,12 @@ SNAPSHOT_EVENTS_PER_WORKLOAD = 4
 #: cycles are still freed.
 GC_THRESHOLDS = (700, 10, 100)
 
+#: Niceness of a service's own process (``os.nice``, by service name): the services off the path from
+#: a queued job to a running one yield the CPU to those on it (submission, admission, the binder)
+#: when the machine is busy, and catch up after. Placement places only what admission could not
+#: place with the admission; money is counted from the log at any delay.
+NICE = {"placement": 5, "preemption": 5, "accounting": 10}
+
 #: How often, at most, a service commits the log offset it has folded (its consumer group's
 #: committed offset on the log: what the console and any Kafka lag exporter read as its progress).
 FOLDED_COMMIT_EVERY_S = 1.0
@@ -76,9 +82,6 @@ class LogService:
     #: ``based_on`` state alone explains each decision). Submission does not need to: it knows
     #: which jobs it has in flight and validates each record on its own.
     waits_for_own_writes = True
-    #: Niceness of the service's own process (``os.nice``): a service off the path from a queued job
-    #: to a running one yields the CPU to those on it when the machine is busy, and catches up after.
-    nice = 0
     #: Whether this service copies log records no gangway service wrote to ``gangway.quarantine``
     #: (every service skips them alike and counts them; one copies them, once).
     copies_quarantine = False
@@ -148,6 +151,11 @@ class LogService:
 
     async def after_append(self) -> None:
         """Called after proposals were appended and acknowledged."""
+
+    @property
+    def nice(self) -> int:
+        """Niceness of the service's own process (``NICE``)."""
+        return NICE.get(self.name, 0)
 
     # --- snapshots -------------------------------------------------------------------------
 
@@ -378,7 +386,6 @@ def _record_id(rec) -> str:
 #: short, about a second under a burst of ten thousand. Its decisions stay those of the state they
 #: are based on; only how often it asks changes.
 PREEMPTION_DECIDE_SHARE = 0.25
-BACKGROUND_NICE = {"preemption": 5, "placement": 5}
 
 
 class DecidingService(LogService):
@@ -388,7 +395,6 @@ class DecidingService(LogService):
         super().__init__(bootstrap, state_dir, clock)
         self.name = name
         self.decide_share = PREEMPTION_DECIDE_SHARE if name == "preemption" else 1.0
-        self.nice = BACKGROUND_NICE.get(name, 0)
 
     def decide(self, state: State) -> list[Proposal]:
         return propose(self.name, state)

@@ -131,7 +131,6 @@ def demo_run(gw):
 # --- tests ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.both_brokers
 def test_services_off_the_path_from_queued_to_running_yield_the_cpu(gw):
     """Accounting, placement (admission places gangs itself) and preemption run niced, so on a busy
     machine submission, admission and the binder get the CPU first (os.nice; field 19 of /proc/PID/stat)."""
@@ -143,6 +142,7 @@ def test_services_off_the_path_from_queued_to_running_yield_the_cpu(gw):
     assert (nice["placement"], nice["preemption"], nice["accounting"]) == (5, 5, 10)
 
 
+@pytest.mark.both_brokers
 def test_jobs_from_an_outside_client_run_in_binary_structured_and_plain_json_mode(gw):
     u = gw.uid()
     binary = gw.job(f"binary-{u}", namespace="research", gpus=2, runtime_s=60)
