@@ -18,7 +18,6 @@ from gangway.events import catalogue as ev
 from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import ReasonCode
 from gangway.events.state import State
-from gangway.events.resources import admitted_pod_sets, index_of
 from gangway.services.admission.policy import admissions, admissions_placed
 from gangway.services.audit.replay import verify
 from gangway.services.deciders import id_of, propose
@@ -141,9 +140,7 @@ def _reference(state: State) -> list:
     out = []
     for a in decided:
         out.append(a)
-        wl = state.workloads[a.workload]
-        placed = placer.place(wl, admitted_pod_sets(wl.spec.pod_sets, a.counts),
-                              index_of(state.contract).nodes_of(a.flavors, state), with_admission=True)
+        placed = placer.place(state.workloads[a.workload], a, with_admission=True)
         if placed is not None:
             out.append(placed)
     return out

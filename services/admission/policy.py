@@ -27,7 +27,7 @@ from gangway.events.catalogue import PlacementDecided, WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason, said
-from gangway.events.resources import ContractIndex, admitted_pod_sets, by_flavor, index_of
+from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
 from gangway.services.placement.policy import Placer, victims_in_flight
@@ -258,16 +258,13 @@ def admissions_placed(state: State) -> Iterator[WorkloadAdmitted | PlacementDeci
         if admitted.workload not in preemptors:
             break
     placer = None
-    idx = index_of(state.contract) if head else None
     for admitted in itertools.chain(head, decided):
         yield admitted
         if placer is None:  # not before: a caller that wanted only the admission stops there
             placer = Placer(state, admitted={a.workload for a in head})
             for name in state.unplaced:
                 placer.place(state.workloads[name])
-        wl = state.workloads[admitted.workload]
-        placed = placer.place(wl, admitted_pod_sets(wl.spec.pod_sets, admitted.counts),
-                              idx.nodes_of(admitted.flavors, state), with_admission=True)
+        placed = placer.place(state.workloads[admitted.workload], admitted, with_admission=True)
         if placed is not None:
             yield placed
 

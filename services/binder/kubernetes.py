@@ -439,10 +439,10 @@ class KubernetesBinder:
         # lost when it is gone, or when a replacement waits unbound: beside running pods, or — the
         # controller was quicker than this look — one this binder never bound.
         gang = self.gangs.get((name, attempt))
-        replaced = [p for p in unbound if gang is not None and gang.bound and ob.meta(p).get("uid") not in gang.bound]
-        if len(alive) < want or (wl.phase == "running" and unbound) or replaced:
-            await self._roll_back_lost(wl, obj, pods, out, now_ms, max(want - len(alive), len(unbound) if
-                                       wl.phase == "running" else len(replaced)))
+        bound = gang.bound if gang is not None else frozenset()
+        lost_unbound = unbound if wl.phase == "running" else [p for p in unbound if bound and ob.meta(p).get("uid") not in bound]
+        if len(alive) < want or lost_unbound:
+            await self._roll_back_lost(wl, obj, pods, out, now_ms, max(want - len(alive), len(lost_unbound)))
             return
         phases = [(p.get("status") or {}).get("phase") for p in alive]
         if wl.phase == "bound" and not unbound and all(ph in ("Running", "Succeeded") for ph in phases):

@@ -24,11 +24,10 @@ from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
-    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, admits,
+    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
 )
-from gangway.events.fold import placement_nodes
 from gangway.events.reasons import C, Reason, reason, said
-from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, pods_that_fit
+from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
 from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
@@ -760,12 +759,13 @@ class Placer:
                 reserve_room(self.free, wl, victims)
         self.measure = _Measure(state)
 
-    def place(self, wl: WorkloadState, pod_sets: list[PodSet] | None = None, nodes=None,
+    def place(self, wl: WorkloadState, admission: WorkloadAdmitted | None = None,
               with_admission: bool = False) -> PlacementDecided | None:
-        """Place ``wl`` (admitted: its admitted pod sets on its flavors' nodes; else as given)."""
-        if pod_sets is None:
-            pod_sets, nodes = admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), placement_nodes(self.state, wl)
-        placed = _place_gang(self.free, pod_sets, nodes)
+        """Place ``wl``'s admitted pod sets on its flavors' nodes, as ``admission`` (by default the
+        one in force; admission passes the one its cycle just decided) admitted them."""
+        admission = admission or wl.admission
+        pod_sets = admitted_pod_sets(wl.spec.pod_sets, admission.counts)
+        placed = _place_gang(self.free, pod_sets, index_of(self.state.contract).nodes_of(admission.flavors, self.state))
         if placed is None:
             return None
         assignments, notes = placed

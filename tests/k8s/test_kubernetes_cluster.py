@@ -155,17 +155,24 @@ async def test_a_watch_that_expires_lists_again_and_misses_nothing(kube, make_bi
     assert jobs.lists > lists - 1
 
 
+async def bind_and_delete_a_pod(kube, log, binder, name: str) -> dict:
+    """Apply a two-pod Job ``name`` (8 GPUs a pod), run the binder until the gang is bound, delete
+    one of its pods at once; return that pod's metadata."""
+    wl = log.state.workloads
+    await apply_manifests(kube, job(name, pods=2, gpus=8))
+    await run_until(log, [binder], lambda: f"team/{name}" in wl and wl[f"team/{name}"].phase == "bound",
+                    what=f"the {name} Job bound")
+    first = (await pods_of(kube, name))[0]["metadata"]
+    await kube.delete(api.PODS, first["name"], "team", grace_seconds=0)
+    return first
+
+
 async def test_a_pod_of_a_bound_gang_replaced_before_the_binder_looks_is_found_lost(kube, make_binder):
     """The controller re-creates a deleted pod (same name, new uid, unbound, gated) before the
     binder's next look: the gang is bound, not running, so only the uid tells the replacement."""
     log, binder = await setup(kube, make_binder)
-    wl = log.state.workloads
     async with cluster_running(kube, ["team"], kubelet=False):
-        await apply_manifests(kube, job("quick", pods=2, gpus=8))
-        await run_until(log, [binder], lambda: "team/quick" in wl and wl["team/quick"].phase == "bound",
-                        what="the Job bound")
-        first = (await pods_of(kube, "quick"))[0]["metadata"]
-        await kube.delete(api.PODS, first["name"], "team", grace_seconds=0)
+        first = await bind_and_delete_a_pod(kube, log, binder, "quick")
         for _ in range(200):  # the re-created pod in the binder's cache before it looks again
             again = next((p for p in binder.reflectors["Pod"].store.values() if p["metadata"]["name"] == first["name"]),
                          None)
@@ -185,11 +192,7 @@ async def test_what_reconciling_finds_is_fixed_and_written_onto_the_log(kube, ma
     wl = log.state.workloads
     async with cluster_running(kube, ["team"], kubelet=False):
         # A placement whose pods vanish: a pod of a running gang deleted by hand.
-        await apply_manifests(kube, job("steady", pods=2, gpus=8))
-        await run_until(log, [binder], lambda: "team/steady" in wl and wl["team/steady"].phase == "bound",
-                        what="the steady Job bound")
-        first = (await pods_of(kube, "steady"))[0]["metadata"]["name"]
-        await kube.delete(api.PODS, first, "team", grace_seconds=0)
+        await bind_and_delete_a_pod(kube, log, binder, "steady")
         await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the vanished pod found")
         [vanished] = log.of_type(ev.ClusterReconciled)
         assert (vanished.reason_code, vanished.kind, vanished.namespace, vanished.name) == (
