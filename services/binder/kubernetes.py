@@ -53,7 +53,8 @@ Report = tuple[str, int, object]
 #: intake(object, state) → the JobSubmitted it becomes, or why it is refused.
 Intake = Callable[[dict, State], "JobSubmitted | str"]
 SUBMIT_RETRY_S = 30.0
-#: What a bind of a pod that no longer exists returns (not a refusal: the pod is being re-created).
+#: What a bind of a pod that no longer exists, or is being deleted, returns (not a refusal: the pod is being
+#: re-created, and the next pass binds its replacement).
 GONE = "gone"
 EVICT_BACKOFF_MAX_S = 5.0
 #: A waiting object's position is told again at most this often.
@@ -374,8 +375,8 @@ class KubernetesBinder:
             try:
                 await self.kube.create(api.PODS, body, m.get("namespace"), sub="binding", name=m["name"])
             except ApiError as exc:
-                if exc.not_found:
-                    return GONE
+                if exc.not_found or (exc.conflict and "is being deleted" in exc.message):
+                    return GONE  # going (deleted after our cache last saw it): its replacement is bound next pass
                 if exc.conflict and f'already assigned to node "{node}"' in exc.message:
                     return ""  # the default scheduler bound the ungated pod first, where it was pinned
                 return f"pod {m['name']} to {node}: {exc}"

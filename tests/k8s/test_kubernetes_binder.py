@@ -12,7 +12,8 @@ from gangway.events import catalogue as ev
 from gangway.events.reasons import C
 from gangway.services.binder.policy import RequeueBackoff
 from gangway.services.binder import objects as ob
-from k8s_harness import cluster_running, LocalLog, apply_manifests, complete, create_node, node_object, run_until
+from gangway.services.binder.kubernetes import GONE
+from k8s_harness import cluster_running, LocalLog, apply_manifests, complete, create_node, ensure_namespace, node_object, run_until
 
 pytestmark = pytest.mark.kubernetes
 
@@ -206,6 +207,32 @@ async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued_after_a_
         assert len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
         events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=gang")
         assert any(e["reason"] == "GangRolledBack" for e in events)
+
+
+async def test_a_pod_deleted_after_the_binders_look_is_not_a_refused_bind(kube, make_binder):
+    """A controller deletes and re-creates a pod between the binder's look and its bind (as when an object
+    created without suspend is suspended at once): the API server says the pod is being deleted. That is a
+    pod gone, bound next pass once re-created, not a refused bind that rolls the whole gang back."""
+    _, binder = await setup(kube, make_binder)
+    await ensure_namespace(kube, "team")
+    hold = {"name": "going", "finalizers": ["gangway.test/hold"]}  # keeps it in its being-deleted state
+    pod = await kube.create(api.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": hold,
+                                       "spec": {"containers": [{"name": "main", "image": "busybox"}]}}, "team")
+    try:
+        await kube.delete(api.PODS, "going", "team")
+        assert (await kube.get(api.PODS, "going", "team"))["metadata"].get("deletionTimestamp")
+        assert await binder._bind(pod, "node-0", []) == GONE
+    finally:
+        await kube.patch(api.PODS, "going", {"metadata": {"finalizers": None}}, "team")
+    # A pod someone else bound is still a refusal.
+    other = await kube.create(api.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "taken"},
+                                         "spec": {"nodeName": "node-1",
+                                                  "containers": [{"name": "main", "image": "busybox"}]}}, "team")
+    try:
+        refused = await binder._bind(other, "node-0", [])
+        assert refused not in ("", GONE) and "taken" in refused
+    finally:
+        await kube.delete(api.PODS, "taken", "team", grace_seconds=0)
 
 
 async def test_pods_that_never_all_appear_are_rolled_back_after_the_timeout(kube, make_binder):
