@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import pytest
 
@@ -312,6 +314,20 @@ def test_status_shows_the_idle_flags_in_force(story) -> None:
         console.print(table)
     text = console.export_text()
     assert "Idle GPUs (the contract's idle rule)" in text and "research/notebook" in text and "4 %" in text
+
+
+def test_status_lists_every_configured_queue_even_one_nothing_was_ever_submitted_to() -> None:
+    from rich.console import Console
+
+    from gangway.contract import load_contract_file
+    from gangway.read.reports import status_tables
+    from gangway.sim import Simulation
+    sim = Simulation()
+    sim.configure(load_contract_file(Path(__file__).resolve().parents[1] / "gangway" / "demo" / "contract.yaml"))
+    console = Console(width=200, record=True)
+    console.print(status_tables(sim.state)[0])
+    rows = [line.split("│")[1].strip() for line in console.export_text().splitlines() if line.startswith("│")]
+    assert rows == ["batch", "research", "serving"]
 
 
 def test_team_figures_set_cost_against_busy_time(story) -> None:

@@ -25,7 +25,8 @@ def status_tables(state: State) -> list[Table]:
     queues = Table(title="ClusterQueues")
     for column in ("queue", "pending", "admitted", "running", "GPUs in use"):
         queues.add_column(column)
-    names = sorted({wl.spec.cluster_queue for wl in state.workloads.values()} | set(state.usage))
+    configured = {cq.name for cq in state.contract.cluster_queues} if state.contract else set()
+    names = sorted({wl.spec.cluster_queue for wl in state.workloads.values()} | set(state.usage) | configured)
     for cq in names:
         wls = [wl for wl in state.workloads.values() if wl.spec.cluster_queue == cq]
         count = lambda *phases: str(sum(1 for wl in wls if wl.phase in phases))  # noqa: E731
