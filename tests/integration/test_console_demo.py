@@ -9,12 +9,19 @@ import signal
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from conftest import VENV_BIN, processes_with_env
 
 pytestmark = pytest.mark.broker
+
+
+def service_logs(logs: Path, lines: int = 15) -> str:
+    """The last lines of each of the demo stack's logs (what a stalled demo was doing)."""
+    return "".join(f"\n--- {path.name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+                   for path in sorted(logs.glob("*.log")))
 
 
 def test_demo_console_serves_the_demos_log_until_ctrl_c(tmp_path):
@@ -27,12 +34,12 @@ def test_demo_console_serves_the_demos_log_until_ctrl_c(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 200  # beyond the demo's own timeout, which prints its state
         url = None
         while url is None:
             line = proc.stdout.readline()
             if not line and proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("no console address printed:\n" + "".join(lines))
+                pytest.fail("no console address printed:\n" + "".join(lines) + service_logs(state / "demo" / "logs"))
             lines.append(line)
             found = re.search(r"gangway console at (http://127\.0\.0\.1:\d+/)", line)
             url = found.group(1) if found else None
