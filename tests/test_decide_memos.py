@@ -31,8 +31,10 @@ def decisions_at_every_offset(log) -> list:
 
 
 def no_memos():
-    """Every workload a shape of its own, no remembered borrowing answers, no early end of a cycle."""
-    return mock.patch.multiple(admission, _needs_borrowing=admission._borrows, _nothing_left=lambda state, snap: False), \
+    """Every workload a shape of its own, no remembered borrowing answers, no early end of a cycle
+    and no queue left out of the walk."""
+    return mock.patch.multiple(admission, _needs_borrowing=admission._borrows, _nothing_left=lambda state, snap: False,
+                               _Settled=mock.Mock(of=lambda *_: None)), \
         mock.patch.object(admission.Snapshot, "failure_key", lambda self, wl: (wl.spec.workload,)), \
         mock.patch.object(preemption, "_preemptor_key", lambda idx, wl, *_: (wl.spec.workload,))
 
@@ -61,3 +63,30 @@ def test_a_backfill_that_ends_in_time_is_admitted_after_a_longer_one_of_its_shap
     borrow, failures, preemptors = no_memos()
     with borrow, failures, preemptors:
         assert [d.workload for d in decide_admission(sim.state)] == ["short"]
+
+
+def test_a_queue_whose_every_kind_of_workload_failed_is_not_walked_further():
+    """Twenty queues of 1 GPU each, fifty workloads deep in two shapes: each admits one, then both of its
+    shapes fail, and admission walks no further in it (the fold counts the shapes still to come) — the
+    same admissions as walking every workload, for a fraction of the walk."""
+    queues = [cluster_queue(f"q{i}").gpus(1) for i in range(20)]
+    sim = Simulation()
+    sim.configure(contract(*queues).obj())
+    sim.add_nodes([node(f"n{i}").gpus(8).obj() for i in range(4)])
+    for i in range(20):
+        for j in range(50):
+            sim.submit(workload(f"w{i}-{j}").queue(f"q{i}").gpus(1 if j % 2 == 0 else 2).obj())
+    tried = []
+    real = admission.Snapshot.try_admit
+
+    def counting(self, wl):
+        tried.append(wl.spec.workload)
+        return real(self, wl)
+    with mock.patch.object(admission.Snapshot, "try_admit", counting):
+        admitted = decide_admission(sim.state)
+        walked, tried[:] = len(tried), []
+        borrow, failures, preemptors = no_memos()
+        with borrow, failures, preemptors:
+            assert decide_admission(sim.state) == admitted
+    assert sorted(a.workload for a in admitted) == sorted(f"w{i}-0" for i in range(20))
+    assert len(tried) == 1000 and walked == 20 * 3, walked

@@ -48,16 +48,22 @@ _SORT_UP_TO = 256
 
 
 def _merged(state: State, queues: dict[str, int], skip: Container[str],
-            stop: Callable[[WorkloadState], bool] | None = None) -> Iterator[WorkloadState]:
+            stop: Callable[[WorkloadState], bool] | None = None,
+            done: Callable[[str], bool] | None = None) -> Iterator[WorkloadState]:
     """The pending workloads of ``queues`` (ClusterQueue → index of the first one to take) in
     queue order, lazily (a k-way merge of the fold's per-queue orders: nothing is sorted, and only
     what the caller takes is walked); those named in ``skip`` are passed over. When ``stop`` says
     so of a workload (not yielded), its queue leaves the merge and ``queues`` keeps its index
-    there: the rest of that queue, from it on, for later."""
+    there: the rest of that queue, from it on, for later. When ``done`` says so of a queue, it
+    leaves the merge with nothing kept for later."""
     order = state.pending_order
     stopped: set[str] = set()
     for key, cq, i in _in_queue_order(order, queues, stopped):
         if key[3] in skip:
+            continue
+        if done is not None and done(cq):
+            stopped.add(cq)
+            queues[cq] = len(order[cq])
             continue
         wl = state.workloads[key[3]]
         if stop is not None and stop(wl):
@@ -91,7 +97,7 @@ def _in_queue_order(order: dict[str, list], queues: dict[str, int], stopped: set
             heapq.heappop(heap)
 
 
-def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome, Snapshot]]:
+def admission_cycle(state: State, idx: ContractIndex, only_admissions: bool = False) -> Iterator[tuple[Outcome, Snapshot]]:
     """Walk the queue as admission does: yields (outcome, snapshot) per pending workload.
 
     1. preemptors first (victims were ordered out for them; ``nominated``): they won their room;
@@ -103,7 +109,9 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome,
     3. then the borrowers: in queue order, or with fair sharing by lowest share after admission.
     Preemption walks the same cycle, so it never evicts for a workload admission would admit.
     The walk is lazy (the fold keeps each queue in order): a caller that stops early has not
-    paid for the rest of the queue.
+    paid for the rest of the queue. With ``only_admissions`` (a caller that wants the admissions,
+    not why the others wait), a queue leaves the walk once every kind of workload still to come in
+    it failed (``_Settled``): room only shrinks within a cycle, so none of the rest would fit.
     """
     snap = Snapshot(state, idx)
     snap.reserve_admitted()
@@ -115,16 +123,65 @@ def admission_cycle(state: State, idx: ContractIndex) -> Iterator[tuple[Outcome,
     for key in sorted(queue_key(state.workloads[name]) for name in first):
         yield _try(snap, idx, state.workloads[key[3]], waiting, blocked), snap
     skip = first | backing_off
+    settled = _Settled.of(state, snap, skip) if only_admissions else None
+    done = settled.done if settled is not None else None
     queues = dict.fromkeys(state.pending_order, 0)
-    for wl in _merged(state, queues, skip, lambda wl: _needs_borrowing(snap, wl)):
-        yield _try(snap, idx, wl, waiting, blocked), snap
+    for wl in _merged(state, queues, skip, lambda wl: _needs_borrowing(snap, wl), done):
+        yield _walked(settled, _try(snap, idx, wl, waiting, blocked)), snap
     later = {cq: i for cq, i in queues.items() if i < len(state.pending_order[cq])}
     if idx.contract.fair_sharing.enable:
-        borrowers = fair_order(snap, idx, {cq: _merged(state, {cq: i}, skip) for cq, i in later.items()})
+        borrowers = fair_order(snap, idx, {cq: _merged(state, {cq: i}, skip, done=done) for cq, i in later.items()})
     else:
-        borrowers = _merged(state, later, skip)
+        borrowers = _merged(state, later, skip, done=done)
     for wl in borrowers:
-        yield _try(snap, idx, wl, waiting, blocked), snap
+        yield _walked(settled, _try(snap, idx, wl, waiting, blocked)), snap
+
+
+def _walked(settled: _Settled | None, outcome: Outcome) -> Outcome:
+    if settled is not None:
+        settled.walked(outcome)
+    return outcome
+
+
+class _Settled:
+    """Which ClusterQueues have nothing left in this cycle's walk that could be admitted: every kind
+    of workload (shape) still to come in the queue has failed already (``Snapshot.failed``; room only
+    shrinks within a cycle, so the rest would fail alike). Counted from the fold's pending shapes
+    less those walked; while a reservation is held (kinds are then shapes and runtimes) no queue is."""
+
+    def __init__(self, state: State, snap: Snapshot, skip: Container[str]):
+        self.snap = snap
+        self.left = dict(state.pending_shapes)
+        for name in skip:
+            if name in state.pending:
+                self.left[state.workloads[name].shape] -= 1
+        self.failed = {shape for shape, runtime in snap.failed if runtime is None}
+        #: ClusterQueue → kinds with workloads still to walk that have not failed.
+        self.open: dict[str, int] = {}
+        for shape, n in self.left.items():
+            if n > 0 and shape not in self.failed:
+                cq = shape.partition("|")[0]  # (a shape's text starts with its ClusterQueue)
+                self.open[cq] = self.open.get(cq, 0) + 1
+
+    @staticmethod
+    def of(state: State, snap: Snapshot, skip: Container[str]) -> "_Settled | None":
+        """None when the fold has no counts to go by (a state restored from before them)."""
+        if "" in state.pending_shapes or sum(state.pending_shapes.values()) != len(state.pending):
+            return None
+        return _Settled(state, snap, skip)
+
+    def walked(self, outcome: Outcome) -> None:
+        shape = outcome.wl.shape
+        was_open = self.left[shape] > 0 and shape not in self.failed
+        self.left[shape] -= 1
+        if outcome.admission is None and (shape, None) in self.snap.failed:
+            self.failed.add(shape)
+        if was_open and (self.left[shape] == 0 or shape in self.failed):
+            cq = outcome.wl.spec.cluster_queue
+            self.open[cq] -= 1
+
+    def done(self, cq: str) -> bool:
+        return self.snap.reservation is None and self.open.get(cq) == 0
 
 
 def fair_order(snap: Snapshot, idx: ContractIndex, queues: dict[str, Iterator[WorkloadState]]) -> Iterator[WorkloadState]:
@@ -223,7 +280,7 @@ def admissions(state: State) -> Iterator[WorkloadAdmitted]:
     idx = index_of(state.contract)
     made = 0
     counted = sum(state.pending_shapes.values()) == len(state.pending)  # (snapshots older than the counts)
-    for outcome, snap in admission_cycle(state, idx):
+    for outcome, snap in admission_cycle(state, idx, only_admissions=True):
         a = outcome.admission
         if a is None:
             if counted and _nothing_left(state, snap):
