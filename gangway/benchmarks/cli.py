@@ -54,7 +54,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_durability(args)
     if args.what == "kueue":
         from gangway.benchmarks import kueue_scenarios
-        return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data)
+        return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data,
+                                    runs=args.repeat or (1 if args.quick else 3), provenance=_provenance)
     from gangway.benchmarks import pipeline
     if args.what == "pipeline":
         brokers = pipeline.BROKERS if args.broker == "both" else (args.broker,)
@@ -152,13 +153,14 @@ def add_parsers(sub) -> None:
     s.add_argument("--broker", choices=("embedded", "apache-kafka", "both"), default="embedded",
                    help="pipeline, faults: the broker (apache-kafka: started from the Maven jars; both: side by side)")
     s.add_argument("--repeat", type=int, help="pipeline: runs per broker (medians reported; default 1); "
-                                              "replay, core: runs whose median is reported (default 3)")
+                                              "replay, core: runs whose median is reported (default 3); kueue: runs, the one "
+                                              "with the median wall kept with every run's figures (default 3)")
     s.add_argument("--log", help="replay: verify this exported log (one CloudEvent per line) instead of generating one")
     s.add_argument("--workloads", type=int, help="replay: workloads in the generated log (in memory, deep queues); "
                                                  "money: workloads in the month (default 15,000); console: in the log (default 4,000)")
     s.add_argument("--events", type=int, help="replay, restore: events in the generated log")
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
-    s.add_argument("--quick", action="store_true", help="core: a small grid only")
+    s.add_argument("--quick", action="store_true", help="core: a small grid only; kueue: one run")
     s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
     s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too; "
                                                 "faults: of workloads only (default 0.1)")
