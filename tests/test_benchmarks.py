@@ -67,6 +67,9 @@ def test_a_kueue_scenario_run_several_times_keeps_the_run_with_the_median_wall_a
     assert kept["run"] == 0 and kept["runs_wall_ms"] == [80_000, 76_000, 83_000]
     assert kept["runs_admission_ms"] == [{"large": 8000.0}, {"large": 7600.0}, {"large": 8300.0}]
     assert kept["runs_quota_held_before_running_pct"] == [80.0, 76.0, 83.0]
+    runs[0]["avg_time_to_admission_ms"] = {"large": 9000.0}  # the kept run's class is not the median
+    assert median_run(runs)["median_admission_ms"] == {"large": 8300.0}
+    assert median_run(runs)["median_quota_held_before_running_pct"] == 80.0
     assert median_run(runs[:2])["run"] == 1  # of two, the lower
     assert "runs_wall_ms" not in runs[0]  # the runs themselves are left as they were
 
