@@ -34,7 +34,7 @@ def no_memos():
     """Every workload a shape of its own, no remembered borrowing answers, no early end of a cycle
     and no queue left out of the walk."""
     return mock.patch.multiple(admission, _needs_borrowing=admission._borrows, _nothing_left=lambda state, snap: False,
-                               _Settled=mock.Mock(of=lambda *_: None)), \
+                               counts_hold=lambda state: False), \
         mock.patch.object(admission.Snapshot, "failure_key", lambda self, wl: (wl.spec.workload,)), \
         mock.patch.object(preemption, "_preemptor_key", lambda idx, wl, *_: (wl.spec.workload,))
 

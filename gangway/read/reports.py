@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.table import Table
 
 from gangway.events import catalogue as ev
@@ -25,11 +27,12 @@ def status_tables(state: State) -> list[Table]:
     queues = Table(title="ClusterQueues")
     for column in ("queue", "pending", "admitted", "running", "GPUs in use"):
         queues.add_column(column)
-    configured = {cq.name for cq in state.contract.cluster_queues} if state.contract else set()
-    names = sorted({wl.spec.cluster_queue for wl in state.workloads.values()} | set(state.usage) | configured)
-    for cq in names:
-        wls = [wl for wl in state.workloads.values() if wl.spec.cluster_queue == cq]
-        count = lambda *phases: str(sum(1 for wl in wls if wl.phase in phases))  # noqa: E731
+    phases: dict[str, Counter] = {cq.name: Counter() for cq in state.contract.cluster_queues} if state.contract else {}
+    for wl in state.workloads.values():  # one pass, however many queues the contract has
+        phases.setdefault(wl.spec.cluster_queue, Counter())[wl.phase] += 1
+    for cq in sorted(phases.keys() | state.usage.keys()):
+        seen = phases.get(cq, Counter())
+        count = lambda *names: str(sum(seen[name] for name in names))  # noqa: E731
         queues.add_row(cq, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
                        format_milli(by_resource(state.usage.get(cq, {})).get(GPU, 0)))
     running = Table(title="Running workloads")

@@ -97,7 +97,7 @@ def _in_queue_order(order: dict[str, list], queues: dict[str, int], stopped: set
             heapq.heappop(heap)
 
 
-def admission_cycle(state: State, idx: ContractIndex, only_admissions: bool = False) -> Iterator[tuple[Outcome, Snapshot]]:
+def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> Iterator[tuple[Outcome, Snapshot]]:
     """Walk the queue as admission does: yields (outcome, snapshot) per pending workload.
 
     1. preemptors first (victims were ordered out for them; ``nominated``): they won their room;
@@ -109,9 +109,10 @@ def admission_cycle(state: State, idx: ContractIndex, only_admissions: bool = Fa
     3. then the borrowers: in queue order, or with fair sharing by lowest share after admission.
     Preemption walks the same cycle, so it never evicts for a workload admission would admit.
     The walk is lazy (the fold keeps each queue in order): a caller that stops early has not
-    paid for the rest of the queue. With ``only_admissions`` (a caller that wants the admissions,
-    not why the others wait), a queue leaves the walk once every kind of workload still to come in
-    it failed (``_Settled``): room only shrinks within a cycle, so none of the rest would fit.
+    paid for the rest of the queue. With ``settle`` (a caller that wants the admissions, not why the
+    others wait, on a state whose pending counts hold: ``counts_hold``), a queue leaves the walk once
+    every kind of workload still to come in it failed (``_Settled``): room only shrinks within a
+    cycle, so none of the rest would fit.
     """
     snap = Snapshot(state, idx)
     snap.reserve_admitted()
@@ -123,7 +124,7 @@ def admission_cycle(state: State, idx: ContractIndex, only_admissions: bool = Fa
     for key in sorted(queue_key(state.workloads[name]) for name in first):
         yield _try(snap, idx, state.workloads[key[3]], waiting, blocked), snap
     skip = first | backing_off
-    settled = _Settled.of(state, snap, skip) if only_admissions else None
+    settled = _Settled(state, snap, skip) if settle else None
     done = settled.done if settled is not None else None
     queues = dict.fromkeys(state.pending_order, 0)
     for wl in _merged(state, queues, skip, lambda wl: _needs_borrowing(snap, wl), done):
@@ -162,13 +163,6 @@ class _Settled:
             if n > 0 and shape not in self.failed:
                 cq = shape.partition("|")[0]  # (a shape's text starts with its ClusterQueue)
                 self.open[cq] = self.open.get(cq, 0) + 1
-
-    @staticmethod
-    def of(state: State, snap: Snapshot, skip: Container[str]) -> "_Settled | None":
-        """None when the fold has no counts to go by (a state restored from before them)."""
-        if "" in state.pending_shapes or sum(state.pending_shapes.values()) != len(state.pending):
-            return None
-        return _Settled(state, snap, skip)
 
     def walked(self, outcome: Outcome) -> None:
         shape = outcome.wl.shape
@@ -279,8 +273,8 @@ def admissions(state: State) -> Iterator[WorkloadAdmitted]:
         return
     idx = index_of(state.contract)
     made = 0
-    counted = sum(state.pending_shapes.values()) == len(state.pending)  # (snapshots older than the counts)
-    for outcome, snap in admission_cycle(state, idx, only_admissions=True):
+    counted = counts_hold(state)
+    for outcome, snap in admission_cycle(state, idx, settle=counted):
         a = outcome.admission
         if a is None:
             if counted and _nothing_left(state, snap):
@@ -324,6 +318,12 @@ def admissions_placed(state: State) -> Iterator[WorkloadAdmitted | PlacementDeci
         placed = placer.place(state.workloads[admitted.workload], admitted, with_admission=True)
         if placed is not None:
             yield placed
+
+
+def counts_hold(state: State) -> bool:
+    """Does the fold count every pending workload by its shape (``State.pending_shapes``)? Not in a
+    state restored from a snapshot older than the counts, or than the shapes."""
+    return "" not in state.pending_shapes and sum(state.pending_shapes.values()) == len(state.pending)
 
 
 def _nothing_left(state: State, snap: Snapshot) -> bool:
