@@ -332,10 +332,57 @@ LOG_WRITERS: dict[str, frozenset[type]] = {
 }
 
 
+#: ``ce_time`` header → its ms since the epoch: the events of one decision share their time.
+_TIMES: dict[bytes, int] = {}
+#: The headers ``to_binary`` writes, in its order (a ``ce_subject`` may follow).
+_WRITTEN_KEYS = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "content-type")
+_WRITTEN_CONSTANTS = (b"1.0", JSON.encode())
+
+
+def _as_written(value: bytes, headers: Headers, offset: int) -> Envelope | None:
+    """The event of a log record as gangway writes it: ``to_binary``'s headers in its order, a
+    writer and a current type it writes (``_WRITTEN``), an id, a time and data that decode. None for
+    anything else: ``from_log_record``'s general path then reads it, or refuses it with its reasons.
+    Every record the services write takes this path, in a third of the general path's time (no
+    attribute dictionary; writer, type and time looked up by their bytes): decoding was a third of
+    what each service spent folding the log."""
+    try:
+        (k0, v0), (k1, v1), (k2, v2), (k3, v3), (k4, v4), (k5, v5), *subject = headers
+        if (k0, k1, k2, k3, k4, k5) != _WRITTEN_KEYS or (v0, v5) != _WRITTEN_CONSTANTS:
+            return None
+        if subject:
+            [(key, text)] = subject
+            if key != "ce_subject":
+                return None
+            if text is not None:
+                text.decode("utf-8")  # refused if not, as the general path refuses it
+        written = _WRITTEN.get((v2, v3))
+        if written is None:
+            return None
+        source, decoder = written
+        if not v1:
+            return None
+        time_ms = _TIMES.get(v4)
+        if time_ms is None:
+            time_ms = parse_time(v4.decode("utf-8"))
+            if len(_TIMES) >= _SECONDS_MAX:
+                _TIMES.clear()
+            _TIMES[v4] = time_ms
+        return Envelope(v1.decode("utf-8"), source, time_ms, decoder.decode(value), offset)
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError, msgspec.MsgspecError):
+        return None  # (CodecError and UnicodeDecodeError are ValueErrors)
+
+
 def from_log_record(value: bytes | None, headers: Headers | None, offset: int = -1) -> Envelope:
     """A record of ``gangway.log``: a gangway CloudEvent written by the service that writes its
     type. Raises ``CodecError`` (reason ``malformed_*``, ``not_utf8``, ``unknown_writer`` or
     ``forbidden_event``) for anything else — whatever the bytes; never another exception."""
+    env = _as_written(value, headers, offset) if headers else None
+    return env if env is not None else _read_log_record(value, headers, offset)
+
+
+def _read_log_record(value: bytes | None, headers: Headers | None, offset: int) -> Envelope:
+    """``from_log_record`` for any record: the general path, with every reason for refusing one."""
     try:
         env = from_record(value, headers, offset)
     except CodecError:
@@ -348,3 +395,10 @@ def from_log_record(value: bytes | None, headers: Headers | None, offset: int = 
     if type(env.data) not in allowed:
         raise CodecError("forbidden_event", f"event {env.id!r}: {env.source} does not write {env.type}")
     return env
+
+
+#: (writer, CloudEvents type) as header bytes → the writer and its type's decoder, for every type a
+#: writer of the log writes (``_as_written``).
+_WRITTEN: dict[tuple[bytes, bytes], tuple[str, msgspec.json.Decoder]] = {
+    (source.encode(), EVENT_TYPES[cls].encode()): (source, _DECODERS[cls])
+    for source, allowed in LOG_WRITERS.items() for cls in allowed}

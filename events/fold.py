@@ -222,7 +222,8 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl = state.workloads.get(e.workload)
     if _seen(state, wl, env):
         return
-    why = admission_invalid(state, wl, e)
+    held = held_quota(state, e) if state.contract is not None else {}
+    why = admission_invalid(state, wl, e, held)
     if why:
         _supersede(state, wl, "admission", env, why)
         return
@@ -231,7 +232,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.superseded = wl.superseded_code = None
     wl.nominated = False
     bring_up_to_date(state, e.cluster_queue)
-    quota_view(state).add(e.cluster_queue, held_quota(state, e))
+    quota_view(state).add(e.cluster_queue, held)
     _dequeue(state, wl)
     state.active[e.workload] = None
     state.decisions += 1
@@ -251,8 +252,9 @@ def _stale(wl: WorkloadState | None, phase: str, based_on: int, since: int | Non
     return None
 
 
-def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted) -> Reason | None:
-    """Why this admission no longer holds (None when it does)."""
+def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmitted,
+                      held: dict[str, int]) -> Reason | None:
+    """Why this admission, holding ``held`` (``held_quota``), no longer holds (None when it does)."""
     stale = _stale(wl, "pending", e.based_on, wl and wl.seq, "the workload (re)entered its queue")
     if stale is not None:
         return stale
@@ -260,10 +262,10 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
         return reason(C.NO_CONFIG)
     if e.cluster_queue != wl.spec.cluster_queue:
         return reason(C.WRONG_CLUSTER_QUEUE, cluster_queue=wl.spec.cluster_queue)
-    why = _counts_invalid(wl, e.counts)
+    why = _counts_invalid(wl, e.counts) if e.counts else None
     if why:
         return why
-    if e.usage != total_request(admitted_pod_sets(wl.spec.pod_sets, e.counts)):
+    if e.usage != (total_request(admitted_pod_sets(wl.spec.pod_sets, e.counts)) if e.counts else wl.request):
         return reason(C.USAGE_DIFFERS)
     idx = index_of(state.contract)
     if e.cluster_queue not in idx.tree.queues:
@@ -271,7 +273,7 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
     why = _flavors_invalid(idx, e)
     if why:
         return why
-    fits, borrowed, why = quota_view(state).fit(e.cluster_queue, held_quota(state, e))
+    fits, borrowed, why = quota_view(state).fit(e.cluster_queue, held)
     if not fits:
         return why
     # Borrowing less than the decision said (work in the cohort ended since) takes nothing from
