@@ -35,9 +35,11 @@ def copy_state(state: State) -> State:
     return msgspec.msgpack.decode(msgspec.msgpack.encode(state), type=State)
 
 
-def apply(state: State, env: ev.Envelope) -> State:
+def apply(state: State, env: ev.Envelope, handlers: dict | None = None) -> State:
+    """Fold ``env`` into ``state``; with ``handlers`` (``handlers_for``), only events of those types
+    change more than the state's time, offset and last id."""
     data = env.data
-    handler = _HANDLERS.get(type(data))
+    handler = (_HANDLERS if handlers is None else handlers).get(type(data))
     if env.time_ms > state.time_ms:
         state.time_ms = env.time_ms
     if handler is not None:
@@ -629,3 +631,12 @@ _HANDLERS = {
     ev.WorkloadIdle: _idle,
     ev.WorkloadWithdrawn: _withdrawn,
 }
+
+
+def handlers_for(types) -> dict:
+    """The fold's handlers of ``types`` only: a service that reads only what those events change
+    (``LogService.folds``) folds the rest as time passing."""
+    unknown = set(types) - set(_HANDLERS)
+    if unknown:
+        raise ValueError(f"the fold has no handler for {sorted(t.__name__ for t in unknown)}")
+    return {t: h for t, h in _HANDLERS.items() if t in types}

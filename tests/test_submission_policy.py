@@ -446,3 +446,58 @@ def test_a_contract_on_the_config_topic_is_copied_once_and_anything_else_is_reje
         out = decide_config(value, b"k", headers, make_state(), "gangway.config/0/2")
         assert isinstance(out, JobRejected) and out.original == value and out.submission == "gangway.config/0/2"
         assert reason is None or out.reason == reason, out
+
+
+# --- the submission service's own fold --------------------------------------------------------------
+
+
+def test_submission_decides_alike_on_its_projection_of_the_log_and_on_the_whole_fold():
+    """The submission service folds only what it reads (``SubmissionService.folds``): on a log where
+    workloads were admitted, placed, run, finished and evicted, nodes removed and the contract
+    changed, every kind of record it decides gets the same answer from that state as from the whole."""
+    from gangway.events.catalogue import NodeObserved, NodeRemoved
+    from gangway.events.fold import handlers_for
+    from gangway.services.submission.service import SubmissionService
+    from gangway.services.submission.telemetry import decide_telemetry
+    from gangway.sim import Simulation
+
+    sim = Simulation()
+    sim.configure(CONTRACT)
+    sim.add_nodes([NodeObserved(node=f"n{i}", allocatable={"cpu": 64_000, "memory": 2**40 * 1000, "nvidia.com/gpu": 8000},
+                                labels={"rack": f"r{i % 2}"}) for i in range(4)])
+    for i in range(12):
+        sim.submit(decide_submission(plain(job(job_id=f"train-{i}")), KEY, ce_headers(ce_id=f"submit/{i}".encode()),
+                                     sim.state, {}, f"gangway.submissions/0/{i}"))
+    sim.run(until_ms=sim.now_ms + 200_000)
+    sim.append("gone/n3", sim.now_ms, NodeRemoved(node="n3"))
+    sim.configure(msgspec.structs.replace(CONTRACT, default_priority=5))
+    sim.run(until_ms=sim.now_ms + 100_000)
+    phases = {wl.phase for wl in sim.state.workloads.values()}
+    assert {"finished", "running", "pending"} <= phases, phases
+
+    projected = State()
+    handlers = handlers_for(SubmissionService.folds)
+    for env in sim.log:
+        apply(projected, env, handlers)
+    assert (projected.offset, projected.time_ms) == (sim.state.offset, sim.state.time_ms)
+    records = [
+        (plain(job(job_id="train-3")), ce_headers(ce_id=b"submit/3"), "gangway.submissions/0/3"),  # redelivered
+        (plain(job(job_id="train-3")), ce_headers(ce_id=b"submit/3"), SUBMISSION),  # the same CloudEvent again
+        (plain(job(job_id="train-4")), ce_headers(ce_id=b"other"), SUBMISSION),  # a duplicate job
+        (plain(job(job_id="train-99")), [], SUBMISSION),  # a new one
+        (plain(job(job_id="t", pod_sets=[pod_set(topology={"required": "rack"})])), [], SUBMISSION),
+        (plain(job(job_id="t", pod_sets=[pod_set(topology={"required": "zone"})])), [], SUBMISSION),
+        (plain(job(job_id="t", queue="orphan")), [], SUBMISSION),
+    ]
+    for value, headers, where in records:
+        assert decide_submission(value, KEY, headers, projected, {}, where) \
+            == decide_submission(value, KEY, headers, sim.state, {}, where)
+    for workload in ("team-a/train-0", "team-a/train-11", "team-a/nobody"):
+        value = plain({"workload": workload, "tokens": 5, "observed_ms": 1})
+        headers = ce_headers(ce_type=b"io.gangway.workload.progress.v1")
+        assert decide_telemetry(value, None, headers, projected, "t/0/1") \
+            == decide_telemetry(value, None, headers, sim.state, "t/0/1")
+    assert (projected.contract, projected.contract_digest) == (sim.state.contract, sim.state.contract_digest)
+    assert sorted(projected.nodes) == sorted(sim.state.nodes) == ["n0", "n1", "n2"]
+    with pytest.raises(ValueError, match="JobRejected"):  # not an event of the log
+        handlers_for({JobRejected})

@@ -28,7 +28,7 @@ import msgspec
 from gangway.adapters import kafka, quarantine
 from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
-from gangway.events.fold import apply
+from gangway.events.fold import apply, handlers_for
 from gangway.events.state import State
 from gangway.services.deciders import propose
 from gangway.services.runtime.clock import ClusterClock
@@ -90,6 +90,9 @@ class LogService:
     own_process = False
     #: The share of its time the service may spend in ``decide`` (1: decide whenever caught up).
     decide_share = 1.0
+    #: The event types whose effect on the state the service reads (None: every one). The others
+    #: only move its state's time and offset: what they change in the state is never true in it.
+    folds: frozenset[type] | None = None
 
     def __init__(self, bootstrap: str, state_dir: str | Path = ".gangway", clock: ClusterClock | None = None):
         self.bootstrap = bootstrap
@@ -114,6 +117,7 @@ class LogService:
         self.quarantined = 0
         self.to_quarantine: list[tuple[object, str, str]] = []
         self.quarantine_copied: set[int] | None = None
+        self._handlers = None if self.folds is None else handlers_for(self.folds)
 
     # --- hooks -----------------------------------------------------------------------------
 
@@ -203,7 +207,7 @@ class LogService:
 
     def fold(self, env: Envelope) -> None:
         self.on_event(self.state, env)
-        apply(self.state, env)
+        apply(self.state, env, self._handlers)
         self.in_flight.pop(env.id, None)
         self._since_snapshot += 1
 

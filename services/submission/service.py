@@ -23,7 +23,9 @@ import msgspec
 
 from gangway.adapters import kafka
 from gangway.events import topics
-from gangway.events.catalogue import EVENT_TYPES, JobRejected, WorkloadQueued
+from gangway.events.catalogue import (
+    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, WorkloadQueued,
+)
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
 from gangway.services.submission.config import decide_config
@@ -42,6 +44,10 @@ class SubmissionService(LogService):
     name = "submission"
     waits_for_own_writes = False
     copies_quarantine = True
+    #: Submission reads the contract in force, the nodes' labels and the workloads as they were
+    #: queued (their names and where each came from): nothing later in a workload's life. Folding
+    #: admissions, placements and the binder's reports too was a third of its CPU in a burst.
+    folds = frozenset({ConfigApplied, NodeObserved, NodeRemoved, WorkloadQueued})
 
     def __init__(self, *args, max_bytes: int = 1_048_576, **kwargs):
         super().__init__(*args, **kwargs)
