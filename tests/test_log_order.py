@@ -106,3 +106,30 @@ async def test_a_reader_of_some_types_gets_those_in_order_and_no_others():
         every = [env async for env in kafka.read_log(broker.bootstrap, idle_ms=50)]
     assert [env.offset for env in only] == list(range(0, 30, 3))
     assert all(isinstance(env.data, NodeObserved) for env in only) and len(every) == 30
+
+
+@pytest.mark.broker
+@pytest.mark.both_brokers
+async def test_an_append_of_several_batches_lands_whole_in_order_and_says_where_it_ends(kafka_broker):
+    """``append`` builds the batches itself: 3,000 records of 700 bytes take three, which land in
+    order, and it returns one past the last offset; a record over the request size is refused."""
+    from aiokafka.errors import MessageSizeTooLargeError
+
+    from gangway.events.catalogue import NodeObserved
+    envs = [Envelope(id=f"e{i}", source="gangway/binder", time_ms=i,
+                     data=NodeObserved(node=f"n{i}", allocatable={}, labels={"pad": "x" * 600})) for i in range(3000)]
+    await kafka.ensure_topics(kafka_broker.bootstrap)
+    prod = kafka.producer(kafka_broker.bootstrap)
+    await prod.start()
+    try:
+        assert await kafka.append(prod, envs[:1]) == 1
+        assert await kafka.append(prod, envs[1:]) == 3000
+        assert await kafka.append(prod, []) == 0
+        huge = Envelope(id="huge", source="gangway/binder", time_ms=1,
+                        data=NodeObserved(node="n", allocatable={}, labels={"pad": "x" * kafka.RECORD_BYTES_MAX}))
+        with pytest.raises(MessageSizeTooLargeError):
+            await kafka.append(prod, [huge])
+    finally:
+        await prod.stop()
+    read = [env async for env in kafka.read_log(kafka_broker.bootstrap, idle_ms=200)]
+    assert [(env.offset, env.id) for env in read] == [(i, f"e{i}") for i in range(3000)]
