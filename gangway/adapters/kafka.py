@@ -345,10 +345,11 @@ def producer(bootstrap: str) -> AIOKafkaProducer:
     )
 
 
-def log_consumer(bootstrap: str, group_id: str | None = None) -> AIOKafkaConsumer:
+def log_consumer(bootstrap: str, group_id: str | None = None, wait_ms: int = 20, min_bytes: int = 1) -> AIOKafkaConsumer:
+    """A consumer of the log: a fetch is answered once ``min_bytes`` are there, or after ``wait_ms``."""
     return _Consumer(
-        bootstrap, group_id=group_id, enable_auto_commit=False,
-        auto_offset_reset="earliest", fetch_max_wait_ms=20, fetch_max_bytes=32 * 1024 * 1024,
+        bootstrap, group_id=group_id, enable_auto_commit=False, fetch_min_bytes=min_bytes,
+        auto_offset_reset="earliest", fetch_max_wait_ms=wait_ms, fetch_max_bytes=32 * 1024 * 1024,
         max_partition_fetch_bytes=RECORD_BYTES_MAX * 4, **settings().client_kwargs(),
     )
 

@@ -70,6 +70,12 @@ GC_THRESHOLDS = (700, 10, 100)
 #: place with the admission; money is counted from the log at any delay.
 NICE = {"placement": 5, "preemption": 5, "accounting": 10}
 
+#: How the services off that path (those in ``NICE``) fetch the log: in batches of at least this
+#: many bytes, or what there is after this many ms. A fetch answered at each few events costs its
+#: process about as much as folding them, and in Kueue's baseline those three services' fetches took
+#: CPU from the two on the path; deciding a fifth of a second later costs them nothing that matters.
+OFF_PATH_FETCH = {"min_bytes": 64 * 1024, "wait_ms": 200}
+
 #: How often, at most, a service commits the log offset it has folded (its consumer group's
 #: committed offset on the log: what the console and any Kafka lag exporter read as its progress).
 FOLDED_COMMIT_EVERY_S = 1.0
@@ -214,7 +220,8 @@ class LogService:
     async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         """Fold, decide and append until ``stop``. With ``standby``, several instances may run:
         all fold, and only the one holding the ``ActiveLease`` decides and appends."""
-        async with kafka.log_consumer(self.bootstrap, group_id=self.group_id()) as consumer, \
+        fetch = OFF_PATH_FETCH if self.name in NICE else {}
+        async with kafka.log_consumer(self.bootstrap, group_id=self.group_id(), **fetch) as consumer, \
                 kafka.producer(self.bootstrap) as producer:
             self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
             keeper = None
