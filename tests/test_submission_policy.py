@@ -453,8 +453,8 @@ def test_a_contract_on_the_config_topic_is_copied_once_and_anything_else_is_reje
 
 def test_submission_decides_alike_on_its_projection_of_the_log_and_on_the_whole_fold():
     """The submission service folds only what it reads (``SubmissionService.folds``): on a log where
-    workloads were admitted, placed, run, finished and evicted, nodes removed and the contract
-    changed, every kind of record it decides gets the same answer from that state as from the whole."""
+    workloads were admitted, placed, run and finished, a node removed and the contract changed,
+    every kind of record it decides gets the same answer from that state as from the whole."""
     from gangway.events.catalogue import NodeObserved, NodeRemoved
     from gangway.events.fold import handlers_for
     from gangway.services.submission.service import SubmissionService
