@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -210,7 +211,7 @@ def _text(value: bytes, what: str) -> str:
 def _binary_attrs(headers: Headers | None) -> dict[str, str] | None:
     """The CloudEvents attributes of well-formed binary-mode headers (text keys, UTF-8 values), in
     one pass; None for anything else, which ``from_record``'s general path reads (and rejects with
-    its reasons). Every record the services wrote takes this path: it is most of a fold's decoding."""
+    its reasons). A log record exactly as the services write it does not get here (``_as_written``)."""
     attrs: dict[str, str] = {}
     content_type = None
     try:
@@ -332,8 +333,6 @@ LOG_WRITERS: dict[str, frozenset[type]] = {
 }
 
 
-#: ``ce_time`` header → its ms since the epoch: the events of one decision share their time.
-_TIMES: dict[bytes, int] = {}
 #: The headers ``to_binary`` writes, in its order (a ``ce_subject`` may follow).
 _WRITTEN_KEYS = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "content-type")
 _WRITTEN_CONSTANTS = (b"1.0", JSON.encode())
@@ -362,15 +361,16 @@ def _as_written(value: bytes, headers: Headers, offset: int) -> Envelope | None:
         source, decoder = written
         if not v1:
             return None
-        time_ms = _TIMES.get(v4)
-        if time_ms is None:
-            time_ms = parse_time(v4.decode("utf-8"))
-            if len(_TIMES) >= _SECONDS_MAX:
-                _TIMES.clear()
-            _TIMES[v4] = time_ms
-        return Envelope(v1.decode("utf-8"), source, time_ms, decoder.decode(value), offset)
+        return Envelope(v1.decode("utf-8"), source, _header_time(v4), decoder.decode(value), offset)
     except (ValueError, TypeError, AttributeError, OverflowError, RecursionError, msgspec.MsgspecError):
         return None  # (CodecError and UnicodeDecodeError are ValueErrors)
+
+
+@lru_cache(maxsize=_SECONDS_MAX)
+def _header_time(raw: bytes) -> int:
+    """A ``ce_time`` header's ms since the epoch, remembered by its bytes: the events of one decision
+    share their time. (Raises as ``parse_time`` does; a refusal is not remembered.)"""
+    return parse_time(raw.decode("utf-8"))
 
 
 def from_log_record(value: bytes | None, headers: Headers | None, offset: int = -1) -> Envelope:
