@@ -76,11 +76,18 @@ async def test_a_binder_killed_mid_gang_is_replaced_and_the_gang_completes(kube,
             if len(await pods_of(kube, "gang")) == 4:
                 break
             await asyncio.sleep(0.02)
+        assert await wait_leading(first, second) is first  # the one to kill holds the lease
+        # Turns of the first binder until one pod is bound (a turn may bind nothing yet: its
+        # informer may not have seen the pods), then the binder dies before the others.
         turn = asyncio.create_task(log.turn(first))
-        for _ in range(500):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
             bound = [p for p in await pods_of(kube, "gang") if p["spec"].get("nodeName")]
             if bound:
                 break
+            if turn.done():
+                turn.result()  # (a turn that failed fails the test here)
+                turn = asyncio.create_task(log.turn(first))
             await asyncio.sleep(0.005)
         turn.cancel()
         await asyncio.gather(turn, return_exceptions=True)
