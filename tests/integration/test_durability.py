@@ -97,12 +97,15 @@ def assert_same_history(before: list[dict], after: list[dict]) -> None:
     assert [(e["logoffset"], e["id"]) for e in after[:len(before)]] == [(e["logoffset"], e["id"]) for e in before]
 
 
+SHORT_S, LONG_S = 600, 9000  # cluster seconds (the stack runs 600 of them a second)
+
+
 def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
     state = Path(env["GANGWAY_STATE_DIR"])
     first = up(env, "--config", demo_file("contract.yaml"))
     try:
-        (tmp_path / "short.yaml").write_text(jobs(24, "short", 600))  # 1 s of wall time each
-        (tmp_path / "long.yaml").write_text(jobs(8, "long", 18000))   # 30 s: they run across the kill
+        (tmp_path / "short.yaml").write_text(jobs(24, "short", SHORT_S))  # 1 s of wall time each
+        (tmp_path / "long.yaml").write_text(jobs(8, "long", LONG_S))     # 15 s: they run across the kill
         for name in ("long.yaml", "short.yaml"):
             assert run(["submit", str(tmp_path / name)], env).returncode == 0
         before = wait_for(env, tmp_path / "a.jsonl", lambda evs: len(finished(evs)) >= 4)
@@ -148,7 +151,7 @@ def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
     assert sorted(u.workload for u in usage) == sorted(finished(again))
     gpu_ms = {u.workload: u.gpu_milli_ms for u in usage}
     for name, gpu_milli_ms in gpu_ms.items():  # each counted once: runtime × 1 GPU, no more
-        runtime_s = 18000 if "/long-" in name else 600
+        runtime_s = LONG_S if "/long-" in name else SHORT_S
         assert gpu_milli_ms == 1000 * runtime_s * 1000, name
     assert codec.SPECVERSION == again[0]["specversion"]
 
