@@ -35,6 +35,18 @@ def copy_state(state: State) -> State:
     return msgspec.msgpack.decode(msgspec.msgpack.encode(state), type=State)
 
 
+def restored(state: State) -> State:
+    """A state read back from a snapshot, its workloads' shapes (``shape_of``) and the pending counts
+    by shape computed again: a snapshot written by an older version keeps the shapes that version
+    computed, and the deciders must see the same shapes as a fold from the log's start."""
+    for wl in state.workloads.values():
+        wl.shape = shape_of(wl.spec)
+    state.pending_shapes, state.pending_runs = {}, {}
+    for name in state.pending:
+        _count_pending(state, state.workloads[name])
+    return state
+
+
 def apply(state: State, env: ev.Envelope, handlers: dict | None = None) -> State:
     """Fold ``env`` into ``state``; with ``handlers`` (``handlers_for``), only events of those types
     change more than the state's time, offset and last id."""
@@ -69,6 +81,10 @@ def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
 def _enqueue(state: State, wl: WorkloadState) -> None:
     state.pending[wl.spec.workload] = None
     bisect.insort(state.pending_order.setdefault(wl.spec.cluster_queue, []), queue_key(wl))
+    _count_pending(state, wl)
+
+
+def _count_pending(state: State, wl: WorkloadState) -> None:
     for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
         counts[key] = counts.get(key, 0) + 1
 

@@ -229,8 +229,11 @@ def _log_of(args) -> list:
 
 
 def cmd_explain(args) -> int:
-    from gangway.read.explain import explain
+    from gangway.read.explain import explain, rejected_lines
     lines = explain(_log_of(args), args.job, forecast=not args.no_forecast)
+    if lines[0].endswith("no such job in the log") and not args.log:
+        # refused at submission? Its rejection is on gangway.rejections
+        lines = rejected_lines(asyncio.run(stack.read_rejections(_bootstrap())), args.job) or lines
     for line in lines:
         print(line)
     return 1 if lines[0].endswith("no such job in the log") else 0

@@ -195,6 +195,11 @@ async def read_state(bootstrap: str) -> tuple[State, list[Envelope]]:
     return state, envs
 
 
+async def read_rejections(bootstrap: str) -> list[Envelope]:
+    """Every JobRejected on gangway.rejections: the records refused at submission, kept whole."""
+    return [env async for env in kafka.read_log(bootstrap, topic=topics.REJECTIONS)]
+
+
 async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted], rate_per_s: float | None = None,
                        at_s: list[float] | None = None, source: str = "gangway/cli",
                        retry_s: float = 0.0) -> dict[str, int]:

@@ -16,7 +16,7 @@ from builders import (
     workload,
 )
 from gangway.events import catalogue as ev
-from gangway.events.fold import apply, copy_state
+from gangway.events.fold import apply, copy_state, restored
 from gangway.events.reasons import C
 from gangway.events.resources import GPU
 
@@ -447,3 +447,21 @@ def test_apply_returns_the_state_it_updated():
     state = base().state
     env = ev.Envelope(id="x", source="t", time_ms=0, data=W4.obj(), offset=state.offset + 1)
     assert apply(state, env) is state
+
+
+def test_a_state_restored_from_a_snapshot_gets_its_shapes_and_pending_counts_computed_again():
+    """A snapshot written by an older version keeps that version's shapes (before, a topology request was
+    not part of one): ``restored`` computes them and the counts by shape again, as a fold from the log's
+    start has them."""
+    required = ev.TopologyRequest(required="example.com/rack")
+    log = base().queue(workload("a").queue("a").pod_set(count=2, gpus=4, topology=required).obj()) \
+        .queue(workload("b").queue("a").pod_set(count=2, gpus=4).obj())
+    fresh = log.state
+    old = copy_state(fresh)
+    for wl in old.workloads.values():  # what the older version wrote: both of one shape
+        wl.shape = wl.shape.split("^")[0]
+    old.pending_shapes = {old.workloads["a"].shape: 2}
+    old.pending_runs = {f"{old.workloads['a'].shape}@None": 2}
+    back = restored(msgspec.msgpack.decode(msgspec.msgpack.encode(old), type=type(old)))
+    assert back.workloads["a"].shape != back.workloads["b"].shape
+    assert state_bytes(back) == state_bytes(fresh)

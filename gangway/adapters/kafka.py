@@ -32,7 +32,7 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from gangway.events import codec, topics
-from gangway.events.catalogue import EVENT_TYPES, Envelope
+from gangway.events.catalogue import EVENT_TYPES, Envelope, JobRejected
 
 log = logging.getLogger(__name__)
 #: Kafka refused the credentials.
@@ -499,12 +499,28 @@ def decode_log_record(rec) -> Envelope | None:
         return None
 
 
+def decode_rejection(rec) -> Envelope | None:
+    """The JobRejected of a ``gangway.rejections`` record (the submission service writes them), or
+    None for anything else there."""
+    try:
+        env = codec.from_record(rec.value, rec.headers, rec.offset)
+    except codec.CodecError:
+        return None
+    return env if env.source == "gangway/submission" and isinstance(env.data, JobRejected) else None
+
+
+#: How a reader decodes the records of each topic of gangway's events it may read (``log_fetches``).
+_DECODERS = {topics.LOG: decode_log_record, topics.REJECTIONS: decode_rejection}
+
+
 def _of_types(rec, types: frozenset[bytes]) -> bool:
     return any(key == "ce_type" and value in types for key, value in rec.headers or ())
 
 
-async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500, types: tuple[type, ...] = ()):
-    """Yield ``(envelopes, end, caught_up)`` for every fetch of the log from ``start``, forever.
+async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500, types: tuple[type, ...] = (),
+                     topic: str = topics.LOG):
+    """Yield ``(envelopes, end, caught_up)`` for every fetch of the log (or of another topic of
+    gangway's events: ``topic``) from ``start``, forever.
 
     With ``types``, only the records of those event types are decoded (told by their ``ce_type``
     header, which the services write): a reader waiting for one kind of event does not pay for
@@ -517,31 +533,33 @@ async def log_fetches(bootstrap: str, start: int = 0, idle_ms: int = 500, types:
     consumer = log_consumer(bootstrap)
     order = InOrder(start)
     wanted = frozenset(EVENT_TYPES[t].encode() for t in types)
+    partition, decode = only_partition(topic), _DECODERS[topic]
     try:
         await consumer.start()
-        consumer.assign([LOG_PARTITION])
-        consumer.seek(LOG_PARTITION, start)
+        consumer.assign([partition])
+        consumer.seek(partition, start)
         while True:
-            batch = await consumer.getmany(LOG_PARTITION, timeout_ms=idle_ms, max_records=10_000)
-            records, hole = order.take(batch.get(LOG_PARTITION, []))
+            batch = await consumer.getmany(partition, timeout_ms=idle_ms, max_records=10_000)
+            records, hole = order.take(batch.get(partition, []))
             if hole:
-                consumer.seek(LOG_PARTITION, order.next)
+                consumer.seek(partition, order.next)
                 await asyncio.sleep(0.02)
             if wanted:
                 records = [rec for rec in records if _of_types(rec, wanted)]
-            envs = [env for env in map(decode_log_record, records) if env is not None]
-            end = consumer.highwater(LOG_PARTITION)
+            envs = [env for env in map(decode, records) if env is not None]
+            end = consumer.highwater(partition)
             quiet = not (hole or records) and end is not None
-            yield envs, end, quiet and await consumer.position(LOG_PARTITION) >= end
+            yield envs, end, quiet and await consumer.position(partition) >= end
     finally:
         await consumer.stop()
 
 
 async def read_log(bootstrap: str, start: int = 0, idle_ms: int = 500, follow: bool = False,
-                   types: tuple[type, ...] = ()):
-    """Yield every envelope of the log from ``start`` up to its current end (the auditor's input),
-    or, with ``follow``, on and on as the log grows; with ``types``, only events of those types."""
-    async with contextlib.aclosing(log_fetches(bootstrap, start, idle_ms, types)) as fetches:
+                   types: tuple[type, ...] = (), topic: str = topics.LOG):
+    """Yield every envelope of the log (or of ``topic``) from ``start`` up to its current end (the
+    auditor's input), or, with ``follow``, on and on as it grows; with ``types``, only events of
+    those types."""
+    async with contextlib.aclosing(log_fetches(bootstrap, start, idle_ms, types, topic)) as fetches:
         async for envs, _, caught_up in fetches:
             for env in envs:
                 yield env

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gangway.events import catalogue as ev
+from gangway.events import catalogue as ev, topics
 from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
@@ -157,6 +157,14 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines
+
+
+def rejected_lines(rejections: list[ev.Envelope], workload: str) -> list[str]:
+    """What ``gangway explain`` says of a job that never reached the log: each JobRejected (on
+    gangway.rejections) of its job id, with the reason and the record it came from."""
+    job_id = workload.rsplit("/", 1)[-1]
+    return [f"[{topics.REJECTIONS} {env.offset}] {describe(env)} (record {env.data.submission or '?'})"
+            for env in rejections if isinstance(env.data, ev.JobRejected) and env.data.job_id == job_id]
 
 
 def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:

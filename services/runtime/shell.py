@@ -28,7 +28,7 @@ import msgspec
 from gangway.adapters import kafka, quarantine
 from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
-from gangway.events.fold import apply, handlers_for
+from gangway.events.fold import apply, handlers_for, restored
 from gangway.events.state import State
 from gangway.services.deciders import propose
 from gangway.services.runtime.clock import ClusterClock
@@ -186,7 +186,7 @@ class LogService:
         if not self.snapshots or not self.snapshot_path.exists():
             return None
         try:
-            return msgspec.msgpack.decode(self.snapshot_path.read_bytes(), type=State)
+            return restored(msgspec.msgpack.decode(self.snapshot_path.read_bytes(), type=State))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("%s: unreadable snapshot ignored: %s", self.name, exc)
             return None

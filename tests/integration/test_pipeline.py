@@ -261,6 +261,11 @@ def test_every_bad_input_is_rejected_once_with_its_original_bytes_and_submission
         assert records[key][0].key == rejected.job_id.encode(), "rejections are keyed by the job id they name"
     assert by_key[duplicate_key][0].job_id == f"dup-{u}"
     assert b"dup-original" not in by_key and b"after-bad" not in by_key
+    # A job refused at submission is not on the log: `gangway explain` finds its rejections instead.
+    explained = gw.cli("explain", f"research/bad-{u}")
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert "rejected (topology_unsatisfiable)" in explained.stdout, explained.stdout
+    assert "example.com/no-such-label" in explained.stdout and f"{topics.SUBMISSIONS}/0/" in explained.stdout
     # Nothing bad became a workload, and the submission service is still the one that started.
     bad_positions = {f"{topics.SUBMISSIONS}/0/{offset}" for offset in offsets[1:-1]}
     assert not [e for e in gw.envs if isinstance(e.data, ev.WorkloadQueued) and e.data.submission in bad_positions]
