@@ -490,7 +490,7 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
                 if name == e.node:
                     add_into(free, used, -1)
     known = state.nodes.get(e.node)
-    if known is None or known.labels != e.labels or known.taints != e.taints:
+    if known is None or known.labels != e.labels or known.taints != e.taints or known.allocatable != e.allocatable:
         state.node_epoch += 1
     if e.node in state.nodes:
         _index_node(state, state.nodes[e.node], -1)

@@ -110,8 +110,12 @@ CASES: list[tuple[str, Setup, list[tuple[str, float]]]] = [
          wl("big", "strict", 8, pods=2), wl("small", "strict", 2), wl("other", "solo", 2)),
      [("other", 0)]),
     ("StrictFIFO: a head with no placement blocks its queue too",
-     lambda: with_nodes(two_teams(), 4, 4).queue(wl("big", "strict", 8), wl("small", "strict", 2)),
+     lambda: with_nodes(two_teams(), 8, 8).running(wl("x", "solo", 4), on=[("main", "n1", 1)])
+     .running(wl("y", "solo", 4), on=[("main", "n2", 1)]).queue(wl("big", "strict", 8), wl("small", "strict", 2)),
      []),
+    ("StrictFIFO: a head too big for every node even when empty is set aside (never placeable)",
+     lambda: with_nodes(two_teams(), 4, 4).queue(wl("big", "strict", 8), wl("small", "strict", 2)),
+     [("small", 0)]),
     ("a queue that fits its nominal goes before a borrower of higher priority",
      lambda: with_nodes(two_teams(a_gpus=4, b_gpus=4), 8).queue(wl("hi", "b", 8, priority=100), wl("lo", "a", 4)),
      [("lo", 0)]),

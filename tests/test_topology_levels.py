@@ -141,9 +141,12 @@ def test_a_topology_nests_its_levels_so_a_pod_name_reused_across_zones_is_two_do
     big = submit(sim, job_yaml("big", 3, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
     sim.run(until_ms=sim.now_ms + 1000)
     assert len(where(sim, small, "example.com/zone", "example.com/pod")) == 1  # never p0 of z0 with p0 of z1
-    # No (zone, pod) domain has 3 nodes, though "p0" alone labels 4: it waits, and says why not never.
+    # No (zone, pod) domain has 3 nodes, though "p0" alone labels 4: it can never be placed, and says so.
     assert phase(sim, big) == "pending"
-    assert pending_report(sim.state, forecast=False)[big].code == "no_placement"
+    report = pending_report(sim.state)[big]
+    assert report.code == "topology_unsatisfiable" and report.eta_ms is None
+    assert "no such domain holds its 3 pods even with nothing running (the largest, example.com/pod=p0, holds 2)" \
+        in report.reason
 
 
 def test_a_preferred_level_climbs_the_topology_then_goes_anywhere():
@@ -168,6 +171,45 @@ def test_a_gang_that_never_fits_its_level_does_not_hold_back_one_of_its_size_tha
     assert phase(sim, never) == "pending"
     assert phase(sim, preferred) == "running" and len(where(sim, preferred, "example.com/zone")) == 1
     assert phase(sim, anywhere) == "running"
+
+
+def test_a_gang_too_big_for_its_nodes_even_when_empty_can_never_be_placed_until_a_node_grows():
+    """Three 8-GPU pods on two 8-GPU nodes (one busy): never, whatever frees up, and the forecast
+    agrees. The busy node observed again with 16 GPUs (a change of allocatable alone) makes it
+    placeable once the other job ends: it waits for room, with a forecast, then runs."""
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(2))
+    busy = submit(sim, job_yaml("busy", 1, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    name = submit(sim, job_yaml("wide", 3, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    report = pending_report(sim.state)[name]
+    assert (report.code, report.eta_ms) == ("no_matching_nodes", None)
+    assert "the nodes it may use hold 2 of its 3 pods even with nothing running" in report.reason
+    assert explain(sim.log, name)[-1] == "estimated start: never, unless nodes it may use join the cluster"
+    [home] = [a.node for a in sim.state.workloads[busy].placement.assignments]
+    observed = load_nodes(nodes_yaml(2))  # (the binder observes every node)
+    sim.add_nodes([msgspec.structs.replace(n, allocatable={**n.allocatable, "nvidia.com/gpu": 16_000})
+                   if n.node == home else n for n in observed])
+    sim.run(until_ms=sim.now_ms + 1000)
+    report = pending_report(sim.state)[name]
+    assert report.code in ("no_placement", "reservation_held") and report.eta_ms is not None
+    sim.run(until_ms=sim.now_ms + 600_000)
+    assert phase(sim, name) == "running"
+
+
+def test_slices_that_no_domain_can_hold_even_when_empty_can_never_be_placed():
+    """Slices of 3 pods, each inside one (zone, pod) domain of 2 nodes: none fits, whatever frees up."""
+    sim = cluster(TAS + QUEUES, nodes_yaml(8, zones_and_pods))
+    name = submit(sim, job_yaml("sliced", 6, {"kueue.x-k8s.io/podset-preferred-topology": "example.com/zone",
+                                              "kueue.x-k8s.io/podset-slice-required-topology": "example.com/pod",
+                                              "kueue.x-k8s.io/podset-slice-size": "3"}))
+    fits = submit(sim, job_yaml("pairs", 4, {"kueue.x-k8s.io/podset-slice-required-topology": "example.com/pod",
+                                             "kueue.x-k8s.io/podset-slice-size": "2"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    report = pending_report(sim.state)[name]
+    assert report.code == "topology_unsatisfiable" and report.eta_ms is None
+    assert "its domains hold 0 slices of 3 pods even with nothing running, and it needs 2" in report.reason
+    assert phase(sim, fits) == "running"
 
 
 @pytest.mark.parametrize("annotations, label", [

@@ -147,7 +147,7 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
             if forecast and report.code == C.TOPOLOGY_UNSATISFIABLE:
-                lines.append("estimated start: never, unless nodes with that label join the cluster")
+                lines.append("estimated start: never, unless nodes that meet its topology request join the cluster")
             elif forecast and report.code == C.NO_MATCHING_NODES:
                 lines.append("estimated start: never, unless nodes it may use join the cluster")
             elif forecast:

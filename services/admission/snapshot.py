@@ -190,7 +190,7 @@ class Snapshot:
                 continue
             nodes = self.flavor_nodes(flavors)
             if not self._place(wl, pod_sets, nodes, commit):
-                why = never_placeable(self.free, pod_sets, nodes) or reason(
+                why = never_placeable(self.free, pod_sets, nodes, self.state) or reason(
                     C.NO_PLACEMENT, of_flavor=", ".join(sorted(set(flavors.values()))) if nodes is not None else None)
                 continue
             if commit:

@@ -607,11 +607,13 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
     return [PodAssignment(pod_set=ps.name, node=name, count=ps.count, gpus=indexes)], f" in NVLink island {k} of {name}"
 
 
-def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None) -> Reason | None:
+def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None,
+                    state: State | None = None) -> Reason | None:
     """Why no placement of the gang can ever exist on these nodes, whatever frees up (None: one may):
     a pod set requires (or slices by) a topology level that no candidate node carries
     (``topology_unsatisfiable``: the pod set, the level and the missing label), or no candidate node
-    has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``)."""
+    has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``). With ``state``,
+    also a pod set too big for the candidate nodes with nothing running on them (``_too_big``)."""
     candidates = None
     tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
@@ -631,6 +633,63 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
             why = topology.missing_label(candidates, level, free.levels)
             if why is not None:
                 return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level, missing=why)
+    if state is not None:
+        for ps in pod_sets:
+            found = _too_big(state, free, ps, nodes)
+            if found is not None:
+                return found
+    return None
+
+
+def _too_big(state: State, free: Free, ps: PodSet, nodes: Container[str] | None) -> Reason | None:
+    """Is the pod set too big for its candidate nodes even with nothing running on them? Counted pod
+    by pod on each node's allocatable: all its pods on all the nodes, or in one domain of a required
+    level, or in slices of a slice-required level. Necessary conditions only (None when they hold:
+    a placement may still never exist). Remembered per node epoch (the nodes' labels, taints and
+    allocatable) and candidate set: a failing gang asks in every cycle."""
+    key = (id(state.nodes), state.node_epoch, id(nodes), ps.count, tuple(sorted(ps.resources.items())),
+           ps.topology, tuple(sorted(ps.node_selector.items())), tuple(ps.tolerations), tuple(ps.node_affinity))
+    cached = _TOO_BIG.get(key)
+    if cached is not None and cached[0] is state.nodes and cached[1] is nodes:
+        return cached[2]
+    if len(_TOO_BIG) > 4096:
+        _TOO_BIG.clear()
+    found = _too_big_now(state, free, ps, nodes)
+    _TOO_BIG[key] = (state.nodes, nodes, found)
+    return found
+
+
+_TOO_BIG: dict[tuple, tuple] = {}
+
+
+def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | None) -> Reason | None:
+    checked = ps.node_selector or ps.node_affinity or getattr(free, "tainted", False)
+    room = {}  # node → how many of the pod set's pods it holds when empty
+    for name, node in state.nodes.items():
+        if (nodes is None or name in nodes) and (not checked or admits(
+                node.labels, node.taints, ps.node_selector, ps.tolerations, name, ps.node_affinity)):
+            k = pods_that_fit(node.allocatable, ps.resources)
+            if k > 0:
+                room[name] = k
+    t = ps.topology or TopologyRequest()
+    if t.required and t.required != topology.ISLAND:
+        groups = topology.domains(((n, state.nodes[n].labels) for n in room), t.required, free.levels)
+        most, first = min(((-sum(room[n] for n in members), key) for key, members in groups.items()), default=(0, ()))
+        if -most < ps.count:
+            largest = f"the largest, {t.required}={first[-1]}, holds {-most}" if groups else "no node it may use is in one"
+            return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request="required", level=t.required,
+                          missing=f"no such domain holds its {ps.count} pods even with nothing running ({largest})")
+    if t.slice_required and t.slice_size and t.slice_required != topology.ISLAND:
+        groups = topology.domains(((n, state.nodes[n].labels) for n in room), t.slice_required, free.levels)
+        slices = sum(sum(room[n] for n in members) // t.slice_size for members in groups.values())
+        if slices * t.slice_size < ps.count:
+            return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request="slice-required", level=t.slice_required,
+                          missing=f"its domains hold {slices} slices of {t.slice_size} pods even with nothing running, "
+                                  f"and it needs {ps.count // t.slice_size}")
+    total = sum(room.values())
+    if total < ps.count:
+        return reason(C.NO_MATCHING_NODES, pod_set=ps.name,
+                      missing=f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running")
     return None
 
 
