@@ -646,16 +646,17 @@ def _too_big(state: State, free: Free, ps: PodSet, nodes: Container[str] | None)
     by pod on each node's allocatable: all its pods on all the nodes, or in one domain of a required
     level, or in slices of a slice-required level. Necessary conditions only (None when they hold:
     a placement may still never exist). Remembered per node epoch (the nodes' labels, taints and
-    allocatable) and candidate set: a failing gang asks in every cycle."""
-    key = (id(state.nodes), state.node_epoch, id(nodes), ps.count, tuple(sorted(ps.resources.items())),
-           ps.topology, tuple(sorted(ps.node_selector.items())), tuple(ps.tolerations), tuple(ps.node_affinity))
+    allocatable), contract (its Topologies) and candidate set: a failing gang asks in every cycle."""
+    key = (id(state.nodes), state.node_epoch, id(state.contract), id(nodes), ps.count,
+           tuple(sorted(ps.resources.items())), ps.topology, tuple(sorted(ps.node_selector.items())),
+           tuple(ps.tolerations), tuple(ps.node_affinity))
     cached = _TOO_BIG.get(key)
-    if cached is not None and cached[0] is state.nodes and cached[1] is nodes:
-        return cached[2]
+    if cached is not None and cached[0] is state.nodes and cached[1] is state.contract and cached[2] is nodes:
+        return cached[3]
     if len(_TOO_BIG) > 4096:
         _TOO_BIG.clear()
     found = _too_big_now(state, free, ps, nodes)
-    _TOO_BIG[key] = (state.nodes, nodes, found)
+    _TOO_BIG[key] = (state.nodes, state.contract, nodes, found)
     return found
 
 
