@@ -330,6 +330,9 @@ def cmd_showback(args) -> int:
     currency = books.state.contract.currency if books.state.contract else ""
     charges = books.known(end)
     console.print(money.figures_table(money.team_figures(charges, start, end), currency))
+    if books.state.contract is not None and not books.state.contract.prices:
+        console.print("no prices in the contract: every cost is 0 (a SchedulingPolicy's prices.perHour sets them, "
+                      "per flavor and resource); GPU-hours and busy figures stand")
     from rich.table import Table
     table = Table(title="most wasteful runs (preemption waste + idle GPU time, list price)")
     for col in ("run", "attempts", "GPU-h", "busy", "cost", "preemption waste", "flagged idle"):

@@ -136,3 +136,20 @@ def test_the_validator_is_pinned_in_the_makefile() -> None:
     text = (ROOT / "Makefile").read_text()
     assert "focus-validator==1.0.0" in text and "multimethod<1.11" in text
     assert shutil.which("python3")
+
+
+def test_showback_says_so_when_the_contract_sets_no_prices(night_log, tmp_path, capsys) -> None:
+    from builders import cluster_queue, contract, node, workload
+    from gangway.sim import Simulation
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(8)).obj())
+    sim.add_nodes([node("n1").gpus(8).obj()])
+    sim.submit(workload("w").queue("q").gpus(4).runtime_ms(3_600_000).obj())
+    sim.run()
+    unpriced = tmp_path / "unpriced.jsonl"
+    write_export(sim.log, str(unpriced))
+    assert main(["showback", "--log", str(unpriced)]) == 0
+    out = capsys.readouterr().out
+    assert "no prices in the contract: every cost is 0" in out and "4.00" in out  # 4 GPU-hours, unpriced
+    assert main(["showback", "--log", str(night_log[0])]) == 0
+    assert "no prices in the contract" not in capsys.readouterr().out
