@@ -162,7 +162,7 @@ def test_a_gang_that_never_fits_its_level_does_not_hold_back_one_of_its_size_tha
     """Gangs alike in everything but their topology request do not fit or fail alike: a 3-pod gang
     that requires one (zone, pod) domain (none holds 3 nodes) is tried first; the 3-pod gang queued
     after it, which only prefers one, is placed in the same cycle (the cycle's memo of failed shapes
-    told them apart by resources alone, and left the second waiting forever)."""
+    knew gangs by their resources alone, and left the second waiting forever)."""
     sim = cluster(TAS + QUEUES, nodes_yaml(8, zones_and_pods))
     never = submit(sim, job_yaml("never", 3, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
     preferred = submit(sim, job_yaml("preferred", 3, {"kueue.x-k8s.io/podset-preferred-topology": "example.com/pod"}))
