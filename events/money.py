@@ -145,6 +145,17 @@ def settling_period(state) -> tuple[str, int]:
     return period, period_bounds(period)[1] + billing.settle_ms
 
 
+def last_finish_period(state) -> tuple[str, int]:
+    """The billing period holding the log's last finish, and the cluster time at which it is cut
+    (its end plus the settle time): what a reader waits for once every workload has ended. Not
+    ``settling_period``: once that cut is ticked the clock stands at it, and the period settling is
+    then the next one, which nothing ticks on an idle cluster."""
+    billing = state.contract.billing
+    last = max((wl.finished_ms for wl in state.workloads.values() if wl.finished_ms is not None), default=state.time_ms)
+    period = period_of(billing.period, last)
+    return period, period_bounds(period)[1] + billing.settle_ms
+
+
 def billing_deadline(state) -> tuple[int, str] | None:
     """When the log's clock must next show time passing for a billing period to be cut: the end
     of the period holding the latest activity, plus the settle time — while a workload holds

@@ -359,3 +359,20 @@ def test_within_the_settle_time_past_a_periods_end_the_period_settling_is_the_on
         state = State(contract=contract, time_ms=time_ms)
         period, cut_at = settling_period(state)
         assert period == expected and cut_at == period_bounds(period)[1] + 60_000
+
+
+def test_the_period_of_the_last_finish_is_the_one_the_demo_waits_for_even_once_it_is_cut():
+    """Once the binder's tick for a period's cut is on the log, the clock stands exactly at the cut:
+    the period settling is then the next hour, which nothing ticks on an idle cluster (the demo
+    waited for it until its timeout). The period of the last finish stays the one cut."""
+    from gangway.events.contract import Billing
+    from gangway.events.money import last_finish_period, settling_period
+    sim = night()
+    contract = msgspec.structs.replace(sim.state.contract, billing=Billing(period="hourly", settle_ms=60_000))
+    state = msgspec.structs.replace(sim.state, contract=contract)
+    last = max(wl.finished_ms for wl in state.workloads.values() if wl.finished_ms is not None)
+    period = period_of("hourly", last)
+    cut = period_bounds(period)[1] + 60_000
+    state.time_ms = cut  # the tick for the cut
+    assert last_finish_period(state) == (period, cut)
+    assert settling_period(state)[0] != period  # (what the demo waited for before)

@@ -76,15 +76,14 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         expected = len(night) + len(morning)
         state, envs = _wait(bootstrap, lambda s, e: _all_done(s, expected), deadline, "every job to finish",
                             running.supervise_once)
-        from gangway.events.money import settling_period
+        from gangway.events.money import last_finish_period
         from gangway.services.accounting.billing import log_identity
         from gangway.services.accounting.ledger import Ledger, default_url
         ledger = Ledger(default_url(str(sdir)))
         log_id = log_identity(envs[0])
         # The night's last period is invoiced once it has settled (the binder ticks the log to that
-        # time): the period the binder ticks for, not the one the clock is in — those differ while
-        # the clock is within the settle time past a period's end.
-        last_period, cut_at = settling_period(state)
+        # time): the period of the last finish, which the binder ticks for (``billing_deadline``).
+        last_period, cut_at = last_finish_period(state)
         state, envs = _wait(bootstrap, lambda s, e: s.time_ms >= cut_at, deadline,
                             "the billing period's end on the log", running.supervise_once)
         _wait_ledger(ledger, log_id, envs, deadline)
