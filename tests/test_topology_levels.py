@@ -197,6 +197,24 @@ def test_a_gang_too_big_for_its_nodes_even_when_empty_can_never_be_placed_until_
     assert phase(sim, name) == "running"
 
 
+def test_a_flavor_no_node_matches_and_a_pod_bigger_than_every_node_are_never_placeable():
+    h100 = ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpus}\n"
+            "spec: {nodeLabels: {nvidia.com/gpu.product: H100}}\n---\n")
+    sim = cluster(h100 + QUEUES, nodes_yaml(2, lambda i: {"nvidia.com/gpu.product": "A100"}))
+    name = submit(sim, job_yaml("h100", 1, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    report = pending_report(sim.state)[name]
+    assert (report.code, report.eta_ms) == ("no_matching_nodes", None)
+    assert report.reason.endswith("no node carries its flavor's node labels")
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(2))
+    huge = yaml.safe_load(job_yaml("huge", 1, {}))
+    huge["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "16"  # 8 a node
+    submit(sim, yaml.safe_dump(huge))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert pending_report(sim.state)["team/huge"].reason.endswith(
+        "no node it may use holds one of its pods even with nothing running")
+
+
 def test_slices_that_no_domain_can_hold_even_when_empty_can_never_be_placed():
     """Slices of 3 pods, each inside one (zone, pod) domain of 2 nodes: none fits, whatever frees up."""
     sim = cluster(TAS + QUEUES, nodes_yaml(8, zones_and_pods))

@@ -688,10 +688,15 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
                           missing=f"its domains hold {slices} slices of {t.slice_size} pods even with nothing running, "
                                   f"and it needs {ps.count // t.slice_size}")
     total = sum(room.values())
-    if total < ps.count:
-        return reason(C.NO_MATCHING_NODES, pod_set=ps.name,
-                      missing=f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running")
-    return None
+    if total >= ps.count:
+        return None
+    if nodes is not None and not any(name in nodes for name in state.nodes):
+        missing = "no node carries its flavor's node labels"
+    elif not total:
+        missing = "no node it may use holds one of its pods even with nothing running"
+    else:
+        missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
+    return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing)
 
 
 def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:
