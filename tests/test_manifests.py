@@ -16,7 +16,7 @@ from gangway.events.catalogue import (
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
 from gangway.events.fold import apply
 from gangway.events.state import State
-from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record
+from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record, unread_kueue_keys
 from gangway.services.submission.policy import decide_submission
 
 
@@ -364,3 +364,30 @@ def test_the_min_parallelism_annotation_lets_a_job_run_partially():
 def test_every_kueue_sample_of_an_accepted_kind_loads(name):
     jobs = load_jobs((KUEUE_EXAMPLES / name).read_text(), name)
     assert len(jobs) == 1 and jobs[0].kind in ("Job", "JobSet", "PyTorchJob") and jobs[0].queue in ("user-queue", "main")
+
+
+def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
+    """The job is still read (and runs), but `gangway submit` says what Kueue would have acted on."""
+    text = textwrap.dedent("""\
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          name: grouped
+          namespace: team
+          labels: {kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/priority-class: high}
+          annotations: {kueue.x-k8s.io/job-min-parallelism: "1", kueue.x-k8s.io/pod-group-total-count: "2"}
+        spec:
+          parallelism: 2
+          template:
+            metadata:
+              annotations:
+                kueue.x-k8s.io/podset-required-topology: example.com/rack
+                kueue.x-k8s.io/podset-group-name: together
+            spec:
+              containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
+        """)
+    assert [job.job_id for job in load_jobs(text, "job.yaml")] == ["grouped"]
+    assert unread_kueue_keys(text, "job.yaml") == [
+        "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
+        "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
+    ]

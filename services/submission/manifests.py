@@ -108,6 +108,39 @@ def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None]
     return jobs
 
 
+#: The Kueue labels and annotations gangway reads from a manifest; any other ``kueue.x-k8s.io/`` key
+#: is ignored, and ``unread_kueue_keys`` names it.
+KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS})
+
+
+def unread_kueue_keys(text: str, filename: str) -> list[str]:
+    """A warning for each Kueue label or annotation of the manifests (on an object or a pod
+    template, at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``:
+    the job runs, without what the key asks of Kueue."""
+    warnings = []
+    for index, doc in enumerate(_documents(text, filename), start=1):
+        keys: dict[str, None] = {}
+        _kueue_keys(doc, keys)
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        name = f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}" \
+            if isinstance(meta, dict) else f"document {index}"
+        warnings += [f"{filename}: warning: {name}: {key} is not read by gangway; ignored"
+                     for key in keys if key not in KUEUE_KEYS_READ]
+    return warnings
+
+
+def _kueue_keys(node: Any, found: dict[str, None]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("labels", "annotations") and isinstance(value, dict):
+                found.update((k, None) for k in value if isinstance(k, str) and k.startswith("kueue.x-k8s.io/"))
+            else:
+                _kueue_keys(value, found)
+    elif isinstance(node, list):
+        for item in node:
+            _kueue_keys(item, found)
+
+
 def job_of_object(obj: dict, where: str) -> JobSubmitted:
     """The job of one Kubernetes object as the API server returns it (a Job, JobSet or PyTorchJob
     that has its name); raises ManifestError naming ``where``."""
