@@ -137,6 +137,15 @@ def period_bounds(period: str) -> tuple[int, int]:
         raise ValueError(f"{period!r} is not a billing period (2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10)") from None
 
 
+def period_kind(period: str) -> str:
+    """Which kind of billing period a period name is: monthly, weekly, daily or hourly."""
+    if "W" in period:
+        return "weekly"
+    if "T" in period:
+        return "hourly"
+    return "daily" if period.count("-") == 2 else "monthly"
+
+
 def settling_period(state) -> tuple[str, int]:
     """The billing period the log's clock is in or settling (the one holding ``time - settle``),
     and the cluster time at which it is cut (its end plus the settle time)."""

@@ -288,6 +288,28 @@ def _period_invoices(books, period: str, team: str | None):
     return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team), True
 
 
+def _billing_notes(books, period: str) -> tuple[bool, list[str]]:
+    """(is ``period`` of the kind the contract cuts?, why its invoices may be empty: the contract
+    sets no prices, or cuts another kind of period)."""
+    from gangway.events.money import period_kind, period_of
+    contract = books.state.contract
+    if contract is None:
+        return True, []
+    notes = []
+    kind = contract.billing.period
+    cut = period_kind(period) == kind
+    if not cut:
+        notes.append(f"the contract cuts {kind} periods (like {period_of(kind, books.state.time_ms)}), "
+                     f"and {period} is not one: no invoice is ever issued for it")
+    if not contract.prices:
+        notes.append(f"no prices in the contract: invoices have no lines ({_PRICES_SET_BY})")
+    return cut, notes
+
+
+#: Where prices come from, for the notes that say there are none.
+_PRICES_SET_BY = "a SchedulingPolicy's prices.perHour sets them, per flavor and resource"
+
+
 def cmd_invoice(args) -> int:
     from gangway.read import money
     books = _books(args)
@@ -298,8 +320,11 @@ def cmd_invoice(args) -> int:
         print(money.invoices_csv(found), end="")
     else:
         console.print(money.invoices_table(found))
-        if draft:
-            console.print(f"draft: period {args.period} is not cut yet on the log's clock (running work accrued so far)")
+    cut, notes = _billing_notes(books, args.period)
+    if draft and cut and args.format == "table":
+        console.print(f"draft: period {args.period} is not cut yet on the log's clock (running work accrued so far)")
+    for note in notes:  # (on stderr: json and csv stay data)
+        print(f"gangway: {note}", file=sys.stderr)
     return 0
 
 
@@ -307,6 +332,8 @@ def cmd_export(args) -> int:
     from gangway.read import money
     books = _books(args)
     found, draft = _period_invoices(books, args.period, None)
+    for note in _billing_notes(books, args.period)[1]:
+        print(f"gangway: {note}", file=sys.stderr)
     text = money.focus_csv(found)
     if args.out:
         Path(args.out).write_text(text)
@@ -333,8 +360,7 @@ def cmd_showback(args) -> int:
     charges = books.known(end)
     console.print(money.figures_table(money.team_figures(charges, start, end), currency))
     if books.state.contract is not None and not books.state.contract.prices:
-        console.print("no prices in the contract: every cost is 0 (a SchedulingPolicy's prices.perHour sets them, "
-                      "per flavor and resource); GPU-hours and busy figures stand")
+        console.print(f"no prices in the contract: every cost is 0 ({_PRICES_SET_BY}); GPU-hours and busy figures stand")
     from rich.table import Table
     table = Table(title="most wasteful runs (preemption waste + idle GPU time, list price)")
     for col in ("run", "attempts", "GPU-h", "busy", "cost", "preemption waste", "flagged idle"):

@@ -15,7 +15,8 @@ import pytest
 from gangway.adapters import dcgm
 from gangway.cli import main
 from gangway.read import money
-from gangway.read.logfile import write_export
+from gangway.events.money import period_of
+from gangway.read.logfile import read_export, write_export
 from gangway.services.accounting.billing import books_of
 from money_story import night, serve_exposition
 
@@ -138,7 +139,8 @@ def test_the_validator_is_pinned_in_the_makefile() -> None:
     assert shutil.which("python3")
 
 
-def test_showback_says_so_when_the_contract_sets_no_prices(night_log, tmp_path, capsys) -> None:
+def unpriced_log(path: Path) -> Path:
+    """A log whose contract sets no prices (and bills monthly, the default): one 4-GPU hour."""
     from builders import cluster_queue, contract, node, workload
     from gangway.sim import Simulation
     sim = Simulation()
@@ -146,10 +148,31 @@ def test_showback_says_so_when_the_contract_sets_no_prices(night_log, tmp_path, 
     sim.add_nodes([node("n1").gpus(8).obj()])
     sim.submit(workload("w").queue("q").gpus(4).runtime_ms(3_600_000).obj())
     sim.run()
-    unpriced = tmp_path / "unpriced.jsonl"
-    write_export(sim.log, str(unpriced))
+    write_export(sim.log, str(path))
+    return path
+
+
+def test_showback_says_so_when_the_contract_sets_no_prices(night_log, tmp_path, capsys) -> None:
+    unpriced = unpriced_log(tmp_path / "unpriced.jsonl")
     assert main(["showback", "--log", str(unpriced)]) == 0
     out = capsys.readouterr().out
     assert "no prices in the contract: every cost is 0" in out and "4.00" in out  # 4 GPU-hours, unpriced
     assert main(["showback", "--log", str(night_log[0])]) == 0
     assert "no prices in the contract" not in capsys.readouterr().out
+
+
+def test_invoice_says_why_a_period_has_none_no_prices_or_a_kind_of_period_the_contract_does_not_cut(
+        night_log, tmp_path, capsys) -> None:
+    unpriced = unpriced_log(tmp_path / "unpriced.jsonl")
+    end = max(e.time_ms for e in read_export(str(unpriced)))
+    assert main(["invoice", "--period", period_of("hourly", end), "--log", str(unpriced)]) == 0
+    out, err = capsys.readouterr()
+    assert f"the contract cuts monthly periods (like {period_of('monthly', end)})" in err
+    assert "no invoice is ever issued for it" in err and "no prices in the contract: invoices have no lines" in err
+    assert "draft:" not in out  # (it will never be cut)
+    assert main(["invoice", "--period", period_of("monthly", end), "--log", str(unpriced), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [] and "cuts monthly periods" not in err and "no prices" in err
+    path, books = night_log
+    assert main(["invoice", "--period", books.issued[0].period, "--log", str(path)]) == 0
+    assert capsys.readouterr().err == ""
