@@ -139,6 +139,41 @@ def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
         assert said in text, said
 
 
+def test_the_rules_say_which_topology_each_flavor_places_by_and_what_a_job_may_ask():
+    from gangway.contract import load_contract
+    c = load_contract("""
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Topology
+metadata: {name: dc}
+spec: {levels: [{nodeLabel: example.com/rack}, {nodeLabel: kubernetes.io/hostname}]}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+spec: {topologyName: dc}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: t4}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: ml}
+spec:
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - {name: a100, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}
+    - {name: t4, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}
+""")
+    text = rules.as_text(rules.sections(c))
+    assert "Flavor a100 places gangs by Topology dc: kubernetes.io/hostname within example.com/rack." in text
+    assert "On other flavors a level is any node label" in text
+    assert "kueue.x-k8s.io/podset-required-topology" in text and "[topology_unsatisfiable]" in text
+    plain = rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))
+    assert "places gangs by Topology" not in plain and "A level is any node label" in plain
+
+
 def test_the_html_rules_escape_what_they_print(tmp_path):
     c = contract(cluster_queue("a<b>").gpus(1)).obj()
     page = rules.as_html(rules.sections(c))

@@ -27,6 +27,7 @@ def sections(contract: Contract, digest: str = "") -> list[Section]:
     if contract.cohorts or any(cq.cohort for cq in contract.cluster_queues):
         out.append(("Cohorts: who shares with whom", _cohorts(contract, tree)))
     out.append(("Priorities, grace periods and minimum runtimes", _classes(contract)))
+    out.append(("Topology: where a gang's pods land together", _topology(contract)))
     if contract.prices:
         out.append(("Prices", [f"{p.flavor} {format_resource(p.resource, 1000)}: "
                                f"{p.per_hour_micros / 1e6:.4g} {contract.currency} per hour" for p in contract.prices]
@@ -39,6 +40,25 @@ def sections(contract: Contract, digest: str = "") -> list[Section]:
                                   if rule.preempt_first else "The flag is shown in status, explain and showback; "
                                   "it does not change who is preempted."]))
     return out
+
+
+def _topology(contract: Contract) -> list[str]:
+    """Which levels a job may ask its pods to share (Kueue's TAS annotations), flavor by flavor."""
+    levels = {t.name: t.levels for t in contract.topologies}
+    lines = [f"Flavor {f.name} places gangs by Topology {f.topology_name}: "
+             f"{' within '.join(reversed(levels[f.topology_name]))}." for f in sorted(contract.flavors, key=lambda f: f.name)
+             if f.topology_name in levels]
+    if len(lines) < len(contract.flavors) or not contract.flavors:
+        lines.append(("On other flavors a" if lines else "A") + " level is any node label: the nodes carrying one "
+                     "value of it are one domain; kubernetes.io/hostname is the node itself.")
+    lines.append("A job may require (kueue.x-k8s.io/podset-required-topology) or prefer "
+                 "(-preferred-topology) that each pod set's pods share one domain of a level, or come in slices "
+                 "that do (-slice-required-topology, -slice-size); a preferred level falls back to coarser "
+                 "levels, then anywhere.")
+    lines.append("A requirement no domain could ever meet, even with nothing running (a label no node carries, "
+                 "or domains too small), is named as such, never forecast a start, and holds no queue back"
+                 f"{_codes(C.TOPOLOGY_UNSATISFIABLE)}.")
+    return lines
 
 
 def _billing(contract: Contract) -> list[str]:
