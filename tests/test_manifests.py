@@ -384,10 +384,13 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
                 kueue.x-k8s.io/podset-required-topology: example.com/rack
                 kueue.x-k8s.io/podset-group-name: together
             spec:
+              priorityClassName: high-priority
               containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
         """)
     assert [job.job_id for job in load_jobs(text, "job.yaml")] == ["grouped"]
     assert unread_kueue_keys(text, "job.yaml") == [
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
+        "job.yaml: warning: Job grouped: priorityClassName high-priority is not read by gangway "
+        "(the label kueue.x-k8s.io/priority-class sets a job's priority); ignored",
     ]

@@ -115,8 +115,9 @@ KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MIN_PARALLELISM_ANNOTA
 
 def unread_kueue_keys(text: str, filename: str) -> list[str]:
     """A warning for each Kueue label or annotation of the manifests (on an object or a pod
-    template, at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``:
-    the job runs, without what the key asks of Kueue."""
+    template, at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``,
+    and for a pod template's ``priorityClassName`` (Kueue falls back to it; gangway reads only the
+    ``kueue.x-k8s.io/priority-class`` label): the job runs, without what the key asks."""
     warnings = []
     for index, doc in enumerate(_documents(text, filename), start=1):
         keys: dict[str, None] = {}
@@ -124,7 +125,9 @@ def unread_kueue_keys(text: str, filename: str) -> list[str]:
         meta = doc.get("metadata") if isinstance(doc, dict) else None
         name = f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}" \
             if isinstance(meta, dict) else f"document {index}"
-        warnings += [f"{filename}: warning: {name}: {key} is not read by gangway; ignored"
+        warnings += [f"{filename}: warning: {name}: {key} is not read by gangway"
+                     + (f" (the label {PRIORITY_LABEL} sets a job's priority)" if key.startswith("priorityClassName")
+                        else "") + "; ignored"
                      for key in keys if key not in KUEUE_KEYS_READ]
     return warnings
 
@@ -134,6 +137,8 @@ def _kueue_keys(node: Any, found: dict[str, None]) -> None:
         for key, value in node.items():
             if key in ("labels", "annotations") and isinstance(value, dict):
                 found.update((k, None) for k in value if isinstance(k, str) and k.startswith("kueue.x-k8s.io/"))
+            elif key == "priorityClassName" and isinstance(value, str):
+                found[f"priorityClassName {value}"] = None
             else:
                 _kueue_keys(value, found)
     elif isinstance(node, list):
