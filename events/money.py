@@ -117,26 +117,6 @@ def period_of(kind: str, ms: int) -> str:
     return d.strftime("%Y-%m-%dT%H")
 
 
-def period_bounds(period: str) -> tuple[int, int]:
-    """[start, end) in ms of a period name (any of the four kinds); ValueError when it is none."""
-    try:
-        if "W" in period:
-            year, week = period.split("-W")
-            start = datetime.fromisocalendar(int(year), int(week), 1).replace(tzinfo=timezone.utc)
-            return _ms(start), _ms(start + timedelta(days=7))
-        if "T" in period:
-            start = datetime.strptime(period, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
-            return _ms(start), _ms(start + timedelta(hours=1))
-        if period.count("-") == 2:
-            start = datetime.strptime(period, "%Y-%m-%d").replace(tzinfo=timezone.utc)
-            return _ms(start), _ms(start + timedelta(days=1))
-        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=timezone.utc)
-        days = calendar.monthrange(start.year, start.month)[1]
-        return _ms(start), _ms(start + timedelta(days=days))
-    except ValueError:
-        raise ValueError(f"{period!r} is not a billing period (2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10)") from None
-
-
 def period_kind(period: str) -> str:
     """Which kind of billing period a period name is: monthly, weekly, daily or hourly."""
     if "W" in period:
@@ -144,6 +124,27 @@ def period_kind(period: str) -> str:
     if "T" in period:
         return "hourly"
     return "daily" if period.count("-") == 2 else "monthly"
+
+
+def period_bounds(period: str) -> tuple[int, int]:
+    """[start, end) in ms of a period name (any of the four kinds); ValueError when it is none."""
+    try:
+        kind = period_kind(period)
+        if kind == "weekly":
+            year, week = period.split("-W")
+            start = datetime.fromisocalendar(int(year), int(week), 1).replace(tzinfo=timezone.utc)
+            return _ms(start), _ms(start + timedelta(days=7))
+        if kind == "hourly":
+            start = datetime.strptime(period, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
+            return _ms(start), _ms(start + timedelta(hours=1))
+        if kind == "daily":
+            start = datetime.strptime(period, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+            return _ms(start), _ms(start + timedelta(days=1))
+        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=timezone.utc)
+        days = calendar.monthrange(start.year, start.month)[1]
+        return _ms(start), _ms(start + timedelta(days=days))
+    except ValueError:
+        raise ValueError(f"{period!r} is not a billing period (2026-11, 2026-W48, 2026-11-30 or 2026-11-30T10)") from None
 
 
 def settling_period(state) -> tuple[str, int]:
