@@ -143,16 +143,17 @@ SUBMIT_RETRY_S = 60.0
 
 
 def cmd_submit(args) -> int:
-    from gangway.services.submission.manifests import ManifestError, load_jobs, unread_kueue_keys
+    from gangway.services.submission.manifests import ManifestError, load_jobs
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    filename = "<stdin>" if args.file == "-" else args.file
     generated: dict[str, str] = {}
+    unread: list[str] = []
     try:
-        jobs = load_jobs(text, filename, on_generated=lambda prefix, name: generated.__setitem__(name, prefix))
+        jobs = load_jobs(text, "<stdin>" if args.file == "-" else args.file,
+                         on_generated=lambda prefix, name: generated.__setitem__(name, prefix), on_unread=unread.append)
     except ManifestError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
-    for warning in unread_kueue_keys(text, filename):  # what Kueue would act on and gangway will not
+    for warning in unread:  # what Kueue would act on and gangway will not
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
     asyncio.run(stack.publish_jobs(_bootstrap(), jobs, retry_s=SUBMIT_RETRY_S))
     for job in jobs:

@@ -141,33 +141,11 @@ def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
 
 def test_the_rules_say_which_topology_each_flavor_places_by_and_what_a_job_may_ask():
     from gangway.contract import load_contract
-    c = load_contract("""
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Topology
-metadata: {name: dc}
-spec: {levels: [{nodeLabel: example.com/rack}, {nodeLabel: kubernetes.io/hostname}]}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: a100}
-spec: {topologyName: dc}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: t4}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: ml}
-spec:
-  resourceGroups:
-  - coveredResources: [nvidia.com/gpu]
-    flavors:
-    - {name: a100, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}
-    - {name: t4, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}
-""")
-    text = rules.as_text(rules.sections(c))
-    assert "Flavor a100 places gangs by Topology dc: kubernetes.io/hostname within example.com/rack." in text
+    from test_topology_levels import QUEUES, TAS
+    t4 = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: t4}\n---\n"
+    text = rules.as_text(rules.sections(load_contract(TAS + t4 + QUEUES)))
+    assert ("Flavor gpus places gangs by Topology dc: kubernetes.io/hostname within example.com/pod within "
+            "example.com/zone.") in text
     assert "On other flavors a level is any node label" in text
     assert "kueue.x-k8s.io/podset-required-topology" in text and "[topology_unsatisfiable]" in text
     plain = rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))

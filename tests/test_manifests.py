@@ -16,7 +16,7 @@ from gangway.events.catalogue import (
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
 from gangway.events.fold import apply
 from gangway.events.state import State
-from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record, unread_kueue_keys
+from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record
 from gangway.services.submission.policy import decide_submission
 
 
@@ -387,8 +387,9 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
               priorityClassName: high-priority
               containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
         """)
-    assert [job.job_id for job in load_jobs(text, "job.yaml")] == ["grouped"]
-    assert unread_kueue_keys(text, "job.yaml") == [
+    unread: list[str] = []
+    assert [job.job_id for job in load_jobs(text, "job.yaml", on_unread=unread.append)] == ["grouped"]
+    assert unread == [
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: priorityClassName high-priority is not read by gangway "

@@ -156,7 +156,8 @@ def test_a_gang_that_fits_the_empty_cluster_under_its_request_is_placed(cluster,
         if t is not None and t.required == ISLAND:
             assert len({a.node for a in placed}) == 1
     else:
-        why = never_placeable(free_capacity(empty_state(nodes, topology)), [ps])
+        state = empty_state(nodes, topology)
+        why = never_placeable(free_capacity(state), [ps], None, state)
         # Never placeable is a claim about every future: it must at least hold on the empty cluster.
         assert why is None or not expected
         event("never placeable" if why else "placeable later")

@@ -607,13 +607,12 @@ def _in_one_island(trial: _Trial, ps: PodSet, names: list[str]) -> tuple[list[Po
     return [PodAssignment(pod_set=ps.name, node=name, count=ps.count, gpus=indexes)], f" in NVLink island {k} of {name}"
 
 
-def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None = None,
-                    state: State | None = None) -> Reason | None:
+def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | None, state: State) -> Reason | None:
     """Why no placement of the gang can ever exist on these nodes, whatever frees up (None: one may):
     a pod set requires (or slices by) a topology level that no candidate node carries
     (``topology_unsatisfiable``: the pod set, the level and the missing label), or no candidate node
-    has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``). With ``state``,
-    also a pod set too big for the candidate nodes with nothing running on them (``_too_big``)."""
+    has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``), or a pod set is
+    too big for the candidate nodes with nothing running on them (``_too_big``)."""
     candidates = None
     tainted = getattr(free, "tainted", False)
     for ps in pod_sets:
@@ -633,11 +632,10 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
             why = topology.missing_label(candidates, level, free.levels)
             if why is not None:
                 return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level, missing=why)
-    if state is not None:
-        for ps in pod_sets:
-            found = _too_big(state, free, ps, nodes)
-            if found is not None:
-                return found
+    for ps in pod_sets:
+        found = _too_big(state, free, ps, nodes)
+        if found is not None:
+            return found
     return None
 
 

@@ -99,37 +99,37 @@ class _Where(msgspec.Struct, frozen=True):
         return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem)
 
 
-def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None] | None = None) -> list[JobSubmitted]:
-    """Every job in a YAML (multi-document) or JSON text; raises ManifestError."""
+def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None] | None = None,
+              on_unread: Callable[[str], None] | None = None) -> list[JobSubmitted]:
+    """Every job in a YAML (multi-document) or JSON text; raises ManifestError. ``on_unread`` is
+    called with a warning for each key of a manifest that gangway does not read (``_unread``)."""
     jobs: list[JobSubmitted] = []
     for index, doc in enumerate(_documents(text, filename), start=1):
         if doc is not None:
             jobs.extend(_jobs_of(_Where(filename, index, on_generated=on_generated), doc))
+            for warning in _unread(doc, index, filename) if on_unread is not None else ():
+                on_unread(warning)
     return jobs
 
 
 #: The Kueue labels and annotations gangway reads from a manifest; any other ``kueue.x-k8s.io/`` key
-#: is ignored, and ``unread_kueue_keys`` names it.
+#: is ignored, and ``_unread`` names it.
 KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS})
 
 
-def unread_kueue_keys(text: str, filename: str) -> list[str]:
-    """A warning for each Kueue label or annotation of the manifests (on an object or a pod
-    template, at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``,
-    and for a pod template's ``priorityClassName`` (Kueue falls back to it; gangway reads only the
+def _unread(doc: Any, index: int, filename: str) -> list[str]:
+    """A warning for each Kueue label or annotation of a manifest (on the object or a pod template,
+    at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``, and for a
+    pod template's ``priorityClassName`` (Kueue falls back to it; gangway reads only the
     ``kueue.x-k8s.io/priority-class`` label): the job runs, without what the key asks."""
-    warnings = []
-    for index, doc in enumerate(_documents(text, filename), start=1):
-        keys: dict[str, None] = {}
-        _kueue_keys(doc, keys)
-        meta = doc.get("metadata") if isinstance(doc, dict) else None
-        name = f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}" \
-            if isinstance(meta, dict) else f"document {index}"
-        warnings += [f"{filename}: warning: {name}: {key} is not read by gangway"
-                     + (f" (the label {PRIORITY_LABEL} sets a job's priority)" if key.startswith("priorityClassName")
-                        else "") + "; ignored"
-                     for key in keys if key not in KUEUE_KEYS_READ]
-    return warnings
+    keys: dict[str, None] = {}
+    _kueue_keys(doc, keys)
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}" \
+        if isinstance(meta, dict) else f"document {index}"
+    return [f"{filename}: warning: {name}: {key} is not read by gangway"
+            + (f" (the label {PRIORITY_LABEL} sets a job's priority)" if key.startswith("priorityClassName") else "")
+            + "; ignored" for key in keys if key not in KUEUE_KEYS_READ]
 
 
 def _kueue_keys(node: Any, found: dict[str, None]) -> None:
