@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
@@ -13,10 +14,14 @@ from rich.console import Console
 
 from gangway import stack
 from gangway.events import catalogue as ev
+from gangway.events.quantity import parse_milli
+from gangway.events.resources import GPU, total_request
 from gangway.events.state import State
 from gangway.read.reports import log_line, team_table
 
-MORNING_AFTER_MS = 10 * 60_000
+#: The canary comes this long after the night fills the cluster: before the night's evals end (15
+#: minutes after they start), after which it would fit without taking GPUs back.
+MORNING_AFTER_MS = 5 * 60_000
 WALL_TIMEOUT_S = 160.0
 #: The events the timeline shows (node and config events are summarised, binder steps folded).
 TIMELINE = (ev.ConfigApplied, ev.WorkloadQueued, ev.WorkloadAdmitted, ev.PlacementDecided,
@@ -30,6 +35,30 @@ def demo_file(name: str) -> str:
 def _all_done(state: State, expected: int) -> bool:
     done = [wl for wl in state.workloads.values() if wl.phase == "finished"]
     return len(state.workloads) >= expected and len(done) == len(state.workloads)
+
+
+async def _filled_at(bootstrap: str, room: int, deadline: float, tick) -> int:
+    """The cluster time at which the running workloads first leave less than ``room`` GPUs
+    (milli) free, found by following the log event by event (a reader polling the log now and
+    then misses a short full spell on a busy machine)."""
+    from gangway.adapters.kafka import log_fetches
+    from gangway.events.fold import apply
+    state = State()
+    async with contextlib.aclosing(log_fetches(bootstrap, idle_ms=100)) as fetches:
+        async for envs, _, _ in fetches:
+            for env in envs:
+                apply(state, env)
+                if isinstance(env.data, ev.WorkloadRunning) and _free_gpus(state) < room:
+                    return env.time_ms
+            tick()
+            if time.monotonic() > deadline:
+                raise TimeoutError("demo: timed out waiting for the night to fill the cluster")
+    raise AssertionError("unreachable: the log is followed forever")
+
+
+def _free_gpus(state: State) -> int:
+    held = sum(total_request(wl.spec.pod_sets).get(GPU, 0) for wl in state.workloads.values() if wl.phase == "running")
+    return sum(node.allocatable.get(GPU, 0) for node in state.nodes.values()) - held
 
 
 def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) -> tuple[State, list[ev.Envelope]]:
@@ -68,10 +97,14 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         t0 = running.clock.now_ms()
         asyncio.run(stack.publish_config(bootstrap, contract, "gangway/demo/contract.yaml", t0))
         _wait(bootstrap, lambda s, e: len(s.nodes) == 8, deadline, "the binder's nodes", running.supervise_once)
-        night_ms = running.clock.now_ms()  # the morning is measured from the night, not from start-up
         asyncio.run(stack.publish_jobs(bootstrap, night))
-        console.print(f"submitted {len(night)} jobs for the night; the morning's canary comes 10 minutes later (cluster time)")
-        time.sleep(running.clock.wall_seconds_until(night_ms + MORNING_AFTER_MS))
+        console.print(f"submitted {len(night)} jobs for the night; the morning's canary comes {MORNING_AFTER_MS // 60_000} "
+                      "minutes after they fill the cluster (cluster time)")
+        # The canary comes once the night leaves no room for it, so that it has to take its GPUs
+        # back: measured from the log, not from the wall clock, which a busy machine stretches.
+        canary = sum(ps.count * parse_milli(ps.resources.get(GPU, 0)) for job in morning for ps in job.pod_sets)
+        filled_ms = asyncio.run(_filled_at(bootstrap, canary, deadline, running.supervise_once))
+        time.sleep(running.clock.wall_seconds_until(filled_ms + MORNING_AFTER_MS))
         asyncio.run(stack.publish_jobs(bootstrap, morning))
         expected = len(night) + len(morning)
         state, envs = _wait(bootstrap, lambda s, e: _all_done(s, expected), deadline, "every job to finish",
