@@ -109,7 +109,9 @@ def cmd_up(args) -> int:
         if contract is not None:
             asyncio.run(stack.publish_config(running.bootstrap, contract, args.config, running.clock.now_ms()))
         running.wait_ready()
-        console.print(f"gangway is up: GANGWAY_KAFKA={running.bootstrap}  (logs in {stack.state_dir() / 'logs'})")
+        # The embedded broker refuses idempotent producers: a shell that takes this line takes that too.
+        embedded = " GANGWAY_KAFKA_IDEMPOTENCE=false" if running.broker is not None else ""
+        console.print(f"gangway is up: GANGWAY_KAFKA={running.bootstrap}{embedded}  (logs in {stack.state_dir() / 'logs'})")
         stopped = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopped.append(True))

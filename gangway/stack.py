@@ -62,14 +62,13 @@ def _recorded_stack() -> tuple[str, bool] | None:
 def bootstrap_of_running_stack() -> str:
     """GANGWAY_KAFKA, else the embedded broker of the `gangway up` using this state directory."""
     configured = configured_bootstrap()
+    recorded = _recorded_stack()
+    if recorded is not None and recorded[1] and configured in (None, recorded[0]):
+        kafka.mark_embedded(recorded[0])  # also when GANGWAY_KAFKA names it, as `gangway up` printed
     if configured:
         return configured
-    recorded = _recorded_stack()
     if recorded is not None:
-        address, embedded = recorded
-        if embedded:
-            kafka.mark_embedded(address)
-        return address
+        return recorded[0]
     raise NoBrokerError("no Kafka: set GANGWAY_KAFKA or start the stack with `gangway up`")
 
 

@@ -102,11 +102,28 @@ def test_up_reports_ready_only_when_every_service_folded_the_log_and_stops_clean
         while "gpu-node-7" not in status.stdout and time.monotonic() < deadline:  # the binder's nodes
             status = run(["status"], env, timeout=60)
         assert status.returncode == 0 and "gpu-node-7" in status.stdout, status.stdout + status.stderr
+        # A shell that exports what `gangway up` printed submits to the embedded broker: it takes
+        # GANGWAY_KAFKA_IDEMPOTENCE=false from the line, and without it the stack's record tells.
+        printed = dict(word.split("=", 1) for word in line.split() if word.startswith("GANGWAY_KAFKA"))
+        assert printed == {"GANGWAY_KAFKA": printed["GANGWAY_KAFKA"], "GANGWAY_KAFKA_IDEMPOTENCE": "false"}
+        only_address = run(["submit", "gangway/demo/jobs-morning.yaml"], dict(env, GANGWAY_KAFKA=printed["GANGWAY_KAFKA"]))
+        assert only_address.returncode == 0, only_address.stdout + only_address.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     assert not list(state.glob("*.ready")), "ready files outlive the services"
     assert not (state / "bootstrap").exists()
+
+
+def test_a_producer_the_broker_refuses_as_idempotent_says_what_to_set(env):
+    """GANGWAY_KAFKA names an embedded broker that no `gangway up` of this state directory
+    recorded: the refused InitProducerId ends in one line that names the setting, not a traceback."""
+    from gangway.adapters.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        refused = run(["submit", "gangway/demo/jobs-morning.yaml"], dict(env, GANGWAY_KAFKA=broker.bootstrap))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "refused an idempotent producer" in refused.stderr and "GANGWAY_KAFKA_IDEMPOTENCE=false" in refused.stderr
 
 
 def test_log_follow_prints_events_as_they_arrive(env):

@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
     AuthenticationFailedError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError, KafkaConnectionError,
     KafkaError, KafkaTimeoutError, MessageSizeTooLargeError, SaslAuthenticationFailed, TopicAlreadyExistsError,
-    TopicAuthorizationFailedError, for_code,
+    TopicAuthorizationFailedError, UnknownError, UnsupportedVersionError, for_code,
 )
 from aiokafka.helpers import create_ssl_context
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -67,6 +67,11 @@ _EMBEDDED: set[str] = set()
 
 class KafkaConfigError(ValueError):
     """A GANGWAY_KAFKA_* setting is missing or wrong."""
+
+
+class IdempotenceRefused(KafkaConfigError):
+    """The broker refused an idempotent producer (the embedded broker does), and nothing told
+    this process that it is the embedded one."""
 
 
 def mark_embedded(bootstrap: str) -> None:
@@ -270,7 +275,18 @@ class _Connects:
 
 
 class _Producer(_Connects, AIOKafkaProducer):
-    pass
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except (UnknownError, UnsupportedVersionError) as exc:
+            if self._txn_manager is None:  # not idempotent: the refusal is about something else
+                raise
+            await self.stop()
+            raise IdempotenceRefused(
+                f"the Kafka at {self.bootstrap} refused an idempotent producer ({type(exc).__name__} to "
+                "InitProducerId); the embedded broker of `gangway up` cannot do it: set "
+                "GANGWAY_KAFKA_IDEMPOTENCE=false (`gangway up` prints it), or run the command where "
+                "GANGWAY_STATE_DIR is that stack's") from None
 
 
 class _Consumer(_Connects, AIOKafkaConsumer):
