@@ -12,7 +12,7 @@ from typing import Literal, Union
 
 import msgspec
 
-from gangway.events.contract import Contract
+from gangway.events.contract import Contract, Taint, Toleration, TolerationError, toleration_of  # noqa: F401 (re-exported)
 from gangway.events.reasons import Param, ReasonCode
 
 JobKind = Literal["Job", "JobSet", "PyTorchJob"]
@@ -29,32 +29,6 @@ class TopologyRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, g
     preferred: str | None = None
     slice_required: str | None = None
     slice_size: int | None = None
-
-
-class Toleration(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    """A pod's toleration, as Kubernetes writes it (``operator`` Equal or Exists; ``effect`` "" : any)."""
-
-    key: str = ""
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
-    effect: str = ""
-
-    def tolerates(self, taint: "Taint") -> bool:
-        """Kubernetes' rule: the effects agree (or the toleration names none), and the key and value
-        match (Exists: the key only; an empty key with Exists tolerates every taint)."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
-
-
-class Taint(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    """A node's taint that keeps new pods off it unless they tolerate it (NoSchedule, NoExecute)."""
-
-    key: str
-    effect: str
-    value: str = ""
 
 
 class NodeSelectorRequirement(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):

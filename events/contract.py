@@ -153,6 +153,66 @@ class PriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     min_runtime_ms: int | None = None
 
 
+class Taint(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A node's taint that keeps new pods off it unless they tolerate it (NoSchedule, NoExecute)."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+
+class Toleration(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A pod's toleration, as Kubernetes writes it (``operator`` Equal or Exists; ``effect`` "" : any)."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' rule: the effects agree (or the toleration names none), and the key and value
+        match (Exists: the key only; an empty key with Exists tolerates every taint)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+class TolerationError(ValueError):
+    """A toleration as written is wrong: ``field`` (key, operator, value, effect; "" for the whole) and why."""
+
+    def __init__(self, field: str, why: str):
+        super().__init__(why)
+        self.field, self.why = field, why
+
+
+def toleration_of(item) -> Toleration:
+    """A toleration from its Kubernetes fields (``tolerationSeconds`` does not matter to placing);
+    raises TolerationError."""
+    if not isinstance(item, dict):
+        raise TolerationError("", f"must be a mapping, not {_type_of(item)}")
+    fields = {k: item.get(k) for k in ("key", "operator", "value", "effect") if item.get(k) is not None}
+    for key, text in fields.items():
+        if not isinstance(text, str):
+            raise TolerationError(key, f"must be a string, not {_type_of(text)}")
+    operator = fields.get("operator", "Equal")
+    if operator not in ("Equal", "Exists"):
+        raise TolerationError("operator", f"{operator!r} is neither Equal nor Exists")
+    if operator == "Exists" and fields.get("value"):
+        raise TolerationError("value", "must be empty when the operator is Exists")
+    if operator == "Equal" and not fields.get("key"):
+        raise TolerationError("key", "missing (only operator Exists may leave the key out)")
+    if fields.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise TolerationError("effect", f"{fields['effect']!r} is not NoSchedule, PreferNoSchedule or NoExecute")
+    return Toleration(key=fields.get("key", ""), operator=operator, value=fields.get("value", ""),
+                      effect=fields.get("effect", ""))
+
+
+def _type_of(value) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
 class ResourceFlavor(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     node_labels: dict[str, str] = {}
@@ -162,6 +222,9 @@ class ResourceFlavor(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Kueue's ``spec.topologyName``: the Topology whose levels shape this flavor's nodes (None: no
     #: Topology; a pod set's topology request then names a node label directly).
     topology_name: str | None = None
+    #: Kueue's ``spec.tolerations``: the pods of a workload admitted with this flavor tolerate these
+    #: too (the binder adds them to its pod templates, as Kueue does), so a tainted pool is one flavor.
+    tolerations: list[Toleration] = []
 
 
 class Topology(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

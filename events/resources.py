@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from gangway.events.catalogue import PodAssignment, PodSet
-from gangway.events.contract import Contract, FlavorQuotas, Quota
+from gangway.events.contract import Contract, FlavorQuotas, Quota, Toleration
 from gangway.events.quota import QuotaStructure, fr_key, split_fr
 
 GPU = "nvidia.com/gpu"
@@ -91,6 +91,19 @@ class ContractIndex:
                 if request.get(resource, 0) > 0:
                     chosen[resource] = group[0].flavor
         return chosen
+
+    def flavored(self, pod_sets: list[PodSet], flavors: dict[str, str]) -> list[PodSet]:
+        """The pod sets as they run under a flavor assignment: with the tolerations of its flavors
+        added (Kueue's ``ResourceFlavor.spec.tolerations``); the same list when they add none."""
+        extra = self.flavor_tolerations(flavors)
+        if not extra:
+            return pod_sets
+        return [msgspec.structs.replace(ps, tolerations=ps.tolerations + [t for t in extra if t not in ps.tolerations])
+                for ps in pod_sets]
+
+    def flavor_tolerations(self, flavors: dict[str, str]) -> list[Toleration]:
+        """The tolerations the flavors of an assignment give its pods."""
+        return [t for name in sorted(set(flavors.values())) if name in self.flavors for t in self.flavors[name].tolerations]
 
     def nodes_of(self, flavors: dict[str, str], state) -> frozenset[str] | None:
         """The state's nodes with the labels of every flavor in a flavor assignment (None: all)."""

@@ -662,6 +662,30 @@ def test_a_wrong_topology_is_refused_with_its_field(text, problem):
     assert problems_of(text) == [problem]
 
 
+TAINTED_POOL = y("""
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ResourceFlavor
+    metadata: {name: spot}
+    spec:
+      nodeLabels: {instance-type: spot}
+      tolerations:
+      - {key: spot, operator: Exists, effect: NoSchedule}
+      - {key: pool, value: training}
+    """)
+
+
+def test_a_flavors_tolerations_are_read_and_a_wrong_one_is_refused_with_its_field():
+    from gangway.events.contract import Toleration
+    contract, warnings = read_contract(TAINTED_POOL, "config.yaml")
+    assert warnings == []  # read and enforced: no "not supported" warning
+    assert contract.flavors[0].tolerations == [Toleration(key="spot", operator="Exists", effect="NoSchedule"),
+                                               Toleration(key="pool", value="training")]
+    assert problems_of(TAINTED_POOL.replace("operator: Exists", "operator: Sometimes")) == [
+        "config.yaml: ResourceFlavor spot: spec.tolerations[0].operator: 'Sometimes' is neither Equal nor Exists"]
+    assert problems_of(TAINTED_POOL.replace("{key: pool, value: training}", "{value: training}")) == [
+        "config.yaml: ResourceFlavor spot: spec.tolerations[1].key: missing (only operator Exists may leave the key out)"]
+
+
 def test_a_file_without_contract_objects_is_an_error_that_says_what_a_contract_holds(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: train}\nspec: {}\n")

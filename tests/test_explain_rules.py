@@ -152,6 +152,17 @@ def test_the_rules_say_which_topology_each_flavor_places_by_and_what_a_job_may_a
     assert "places gangs by Topology" not in plain and "A level is any node label" in plain
 
 
+def test_the_rules_say_which_nodes_each_flavor_places_on_and_what_its_pods_tolerate():
+    from gangway.events.contract import Toleration
+    c = (contract(cluster_queue("q").flavor("spot").gpus(8)).flavor_labels("spot", {"pool": "spot"})
+         .flavor_tolerations("spot", Toleration(key="spot", operator="Exists", effect="NoSchedule"),
+                             Toleration(key="team", value="a")).obj())
+    text = rules.as_text(rules.sections(c))
+    assert "Flavor spot: nodes labelled pool=spot; its pods tolerate spot:NoSchedule, team=a" in text
+    plain = rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))
+    assert "Flavor default: any node." in plain and "tolerate" not in plain.split("Flavors: the nodes")[1].split("\n\n")[0]
+
+
 def test_the_html_rules_escape_what_they_print(tmp_path):
     c = contract(cluster_queue("a<b>").gpus(1)).obj()
     page = rules.as_html(rules.sections(c))

@@ -165,3 +165,31 @@ def test_backfill_a_job_that_ends_before_the_reservation_starts():
 def test_without_a_blocked_gang_small_jobs_use_the_free_node():
     log = reserved_cluster().queue(wl("small", 4), wl("small2", 4))
     assert [w for w, _, _ in admitted(log)] == ["small", "small2"]
+
+
+# --- a gang only a busy flavor can take ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("big_quota, told", [(16, "over_nominal_quota"), (32, "reservation_held")])
+def test_a_gang_only_a_busy_flavor_can_take_waits_for_it_and_is_never_called_never_placeable(big_quota, told):
+    """Flavors big (2 nodes × 8 GPUs) then small (4 × 4): a gang of 2 × 8 GPUs fits only big, which
+    `busy` holds (its quota when big has 16 GPUs of quota, its nodes when it has 32). It waits for big
+    with a forecast; small's "no node could ever hold it" is not what it is told, so it keeps its
+    reservation and its place in a StrictFIFO queue."""
+    import msgspec
+
+    from gangway.read.explain import explain
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").flavor("big").gpus(big_quota).flavor("small").gpus(16))
+                  .flavor_labels("big", {"pool": "big"}).flavor_labels("small", {"pool": "small"}).obj())
+    sim.add_nodes([node(f"b{i}").gpus(8).label("pool", "big").obj() for i in range(2)]
+                  + [node(f"s{i}").gpus(4).label("pool", "small").obj() for i in range(4)])
+    for name in ("busy", "next"):
+        sim.submit(msgspec.structs.replace(workload(name).queue("q").gpus(8, pods=2).obj(), runtime_ms=600_000))
+        sim.run(until_ms=sim.now_ms + 1000, rounds_max=50)
+    assert sim.state.workloads["next"].phase == "pending"
+    lines = explain(sim.log, "next")
+    assert lines[-3].startswith(f"now pending ({told})"), lines  # on the old code: no_matching_nodes, from small
+    assert lines[-1].startswith("estimated start: 20") and "in 59" in lines[-1], lines
+    sim.run(until_ms=sim.now_ms + 700_000, rounds_max=500)
+    assert {a.node for a in sim.state.workloads["next"].placement.assignments} == {"b0", "b1"}

@@ -112,3 +112,18 @@ def test_a_job_is_resumed_behind_gangways_gate_and_a_gated_pod_is_pinned_then_un
         "spec": {"nodeSelector": {ob.HOSTNAME_LABEL: "n1"}, "schedulingGates": [{"name": "example.com/other"}]}}
     assert ob.ungate_patch({"spec": {"schedulingGates": [{"name": ob.GATE}]}}, "n1", [], ob.GATE)["spec"][
         "schedulingGates"] is None
+
+
+def test_resuming_adds_the_tolerations_of_the_admitted_flavors_each_template_lacks():
+    from gangway.events.contract import Toleration
+    spot = ob.toleration_object(Toleration(key="spot", operator="Exists", effect="NoSchedule"))
+    assert spot == {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+    own = {"key": "team", "value": "a"}
+    ptj = {"kind": "PyTorchJob", "spec": {"pytorchReplicaSpecs": {
+        "Master": {"template": {"spec": {"tolerations": [own]}}}, "Worker": {"template": {"spec": {"tolerations": [spot]}}}}}}
+    patch = ob.suspend_patch(ptj, False, "ns/p", 1, tolerations=[spot])
+    specs = {t: rs["template"]["spec"] for t, rs in patch["spec"]["pytorchReplicaSpecs"].items()}
+    assert specs["Master"] == {"schedulerName": ob.SCHEDULER_NAME, "tolerations": [own, spot]}
+    assert specs["Worker"]["tolerations"] == [spot]  # already there: not twice
+    plain = ob.suspend_patch(ptj, False, "ns/p", 1)
+    assert all("tolerations" not in rs["template"]["spec"] for rs in plain["spec"]["pytorchReplicaSpecs"].values())

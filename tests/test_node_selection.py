@@ -127,6 +127,34 @@ def test_a_gang_no_node_may_ever_take_is_said_so_and_does_not_block_a_strict_que
         "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")
 
 
+def test_a_flavors_tolerations_let_its_pods_onto_its_tainted_pool():
+    """Kueue's ResourceFlavor.spec.tolerations: pods admitted with the flavor tolerate its nodes'
+    taint though their templates do not; without them the pool is never placeable, and says why."""
+    from gangway.events.reasons import C
+    from gangway.read.explain import explain
+    nodes = [tainted(f"t{i}", RESERVED, pool="train") for i in range(2)] + [tainted("open", pool="serve")]
+    gangs = [with_pods(workload(name).queue("q").gpus(8, pods=2)) for name in ("gang", "later")]
+
+    def run(tolerations) -> Simulation:
+        sim = Simulation()
+        sim.configure(contract(cluster_queue("q").flavor("train").gpus(32)).flavor_labels("train", {"pool": "train"})
+                      .flavor_tolerations("train", *tolerations).obj())
+        sim.add_nodes(nodes)
+        for spec in gangs:
+            sim.submit(spec)
+        sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
+        return sim
+
+    tolerated = run([Toleration(key="gangway.io/reserved", operator="Exists")])
+    assert {a.node for a in tolerated.state.workloads["gang"].placement.assignments} == {"t0", "t1"}
+    waiting = explain(tolerated.log, "later")  # behind the first gang on the only two nodes it may use
+    assert any(line.startswith("now pending") and C.NO_MATCHING_NODES not in line for line in waiting), waiting
+    untolerated = run([])
+    assert {name: wl.phase for name, wl in untolerated.state.workloads.items()} == {"gang": "pending", "later": "pending"}
+    assert explain(untolerated.log, "gang")[-3].endswith(
+        "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")
+
+
 def test_required_node_affinity_keeps_the_pods_to_nodes_one_of_its_terms_matches():
     from gangway.events.catalogue import NodeSelectorRequirement as Req
     from gangway.events.catalogue import NodeSelectorTerm as Term

@@ -66,8 +66,11 @@ from gangway.events.contract import (
     ReclaimWithinCohort,
     ResourceFlavor,
     SelectorOperator,
+    Toleration,
+    TolerationError,
     Topology,
     WithinClusterQueue,
+    toleration_of,
 )
 from gangway.events.quantity import QuantityError, parse_milli
 
@@ -488,7 +491,7 @@ _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
     "concurrentAdmissionPolicy": (),
 }
 _FLAVOR_IGNORED: dict[str, tuple] = {
-    "nodeTaints": ([],), "tolerations": ([],), "resourceWeights": ({},),
+    "nodeTaints": ([],), "resourceWeights": ({},),
 }
 _LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"stopPolicy": ("None",), "fairSharing": ()}
 
@@ -497,12 +500,24 @@ def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
     spec = _spec(at, obj)
     if spec is None:
         return
-    _check_fields(at, "spec", spec, {"nodeLabels", "topologyName"}, _FLAVOR_IGNORED)
+    _check_fields(at, "spec", spec, {"nodeLabels", "topologyName", "tolerations"}, _FLAVOR_IGNORED)
     labels = _labels(at, "spec.nodeLabels", spec.get("nodeLabels"))
     topology = _name(at, "spec.topologyName", spec.get("topologyName"), required=False)
     refs = [("spec.topologyName", "Topology", topology)] if topology else []
-    _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels, topology_name=topology),
+    _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels, topology_name=topology,
+                                                          tolerations=_tolerations(at, spec.get("tolerations"))),
               refs)
+
+
+def _tolerations(at: _At, value: Any) -> list[Toleration]:
+    """A flavor's tolerations (Kubernetes' fields, as a pod's)."""
+    out: list[Toleration] = []
+    for i, item in enumerate(_list(at, "spec.tolerations", value) or []):
+        try:
+            out.append(toleration_of(item))
+        except TolerationError as exc:
+            at.error(f"spec.tolerations[{i}]" + (f".{exc.field}" if exc.field else ""), exc.why)
+    return out
 
 
 #: Kueue's rule for a topology level's node label (a qualified label key).

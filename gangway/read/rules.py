@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas
+from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, Toleration
 from gangway.events.resources import GPU
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
@@ -27,6 +27,8 @@ def sections(contract: Contract, digest: str = "") -> list[Section]:
     if contract.cohorts or any(cq.cohort for cq in contract.cluster_queues):
         out.append(("Cohorts: who shares with whom", _cohorts(contract, tree)))
     out.append(("Priorities, grace periods and minimum runtimes", _classes(contract)))
+    if contract.flavors:
+        out.append(("Flavors: the nodes each one places on", _flavors(contract)))
     out.append(("Topology: where a gang's pods land together", _topology(contract)))
     if contract.prices:
         out.append(("Prices", [f"{p.flavor} {format_resource(p.resource, 1000)}: "
@@ -40,6 +42,26 @@ def sections(contract: Contract, digest: str = "") -> list[Section]:
                                   if rule.preempt_first else "The flag is shown in status, explain and showback; "
                                   "it does not change who is preempted."]))
     return out
+
+
+def _flavors(contract: Contract) -> list[str]:
+    """Each flavor's nodes (its node labels) and the taints its pods tolerate there."""
+    lines = []
+    for f in sorted(contract.flavors, key=lambda f: f.name):
+        nodes = ("nodes labelled " + ", ".join(f"{k}={v}" for k, v in sorted(f.node_labels.items()))
+                 if f.node_labels else "any node")
+        line = f"Flavor {f.name}: {nodes}"
+        if f.tolerations:
+            line += "; its pods tolerate " + ", ".join(_toleration_words(t) for t in f.tolerations) + \
+                " (on Kubernetes the binder adds them to its pod templates, as Kueue does)"
+        lines.append(line + ".")
+    lines.append("A pod also goes only where its own nodeSelector, required node affinity and tolerations let it.")
+    return lines
+
+
+def _toleration_words(t: Toleration) -> str:
+    what = (t.key or "every taint") if t.operator == "Exists" else f"{t.key}={t.value}"
+    return what + (f":{t.effect}" if t.effect else "")
 
 
 def _topology(contract: Contract) -> list[str]:

@@ -247,7 +247,7 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         outcome.reason = reason(C.WAITING_FOR_VICTIMS, victims=len(victims))
     elif outcome.reason is not None and outcome.reason.code == C.NO_PLACEMENT and snap.reservation is None:
         flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
-        outcome.reserved = snap.reserve_for_gang(wl, snap.flavor_nodes(flavors))
+        outcome.reserved = snap.reserve_for_gang(wl, flavors)
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))

@@ -19,7 +19,7 @@ from gangway.events.catalogue import PodSet
 from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaView
-from gangway.events.reasons import C, Reason, reason
+from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
 )
@@ -185,19 +185,37 @@ class Snapshot:
         for combo in _product(per_group):
             flavors = _flavors(combo)
             held = by_flavor(request, flavors)
-            ok, borrowed, why = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), None)
+            ok, borrowed, misfit = self.view.fit(cq.name, held) if self.later else (True, dict(_borrowed(combo)), None)
             if not ok:
+                why = _told(why, misfit)
                 continue
-            nodes = self.flavor_nodes(flavors)
-            if not self._place(wl, pod_sets, nodes, commit):
-                why = never_placeable(self.free, pod_sets, nodes, self.state) or reason(
-                    C.NO_PLACEMENT, of_flavor=", ".join(sorted(set(flavors.values()))) if nodes is not None else None)
+            nodes, placed = self.flavor_nodes(flavors), self.idx.flavored(pod_sets, flavors)
+            if not self._place(wl, placed, nodes, commit):
+                why = _told(why, never_placeable(self.free, placed, nodes, self.state) or reason(
+                    C.NO_PLACEMENT, of_flavor=", ".join(sorted(set(flavors.values()))) if nodes is not None else None))
                 continue
             if commit:
                 self.take(cq.name, held)
             counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
+        if why is not None and why.code in NEVER_PLACEABLE_CODES:
+            why = self._placeable_later(cq.name, request, pod_sets, per_group) or why
         return Outcome(wl, None, why, _preempt_flavors(preempt))
+
+    def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet],
+                         tried: list[list[Option]]) -> Reason | None:
+        """Why a gang that the flavors it fits now could never take waits all the same: the quota of
+        the first flavor assignment, among those it does not fit now, whose nodes could take it."""
+        tried_keys = {tuple(sorted(_flavors(combo).items())) for combo in _product(tried)}
+        groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
+        for combo in product(*groups):
+            flavors = {r: fq.flavor for fq in combo for r in fq.resources}
+            if tuple(sorted(flavors.items())) in tried_keys:
+                continue
+            if never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors), self.state) is None:
+                _, _, misfit = self.view.fit(cq, by_flavor(request, flavors))
+                return misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq, flavors=", ".join(sorted(set(flavors.values()))))
+        return None
 
     def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:
         return self.idx.nodes_of(flavors, self.state)
@@ -244,7 +262,8 @@ class Snapshot:
         """Admitted gangs not yet placed will be: keep their room."""
         for name in self.state.unplaced:
             wl = self.state.workloads[name]
-            place_gang(self.free, admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
+            place_gang(self.free, self.idx.flavored(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
+                                                    wl.admission.flavors),
                        nodes=self.flavor_nodes(wl.admission.flavors))
 
     def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState],
@@ -255,9 +274,9 @@ class Snapshot:
         add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(wl.request, flavors))
         self._bound = self._later = None
         self.failed.clear()
-        reserve_room(self.free, wl, victims)
+        reserve_room(self.free, self.idx.flavored(wl.spec.pod_sets, flavors), victims)
 
-    def reserve_for_gang(self, wl: WorkloadState, nodes=None) -> tuple[int, list[str]] | None:
+    def reserve_for_gang(self, wl: WorkloadState, flavors: dict[str, str]) -> tuple[int, list[str]] | None:
         """Keep the nodes that free soonest for a gang blocked by capacity alone (EASY backfill).
 
         Running workloads are released in the order they are expected to end until the gang
@@ -265,15 +284,16 @@ class Snapshot:
         """
         if self.reservation is not None:
             return None
+        nodes, pod_sets = self.flavor_nodes(flavors), self.idx.flavored(wl.spec.pod_sets, flavors)
         later = copy_free(self.free)
         start = self.state.time_ms
         for end, victim in expected_ends(self.state):
-            if place_gang(copy_free(later), wl.spec.pod_sets, nodes=nodes) is not None:
+            if place_gang(copy_free(later), pod_sets, nodes=nodes) is not None:
                 break
             release_nodes(later, victim)
             start = max(start, end)
         trial = copy_free(later)
-        assignments = place_gang(trial, wl.spec.pod_sets, nodes=nodes)
+        assignments = place_gang(trial, pod_sets, nodes=nodes)
         if assignments is None:
             return None
         nodes = sorted({a.node for a in assignments})
@@ -299,6 +319,16 @@ def expected_ends(state: State) -> list[tuple[int, WorkloadState]]:
         ends.append((max(end, state.time_ms), name, wl))
     ends.sort(key=lambda item: item[:2])
     return [(end, wl) for end, _, wl in ends]
+
+
+def _told(told: Reason | None, failed: Reason | None) -> Reason | None:
+    """Which reason a gang no flavor assignment takes is told: the first assignment's, in the
+    queue's flavor order, unless it can never change (never placeable) and a later one's can — a
+    gang is never placeable only when no flavor could ever take it (a busy flavor will)."""
+    if told is None or (told.code in NEVER_PLACEABLE_CODES and failed is not None
+                        and failed.code not in NEVER_PLACEABLE_CODES):
+        return failed
+    return told
 
 
 def _copy(usage: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:

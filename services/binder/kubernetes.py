@@ -37,11 +37,11 @@ from gangway.adapters.kubernetes import client as api
 from gangway.adapters.kubernetes.lease import micro_time
 from gangway.events.codec import format_time
 from gangway.events.catalogue import (
-    ClockTicked, ClusterReconciled, JobSubmitted, NodeRemoved, WorkloadBound, WorkloadEvicted, WorkloadFinished,
+    ClockTicked, ClusterReconciled, JobSubmitted, NodeRemoved, Toleration, WorkloadBound, WorkloadEvicted, WorkloadFinished,
     WorkloadRunning, WorkloadWithdrawn,
 )
 from gangway.events.reasons import C, Reason, reason
-from gangway.events.resources import admitted_pod_sets
+from gangway.events.resources import admitted_pod_sets, index_of
 from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.services.binder import objects as ob
 from gangway.services.binder.policy import RequeueBackoff, bind_failed, rule_deadlines
@@ -168,7 +168,8 @@ class KubernetesBinder:
                 continue
             its_pods = pods.get((ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])
             if wl.phase == "placed":
-                work.append(self._bind_gang(wl, obj, its_pods, out, now_ms))
+                tolerations = index_of(state.contract).flavor_tolerations(wl.admission.flavors)
+                work.append(self._bind_gang(wl, obj, its_pods, out, now_ms, tolerations))
             elif wl.phase in ("bound", "running"):
                 work.append(self._follow(wl, obj, its_pods, out, now_ms))
             elif wl.phase == "evicting":
@@ -279,7 +280,8 @@ class KubernetesBinder:
     def _expected(self, wl: WorkloadState) -> dict[str, int]:
         return {ps.name: ps.count for ps in admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts)}
 
-    async def _bind_gang(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
+    async def _bind_gang(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int,
+                         tolerations: list[Toleration]) -> None:
         name, kind = wl.spec.workload, ob.kind_of(obj)
         key = (name, wl.attempt)
         gang = self.gangs.get(key)
@@ -289,7 +291,7 @@ class KubernetesBinder:
         if not gang.resumed:
             if ob.is_suspended(obj) or annotations.get(ob.ATTEMPT_ANNOTATION) != str(wl.attempt):
                 try:
-                    await self._resume(wl, obj)
+                    await self._resume(wl, obj, tolerations)
                 except ApiError as exc:
                     await self._roll_back(wl, obj, pods, out, now_ms, f"resuming the {kind} failed: {exc}")
                     return
@@ -329,15 +331,18 @@ class KubernetesBinder:
         gang.bound = frozenset(ob.meta(pod).get("uid") for pod, _, _ in plan)
         out.reports.append((f"bound/{name}/{wl.attempt}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
 
-    async def _resume(self, wl: WorkloadState, obj: dict) -> None:
+    async def _resume(self, wl: WorkloadState, obj: dict, tolerations: list[Toleration]) -> None:
         """Resume the object for this attempt: its pods named for gangway's scheduler, or — where the
-        template cannot take a scheduler (a batch/v1 Job) — created behind gangway's scheduling gate."""
+        template cannot take a scheduler (a batch/v1 Job) — created behind gangway's scheduling gate;
+        with the tolerations its flavors give its pods."""
         kind, m = ob.kind_of(obj), ob.meta(obj)
         gated = (kind == "Job" or kind in self.scheduler_immutable) and not ob.names_scheduler(obj, self.scheduler)
         counts = wl.admission.counts
+        extra = [ob.toleration_object(t) for t in tolerations]
 
         def patch(gate: str | None) -> dict:
-            p = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, self.scheduler, gate=gate)
+            p = ob.suspend_patch(obj, False, wl.spec.workload, wl.attempt, self.scheduler, gate=gate,
+                                 tolerations=extra)
             if kind == "Job" and counts:  # partial admission: run as many pods as were admitted, as Kueue does
                 p["spec"]["parallelism"] = sum(counts.values())
             return p

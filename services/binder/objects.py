@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import re
 
-from gangway.events.catalogue import NodeObserved, PodAssignment
+from gangway.events.catalogue import NodeObserved, PodAssignment, Toleration
 from gangway.services.binder.cluster import ClusterFileError, _node
 
 SCHEDULER_NAME = "gangway"
@@ -104,10 +104,12 @@ def templates(obj: dict) -> list[dict]:
 
 
 def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0,
-                  scheduler: str | None = SCHEDULER_NAME, gate: str | None = None) -> dict:
+                  scheduler: str | None = SCHEDULER_NAME, gate: str | None = None,
+                  tolerations: list[dict] = ()) -> dict:
     """A merge patch that suspends or resumes ``obj``; resuming marks the object with its workload and
     attempt and, in every pod template, names gangway's ``scheduler`` or adds the scheduling ``gate``
-    (a suspended Job's template takes new scheduling gates, not a new scheduler: KEP-2926)."""
+    (a suspended Job's template takes new scheduling gates, not a new scheduler: KEP-2926), and adds
+    the ``tolerations`` its admitted flavors give its pods that the template lacks (as Kueue does)."""
     kind = kind_of(obj)
     patch: dict = {}
     if not suspend:
@@ -118,11 +120,21 @@ def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0
         patch["spec"] = {"suspend": suspend}
     if suspend:
         return patch
-    if gate is not None:
-        _template_fields(obj, patch["spec"], lambda t: {"schedulingGates": _gates_with(t, gate)})
-    elif scheduler is not None:
-        _template_fields(obj, patch["spec"], lambda t: {"schedulerName": scheduler})
+    def fields(template_spec: dict) -> dict:
+        out = {"schedulingGates": _gates_with(template_spec, gate)} if gate is not None else \
+            {"schedulerName": scheduler} if scheduler is not None else {}
+        if tolerations:
+            have = [t for t in template_spec.get("tolerations") or [] if isinstance(t, dict)]
+            out["tolerations"] = have + [t for t in tolerations if t not in have]
+        return out
+    if gate is not None or scheduler is not None or tolerations:
+        _template_fields(obj, patch["spec"], fields)
     return patch
+
+
+def toleration_object(t: Toleration) -> dict:
+    """A toleration as Kubernetes writes it (empty fields left out)."""
+    return {k: v for k, v in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect)) if v}
 
 
 def _gates_with(template_spec: dict, gate: str) -> list[dict]:

@@ -740,7 +740,7 @@ def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
     return waiting
 
 
-def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) -> None:
+def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState]) -> None:
     """Keep the room a preemptor will have once its victims are gone out of ``free``.
 
     Each node keeps the smaller of what is free now and what will be free once the victims left
@@ -750,7 +750,7 @@ def reserve_room(free: Free, wl: WorkloadState, victims: list[WorkloadState]) ->
     later = copy_free(free)
     for victim in victims:
         release_nodes(later, victim)
-    if place_gang(later, wl.spec.pod_sets) is None:
+    if place_gang(later, pod_sets) is None:
         return
     keep_smaller(free, later)
 
@@ -819,7 +819,9 @@ class Placer:
         for preemptor, victims in sorted(victims_in_flight(state).items()):
             wl = state.workloads.get(preemptor)
             if wl is not None and wl.phase == "pending" and preemptor not in admitted:
-                reserve_room(self.free, wl, victims)
+                idx = index_of(state.contract)  # its flavors are decided at admission: the first ones'
+                flavors = idx.default_flavors(wl.spec.cluster_queue, wl.request)  # tolerations meanwhile
+                reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims)
         self.measure = _Measure(state)
 
     def place(self, wl: WorkloadState, admission: WorkloadAdmitted | None = None,
@@ -827,8 +829,9 @@ class Placer:
         """Place ``wl``'s admitted pod sets on its flavors' nodes, as ``admission`` (by default the
         one in force; admission passes the one its cycle just decided) admitted them."""
         admission = admission or wl.admission
-        pod_sets = admitted_pod_sets(wl.spec.pod_sets, admission.counts)
-        placed = _place_gang(self.free, pod_sets, index_of(self.state.contract).nodes_of(admission.flavors, self.state))
+        idx = index_of(self.state.contract)
+        pod_sets = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, admission.counts), admission.flavors)
+        placed = _place_gang(self.free, pod_sets, idx.nodes_of(admission.flavors, self.state))
         if placed is None:
             return None
         assignments, notes = placed

@@ -16,6 +16,7 @@ nominated, admitted and placed; the moved workloads are admitted and placed agai
 
 from __future__ import annotations
 
+from gangway.events.catalogue import PodSet
 from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, ContractIndex, admitted_pod_sets
 from gangway.events.state import State, WorkloadState
@@ -26,9 +27,10 @@ from gangway.services.placement.policy import copy_free, place_gang, release_nod
 MOVES_MAX = 16
 
 
-def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, nodes,
+def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
                ordered_out: set[str], lost_ms) -> list[WorkloadState]:
-    """The workloads to move so that ``wl`` can be placed ([] when no plan holds)."""
+    """The workloads to move so that ``wl`` can be placed under ``flavors`` ([] when no plan holds)."""
+    nodes, pod_sets = snap.flavor_nodes(flavors), idx.flavored(wl.spec.pod_sets, flavors)
     need = wl.request.get(GPU, 0)
     free = snap.room_for(wl)
     usable = [n for n in free if nodes is None or n in nodes]
@@ -38,7 +40,7 @@ def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSta
     chosen: list[WorkloadState] = []
     for candidate in candidates:
         chosen.append(candidate)
-        if _gang_fits(free, wl, chosen, nodes):
+        if _gang_fits(free, pod_sets, chosen, nodes):
             break
         if len(chosen) >= MOVES_MAX:
             return []
@@ -46,9 +48,9 @@ def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSta
         return []
     for item in reversed(list(chosen)):
         rest = [c for c in chosen if c is not item]
-        if _gang_fits(free, wl, rest, nodes):
+        if _gang_fits(free, pod_sets, rest, nodes):
             chosen = rest
-    return chosen if _all_placed_again(free, wl, chosen, nodes, state) else []
+    return chosen if _all_placed_again(free, pod_sets, chosen, nodes, state, idx) else []
 
 
 def _movable(state: State, idx: ContractIndex, wl: WorkloadState, nodes, ordered_out: set[str],
@@ -85,22 +87,23 @@ def protected(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
     return abs((started if started is not None else now_ms) + runtime - now_ms) <= idx.grace_ms(victim.spec.priority_class)
 
 
-def _gang_fits(free, wl: WorkloadState, moved: list[WorkloadState], nodes) -> bool:
+def _gang_fits(free, pod_sets: list[PodSet], moved: list[WorkloadState], nodes) -> bool:
     trial = copy_free(free)
     for other in moved:
         release_nodes(trial, other)
-    return place_gang(trial, wl.spec.pod_sets, nodes=nodes) is not None
+    return place_gang(trial, pod_sets, nodes=nodes) is not None
 
 
-def _all_placed_again(free, wl: WorkloadState, moved: list[WorkloadState], nodes, state: State) -> bool:
+def _all_placed_again(free, pod_sets: list[PodSet], moved: list[WorkloadState], nodes, state: State,
+                      idx: ContractIndex) -> bool:
     """With the gang placed, does every moved workload find a whole placement on what is left?"""
     trial = copy_free(free)
     for other in moved:
         release_nodes(trial, other)
-    if place_gang(trial, wl.spec.pod_sets, nodes=nodes) is None:
+    if place_gang(trial, pod_sets, nodes=nodes) is None:
         return False
     for other in sorted(moved, key=lambda o: -o.request.get(GPU, 0)):  # biggest first
-        pod_sets = admitted_pod_sets(other.spec.pod_sets, other.admission.counts)
-        if place_gang(trial, pod_sets, nodes=placement_nodes(state, other)) is None:
+        again = idx.flavored(admitted_pod_sets(other.spec.pod_sets, other.admission.counts), other.admission.flavors)
+        if place_gang(trial, again, nodes=placement_nodes(state, other)) is None:
             return False
     return True

@@ -111,7 +111,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
                 ordered_out: set[str]):
     """A consolidation plan for a gang blocked by fragmentation, as (flavors, [(victim, rule)])."""
-    moves = plan_moves(state, idx, snap, wl, snap.flavor_nodes(flavors), ordered_out,
+    moves = plan_moves(state, idx, snap, wl, flavors, ordered_out,
                        work_lost_ms if idx.contract.checkpoint_aware else lambda _wl, _now: 0)
     if not moves:
         return None
@@ -137,6 +137,7 @@ class _Trial:
         self.state, self.idx, self.snap, self.wl = state, idx, snap, wl
         self.held = by_flavor(wl.request, flavors)
         self.nodes = snap.flavor_nodes(flavors)
+        self.pod_sets = idx.flavored(wl.spec.pod_sets, flavors)
 
     def view_without(self, victims: list[WorkloadState]) -> QuotaView:
         base = self.snap.later_view()
@@ -153,7 +154,7 @@ class _Trial:
         free = copy_free(self.snap.room_for(self.wl))
         for victim in victims:
             release_nodes(free, victim)
-        return place_gang(free, self.wl.spec.pod_sets, nodes=self.nodes) is not None
+        return place_gang(free, self.pod_sets, nodes=self.nodes) is not None
 
 
 def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],

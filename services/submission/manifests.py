@@ -43,7 +43,8 @@ import yaml
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TopologyRequest,
+    Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
+    TopologyRequest, toleration_of,
 )
 from gangway.events.quantity import QuantityError, format_milli, parse_milli
 
@@ -443,7 +444,7 @@ def _requirement(where: _Where, req: Any, field: str, on_fields: bool) -> NodeSe
 
 
 def _tolerations(where: _Where, pod_spec: dict, field: str) -> list[Toleration]:
-    """The pod's tolerations (Kubernetes' fields; ``tolerationSeconds`` does not matter to placing)."""
+    """The pod's tolerations (``toleration_of``)."""
     value = pod_spec.get("tolerations")
     if value is None:
         return []
@@ -451,24 +452,10 @@ def _tolerations(where: _Where, pod_spec: dict, field: str) -> list[Toleration]:
         raise where.error(field, f"must be a list, not {_type_name(value)}")
     out = []
     for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise where.error(f"{field}[{i}]", f"must be a mapping, not {_type_name(item)}")
-        fields = {k: item.get(k) for k in ("key", "operator", "value", "effect") if item.get(k) is not None}
-        for key, text in fields.items():
-            if not isinstance(text, str):
-                raise where.error(f"{field}[{i}].{key}", f"must be a string, not {_type_name(text)}")
-        operator = fields.get("operator", "Equal")
-        if operator not in ("Equal", "Exists"):
-            raise where.error(f"{field}[{i}].operator", f"{operator!r} is neither Equal nor Exists")
-        if operator == "Exists" and fields.get("value"):
-            raise where.error(f"{field}[{i}].value", "must be empty when the operator is Exists")
-        if operator == "Equal" and not fields.get("key"):
-            raise where.error(f"{field}[{i}].key", "missing (only operator Exists may leave the key out)")
-        if fields.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise where.error(f"{field}[{i}].effect", f"{fields['effect']!r} is not NoSchedule, PreferNoSchedule "
-                              "or NoExecute")
-        out.append(Toleration(key=fields.get("key", ""), operator=operator, value=fields.get("value", ""),
-                              effect=fields.get("effect", "")))
+        try:
+            out.append(toleration_of(item))
+        except TolerationError as exc:
+            raise where.error(f"{field}[{i}]" + (f".{exc.field}" if exc.field else ""), exc.why) from None
     return out
 
 

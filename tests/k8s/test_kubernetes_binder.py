@@ -126,6 +126,38 @@ async def test_a_suspended_job_is_admitted_bound_as_a_gang_run_and_finished(kube
         assert len(log.of_type(ev.WorkloadQueued)) == 1
 
 
+SPOT_POOL = CONTRACT.replace("metadata: {name: default}\n", """metadata: {name: default}
+spec:
+  nodeLabels: {pool: spot}
+  tolerations: [{key: spot, operator: Exists, effect: NoSchedule}]
+""")
+
+
+async def test_a_flavors_tolerations_are_added_to_the_job_it_resumes_on_the_flavors_tainted_nodes(kube, make_binder):
+    """Kueue's ResourceFlavor.spec.tolerations: the Job's template does not tolerate the pool's taint;
+    gangway places it there all the same and adds the toleration when it resumes the Job, as Kueue does."""
+    log = LocalLog()
+    log.configure(load_contract(SPOT_POOL))
+    for i in range(2):
+        node = node_object(f"spot-{i}", labels={"pool": "spot"})
+        node["spec"]["taints"] = [{"key": "spot", "value": "true", "effect": "NoSchedule"}]
+        await create_node(kube, node, {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8", "pods": "110"})
+    binder = await make_binder()
+    await run_until(log, [binder], lambda: len(log.state.nodes) == 2, what="two nodes on the log")
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("spot-train", pods=2, gpus=8,
+                                        pod_spec="tolerations: [{key: team, operator: Exists}]"))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/spot-train" in wl and wl["team/spot-train"].phase == "running",
+                        what="the Job running on the tainted pool")
+        spot = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+        current = await kube.get(api.JOBS, "spot-train", "team")
+        assert current["spec"]["template"]["spec"]["tolerations"] == [{"key": "team", "operator": "Exists"}, spot]
+        pods = await pods_of(kube, "spot-train")
+        assert sorted(p["spec"]["nodeName"] for p in pods) == ["spot-0", "spot-1"]
+        assert all(spot in p["spec"]["tolerations"] for p in pods)
+
+
 async def kill_lease_holder(binder) -> None:
     from conftest import kill
     await kill(binder)
