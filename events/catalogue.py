@@ -97,6 +97,9 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
     node_affinity: list[NodeSelectorTerm] = []
+    #: The pod template's ``priorityClassName`` (a Kubernetes PriorityClass): a job without the
+    #: WorkloadPriorityClass label has the priority of its first pod set's, as in Kueue.
+    priority_class_name: str | None = None
 
 
 class JobSubmitted(_Event, frozen=True):

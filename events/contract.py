@@ -281,11 +281,23 @@ class IdleRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return f"SM active below {self.sm_active_below / 10:g} % for {self.for_ms / 60_000:g} min"
 
 
+class PodPriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A Kubernetes PriorityClass (``scheduling.k8s.io/v1``): the priority of a job whose pod template
+    names it (``priorityClassName``) and that carries no WorkloadPriorityClass label, as in Kueue."""
+
+    name: str
+    value: int
+    #: Kubernetes' ``globalDefault``: the priority of jobs that name no class at all.
+    global_default: bool = False
+
+
 class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     flavors: list[ResourceFlavor] = []
     cluster_queues: list[ClusterQueue] = []
     local_queues: list[LocalQueue] = []
     priority_classes: list[PriorityClass] = []
+    #: Kubernetes PriorityClasses, which Kueue falls back to (a WorkloadPriorityClass label wins).
+    pod_priority_classes: list[PodPriorityClass] = []
     cohorts: list[Cohort] = []
     #: Priority of a workload that names no class and of a class nobody defined as default.
     default_priority: int = 0

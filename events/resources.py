@@ -57,6 +57,8 @@ class ContractIndex:
         self.local_queues = {(lq.namespace, lq.name): lq for lq in contract.local_queues}
         self.priority_classes = {pc.name: pc for pc in contract.priority_classes}
         self.flavors = {f.name: f for f in contract.flavors}
+        #: Does any flavor give its pods tolerations? (Most contracts: no, and ``flavored`` is free.)
+        self.tolerating = any(f.tolerations for f in contract.flavors)
         self._flavor_nodes: dict[tuple, tuple[dict, frozenset[str]]] = {}
         self.tree = QuotaStructure(contract)
         #: Per queue, per resource: the quota summed over flavors (what "covers" a resource).
@@ -95,7 +97,7 @@ class ContractIndex:
     def flavored(self, pod_sets: list[PodSet], flavors: dict[str, str]) -> list[PodSet]:
         """The pod sets as they run under a flavor assignment: with the tolerations of its flavors
         added (Kueue's ``ResourceFlavor.spec.tolerations``); the same list when they add none."""
-        extra = self.flavor_tolerations(flavors)
+        extra = self.flavor_tolerations(flavors) if self.tolerating else None
         if not extra:
             return pod_sets
         return [msgspec.structs.replace(ps, tolerations=ps.tolerations + [t for t in extra if t not in ps.tolerations])

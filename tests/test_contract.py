@@ -696,3 +696,31 @@ def test_a_file_without_contract_objects_is_an_error_that_says_what_a_contract_h
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert "no contract objects" in validate_file(empty)[0]
+
+
+def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_default_priority():
+    from gangway.events.contract import PodPriorityClass
+    classes = y("""
+        apiVersion: scheduling.k8s.io/v1
+        kind: PriorityClass
+        metadata: {name: batch-high}
+        value: 500
+        description: batch jobs that matter
+        ---
+        apiVersion: scheduling.k8s.io/v1
+        kind: PriorityClass
+        metadata: {name: cluster-default}
+        value: 7
+        globalDefault: true
+        preemptionPolicy: Never
+        """)
+    contract, warnings = read_contract(classes, "config.yaml")
+    assert contract.pod_priority_classes == [PodPriorityClass(name="batch-high", value=500),
+                                             PodPriorityClass(name="cluster-default", value=7, global_default=True)]
+    assert contract.default_priority == 7
+    assert [str(w) for w in warnings] == [
+        "config.yaml: warning: PriorityClass cluster-default: preemptionPolicy: not supported by gangway yet; ignored"]
+    policy = "apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\nspec: {defaultPriority: 3}\n"
+    assert read_contract(docs(classes, policy), "config.yaml")[0].default_priority == 3  # gangway's own wins
+    assert problems_of(classes.replace("value: 500", "value: high")) == [
+        "config.yaml: PriorityClass batch-high: value: \"high\" is not an integer"]

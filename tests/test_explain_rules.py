@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 import pytest
 
 from builders import LogBuilder, cluster_queue, contract, node, workload
@@ -184,3 +186,13 @@ def test_a_blocked_gang_shows_its_reservation_and_a_small_job_shows_whose_it_is(
     assert report["big"].code == "reservation_held" and "expected to start at 20" in report["big"].reason
     assert report["small"].code == "reserved_for_another_gang" and "reserved for big" in report["small"].reason
     assert report["big"].eta_ms == log.state.workloads["busy"].started_ms + 100_000
+
+
+def test_the_rules_name_the_kubernetes_priority_classes_and_which_is_the_default():
+    from gangway.events.contract import PodPriorityClass
+    c = msgspec.structs.replace(contract(cluster_queue("q").gpus(8)).obj(), pod_priority_classes=[
+        PodPriorityClass(name="batch-high", value=500), PodPriorityClass(name="base", value=7, global_default=True)])
+    text = rules.as_text(rules.sections(c))
+    assert "Kubernetes PriorityClasses: batch-high 500, base 7 (the default)." in text
+    assert "[unknown_priority_class]" in text
+    assert "Kubernetes PriorityClasses" not in rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))

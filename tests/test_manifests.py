@@ -388,10 +388,9 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
               containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
         """)
     unread: list[str] = []
-    assert [job.job_id for job in load_jobs(text, "job.yaml", on_unread=unread.append)] == ["grouped"]
+    [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
+    assert job.job_id == "grouped" and job.pod_sets[0].priority_class_name == "high-priority"  # read, not warned of
     assert unread == [
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
-        "job.yaml: warning: Job grouped: priorityClassName high-priority is not read by gangway "
-        "(the label kueue.x-k8s.io/priority-class sets a job's priority); ignored",
     ]

@@ -14,7 +14,7 @@ from gangway.events import codec
 from gangway.events.catalogue import (
     ConfigApplied, Envelope, JobRejected, PodSet, TopologyRequest, WorkloadQueued,
 )
-from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, PriorityClass, Quota
+from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, PodPriorityClass, PriorityClass, Quota
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.submission.policy import JOB_TYPE, decide_submission, rejection_for_error
@@ -222,6 +222,9 @@ BAD = [
         "unknown_queue", ("queue", "gone-cq")),
     Bad("a priority class nobody defined is unknown_priority_class", plain(job(priority_class="urgent")),
         "unknown_priority_class", ("priority_class", "urgent")),
+    Bad("a pod template's PriorityClass the contract does not hold is unknown_priority_class",
+        plain(job(pod_sets=[pod_set(priority_class_name="urgent")])), "unknown_priority_class",
+        ("priorityClassName", "urgent", "defined: none", "kueue.x-k8s.io/priority-class")),
     Bad("a resource the ClusterQueue has no quota for is no_quota",
         plain(job(pod_sets=[pod_set(resources={"cpu": 1, "example.com/fpga": 1})])), "no_quota",
         ("pod_sets[0].resources['example.com/fpga']", "gpu-cq", "no quota")),
@@ -318,6 +321,30 @@ VALID = [
 def test_valid_job_details(doc, changes):
     result = decide_submission(plain(doc), KEY, [], make_state(), {}, SUBMISSION)
     assert result == msgspec.structs.replace(EXPECTED, **changes)
+
+
+K8S_CLASSES = msgspec.structs.replace(CONTRACT, pod_priority_classes=[
+    PodPriorityClass(name="batch-high", value=500), PodPriorityClass(name="cluster-default", value=7, global_default=True)],
+    default_priority=7)  # what reading a globalDefault PriorityClass gives (test_contract)
+POD_CLASS = [
+    ("a pod template's PriorityClass gives its value", job(pod_sets=[pod_set(priority_class_name="batch-high")]), 500),
+    ("the first pod set that names one decides",
+     job(pod_sets=[pod_set(name="launcher", count=1), pod_set(name="workers", priority_class_name="batch-high")]), 500),
+    ("the WorkloadPriorityClass label wins", job(priority_class="low", pod_sets=[pod_set(priority_class_name="batch-high")]), 10),
+    ("naming none gives the default", job(), 7),
+]
+
+
+@pytest.mark.parametrize("doc, priority", [c[1:] for c in POD_CLASS], ids=[c[0] for c in POD_CLASS])
+def test_a_kubernetes_priority_class_sets_the_priority_of_a_job_without_the_label(doc, priority):
+    """Kueue's order: kueue.x-k8s.io/priority-class, else the pod template's priorityClassName, else
+    the default."""
+    result = decide_submission(plain(doc), KEY, [], make_state(K8S_CLASSES), {}, SUBMISSION)
+    assert isinstance(result, WorkloadQueued), result
+    assert result.priority == priority
+    unknown = decide_submission(plain(job(pod_sets=[pod_set(priority_class_name="nope")])), KEY, [],
+                                make_state(K8S_CLASSES), {}, SUBMISSION)
+    assert unknown.reason == "unknown_priority_class" and "defined: batch-high, cluster-default" in unknown.message
 
 
 def test_a_redelivered_submission_that_is_already_a_workload_gives_nothing():

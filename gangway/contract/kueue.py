@@ -58,6 +58,7 @@ from gangway.events.contract import (
     IdleRule,
     LocalQueue,
     Namespace,
+    PodPriorityClass,
     Preemption,
     Price,
     PriorityClass,
@@ -346,6 +347,8 @@ def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parse
         at.error("kind", f"{_show(kind)} is not a kind of {GANGWAY_API}; it defines SchedulingPolicy")
     elif api_version == "v1" and kind == "Namespace":
         return _read_namespace
+    elif api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
+        return _read_pod_priority_class
     elif group in _LEGACY_K8S_GROUPS or group.endswith(".k8s.io"):
         if _K8S_VERSION.fullmatch(version):
             at.warn("", f"{kind} is not part of the contract; ignored")
@@ -398,6 +401,7 @@ class _Parsed:
     cohorts: dict[str, _Entry] = field(default_factory=dict)
     local_queues: dict[tuple[str, str], _Entry] = field(default_factory=dict)
     priority_classes: dict[str, _Entry] = field(default_factory=dict)
+    pod_priority_classes: dict[str, _Entry] = field(default_factory=dict)
     policies: dict[str, _Entry] = field(default_factory=dict)
     namespaces: dict[str, _Entry] = field(default_factory=dict)
     topologies: dict[str, _Entry] = field(default_factory=dict)
@@ -406,7 +410,7 @@ class _Parsed:
 
     def entries(self) -> Iterator[_Entry]:
         for table in (self.flavors, self.cluster_queues, self.cohorts, self.local_queues,
-                      self.priority_classes, self.policies, self.topologies):
+                      self.priority_classes, self.pod_priority_classes, self.policies, self.topologies):
             yield from table.values()
 
     def defined(self, kind: str) -> dict:
@@ -448,7 +452,12 @@ def _check_cohort_tree(parsed: _Parsed) -> None:
 def _assemble(parsed: _Parsed) -> Contract:
     """The canonical Contract: objects sorted by name, so document order does not matter."""
     policy = next(iter(parsed.policies.values())).value if parsed.policies else _Policy()
-    defaults = {"default_grace_ms": policy.default_grace_ms, "default_priority": policy.default_priority,
+    pod_classes = _values(parsed.pod_priority_classes)
+    # Kubernetes' rule: the smallest value among the globalDefault classes (a SchedulingPolicy's
+    # defaultPriority, gangway's own, wins when both are written).
+    global_default = min((pc.value for pc in pod_classes if pc.global_default), default=None)
+    defaults = {"default_grace_ms": policy.default_grace_ms,
+                "default_priority": policy.default_priority if policy.default_priority is not None else global_default,
                 "fair_sharing": policy.fair_sharing, "checkpoint_aware": policy.checkpoint_aware,
                 "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule}
     classes = [
@@ -465,6 +474,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         cluster_queues=_values(parsed.cluster_queues),
         local_queues=_values(parsed.local_queues),
         priority_classes=classes,
+        pod_priority_classes=pod_classes,
         cohorts=[c for c in _values(parsed.cohorts) if c is not None],
         topologies=_values(parsed.topologies),
         prices=sorted(policy.prices, key=lambda p: (p.flavor, p.resource)),
@@ -654,6 +664,22 @@ def _read_priority_class(at: _At, obj: dict, parsed: _Parsed) -> None:
     if obj.get("description") is not None:
         _string(at, "description", obj.get("description"))
     _register(at, parsed.priority_classes, at.name, PriorityClass(name=at.name, value=value or 0))
+
+
+def _read_pod_priority_class(at: _At, obj: dict, parsed: _Parsed) -> None:
+    """A Kubernetes PriorityClass: its value, and whether it is the default (``globalDefault``)."""
+    _check_fields(at, "", obj, {"apiVersion", "kind", "metadata", "value", "globalDefault", "description"},
+                  {"preemptionPolicy": ("PreemptLowerPriority",)})
+    _check_name(at, obj)
+    value = _int(at, "value", obj.get("value"), _INT32, required=True)
+    default = obj.get("globalDefault", False)
+    if not isinstance(default, bool):
+        at.error("globalDefault", f"must be true or false, not {_type_name(default)}")
+        default = False
+    if obj.get("description") is not None:
+        _string(at, "description", obj.get("description"))
+    _register(at, parsed.pod_priority_classes, at.name, PodPriorityClass(name=at.name, value=value or 0,
+                                                                         global_default=default))
 
 
 def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:

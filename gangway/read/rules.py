@@ -219,6 +219,12 @@ def _classes(contract: Contract) -> list[str]:
         if pc.min_runtime_ms:
             said += f"; never preempted in its first {pc.min_runtime_ms / 1000:g} s"
         lines.append(said + ".")
+    if contract.pod_priority_classes:
+        named = ", ".join(f"{pc.name} {pc.value}" + (" (the default)" if pc.global_default else "")
+                          for pc in sorted(contract.pod_priority_classes, key=lambda p: -p.value))
+        lines.append(f"Kubernetes PriorityClasses: {named}. A job without the kueue.x-k8s.io/priority-class label "
+                     "has the priority of the first of its pod templates' priorityClassName, as in Kueue; one the "
+                     "contract does not hold is refused [unknown_priority_class].")
     return lines
 
 

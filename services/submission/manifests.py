@@ -120,17 +120,15 @@ KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MIN_PARALLELISM_ANNOTA
 
 def _unread(doc: Any, index: int, filename: str) -> list[str]:
     """A warning for each Kueue label or annotation of a manifest (on the object or a pod template,
-    at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``, and for a
-    pod template's ``priorityClassName`` (Kueue falls back to it; gangway reads only the
-    ``kueue.x-k8s.io/priority-class`` label): the job runs, without what the key asks."""
+    at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``: the job
+    runs, without what the key asks."""
     keys: dict[str, None] = {}
     _kueue_keys(doc, keys)
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     name = f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}" \
         if isinstance(meta, dict) else f"document {index}"
-    return [f"{filename}: warning: {name}: {key} is not read by gangway"
-            + (f" (the label {PRIORITY_LABEL} sets a job's priority)" if key.startswith("priorityClassName") else "")
-            + "; ignored" for key in keys if key not in KUEUE_KEYS_READ]
+    return [f"{filename}: warning: {name}: {key} is not read by gangway; ignored" for key in keys
+            if key not in KUEUE_KEYS_READ]
 
 
 def _kueue_keys(node: Any, found: dict[str, None]) -> None:
@@ -138,8 +136,6 @@ def _kueue_keys(node: Any, found: dict[str, None]) -> None:
         for key, value in node.items():
             if key in ("labels", "annotations") and isinstance(value, dict):
                 found.update((k, None) for k in value if isinstance(k, str) and k.startswith("kueue.x-k8s.io/"))
-            elif key == "priorityClassName" and isinstance(value, str):
-                found[f"priorityClassName {value}"] = None
             else:
                 _kueue_keys(value, found)
     elif isinstance(node, list):
@@ -394,7 +390,17 @@ def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) ->
         node_selector=_strings(where, spec, "nodeSelector", f"{field}.spec.nodeSelector"),
         tolerations=_tolerations(where, spec, f"{field}.spec.tolerations"),
         node_affinity=_node_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity"),
+        priority_class_name=_optional_string(where, spec, "priorityClassName", f"{field}.spec.priorityClassName"),
     )
+
+
+def _optional_string(where: _Where, mapping: dict, key: str, field: str) -> str | None:
+    value = mapping.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise where.error(field, f"must be a string, not {_type_name(value)}")
+    return value
 
 
 def _node_affinity(where: _Where, pod_spec: dict, field: str) -> list[NodeSelectorTerm]:
