@@ -216,8 +216,10 @@ WARNINGS = [
     pytest.param(
         docs(FLAVOR.replace("name: default-flavor", "name: default-flavor\nspec:\n  nodeTaints: "
                             "[{key: spot, value: 'true', effect: NoSchedule}]")),
-        "config.yaml: warning: ResourceFlavor default-flavor: spec.nodeTaints: not supported by gangway yet; ignored",
-        id="a flavor's nodeTaints are not enforced: a warning",
+        "config.yaml: warning: ResourceFlavor default-flavor: spec.nodeTaints: not read: gangway sees each node's "
+        "taints on the node itself, and places a workload only on nodes whose taints it (or its flavor's "
+        "tolerations) tolerates",
+        id="a flavor's nodeTaints are not read (the nodes' own are): a warning",
     ),
     pytest.param(
         docs(FLAVOR, cluster_queue(extra="  stopPolicy: Hold\n")),

@@ -501,7 +501,7 @@ _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
     "concurrentAdmissionPolicy": (),
 }
 _FLAVOR_IGNORED: dict[str, tuple] = {
-    "nodeTaints": ([],), "resourceWeights": ({},),
+    "resourceWeights": ({},),
 }
 _LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"stopPolicy": ("None",), "fairSharing": ()}
 
@@ -510,7 +510,10 @@ def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
     spec = _spec(at, obj)
     if spec is None:
         return
-    _check_fields(at, "spec", spec, {"nodeLabels", "topologyName", "tolerations"}, _FLAVOR_IGNORED)
+    _check_fields(at, "spec", spec, {"nodeLabels", "topologyName", "tolerations", "nodeTaints"}, _FLAVOR_IGNORED)
+    if spec.get("nodeTaints"):
+        at.warn("spec.nodeTaints", "not read: gangway sees each node's taints on the node itself, and places a "
+                "workload only on nodes whose taints it (or its flavor's tolerations) tolerates")
     labels = _labels(at, "spec.nodeLabels", spec.get("nodeLabels"))
     topology = _name(at, "spec.topologyName", spec.get("topologyName"), required=False)
     refs = [("spec.topologyName", "Topology", topology)] if topology else []
