@@ -208,7 +208,7 @@ class Snapshot:
         the first flavor assignment, among those it does not fit now, whose nodes could take it."""
         tried_keys = {tuple(sorted(_flavors(combo).items())) for combo in _product(tried)}
         groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
-        for combo in product(*groups):
+        for combo in _product(groups):
             flavors = {r: fq.flavor for fq in combo for r in fq.resources}
             if tuple(sorted(flavors.items())) in tried_keys:
                 continue
