@@ -42,6 +42,9 @@ def test_invoice_command_formats_agree(night_log, capsys) -> None:
     assert {r["team"] for r in rows} == {"batch"}
     batch = next(i for i in books.issued if i.team == "batch" and i.period == "2026-11")
     assert sum(money.money(int(round(float(r["billed_cost"]) * 1e6)), 6) for r in rows) == money.money(batch.billed_cost_micros, 6)
+    assert main(["invoice", "--period", "2026-11", "--log", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert " 0.00 " in table and "-0.00" not in table  # a team without credits has none, not "-0.00"
     assert main(["invoice", "--period", "2027-01", "--log", str(path)]) == 0
     assert "draft" in capsys.readouterr().out
     with pytest.raises(SystemExit):

@@ -225,9 +225,14 @@ def invoices_table(invoices: list[ev.InvoiceIssued]):
         table.add_column(col, justify="left" if col in ("period", "team", "invoice id") else "right")
     for inv in invoices:
         table.add_row(inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros)),
-                      f"-{money(inv.credits_micros)}", str(money(inv.idle_cost_micros)),
+                      _credit(money(inv.credits_micros)), str(money(inv.idle_cost_micros)),
                       str(money(inv.billed_cost_micros)), "…" + inv.invoice_id[-16:])
     return table
+
+
+def _credit(amount: Decimal) -> str:
+    """A credit as a deduction ("-1.20"), and none as "0.00", not "-0.00"."""
+    return f"-{amount}" if amount else str(amount)
 
 
 def figures_table(figures: list[TeamFigures], currency: str):
