@@ -193,3 +193,26 @@ def test_a_gang_only_a_busy_flavor_can_take_waits_for_it_and_is_never_called_nev
     assert lines[-1].startswith("estimated start: 20") and "in 59" in lines[-1], lines
     sim.run(until_ms=sim.now_ms + 700_000, rounds_max=500)
     assert {a.node for a in sim.state.workloads["next"].placement.assignments} == {"b0", "b1"}
+
+
+def test_a_gang_no_flavor_could_ever_take_is_told_its_first_flavors_reason():
+    """Flavor big has zones of 2 nodes × 8 GPUs, small no zone label at all. A gang of 3 × 8 GPUs
+    requiring one zone fits neither, ever: it is told big's reason (no zone holds 3 of its pods),
+    not small's ("no node carries the label"), also while big's quota is taken (only small is tried)."""
+    import msgspec
+
+    from gangway.events.catalogue import TopologyRequest
+    from gangway.read.explain import explain
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").flavor("big").gpus(32).flavor("small").gpus(32))
+                  .flavor_labels("big", {"pool": "big"}).flavor_labels("small", {"pool": "small"}).obj())
+    sim.add_nodes([node(f"b{i}").gpus(8).label("pool", "big").label("zone", f"z{i // 2}").obj() for i in range(4)]
+                  + [node(f"s{i}").gpus(8).label("pool", "small").obj() for i in range(4)])
+    sim.submit(msgspec.structs.replace(workload("busy").queue("q").gpus(8, pods=2).obj(), runtime_ms=600_000))
+    sim.run(until_ms=sim.now_ms + 1000, rounds_max=50)
+    wide = workload("wide").queue("q").gpus(8, pods=3).obj()
+    sets = [msgspec.structs.replace(ps, topology=TopologyRequest(required="zone")) for ps in wide.pod_sets]
+    sim.submit(msgspec.structs.replace(wide, pod_sets=sets))
+    sim.run(until_ms=sim.now_ms + 1000, rounds_max=50)
+    told = explain(sim.log, "wide")[-3]
+    assert told.startswith("now pending (topology_unsatisfiable)") and "zone=z0, holds 2" in told, told

@@ -203,19 +203,21 @@ class Snapshot:
         return Outcome(wl, None, why, _preempt_flavors(preempt))
 
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet],
-                         tried: list[list[Option]]) -> Reason | None:
-        """Why a gang that the flavors it fits now could never take waits all the same: the quota of
-        the first flavor assignment, among those it does not fit now, whose nodes could take it."""
+                         tried: list[list[Option]]) -> Reason:
+        """Why a gang that no flavor assignment it fits now could ever take waits: the quota of the
+        first assignment it does not fit now whose nodes could take it; when none could, the never
+        placeable reason of the queue's first assignment (its preferred flavors)."""
         tried_keys = {tuple(sorted(_flavors(combo).items())) for combo in _product(tried)}
         groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
+        first: Reason | None = None
         for combo in _product(groups):
             flavors = {r: fq.flavor for fq in combo for r in fq.resources}
-            if tuple(sorted(flavors.items())) in tried_keys:
-                continue
-            if never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors), self.state) is None:
+            never = never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors), self.state)
+            if never is None and tuple(sorted(flavors.items())) not in tried_keys:
                 _, _, misfit = self.view.fit(cq, by_flavor(request, flavors))
                 return misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq, flavors=", ".join(sorted(set(flavors.values()))))
-        return None
+            first = first or never
+        return first
 
     def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:
         return self.idx.nodes_of(flavors, self.state)
