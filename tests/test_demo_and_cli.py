@@ -139,6 +139,20 @@ def test_a_producer_the_broker_refuses_as_idempotent_says_what_to_set(monkeypatc
         cli.main(["submit", "gangway/demo/jobs-morning.yaml"])
 
 
+def test_the_embedded_broker_a_stack_recorded_is_known_as_such_also_when_gangway_kafka_names_it(monkeypatch, tmp_path):
+    from gangway import stack
+    from gangway.adapters import kafka
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "bootstrap").write_text("127.0.0.1:40001 embedded\n")
+    monkeypatch.setenv("GANGWAY_STATE_DIR", str(state))
+    monkeypatch.delenv("GANGWAY_KAFKA_IDEMPOTENCE", raising=False)
+    for named in ("127.0.0.1:40002", "127.0.0.1:40001"):  # another broker, then the recorded one
+        monkeypatch.setenv("GANGWAY_KAFKA", named)
+        assert stack.bootstrap_of_running_stack() == named
+    assert kafka.settings().idempotent("127.0.0.1:40002") and not kafka.settings().idempotent("127.0.0.1:40001")
+
+
 def test_log_follow_prints_events_as_they_arrive(env):
     import asyncio
 
