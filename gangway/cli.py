@@ -291,6 +291,27 @@ def _period_invoices(books, period: str, team: str | None):
     return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team), True
 
 
+def _invoice_periods(books) -> int:
+    """Without --period: the periods invoiced on the log, and the one running now (a draft)."""
+    from gangway.events.money import period_of
+    from gangway.read.money import money
+    totals: dict[str, list] = {}
+    for inv in books.issued:
+        entry = totals.setdefault(inv.period, [0, 0, inv.currency])
+        entry[0] += 1
+        entry[1] += inv.billed_cost_micros
+    for period, (teams, billed, currency) in sorted(totals.items()):
+        console.print(f"{period}: {teams} invoice(s), {money(billed)} {currency} billed")
+    if not totals:
+        console.print("no invoices issued on the log yet")
+    contract = books.state.contract
+    if contract is not None and books.state.time_ms:
+        running = period_of(contract.billing.period, books.state.time_ms)
+        if running not in totals:
+            console.print(f"{running}: running (a draft: gangway invoice --period {running})")
+    return 0
+
+
 def _billing_notes(books, period: str) -> tuple[bool, list[str]]:
     """(is ``period`` of the kind the contract cuts?, why its invoices may be empty: the contract
     sets no prices, or cuts another kind of period)."""
@@ -316,6 +337,8 @@ _PRICES_SET_BY = "a SchedulingPolicy's prices.perHour sets them, per flavor and 
 def cmd_invoice(args) -> int:
     from gangway.read import money
     books = _books(args)
+    if args.period is None:
+        return _invoice_periods(books)
     found, draft = _period_invoices(books, args.period, args.team)
     if args.format == "json":
         print(money.invoices_json(found))
@@ -516,7 +539,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     s.set_defaults(func=cmd_console)
     s = sub.add_parser("invoice", help="a billing period's invoices (as issued, or a draft while it runs)")
-    s.add_argument("--period", required=True, help="2026-11 (monthly), 2026-W48, 2026-11-30 or 2026-11-30T10")
+    s.add_argument("--period", help="2026-11 (monthly), 2026-W48, 2026-11-30 or 2026-11-30T10 "
+                   "(without it: the periods invoiced, and the one running)")
     s.add_argument("--team")
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
     s.add_argument("--log", help="an exported log (default: the broker's log)")

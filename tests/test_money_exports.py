@@ -47,6 +47,11 @@ def test_invoice_command_formats_agree(night_log, capsys) -> None:
     assert " 0.00 " in table and "-0.00" not in table  # a team without credits has none, not "-0.00"
     assert main(["invoice", "--period", "2027-01", "--log", str(path)]) == 0
     assert "draft" in capsys.readouterr().out
+    assert main(["invoice", "--log", str(path)]) == 0  # without --period: which periods there are
+    listed = capsys.readouterr().out
+    for period in sorted({i.period for i in books.issued}):
+        count = sum(i.period == period for i in books.issued)
+        assert f"{period}: {count} invoice(s), " in listed, listed
     with pytest.raises(SystemExit):
         main(["invoice", "--period", "Nov", "--log", str(path)])
 
