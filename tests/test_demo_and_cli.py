@@ -123,11 +123,13 @@ def test_a_producer_the_broker_refuses_as_idempotent_says_what_to_set(monkeypatc
     from aiokafka.errors import UnknownError
 
     from gangway import cli
+    from gangway.adapters import kafka
 
     async def refused(self):
         await self.client.close()  # what aiokafka has opened by the time InitProducerId is refused
         raise UnknownError()
     monkeypatch.setattr(AIOKafkaProducer, "start", refused)
+    monkeypatch.setattr(kafka, "_EMBEDDED", set())  # whatever other tests marked embedded in this process
     monkeypatch.setenv("GANGWAY_KAFKA", "127.0.0.1:1")
     monkeypatch.setenv("GANGWAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("GANGWAY_KAFKA_IDEMPOTENCE", raising=False)
@@ -142,6 +144,7 @@ def test_a_producer_the_broker_refuses_as_idempotent_says_what_to_set(monkeypatc
 def test_the_embedded_broker_a_stack_recorded_is_known_as_such_also_when_gangway_kafka_names_it(monkeypatch, tmp_path):
     from gangway import stack
     from gangway.adapters import kafka
+    monkeypatch.setattr(kafka, "_EMBEDDED", set())  # what this test marks stays in it
     state = tmp_path / "state"
     state.mkdir()
     (state / "bootstrap").write_text("127.0.0.1:40001 embedded\n")
