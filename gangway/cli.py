@@ -295,19 +295,18 @@ def _invoice_periods(books) -> int:
     """Without --period: the periods invoiced on the log, and the one running now (a draft)."""
     from gangway.events.money import period_of
     from gangway.read.money import money
-    totals: dict[str, list] = {}
+    by_period: dict[str, list] = {}
     for inv in books.issued:
-        entry = totals.setdefault(inv.period, [0, 0, inv.currency])
-        entry[0] += 1
-        entry[1] += inv.billed_cost_micros
-    for period, (teams, billed, currency) in sorted(totals.items()):
-        console.print(f"{period}: {teams} invoice(s), {money(billed)} {currency} billed")
-    if not totals:
+        by_period.setdefault(inv.period, []).append(inv)
+    for period, issued in sorted(by_period.items()):
+        billed = money(sum(inv.billed_cost_micros for inv in issued))
+        console.print(f"{period}: {len(issued)} invoice(s), {billed} {issued[0].currency} billed")
+    if not by_period:
         console.print("no invoices issued on the log yet")
     contract = books.state.contract
     if contract is not None and books.state.time_ms:
         running = period_of(contract.billing.period, books.state.time_ms)
-        if running not in totals:
+        if running not in by_period:
             console.print(f"{running}: running (a draft: gangway invoice --period {running})")
     return 0
 

@@ -275,11 +275,15 @@ class _Connects:
 
 
 class _Producer(_Connects, AIOKafkaProducer):
+    def __init__(self, bootstrap: str, **config):
+        super().__init__(bootstrap, **config)
+        self.idempotent = bool(config.get("enable_idempotence"))
+
     async def start(self) -> None:
         try:
             await super().start()
         except (UnknownError, UnsupportedVersionError) as exc:
-            if self._txn_manager is None:  # not idempotent: the refusal is about something else
+            if not self.idempotent:  # the refusal is about something else
                 raise
             await self.stop()
             raise IdempotenceRefused(

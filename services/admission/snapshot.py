@@ -199,21 +199,21 @@ class Snapshot:
             counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
         if why is not None and why.code in NEVER_PLACEABLE_CODES:
-            why = self._placeable_later(cq.name, request, pod_sets, per_group) or why
+            why = self._placeable_later(cq.name, request, pod_sets) or why
         return Outcome(wl, None, why, _preempt_flavors(preempt))
 
-    def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet],
-                         tried: list[list[Option]]) -> Reason:
+    def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
         """Why a gang that no flavor assignment it fits now could ever take waits: the quota of the
         first assignment it does not fit now whose nodes could take it; when none could, the never
-        placeable reason of the queue's first assignment (its preferred flavors)."""
-        tried_keys = {tuple(sorted(_flavors(combo).items())) for combo in _product(tried)}
+        placeable reason of the queue's first assignment (its preferred flavors). (Every assignment
+        it was tried under is never placeable, or it would have been told another reason: one whose
+        nodes could take it is one it does not fit now.)"""
         groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
         first: Reason | None = None
         for combo in _product(groups):
             flavors = {r: fq.flavor for fq in combo for r in fq.resources}
             never = never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors), self.state)
-            if never is None and tuple(sorted(flavors.items())) not in tried_keys:
+            if never is None:
                 _, _, misfit = self.view.fit(cq, by_flavor(request, flavors))
                 return misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq, flavors=", ".join(sorted(set(flavors.values()))))
             first = first or never

@@ -816,11 +816,11 @@ class Placer:
         them is placed like any admitted gang; no room is kept for it any more)."""
         self.state = state
         self.free = free_capacity(state)
+        idx = index_of(state.contract)
         for preemptor, victims in sorted(victims_in_flight(state).items()):
             wl = state.workloads.get(preemptor)
             if wl is not None and wl.phase == "pending" and preemptor not in admitted:
                 # Its flavors are chosen at admission; until then its room is kept with the first ones'.
-                idx = index_of(state.contract)
                 flavors = idx.default_flavors(wl.spec.cluster_queue, wl.request)
                 reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims)
         self.measure = _Measure(state)
