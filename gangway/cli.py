@@ -574,12 +574,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from gangway.adapters.archive import ArchiveBehind
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
+    from gangway.services.runtime.shell import ServiceSettingError
     try:
         return args.func(args)
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
     except (stack.NoBrokerError, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
-            KafkaConfigError) as exc:
+            KafkaConfigError, ServiceSettingError) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

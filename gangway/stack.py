@@ -261,6 +261,7 @@ class Stack:
     restored: archive.Restored | None = None
 
     def start(self) -> str:
+        shell.admission_cycle_s()  # a wrong setting stops here, not in a service's log
         sdir = state_dir()
         (sdir / "logs").mkdir(parents=True, exist_ok=True)
         self.clock = ClusterClock.starting_now(self.time_scale)

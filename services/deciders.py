@@ -44,6 +44,11 @@ def service_of(decision: Decision) -> str:
     return SERVICE_OF[type(decision)]
 
 
+def follows(decision: Decision, before: Decision) -> bool:
+    """Does ``decision`` go with the one before it: the placement decided with that admission?"""
+    return isinstance(decision, PlacementDecided) and decision.with_admission and decision.workload == before.workload
+
+
 def decision_id(prefix: str, workload: str, based_on: int) -> str:
     """Deterministic: a service deciding again at the same offset writes the same ids."""
     return f"{prefix}/{workload}/{based_on}"
@@ -62,14 +67,19 @@ def propose(service: str, state: State) -> list[tuple[str, int, Decision]]:
     return [(id_of(prefix, d), state.time_ms, d) for d in decide(state)]
 
 
-def propose_until(service: str, state: State, wanted: set[str]) -> Iterator[tuple[str, int, Decision]]:
-    """``propose``'s items in order, lazily, stopping once every id in ``wanted`` has come out
-    (all of them when one never does): what the auditor asks to check the decisions recorded."""
+def proposals(service: str, state: State) -> Iterator[tuple[str, int, Decision]]:
+    """``propose``'s items in order, lazily: each is out before the next is decided."""
     prefix = DECIDERS[service][0]
-    left = set(wanted)
     for d in LAZY[service](state):
-        pid = id_of(prefix, d)
-        yield pid, state.time_ms, d
-        left.discard(pid)
+        yield id_of(prefix, d), state.time_ms, d
+
+
+def propose_until(service: str, state: State, wanted: set[str]) -> Iterator[tuple[str, int, Decision]]:
+    """``proposals``, stopping once every id in ``wanted`` has come out (all of them when one never
+    does): what the auditor asks to check the decisions recorded."""
+    left = set(wanted)
+    for item in proposals(service, state):
+        yield item
+        left.discard(item[0])
         if not left:
             return

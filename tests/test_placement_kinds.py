@@ -84,3 +84,42 @@ def _held(pod_sets, assignments):
     return WorkloadState(spec=spec, phase="running", seq=0, queued_ms=0,
                          placement=ev.PlacementDecided(workload="w", assignments=assignments, based_on=0),
                          placement_gpus=[list(a.gpus) for a in assignments])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                                  HealthCheck.data_too_large])
+@given(clusters(), st.lists(gangs(), min_size=1, max_size=10), st.data())
+def test_the_kind_index_kept_from_cycle_to_cycle_is_the_one_built_afresh(state, gang_list, data):
+    """The kind index of the state's rooms is kept from one cycle to the next (``_state_kinds``)
+    while the fold takes and gives back room on the nodes in place; a cycle that placed a gang
+    before it first asked for the index files that gang's nodes. Each cycle's index must be the
+    one built from scratch on its rooms."""
+    held = []
+    for pod_sets in gang_list:
+        free = free_capacity(state, scored=False)
+        if data.draw(st.booleans()):  # a trial placement before the index is asked for
+            saved, policy.KINDS_FROM = policy.KINDS_FROM, 10**9
+            try:
+                place_gang(free, pod_sets)
+            finally:
+                policy.KINDS_FROM = saved
+            assert free.kinds is None
+        kinds, fresh = free.by_kind(), policy._Kinds(free)
+        assert kinds.members == fresh.members and kinds.kind_of == fresh.kind_of
+        got = place_gang(free_capacity(state, scored=False), pod_sets)
+        if got is not None:  # the fold takes the gang's room on the state's nodes
+            _fold_room(state, pod_sets, got, -1)
+            held.append((pod_sets, got))
+        if held and data.draw(st.booleans()):  # an earlier gang finishes: its room comes back
+            _fold_room(state, *held.pop(0), +1)
+
+
+def _fold_room(state, pod_sets, assignments, sign):
+    """Take (-1) or give back (+1) a placed gang's room on the state's nodes, in place, as the fold does."""
+    from gangway.events import gpus
+    from gangway.events.resources import add_into, assignment_use
+    milli = {ps.name: ps.resources.get(GPU, 0) for ps in pod_sets}
+    for a, (name, used) in zip(assignments, assignment_use(pod_sets, assignments)):
+        add_into(state.nodes[name].free, used, sign)
+        if a.gpus:
+            gpus.apply(state.nodes[name].gpus, list(a.gpus), milli[a.pod_set], sign)

@@ -74,3 +74,22 @@ def test_fit_names_what_is_borrowed_and_why_it_does_not_fit():
     assert why.params == {"resource": GPU, "flavor": "default", "cluster_queue": "a", "wanted": "11", "nominal": "8",
                           "limit": "2"}
     assert why.message == "nvidia.com/gpu (default): 11 over nominal 8 + borrowing limit 2 of a"
+
+
+def test_a_view_over_copies_made_on_write_changes_neither_the_usage_it_reads_nor_its_copies():
+    """``QuotaView.over`` (a cycle's trial view) and ``copy`` share the usage dictionaries until one
+    of them writes: what each adds shows in it alone, and each still answers as a view built over
+    deep copies would."""
+    base = view(tree(), {"a": 3, "c": 5})  # c borrows 1 from org
+    usage, cohort_usage = base.usage, base.cohort_usage
+    before = ({k: dict(v) for k, v in usage.items()}, {k: dict(v) for k, v in cohort_usage.items()})
+    trial = QuotaView.over(base.structure, usage, cohort_usage)
+    trial.add("a", {G: milli(2)})
+    twin = trial.copy()
+    trial.add("a", {G: milli(2)})  # after the copy: the twin does not see it
+    trial.add("b", {G: milli(4)})
+    twin.add("a", {G: milli(1)})
+    assert (usage, cohort_usage) == before  # the state's usage is untouched
+    assert trial.usage["a"][G] == milli(7) and twin.usage["a"][G] == milli(6) and "b" not in twin.usage
+    for got, deep in ((trial, view(tree(), {"a": 7, "c": 5, "b": 4})), (twin, view(tree(), {"a": 6, "c": 5}))):
+        assert [got.available(q, G) for q in "abc"] == [deep.available(q, G) for q in "abc"]

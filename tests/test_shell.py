@@ -203,3 +203,57 @@ async def test_preemption_spends_at_most_its_share_of_time_deciding(tmp_path):
     await asyncio.sleep(preemption.next_decide_at - time.monotonic() + 0.01)
     await preemption._decide_and_append(None)
     assert calls.count("preemption") == 2, "once the wait is over it decides again"
+
+
+async def test_admission_stops_a_long_cycle_after_the_decision_it_is_at_and_its_placement(tmp_path, monkeypatch):
+    """A decide that goes on past ``GANGWAY_ADMISSION_CYCLE_MS`` is cut after the admission it is at
+    and the placement decided with it; what was appended is what is in flight, and the next
+    decisions are left to the next cycle (the decide is lazy: they are never made)."""
+    from gangway.events.catalogue import PlacementDecided, PodAssignment, WorkloadAdmitted
+    from gangway.services.runtime.shell import admission_cycle_s
+
+    monkeypatch.setenv("GANGWAY_ADMISSION_CYCLE_MS", "40")
+    decided: list[str] = []
+
+    def decide(_state):
+        for i in range(50):
+            name = f"ns/w{i}"
+            decided.append(name)
+            time.sleep(0.01)
+            yield (f"admit/{name}/0", 1, WorkloadAdmitted(workload=name, cluster_queue="q", usage={}, borrowed={}, based_on=0))
+            yield (f"admit/{name}/0/placement", 1, PlacementDecided(
+                workload=name, assignments=[PodAssignment(pod_set="main", node="n", count=1)], based_on=0,
+                with_admission=True))
+
+    with EmbeddedBroker() as broker:
+        await kafka.ensure_topics(broker.bootstrap)
+        service = DecidingService("admission", broker.bootstrap, tmp_path)
+        assert service.cycle_s == admission_cycle_s() == 0.04
+        service.was_active, service.decide = True, decide
+        prod = kafka.producer(broker.bootstrap)
+        await prod.start()
+        try:
+            await service._decide_and_append(prod)
+        finally:
+            await prod.stop()
+        appended = [e.id async for e in kafka.read_log(broker.bootstrap, idle_ms=50)]
+    assert 2 <= len(decided) < 20
+    last = decided[-2]  # (the last one decided was made past the limit, and dropped)
+    assert appended == [f"admit/ns/w{i}/0{part}" for i in range(len(decided) - 1) for part in ("", "/placement")]
+    assert appended[-1] == f"admit/{last}/0/placement" and set(service.in_flight) == set(appended)
+
+
+@pytest.mark.parametrize("raw, seconds", [("", 0.03), ("0", None), ("12.5", 0.0125), (" 100 ", 0.1)])
+def test_the_admission_cycle_setting(raw, seconds):
+    from gangway.services.runtime.shell import admission_cycle_s
+    assert admission_cycle_s({"GANGWAY_ADMISSION_CYCLE_MS": raw}) == seconds
+
+
+@pytest.mark.parametrize("raw", ["-1", "abc", "inf", "nan"])
+def test_a_wrong_admission_cycle_setting_is_refused_by_gangway_up_in_one_line(raw, monkeypatch, capsys, tmp_path):
+    from gangway import cli
+    monkeypatch.setenv("GANGWAY_ADMISSION_CYCLE_MS", raw)
+    monkeypatch.setenv("GANGWAY_STATE_DIR", str(tmp_path))
+    assert cli.main(["up"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"GANGWAY_ADMISSION_CYCLE_MS={raw!r}" in err[0] and "milliseconds" in err[0]

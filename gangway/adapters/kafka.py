@@ -376,33 +376,60 @@ def log_consumer(bootstrap: str, group_id: str | None = None, wait_ms: int = 20,
 
 async def append(prod: AIOKafkaProducer, envelopes: list[Envelope], topic: str = topics.LOG) -> int:
     """Append events in order and wait until the broker has them all; returns one past the last
-    offset (0 for no events).
+    offset (0 for no events). (``Appender``, all at once.)"""
+    appender = Appender(prod, topic)
+    for env in envelopes:
+        await appender.add(env)
+    return await appender.acknowledged()
+
+
+class Appender:
+    """Events appended to one topic in order: ``add`` each, ``send`` what is batched so far (the
+    broker gets it while more is decided), ``acknowledged`` to send the rest and wait until the
+    broker has them all.
 
     Keys: the cluster on the log (its one partition), the event's subject (job id) elsewhere.
     The records go in batches built here, as ``send`` would batch them but with one future a batch
     rather than one a record: a decision of thousands of events cost a tenth of a burst's CPU in
-    ``send``. A record over the producer's request size is refused before anything is sent, as
+    ``send``. A record over the producer's request size is refused before it is batched, as
     ``send`` refuses it.
     """
-    sent: list[tuple[asyncio.Future, int]] = []
-    batch, count = prod.create_batch(), 0
-    for env in envelopes:
+
+    def __init__(self, prod: AIOKafkaProducer, topic: str = topics.LOG):
+        self.prod, self.topic = prod, topic
+        self.sent: list[tuple[asyncio.Future, int]] = []
+        self.batch = None
+        #: Events in ``batch``; ``added``: all events added.
+        self.count = self.added = 0
+
+    async def add(self, env: Envelope) -> None:
         value, headers = codec.to_binary(env)
-        key = (topics.DEFAULT_CLUSTER if topic == topics.LOG else (env.subject() or "")).encode()
+        key = (topics.DEFAULT_CLUSTER if self.topic == topics.LOG else (env.subject() or "")).encode()
         if len(value) > RECORD_BYTES_MAX // 2 and DefaultRecordBatchBuilder.estimate_size_in_bytes(
                 key, value, headers) > RECORD_BYTES_MAX:
             raise MessageSizeTooLargeError(f"event {env.id!r} is over {RECORD_BYTES_MAX} bytes as a record")
-        if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:  # full: the next one
-            sent.append((await prod.send_batch(batch, topic, partition=0), count))
-            batch, count = prod.create_batch(), 0
-            batch.append(timestamp=None, key=key, value=value, headers=headers)  # (a batch takes its first)
-        count += 1
-    if count:
-        sent.append((await prod.send_batch(batch, topic, partition=0), count))
-    if not sent:
-        return 0
-    metas = await asyncio.gather(*(future for future, _ in sent))
-    return max(meta.offset + n for meta, (_, n) in zip(metas, sent))
+        if self.batch is None:
+            self.batch = self.prod.create_batch()
+        if self.batch.append(timestamp=None, key=key, value=value, headers=headers) is None:  # full: the next one
+            await self.send()
+            self.batch = self.prod.create_batch()
+            self.batch.append(timestamp=None, key=key, value=value, headers=headers)  # (a batch takes its first)
+        self.count += 1
+        self.added += 1
+
+    async def send(self) -> None:
+        """Hand what is batched to the producer (not waiting for the broker's answer)."""
+        if self.count:
+            self.sent.append((await self.prod.send_batch(self.batch, self.topic, partition=0), self.count))
+            self.batch, self.count = None, 0
+
+    async def acknowledged(self) -> int:
+        """Send the rest and wait for the broker: one past the last offset (0 when nothing was added)."""
+        await self.send()
+        if not self.sent:
+            return 0
+        metas = await asyncio.gather(*(future for future, _ in self.sent))
+        return max(meta.offset + n for meta, (_, n) in zip(metas, self.sent))
 
 
 class RetryingSends:

@@ -74,7 +74,7 @@ class Snapshot:
     def __init__(self, state: State, idx: ContractIndex):
         self.state = state
         self.idx = idx
-        self.view = QuotaView(idx.tree, _copy(state.usage), _copy(state.cohort_usage), averages(state))
+        self.view = QuotaView.over(idx.tree, state.usage, state.cohort_usage, averages(state))
         self.later: dict[str, dict[str, int]] = {}
         self._bound: QuotaView | None = None
         self._later: QuotaView | None = None
@@ -96,7 +96,7 @@ class Snapshot:
         if not self.later:
             return self.view
         if self._bound is None:
-            self._bound = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            self._bound = self.view.copy()
             for cq, deltas in sorted(self.later.items()):
                 grow = {fr: d for fr, d in deltas.items() if d > 0}
                 if cq in self.idx.tree.queues and grow:
@@ -107,7 +107,7 @@ class Snapshot:
         """Quota once every victim in flight is gone and every waiting preemptor is in (what a
         preemption trial starts from: room already promised is neither taken nor made twice)."""
         if self._later is None:
-            self._later = QuotaView(self.idx.tree, _copy(self.view.usage), _copy(self.view.cohort_usage))
+            self._later = self.view.copy()
             for cq, deltas in sorted(self.later.items()):
                 if cq not in self.idx.tree.queues:
                     continue
@@ -331,10 +331,6 @@ def _told(told: Reason | None, failed: Reason | None) -> Reason | None:
                         and failed.code not in NEVER_PLACEABLE_CODES):
         return failed
     return told
-
-
-def _copy(usage: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    return {k: dict(v) for k, v in usage.items()}
 
 
 def _partial(wl: WorkloadState) -> bool:

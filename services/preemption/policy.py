@@ -141,8 +141,7 @@ class _Trial:
 
     def view_without(self, victims: list[WorkloadState]) -> QuotaView:
         base = self.snap.later_view()
-        view = QuotaView(self.idx.tree, {k: dict(v) for k, v in base.usage.items()},
-                         {k: dict(v) for k, v in base.cohort_usage.items()})
+        view = base.copy()
         for victim in victims:
             view.add(victim.spec.cluster_queue, held_quota(self.state, victim.admission), -1)
         return view
