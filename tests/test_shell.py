@@ -243,7 +243,7 @@ async def test_admission_stops_a_long_cycle_after_the_decision_it_is_at_and_its_
     assert appended[-1] == f"admit/{last}/0/placement" and set(service.in_flight) == set(appended)
 
 
-@pytest.mark.parametrize("raw, seconds", [("", 0.03), ("0", None), ("12.5", 0.0125), (" 100 ", 0.1)])
+@pytest.mark.parametrize("raw, seconds", [("", None), ("0", None), ("12.5", 0.0125), (" 100 ", 0.1)])
 def test_the_admission_cycle_setting(raw, seconds):
     from gangway.services.runtime.shell import admission_cycle_s
     assert admission_cycle_s({"GANGWAY_ADMISSION_CYCLE_MS": raw}) == seconds
@@ -257,3 +257,27 @@ def test_a_wrong_admission_cycle_setting_is_refused_by_gangway_up_in_one_line(ra
     assert cli.main(["up"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"GANGWAY_ADMISSION_CYCLE_MS={raw!r}" in err[0] and "milliseconds" in err[0]
+
+
+@pytest.mark.parametrize("runtimes_s, scale, limit_s", [
+    ([None], 1.0, None),                # no declared runtime: no limit
+    ([0.15, 0.7], 1.0, 0.025),          # Kueue's large-scale: the floor
+    ([4.0], 1.0, 0.1),                  # a fortieth of the runtime
+    ([4.0, 2.0, 8.0], 1.0, 0.05),       # the shortest admitted so far
+    ([3600.0], 1.0, 90.0),              # an hour's work: no cut a cycle reaches (3,000 admissions first)
+    ([600.0], 600.0, 0.025),            # ten cluster minutes at × 600 are a second of wall time
+])
+def test_a_cycle_is_limited_by_the_shortest_runtime_it_admitted(runtimes_s, scale, limit_s, tmp_path):
+    from gangway.events.catalogue import WorkloadAdmitted
+    from gangway.events.state import State
+    from gangway.services.runtime.shell import admission_cycle_s
+
+    service = DecidingService("admission", "127.0.0.1:9", tmp_path, ClusterClock.starting_now(scale))
+    service.state = State()
+    limit = admission_cycle_s({})
+    for i, runtime_s in enumerate(runtimes_s):
+        spec = type("Spec", (), {"runtime_ms": None if runtime_s is None else int(runtime_s * 1000)})
+        service.state.workloads[f"ns/w{i}"] = type("Wl", (), {"spec": spec})
+        limit = service.cycle_limit_s(limit, WorkloadAdmitted(workload=f"ns/w{i}", cluster_queue="q", usage={},
+                                                              borrowed={}, based_on=0))
+    assert limit == pytest.approx(limit_s) if limit_s is not None else limit is None

@@ -28,7 +28,7 @@ import msgspec
 
 from gangway.adapters import kafka, quarantine
 from gangway.events import codec, topics
-from gangway.events.catalogue import Envelope
+from gangway.events.catalogue import Envelope, WorkloadAdmitted
 from gangway.events.fold import apply, handlers_for, restored
 from gangway.events.state import State
 from gangway.services.deciders import follows, proposals, propose
@@ -98,9 +98,11 @@ class LogService:
     #: The share of its time the service may spend in ``decide`` (1: decide whenever caught up).
     decide_share = 1.0
     #: How long a decide may go on before the service appends what it decided and decides the
-    #: rest later (s; None: no limit). A decide may stop after any decision: each is decided on
-    #: the state it is based on whatever comes after it, and the auditor derives up to the last.
+    #: rest later (s; None: no limit), and the share of the runtimes it admitted that shortens
+    #: that (``cycle_limit_s``). A decide may stop after any decision: each is decided on the state
+    #: it is based on whatever comes after it, and the auditor derives up to the last.
     cycle_s: float | None = None
+    runtime_share: float | None = None
     #: The event types whose effect on the state the service reads (None: every one). The others
     #: only move its state's time and offset: what they change in the state is never true in it.
     folds: frozenset[type] | None = None
@@ -356,6 +358,19 @@ class LogService:
             await quarantine.copy(producer, fresh)
             self.quarantine_copied.update(q[0].offset for q in fresh)
 
+    def cycle_limit_s(self, limit_s: float | None, decision) -> float | None:
+        """The cycle's limit once ``decision`` is in it: an admission's workload that declares a
+        runtime makes it ``runtime_share`` of that runtime (wall time), never less than
+        ``ADMISSION_CYCLE_MIN_MS``, if that is shorter."""
+        if self.runtime_share is None or not isinstance(decision, WorkloadAdmitted):
+            return limit_s
+        wl = self.state.workloads.get(decision.workload)
+        runtime_ms = wl.spec.runtime_ms if wl is not None else None
+        if not runtime_ms:
+            return limit_s
+        own = max(ADMISSION_CYCLE_MIN_MS / 1000, runtime_ms / 1000 / self.clock.scale * self.runtime_share)
+        return own if limit_s is None else min(limit_s, own)
+
     async def _decide_and_append(self, producer) -> float:
         """Decide if nothing is in flight; return how long to wait for events before trying again."""
         if not self.was_active:
@@ -376,18 +391,20 @@ class LogService:
             self.next_decide_at = now + took / self.decide_share
         # The log's events go out as they are decided (every ``STREAM_EVERY_S`` for a lazy decide:
         # the first of a long cycle's decisions reach the log, and the binder, while the rest are
-        # decided); the other topics' after the log has them all, in order. A cycle longer than
-        # ``cycle_s`` stops after the decision it is at (and what goes with it: ``follows``).
+        # decided); the other topics' after the log has them all, in order. A cycle that has gone
+        # on past its limit (``cycle_limit_s``) stops after the decision it is at and what goes
+        # with it (``follows``): the next cycle decides the rest, on a fresher state.
         to_log = kafka.Appender(producer)
         others: dict[str, list[Envelope]] = {}
         send_at = now + STREAM_EVERY_S
-        stop_at = now + self.cycle_s if self.cycle_s is not None else None
+        limit_s = self.cycle_s
         last = None
         for p in proposals:
             p = Proposal(*p)
-            if stop_at is not None and last is not None and time.monotonic() >= stop_at and not follows(p.data, last):
+            if last is not None and limit_s is not None and time.monotonic() - now >= limit_s and not follows(p.data, last):
                 break
             last = p.data
+            limit_s = self.cycle_limit_s(limit_s, p.data)
             env = Envelope(id=p.id, source=f"gangway/{self.name}", time_ms=p.time_ms, data=p.data)
             if p.topic != topics.LOG:
                 others.setdefault(p.topic, []).append(env)
@@ -410,13 +427,16 @@ class LogService:
 #: A decide that yields its decisions lazily (``deciders.proposals``) has what it decided so far
 #: sent to the broker at least this often (s).
 STREAM_EVERY_S = 0.05
-#: Admission's cycle stops after this long (ms; ``GANGWAY_ADMISSION_CYCLE_MS``, 0: no limit): what
-#: it has not reached is decided in the next cycle, on a fresher state. A workload holds its quota
-#: from the state its admission was decided on; in Kueue's large-scale scenario (runtimes of
-#: 150–700 ms) cycles of up to 3,000 admissions kept quota held a second and a half, on average,
-#: before the binder started the workload. Shorter cycles cost throughput in a burst (each waits
-#: for its own decisions to come back before the next).
-ADMISSION_CYCLE_MS = 30
+#: Admission's cycle goes on no longer than this share of the shortest runtime declared by the
+#: workloads it has admitted so far (wall time at the cluster clock's scale), and never less than
+#: ``ADMISSION_CYCLE_MIN_MS`` (``GANGWAY_ADMISSION_CYCLE_MS`` sets a limit for every cycle): what it
+#: has not reached is decided in the next cycle, on a fresher state. A workload holds its quota from
+#: the state its admission was decided on: in Kueue's large-scale scenario (runtimes of 150–700 ms)
+#: cycles of up to 3,000 admissions held two thirds of the quota-time before the work ran. Short
+#: cycles cost throughput (each waits for its own decisions to come back before the next): work of
+#: an hour, or of no declared runtime, does not shorten them.
+ADMISSION_CYCLE_SHARE_OF_RUNTIME = 1 / 40
+ADMISSION_CYCLE_MIN_MS = 25
 
 
 class ServiceSettingError(ValueError):
@@ -424,10 +444,11 @@ class ServiceSettingError(ValueError):
 
 
 def admission_cycle_s(env=os.environ) -> float | None:
-    """Admission's cycle limit in seconds (None: no limit), from ``GANGWAY_ADMISSION_CYCLE_MS``."""
+    """Admission's cycle limit in seconds (None: none but the runtimes'), from
+    ``GANGWAY_ADMISSION_CYCLE_MS``."""
     raw = env.get("GANGWAY_ADMISSION_CYCLE_MS", "").strip()
     try:
-        ms = float(raw) if raw else ADMISSION_CYCLE_MS
+        ms = float(raw) if raw else 0
     except ValueError:
         ms = -1
     if not ms >= 0 or ms == float("inf"):
@@ -459,7 +480,8 @@ class DecidingService(LogService):
         super().__init__(bootstrap, state_dir, clock)
         self.name = name
         self.decide_share = PREEMPTION_DECIDE_SHARE if name == "preemption" else 1.0
-        self.cycle_s = admission_cycle_s() if name == "admission" else None
+        if name == "admission":
+            self.cycle_s, self.runtime_share = admission_cycle_s(), ADMISSION_CYCLE_SHARE_OF_RUNTIME
 
     def decide(self, state: State) -> Iterable[Proposal]:
         # (preemption's decide is timed for its share: taken whole; the others' lazily, so what
