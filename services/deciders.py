@@ -63,8 +63,7 @@ def id_of(prefix: str, decision: Decision) -> str:
 
 def propose(service: str, state: State) -> list[tuple[str, int, Decision]]:
     """``decide`` of one service, as (event id, event time, decision) — time is the state's."""
-    prefix, decide = DECIDERS[service]
-    return [(id_of(prefix, d), state.time_ms, d) for d in decide(state)]
+    return list(proposals(service, state))
 
 
 def proposals(service: str, state: State) -> Iterator[tuple[str, int, Decision]]:
