@@ -116,10 +116,11 @@ def test_bench_readme_figures_are_the_json_ones():
     assert "<!-- generated: kueue-tas -->" in text
     assert readme_with_figures(text, root / "bench" / "results") == text, "run `make bench-readme`"
     tas = msgspec.json.decode((root / "bench" / "results" / "kueue-tas.json").read_bytes())
-    small = [v / 1000 for k, v in tas["avg_time_to_admission_ms"].items() if k.startswith("small-")]
+    admission = tas.get("median_admission_ms") or tas["avg_time_to_admission_ms"]  # (each class's median of the runs)
+    small = [v / 1000 for k, v in admission.items() if k.startswith("small-")]
     # kueue-tas.json's small classes, not the ≈ 82 s once written by hand
     assert f"small {min(small):.1f}–{max(small):.1f} s" in text
-    seconds = [v / 1000 for v in tas["avg_time_to_admission_ms"].values()]
+    seconds = [v / 1000 for v in admission.values()]
     assert f"| avg time to admission, 9 classes | {min(seconds):.1f}–{max(seconds):.1f} s |" in text
 
 
