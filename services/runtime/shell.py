@@ -20,8 +20,8 @@ import gc
 import logging
 import os
 import time
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
