@@ -170,6 +170,9 @@ class JobRejected(_Event, frozen=True):
     reason: RejectionReason
     message: str
     original: bytes
+    #: The namespace the record names ('' when it names none that could be read): a job id is
+    #: unique only within its namespace.
+    namespace: str = ""
     original_key: bytes | None = None
     #: The record's headers in their order, repeats kept.
     original_headers: list[tuple[str, bytes]] = []

@@ -276,6 +276,28 @@ def test_rejection_for_error_keeps_the_record_and_recovers_the_job_id():
     assert (rejected.original, rejected.original_key, rejected.original_headers) == (value, KEY, [("h", b"v")])
 
 
+def test_a_rejection_names_the_namespace_the_record_names_so_explain_finds_only_its_own():
+    from gangway.read.explain import rejected_lines
+    unknown_queue = decide_submission(plain(job(queue="nope")), KEY, [], make_state(), {}, SUBMISSION)
+    unreadable = decide_submission(structured(job(namespace="team-b", pod_sets="x")), KEY, [], make_state(), {},
+                                   SUBMISSION)
+    no_namespace = decide_submission(b'{"job_id": "train-1", "namespace": 7}', KEY, [], make_state(), {}, SUBMISSION)
+    assert (unknown_queue.namespace, unreadable.namespace, no_namespace.namespace) == ("team-a", "team-b", "")
+    assert {unknown_queue.job_id, unreadable.job_id, no_namespace.job_id} == {"train-1"}
+    log = [Envelope(id=f"reject/{i}", source="test", time_ms=1, data=r, offset=i)
+           for i, r in enumerate([unknown_queue, unreadable, no_namespace])]
+
+    def offsets(workload):
+        return [int(line.split("]")[0].rsplit(" ", 1)[1]) for line in rejected_lines(log, workload)]
+
+    # team-b's rejection is not team-a's; one whose namespace could not be read may be either's
+    assert offsets("team-a/train-1") == [0, 2]
+    assert offsets("team-b/train-1") == [1, 2]
+    assert offsets("train-1") == [0, 1, 2]
+    assert offsets("team-a/other") == []
+    assert rejected_lines(log, "team-b/train-1")[0].split("] ", 1)[1].startswith("team-b/train-1 rejected (")
+
+
 # --- valid jobs ----------------------------------------------------------------------------------
 
 

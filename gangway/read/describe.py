@@ -87,7 +87,7 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
         c = d.contract
         return f"contract {d.digest[:12]} applied: {len(c.cluster_queues)} ClusterQueues, {len(c.local_queues)} LocalQueues"
     if isinstance(d, ev.JobRejected):
-        return f"{d.job_id or '?'} rejected ({d.reason}): {d.message}"
+        return f"{d.namespace + '/' if d.namespace else ''}{d.job_id or '?'} rejected ({d.reason}): {d.message}"
     if isinstance(d, ev.JobSubmitted):
         return f"{d.namespace}/{d.job_id} submitted to {d.queue}"
     if isinstance(d, ev.ClusterReconciled):

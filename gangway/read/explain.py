@@ -161,10 +161,13 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
 
 def rejected_lines(rejections: list[ev.Envelope], workload: str) -> list[str]:
     """What ``gangway explain`` says of a job that never reached the log: each JobRejected (on
-    gangway.rejections) of its job id, with the reason and the record it came from."""
-    job_id = workload.rsplit("/", 1)[-1]
+    gangway.rejections) of its job id, with the reason and the record it came from. ``workload``
+    is ``namespace/job`` (a rejection of that job id in another namespace is not its own; one whose
+    namespace could not be read may be) or a bare job id (every namespace's)."""
+    namespace, _, job_id = workload.rpartition("/")
     return [f"[{topics.REJECTIONS} {env.offset}] {describe(env)} (record {env.data.submission or '?'})"
-            for env in rejections if isinstance(env.data, ev.JobRejected) and env.data.job_id == job_id]
+            for env in rejections if isinstance(env.data, ev.JobRejected) and env.data.job_id == job_id
+            and (not namespace or env.data.namespace in ("", namespace))]
 
 
 def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:

@@ -87,7 +87,8 @@ def decide_submission(
     try:
         job, submitted_as = read_submission(value, headers, max_bytes)
     except Invalid as bad:
-        return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
+        return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission,
+                        recover_namespace(value, bad.reason))
     workload = workload_id(job)
     known = state.workloads.get(workload)
     if known is not None and (known.spec.submission == submission
@@ -99,7 +100,7 @@ def decide_submission(
         _check_entitled(job, entitled, submission)
         return queue_job(job, state, in_flight, submission, submitted_as)
     except Invalid as bad:
-        return rejected(bad, job.job_id, value, key, headers, submission)
+        return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
 
 
 def rejection_for_error(
@@ -118,14 +119,17 @@ def rejection_for_error(
         bad = Invalid("malformed_json", str(exc))
     else:
         bad = Invalid("internal_error", f"the record could not be processed: {type(exc).__name__}: {exc}")
-    return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission)
+    return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission,
+                    recover_namespace(value, bad.reason))
 
 
 def rejected(
-    bad: Invalid, job_id: str, value: bytes | None, key: bytes | None, headers: Headers, submission: str
+    bad: Invalid, job_id: str, value: bytes | None, key: bytes | None, headers: Headers, submission: str,
+    namespace: str = "",
 ) -> JobRejected:
     return JobRejected(
         job_id=job_id,
+        namespace=namespace,
         reason=bad.reason,
         message=bad.message,
         original=value if value is not None else b"",
@@ -144,6 +148,7 @@ class _Probe(msgspec.Struct):
     specversion: msgspec.Raw = msgspec.Raw(b"")
     type: msgspec.Raw = msgspec.Raw(b"")
     job_id: msgspec.Raw = msgspec.Raw(b"")
+    namespace: msgspec.Raw = msgspec.Raw(b"")
     subject: msgspec.Raw = msgspec.Raw(b"")
     data: msgspec.Raw = msgspec.Raw(b"")
 
@@ -279,11 +284,29 @@ def recover_job_id(value: bytes | None, headers: Headers, reason: str = "") -> s
     return ""
 
 
+def recover_namespace(value: bytes | None, reason: str = "") -> str:
+    """The namespace a bad record names (data.namespace, or the plain job's), else ''."""
+    if value is None or reason == "oversized":
+        return ""
+    try:
+        probe = msgspec.json.decode(value, type=_Probe)
+    except _UNREADABLE:
+        return ""
+    for found in (_json_value(probe.namespace), _data_field(probe.data, "namespace")):
+        if isinstance(found, str) and found:
+            return found
+    return ""
+
+
 def _data_job_id(raw: msgspec.Raw) -> object:
+    return _data_field(raw, "job_id")
+
+
+def _data_field(raw: msgspec.Raw, name: str) -> object:
     if not bytes(raw):
         return None
     try:
-        return _json_value(msgspec.json.decode(raw, type=_Probe).job_id)
+        return _json_value(getattr(msgspec.json.decode(raw, type=_Probe), name))
     except _UNREADABLE:
         return None
 
