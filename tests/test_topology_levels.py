@@ -59,15 +59,17 @@ spec: {topologyName: dc}
 """
 
 
-def nodes_yaml(count: int, labels=lambda i: {}) -> str:
+def nodes_yaml(count: int, labels=lambda i: {}, islands: str = "") -> str:
+    """``islands``: every node's NVLink islands (gangway.io/nvlink-islands), none when empty."""
     items = []
     for i in range(count):
         extra = "".join(f"\n        {k}: {v}" for k, v in labels(i).items())
+        annotations = f"\n    annotations: {{gangway.io/nvlink-islands: '{islands}'}}" if islands else ""
         items.append(f"""
 - apiVersion: v1
   kind: Node
   metadata:
-    name: node-{i}
+    name: node-{i}{annotations}
     labels:
         kubernetes.io/hostname: node-{i}{extra}
   status:
@@ -75,8 +77,8 @@ def nodes_yaml(count: int, labels=lambda i: {}) -> str:
     return "apiVersion: v1\nkind: List\nitems:" + "".join(items) + "\n"
 
 
-def job_yaml(name: str, pods: int, annotations: dict[str, str]) -> str:
-    """A batch/v1 Job of ``pods`` 8-GPU pods with these pod-template annotations."""
+def job_yaml(name: str, pods: int, annotations: dict[str, str], gpus: int = 8) -> str:
+    """A batch/v1 Job of ``pods`` pods of ``gpus`` GPUs with these pod-template annotations."""
     return yaml.safe_dump({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"},
@@ -84,7 +86,7 @@ def job_yaml(name: str, pods: int, annotations: dict[str, str]) -> str:
         "spec": {"parallelism": pods, "completions": pods, "template": {
             "metadata": {"annotations": dict(annotations)},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer", "resources": {
-                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]}}},
+                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": str(gpus)}}}]}}},
     })
 
 
@@ -276,3 +278,38 @@ def test_the_submission_rejection_keeps_the_original_bytes():
     out = decide_submission(value, None, [], sim.state, {}, "gangway.submissions/0/7")
     assert isinstance(out, ev.JobRejected) and out.reason == "topology_unsatisfiable" and out.original == value
     assert "no node of the cluster carries the label example.com/rail" in out.message
+
+
+def test_an_island_request_no_island_can_hold_is_never_placeable_and_does_not_block_a_strict_queue():
+    """Nodes of two 4-GPU NVLink islands: 6 GPUs, or two pods of 3, never fit one island, whatever
+    frees up; two pods of 2 do. Under StrictFIFO the never-placeable head is set aside."""
+    strict = QUEUES.replace("namespaceSelector: {}", "namespaceSelector: {}\n  queueingStrategy: StrictFIFO")
+    sim = cluster(PLAIN_FLAVOR + strict, nodes_yaml(2, islands="4,4"))
+    island = {"kueue.x-k8s.io/podset-required-topology": "gangway.io/nvlink-island"}
+    six = submit(sim, job_yaml("six", 1, island, gpus=6))
+    threes = submit(sim, job_yaml("threes", 2, island, gpus=3))
+    twos = submit(sim, job_yaml("twos", 2, island, gpus=2))
+    small = submit(sim, job_yaml("small", 1, {}, gpus=1))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert [phase(sim, n) for n in (six, threes, twos, small)] == ["pending", "pending", "running", "running"]
+    for name, pods in ((six, "pod of 6 nvidia.com/gpu"), (threes, "2 pods of 3 nvidia.com/gpu")):
+        report = pending_report(sim.state)[name]
+        assert (report.code, report.eta_ms) == ("topology_unsatisfiable", None), report
+        assert f"no island takes its {pods} even with nothing running (the largest, on node-0, has 4 GPUs)" \
+            in report.reason
+        assert explain(sim.log, name)[-1].startswith("estimated start: never")
+    [placed] = sim.state.workloads[twos].placement.assignments
+    assert placed.count == 2 and len({g // 4 for g in placed.gpus}) == 1 and len(placed.gpus) == 4  # one island
+
+
+@pytest.mark.parametrize("annotations, words", [
+    ({"kueue.x-k8s.io/podset-slice-required-topology": "kubernetes.io/hostname"},
+     "slice_required is given without slice_size"),
+    ({"kueue.x-k8s.io/podset-slice-required-topology": "kubernetes.io/hostname", "kueue.x-k8s.io/podset-slice-size": "3"},
+     "slice_size is 3: it must divide count (4) into whole slices"),
+])
+def test_slices_without_a_size_or_of_a_size_that_does_not_divide_the_pods_are_refused_at_submission(annotations, words):
+    sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(2))
+    with pytest.raises(Invalid) as caught:
+        submit(sim, job_yaml("sliced", 4, annotations, gpus=1))
+    assert caught.value.reason == "invalid_field" and words in caught.value.message

@@ -26,6 +26,7 @@ from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
     Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
 )
+from gangway.events.quantity import format_resource
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
 from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
@@ -715,6 +716,10 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
             largest = f"the largest, {t.required}={first[-1]}, holds {-most}" if groups else "no node it may use is in one"
             return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request="required", level=t.required,
                           missing=f"no such domain holds its {ps.count} pods even with nothing running ({largest})")
+    if t.required == topology.ISLAND:
+        found = _no_island_holds(state, ps, room)
+        if found is not None:
+            return found
     if t.slice_required and t.slice_size and t.slice_required != topology.ISLAND:
         groups = topology.domains(((n, state.nodes[n].labels) for n in room), t.slice_required, free.levels)
         slices = sum(sum(room[n] for n in members) // t.slice_size for members in groups.values())
@@ -732,6 +737,32 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
     else:
         missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
     return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing)
+
+
+def _no_island_holds(state: State, ps: PodSet, room: dict[str, int]) -> Reason | None:
+    """Is there no NVLink island, on a node that holds all the pod set's pods (``room``: pods per
+    empty node), whose GPUs, all free, take every pod (``_in_one_island`` with nothing running)?"""
+    milli = ps.resources.get(GPU, 0)
+    largest: tuple[int, str] | None = None
+    for name, pods in sorted(room.items()):
+        node = state.nodes[name]
+        if not milli or pods < ps.count or not node.islands:
+            continue
+        empty = [gpus.WHOLE] * len(node.gpus)
+        for span in gpus.island_ranges(node.islands, len(empty)):
+            if gpus.choose(empty, node.islands, milli, ps.count, within=span) is not None:
+                return None
+            if largest is None or len(span) > largest[0]:
+                largest = (len(span), name)
+    if not milli:
+        missing = "it asks for no GPU"
+    elif largest is None:
+        missing = "no node it may use both has NVLink islands and holds its pods"
+    else:
+        pods = f"{ps.count} pods" if ps.count != 1 else "pod"
+        missing = (f"no island takes its {pods} of {format_resource(GPU, milli)} even with nothing running "
+                   f"(the largest, on {largest[1]}, has {largest[0]} GPUs)")
+    return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request="required", level=topology.ISLAND, missing=missing)
 
 
 def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:

@@ -431,12 +431,19 @@ def _check_topology(where: str, topology: TopologyRequest | None, count: int) ->
     if topology.required is not None and topology.preferred is not None:
         raise Invalid("invalid_field", f"{where}: required and preferred are exclusive (give one)")
     if topology.slice_size is None:
+        if topology.slice_required is not None:  # (Kueue's webhook refuses it too)
+            raise Invalid("invalid_field", f"{where}.slice_required is given without slice_size (the pods in a slice)")
         return
     if topology.slice_required is None:
         raise Invalid("invalid_field", f"{where}.slice_size is given without slice_required")
     if not 1 <= topology.slice_size <= count:
         raise Invalid(
             "absurd_quantity", f"{where}.slice_size is {topology.slice_size}: it must be 1 to count ({count})"
+        )
+    if count % topology.slice_size:
+        raise Invalid(
+            "invalid_field", f"{where}.slice_size is {topology.slice_size}: it must divide count ({count}) into "
+            f"whole slices (every slice is placed whole inside one {topology.slice_required} domain)"
         )
 
 
