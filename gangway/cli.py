@@ -592,6 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     except CONNECTION_FAILED as exc:
         return _fail(f"cannot connect to Kafka ({exc}): check GANGWAY_KAFKA, the listener's "
                      "GANGWAY_KAFKA_SECURITY_PROTOCOL and the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD)")
+    except OSError as exc:
+        if exc.filename is None:  # (not a file the user named, or one of the state directory's)
+            raise
+        return _fail(f"{exc.filename}: {exc.strerror or exc}")
 
 
 def _fail(message: str) -> int:

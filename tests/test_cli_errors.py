@@ -105,3 +105,20 @@ def test_a_long_benchmark_without_its_reference_data_says_how_to_give_it(command
     assert_one_line_failure(result, f"{tmp_path / 'nowhere'} does not exist")
     result = gangway([*LONG_BENCHMARKS[command], "--data", str(tmp_path)], tmp_path)
     assert_one_line_failure(result, f"reference data folder {tmp_path} has no ")
+
+
+FILE_COMMANDS = {
+    "replay": ["replay", "{f}"],
+    "explain --log": ["explain", "--log", "{f}", "team/x"],
+    "showback --log": ["showback", "--log", "{f}"],
+    "config apply": ["config", "apply", "{f}"],
+    "submit": ["submit", "{f}"],
+}
+
+
+@pytest.mark.parametrize("command", list(FILE_COMMANDS))
+def test_a_file_that_is_not_there_or_is_a_folder_fails_in_one_line_naming_it(command, tmp_path):
+    for path, why in ((tmp_path / "nope", "No such file or directory"), (tmp_path, "Is a directory")):
+        args = [a.replace("{f}", str(path)) for a in FILE_COMMANDS[command]]
+        result = gangway(args, tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
+        assert_one_line_failure(result, f"gangway: {path}: {why}")
