@@ -698,6 +698,21 @@ def test_a_file_without_contract_objects_is_an_error_that_says_what_a_contract_h
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert "no contract objects" in validate_file(empty)[0]
+    # Namespaces only give their labels to the queues' namespaceSelectors: a file of them is no contract
+    namespaces = tmp_path / "namespaces.yaml"
+    namespaces.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n")
+    assert "no contract objects" in validate_file(namespaces)[0]
+
+
+@pytest.mark.parametrize("api_version", ["config.kueue.x-k8s.io/v1beta1", "config.kueue.x-k8s.io/v1beta2",
+                                         "visibility.kueue.x-k8s.io/v1beta1"])
+def test_kueues_other_api_groups_are_not_the_contract_and_are_ignored_with_a_warning(api_version, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"apiVersion: {api_version}\nkind: Configuration\nmetadata: {{name: kueue}}\n---\n"
+                      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpus}\n")
+    errors, warnings = check_file(config)
+    assert errors == []
+    assert warnings == [f"{config}: warning: Configuration kueue: Configuration is not part of the contract; ignored"]
 
 
 def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_default_priority():

@@ -327,7 +327,8 @@ def _read_object(at: _At, obj: dict, parsed: _Parsed) -> None:
         at.name = metadata["name"]
     reader = _reader(at, api_version, kind)
     if reader is not None:
-        parsed.objects += 1
+        # (Namespaces only give their labels to the queues' namespaceSelectors: a file of them is no contract)
+        parsed.objects += reader is not _read_namespace
         reader(at, obj, parsed)
 
 
@@ -349,7 +350,7 @@ def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parse
         return _read_namespace
     elif api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
         return _read_pod_priority_class
-    elif group in _LEGACY_K8S_GROUPS or group.endswith(".k8s.io"):
+    elif group in _LEGACY_K8S_GROUPS or group.endswith((".k8s.io", f".{KUEUE_GROUP}")):  # (Kueue's Configuration)
         if _K8S_VERSION.fullmatch(version):
             at.warn("", f"{kind} is not part of the contract; ignored")
             return None
