@@ -313,3 +313,16 @@ def test_slices_without_a_size_or_of_a_size_that_does_not_divide_the_pods_are_re
     with pytest.raises(Invalid) as caught:
         submit(sim, job_yaml("sliced", 4, annotations, gpus=1))
     assert caught.value.reason == "invalid_field" and words in caught.value.message
+
+
+def test_a_level_only_nodes_outside_its_flavor_carry_is_said_of_the_flavors_nodes():
+    pool_a = ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpus}\n"
+              "spec: {nodeLabels: {example.com/pool: a}}\n---\n")
+    # node-0 and node-1 are the flavor's; only node-2, of another pool, carries a rack label
+    sim = cluster(pool_a + QUEUES, nodes_yaml(3, lambda i: {"example.com/pool": "a"} if i < 2 else
+                                              {"example.com/pool": "b", "example.com/rack": "r0"}))
+    name = submit(sim, job_yaml("racked", 1, {"kueue.x-k8s.io/podset-required-topology": "example.com/rack"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    report = pending_report(sim.state)[name]
+    assert (report.code, report.eta_ms) == ("topology_unsatisfiable", None)
+    assert report.reason.endswith("no node of its flavor carries the label example.com/rack"), report.reason

@@ -667,7 +667,8 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
             if candidates is None:
                 candidates = [(n, room.labels, len(room.islands)) for n, room in free.items()
                               if nodes is None or n in nodes]
-            why = topology.missing_label(candidates, level, free.levels)
+            why = topology.missing_label(candidates, level, free.levels,
+                                         "no node" if nodes is None else "no node of its flavor")
             if why is not None:
                 return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level, missing=why)
     for ps in pod_sets:

@@ -127,9 +127,10 @@ def common_levels(names: Sequence[str], levels: Mapping[str, Levels]) -> Levels 
 
 
 def missing_label(nodes: Iterable[tuple[str, Mapping[str, str], int]], level: str,
-                  levels: Mapping[str, Levels]) -> str | None:
+                  levels: Mapping[str, Levels], none: str = "no node") -> str | None:
     """Why no node of ``nodes`` (name, labels, NVLink island count) can be a domain of ``level``,
-    naming the label none of them carries; None when at least one can."""
+    naming the label none of them carries; None when at least one can. ``none`` names the nodes
+    in the sentence: "no node of its flavor" when they are a flavor's."""
     if level == HOSTNAME:
         return None
     absent: dict[str, None] = {}
@@ -145,11 +146,11 @@ def missing_label(nodes: Iterable[tuple[str, Mapping[str, str], int]], level: st
             return None
         absent.update(dict.fromkeys(lacking))
     if level == ISLAND:
-        return f"no node declares NVLink islands (label or annotation {ISLANDS_LABEL})"
+        return f"{none} declares NVLink islands (label or annotation {ISLANDS_LABEL})"
     if not absent:
         return "there are no nodes to place it on"
     names = [k for k in absent if k == level] or list(absent)
-    return f"no node carries the label {names[0]}" + (
+    return f"{none} carries the label {names[0]}" + (
         "" if names[0] == level else f" (a coarser level of {level} in its Topology)")
 
 
