@@ -140,6 +140,9 @@ def cmd_config(args) -> int:
     return 0
 
 
+#: How much cluster time `gangway dry-run` simulates by default.
+HORIZON_HOURS = 7 * 24
+
 #: How long `gangway submit` keeps sending what a restarting broker did not acknowledge.
 SUBMIT_RETRY_S = 60.0
 
@@ -161,6 +164,30 @@ def cmd_submit(args) -> int:
     for job in jobs:
         named = f" (name generated from generateName {generated[job.job_id]!r})" if job.job_id in generated else ""
         console.print(f"submitted {job.namespace}/{job.job_id} to queue {job.queue}{named}")
+    return 0
+
+
+def cmd_dry_run(args) -> int:
+    from gangway.contract.kueue import ConfigError
+    from gangway.read.dryrun import dry_run, report
+    from gangway.services.binder.cluster import ClusterFileError
+    from gangway.services.submission.manifests import ManifestError
+    try:
+        run = dry_run(args.config, args.cluster, args.jobs, args.hours * 3600)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            console.print(f"[red]{problem}[/red]")
+        return 2
+    except (ClusterFileError, ManifestError) as exc:
+        return _fail(str(exc))
+    for warning in run.unread:  # what Kueue would act on and gangway will not
+        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+    for line in report(run):
+        print(line)
+    if args.export:
+        write_export(run.sim.log, args.export)
+        print(f"log written to {args.export}: `gangway explain --log {args.export} NAMESPACE/JOB`, "
+              f"`gangway replay {args.export}`")
     return 0
 
 
@@ -505,6 +532,15 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, PyTorchJob)")
     s.add_argument("file", help="a file, or - for standard input")
     s.set_defaults(func=cmd_submit)
+    s = sub.add_parser("dry-run", help="where jobs would go, which would wait and why: a contract, a cluster "
+                       "and jobs decided offline on a simulated clock (no broker)")
+    s.add_argument("jobs", nargs="+", help="job files (gangway YAML/JSON, Job, JobSet, PyTorchJob), submitted at once")
+    s.add_argument("--config", required=True, help="Kueue YAML contract")
+    s.add_argument("--cluster", required=True, help="cluster file of Kubernetes Node objects")
+    s.add_argument("--hours", type=float, default=HORIZON_HOURS,
+                   help=f"cluster time to simulate (default {HORIZON_HOURS:g}: a week)")
+    s.add_argument("--export", metavar="FILE", help="write the run's log, one structured CloudEvent per line")
+    s.set_defaults(func=cmd_dry_run)
     s = sub.add_parser("status", help="queues, running workloads, free GPUs per node")
     s.set_defaults(func=cmd_status)
     s = sub.add_parser("log", help="the decision log, readable")

@@ -1,0 +1,86 @@
+"""`gangway dry-run`: a contract, a cluster and jobs, decided offline on a simulated cluster.
+
+What a platform team asks before it publishes rules, and what a user asks before submitting: where
+would these jobs go, which would wait and why, and when would they start? No broker and no service:
+the services' own ``decide`` functions run on a simulated clock (``gangway.sim``), the binder's part
+played by the simulation (each pod runs for the job's declared runtime). Each job goes through the
+submission service's checks, so one it would refuse is refused here, with the same reason. The log it
+makes is an ordinary log: ``--export`` writes it for ``gangway explain --log`` and ``gangway replay``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gangway.contract import load_contract_file
+from gangway.events.codec import format_time
+from gangway.read.explain import explain
+from gangway.services.binder.cluster import load_nodes
+from gangway.services.submission.manifests import load_jobs
+from gangway.services.submission.policy import Invalid, queue_job, workload_id
+from gangway.sim import Simulation
+
+@dataclass
+class DryRun:
+    """The run: its log, and per job what became of it (in the order the files give them)."""
+
+    sim: Simulation
+    started_ms: int
+    #: (namespace/job, its workload's name or None, why it was refused or "").
+    jobs: list[tuple[str, str | None, str]] = field(default_factory=list)
+    #: What the manifests asked for that gangway does not act on (as ``gangway submit`` warns).
+    unread: list[str] = field(default_factory=list)
+
+
+def dry_run(config: str, cluster: str, job_files: list[str], horizon_s: float) -> DryRun:
+    """Configure, add the nodes, submit every job at time 0, and run ``horizon_s`` of cluster time
+    (or until nothing is left to do). Raises the loaders' errors (ConfigError, ClusterFileError,
+    ManifestError) and OSError for a file that cannot be read."""
+    contract = load_contract_file(config)
+    nodes = load_nodes(Path(cluster).read_text(), cluster)
+    sim = Simulation(start_ms=int(time.time()) * 1000)  # (from now: dates and forecasts read as today's)
+    run = DryRun(sim, sim.now_ms)
+    sim.configure(contract)
+    sim.add_nodes(nodes)
+    for path in job_files:
+        for job in load_jobs(Path(path).read_text(), path, on_unread=run.unread.append):
+            name = workload_id(job)
+            try:
+                queued = queue_job(job, sim.state, {}, f"{path}#{len(run.jobs)}")
+            except Invalid as bad:
+                run.jobs.append((name, None, f"rejected ({bad.reason}): {bad.message}"))
+                continue
+            sim.submit(queued)
+            run.jobs.append((name, queued.workload, ""))
+    sim.run(until_ms=sim.now_ms + int(horizon_s * 1000))
+    return run
+
+
+def report(run: DryRun) -> list[str]:
+    """Per job: refused, or its course on the simulated clock (times from the start), and for one
+    still waiting at the end, ``gangway explain``'s account of why and its forecast."""
+    state, lines = run.sim.state, []
+    for name, workload, refused in run.jobs:
+        if refused:
+            lines.append(f"{name}: {refused}")
+            continue
+        wl = state.workloads[workload]
+        course = [f"evicted {wl.attempt} time{'s' if wl.attempt > 1 else ''}"] if wl.attempt else []
+        course += [f"{what} at {_since(run, at)}" for what, at in (
+            ("admitted", wl.admitted_ms), ("started", wl.started_ms), ("finished", wl.finished_ms)) if at is not None]
+        nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement is not None else []
+        where = f" on {', '.join(nodes)}" if nodes else ""
+        lines.append(f"{name}: {wl.phase}{where}" + (f" ({'; '.join(course)})" if course else ""))
+        if wl.phase == "pending":
+            lines += [f"    {line}" for line in explain(run.sim.log, workload)[1:] if not line.startswith("[")]
+    last = run.sim.log[-1].time_ms
+    lines.append(f"{len(run.sim.log)} events from {format_time(run.started_ms)}, the last at {_since(run, last)}"
+                 + (f"; simulated up to {_since(run, run.sim.now_ms)}" if any(
+                     wl.phase != "finished" for wl in state.workloads.values()) else ""))
+    return lines
+
+
+def _since(run: DryRun, at_ms: int) -> str:
+    return f"+{(at_ms - run.started_ms) / 1000:g} s"
