@@ -152,7 +152,7 @@ CLAUSES: dict[str, str] = {
     "partial": " with {partial} (partial admission)",
     "chosen_flavor": "; flavor {chosen_flavor}",
     "of_flavor": " of flavor {of_flavor}",
-    "reserved_start": "; nodes reserved for it, expected to start at {reserved_start}",
+    "reserved_start": "; nodes reserved for it, free by {reserved_start} if the work on them ends as declared",
     "domains": " ({domains})",
     "idle_first": "; {idle_first}",
     "workload_phase": " (workload {workload_phase})",

@@ -183,7 +183,7 @@ def test_a_blocked_gang_shows_its_reservation_and_a_small_job_shows_whose_it_is(
     log.running(job("busy2", "q", 8, runtime_s=200), on=[("main", "n1", 1)])
     log.queue(job("big", "q", 8, pods=2, priority=5), job("small", "q", 4))
     report = pending_report(log.state)
-    assert report["big"].code == "reservation_held" and "expected to start at 20" in report["big"].reason
+    assert report["big"].code == "reservation_held" and "free by 20" in report["big"].reason
     assert report["small"].code == "reserved_for_another_gang" and "reserved for big" in report["small"].reason
     assert report["big"].eta_ms == log.state.workloads["busy"].started_ms + 100_000
 
