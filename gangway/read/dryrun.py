@@ -22,6 +22,7 @@ from gangway.services.submission.manifests import load_jobs
 from gangway.services.submission.policy import Invalid, queue_job, workload_id
 from gangway.sim import Simulation
 
+
 @dataclass
 class DryRun:
     """The run: its log, and per job what became of it (in the order the files give them)."""

@@ -87,8 +87,7 @@ def decide_submission(
     try:
         job, submitted_as = read_submission(value, headers, max_bytes)
     except Invalid as bad:
-        return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission,
-                        recover_namespace(value, bad.reason))
+        return recovered(bad, value, key, headers, submission)
     workload = workload_id(job)
     known = state.workloads.get(workload)
     if known is not None and (known.spec.submission == submission
@@ -119,8 +118,7 @@ def rejection_for_error(
         bad = Invalid("malformed_json", str(exc))
     else:
         bad = Invalid("internal_error", f"the record could not be processed: {type(exc).__name__}: {exc}")
-    return rejected(bad, recover_job_id(value, headers, bad.reason), value, key, headers, submission,
-                    recover_namespace(value, bad.reason))
+    return recovered(bad, value, key, headers, submission)
 
 
 def rejected(
@@ -268,38 +266,25 @@ def _json_value(raw: msgspec.Raw) -> object:
         return None
 
 
-def recover_job_id(value: bytes | None, headers: Headers, reason: str = "") -> str:
-    """The best job id a bad record names: data.job_id, else the CloudEvent subject, else ''."""
-    if value is not None and reason != "oversized":
+def recovered(bad: Invalid, value: bytes | None, key: bytes | None, headers: Headers,
+              submission: str) -> JobRejected:
+    """The JobRejected of a record that could not be read as a job: with the best job id it names
+    (data.job_id, else the CloudEvent subject) and namespace (data.namespace), else ''."""
+    probe = _Probe()
+    if value is not None and bad.reason != "oversized":
         try:
             probe = msgspec.json.decode(value, type=_Probe)
         except _UNREADABLE:
-            probe = _Probe()
-        for found in (_json_value(probe.job_id), _data_job_id(probe.data), _json_value(probe.subject)):
-            if isinstance(found, str) and found:
-                return found
-    for name, header in headers or ():
-        if name.lower() == "ce_subject" and header:
-            return header.decode("utf-8", "replace")
-    return ""
+            pass
+    job_id = _first_string(_json_value(probe.job_id), _data_field(probe.data, "job_id"), _json_value(probe.subject),
+                           *(header.decode("utf-8", "replace") for name, header in headers or ()
+                             if name.lower() == "ce_subject" and header))
+    namespace = _first_string(_json_value(probe.namespace), _data_field(probe.data, "namespace"))
+    return rejected(bad, job_id, value, key, headers, submission, namespace)
 
 
-def recover_namespace(value: bytes | None, reason: str = "") -> str:
-    """The namespace a bad record names (data.namespace, or the plain job's), else ''."""
-    if value is None or reason == "oversized":
-        return ""
-    try:
-        probe = msgspec.json.decode(value, type=_Probe)
-    except _UNREADABLE:
-        return ""
-    for found in (_json_value(probe.namespace), _data_field(probe.data, "namespace")):
-        if isinstance(found, str) and found:
-            return found
-    return ""
-
-
-def _data_job_id(raw: msgspec.Raw) -> object:
-    return _data_field(raw, "job_id")
+def _first_string(*found: object) -> str:
+    return next((f for f in found if isinstance(f, str) and f), "")
 
 
 def _data_field(raw: msgspec.Raw, name: str) -> object:
