@@ -49,6 +49,7 @@ class ReasonCode(enum.StrEnum):
     NOMINAL_QUOTA_LENT_OUT = "nominal_quota_lent_out"
     COHORT_EXHAUSTED = "cohort_exhausted"
     NO_FLAVOR_ROOM = "no_flavor_room"
+    QUOTA_NEVER_ENOUGH = "quota_never_enough"
     NO_PLACEMENT = "no_placement"
     TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"
     NO_MATCHING_NODES = "no_matching_nodes"
@@ -112,6 +113,8 @@ MESSAGES: dict[ReasonCode, str] = {
                                "{cohort} lent it to queues that borrow (to be reclaimed)"),
     C.COHORT_EXHAUSTED: "{resource} ({flavor}): cohort {cohort} has {available} left to lend, {cluster_queue} needs {amount}",
     C.NO_FLAVOR_ROOM: "no flavor of {cluster_queue} ({flavors}) has room for the request",
+    C.QUOTA_NEVER_ENOUGH: ("{cluster_queue} can never hold it: it asks {wanted} of {resource} ({flavor}), and the "
+                           "most the queue can use, with nothing else running, is {most}"),
     C.NO_PLACEMENT: "no placement for the whole gang on free capacity",
     C.TOPOLOGY_UNSATISFIABLE: "topology can never be satisfied: pod set {pod_set} has {request} topology {level}, but {missing}",
     C.NO_MATCHING_NODES: "no node can ever take pod set {pod_set}: {missing}",
@@ -173,8 +176,12 @@ RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, 
 BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
 #: A workload no node of the cluster can ever take (until nodes it may use join): never waited for.
 NEVER_PLACEABLE_CODES = (C.TOPOLOGY_UNSATISFIABLE, C.NO_MATCHING_NODES)
-#: The contract itself stands in the way: no queue, or no quota for what is asked.
-CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR)
+#: The contract itself stands in the way: no queue, or no quota for what is asked, or never enough.
+CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR,
+                C.QUOTA_NEVER_ENOUGH)
+#: What no cycle can change (only nodes joining, or a new contract): no start to forecast, and a
+#: StrictFIFO queue does not wait behind it.
+NEVER_CODES = (*NEVER_PLACEABLE_CODES, C.QUOTA_NEVER_ENOUGH)
 
 
 def render(code: ReasonCode, params: dict[str, Param]) -> str:

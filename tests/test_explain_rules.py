@@ -31,11 +31,16 @@ def job(name: str, queue: str, gpus: float, priority: int = 0, runtime_s: float 
 
 
 CASES = [
-    ("over its quota", lambda: one_queue().queue(job("w", "q", 8, pods=2)), "w", "over_nominal_quota"),
+    ("over its quota", lambda: one_queue().running(job("r", "q", 4)).queue(job("w", "q", 8)), "w", "over_nominal_quota"),
+    ("more than its quota could ever hold", lambda: one_queue().queue(job("w", "q", 8, pods=2)), "w",
+     "quota_never_enough"),
     ("behind a higher priority that takes the room",
      lambda: one_queue().queue(job("hi", "q", 6, priority=5), job("lo", "q", 4)), "lo", "behind_higher_priority"),
     ("the head of a StrictFIFO queue blocks those behind it",
-     lambda: one_queue(strict=True).queue(job("big", "q", 8, pods=2), job("small", "q", 1)), "small", "strict_fifo"),
+     lambda: one_queue(strict=True).running(job("r", "q", 4)).queue(job("big", "q", 8), job("small", "q", 1)), "small",
+     "strict_fifo"),
+    ("a head its quota can never hold does not block a StrictFIFO queue",
+     lambda: one_queue(strict=True).queue(job("big", "q", 8, pods=2), job("small", "q", 1)), "small", "admissible"),
     ("fits now", lambda: one_queue().queue(job("w", "q", 2)), "w", "admissible"),
 ]
 
@@ -43,6 +48,19 @@ CASES = [
 @pytest.mark.parametrize("name, setup, who, code", CASES, ids=[c[0] for c in CASES])
 def test_every_pending_workload_has_a_reason(name, setup, who, code):
     assert pending_report(setup().state, forecast=False)[who].code == code
+
+
+def test_a_workload_its_quota_can_never_hold_says_so_and_has_no_forecast():
+    log = LogBuilder().configure(contract(cluster_queue("a").cohort("org").gpus(4, borrowing=2),
+                                          cluster_queue("b").cohort("org").gpus(8)))
+    log.nodes(node("n1").gpus(8), node("n2").gpus(8))
+    name = "w"
+    log.queue(job(name, "a", 7))  # a may use 4 + 2 borrowed at most
+    report = pending_report(log.state)[name]
+    assert (report.code, report.eta_ms) == ("quota_never_enough", None)
+    assert report.reason == ("a can never hold it: it asks 7 of nvidia.com/gpu (default), and the most the queue can "
+                             "use, with nothing else running, is 6")
+    assert explain(log.envelopes, name)[-1] == "estimated start: never, unless the contract gives a more quota"
 
 
 def test_positions_count_within_the_local_and_the_cluster_queue():

@@ -59,6 +59,31 @@ def test_without_borrow_within_cohort_a_borrowing_preemptor_waits():
     assert victims(log) == []
 
 
+def test_a_queue_below_nominal_reclaims_what_it_lent_and_evicts_its_own_lower_priority_work_together():
+    """Kueue's getTargets: a (8 nominal) uses 4 (alo, priority 1), b (8) uses 12 (b1 8 at priority 50,
+    b2 4 at 10), borrowing 4; x (8, priority 100) fits a's nominal once b2 goes back and alo leaves.
+    With a's usage plus x over the nominal, reclaiming was not tried (borrowWithinCohort is Never)."""
+    log = LogBuilder().configure(contract(
+        cluster_queue("a").cohort("org").gpus(8).preemption(reclaim="Any", within="LowerPriority"),
+        cluster_queue("b").cohort("org").gpus(8).preemption(reclaim="Any", within="LowerPriority")))
+    log.nodes(node("n0").gpus(8), node("n1").gpus(8))
+    log.running(wl("b1", "b", 8, priority=50), wl("b2", "b", 4, priority=10), wl("alo", "a", 4, priority=1))
+    orders = decide_pure(decide_preemption, log.queue(wl("x", "a", 8, priority=100)).state)
+    assert sorted((o.workload, o.reason_code) for o in orders) == [
+        ("alo", ReasonCode.WITHIN_QUEUE_LOWER_PRIORITY), ("b2", ReasonCode.RECLAIM_WITHIN_COHORT)]
+
+
+def test_reclaiming_stops_at_the_nominal_quota_a_preemptor_that_must_borrow_waits():
+    """a uses 4 of its 8 and x asks 10: reclaiming b's loan cannot make x fit a's nominal, and a may
+    not preempt to borrow (borrowWithinCohort Never): nobody is ordered out."""
+    log = LogBuilder().configure(contract(
+        cluster_queue("a").cohort("org").gpus(8).preemption(reclaim="Any", within="LowerPriority"),
+        cluster_queue("b").cohort("org").gpus(8)))
+    log.nodes(node("n0").gpus(8), node("n1").gpus(8))
+    log.running(wl("b1", "b", 8, priority=50), wl("b2", "b", 4, priority=10), wl("alo", "a", 4, priority=1))
+    assert victims(log.queue(wl("x", "a", 5, priority=100, pods=2))) == []
+
+
 # --- checkpoints and minimum runtime ---------------------------------------------------------------
 
 

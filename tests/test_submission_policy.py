@@ -170,8 +170,9 @@ BAD = [
         plain(job(pod_sets=[pod_set(resources={"cpu": "lots"})])), "bad_quantity", ("pod_sets[0].resources['cpu']", "lots")),
     Bad("a resource finer than a thousandth is a bad_quantity",
         plain(job(pod_sets=[pod_set(resources={"cpu": "0.0001"})])), "bad_quantity", ("pod_sets[0].resources['cpu']",)),
-    Bad("a zero resource is an absurd_quantity", plain(job(pod_sets=[pod_set(resources={"cpu": "0"})])),
-        "absurd_quantity", ("pod_sets[0].resources['cpu']",)),
+    Bad("a pod set asking zero of everything is an invalid_field",
+        plain(job(pod_sets=[pod_set(resources={"cpu": "0", "nvidia.com/gpu": 0})])),
+        "invalid_field", ("pod_sets[0].resources", "zero of everything")),
     Bad("a negative resource is an absurd_quantity", plain(job(pod_sets=[pod_set(resources={"memory": "-1Gi"})])),
         "absurd_quantity", ("pod_sets[0].resources['memory']",)),
     Bad("more than 64 GPUs in one pod is an absurd_quantity",
@@ -274,6 +275,12 @@ def test_rejection_for_error_keeps_the_record_and_recovers_the_job_id():
     assert rejected.job_id == "train-1"
     assert "RuntimeError: boom" in rejected.message
     assert (rejected.original, rejected.original_key, rejected.original_headers) == (value, KEY, [("h", b"v")])
+
+
+def test_a_request_of_zero_asks_for_nothing_of_that_resource_as_in_kubernetes():
+    queued = decide_submission(plain(job(pod_sets=[pod_set(resources={"cpu": "1", "nvidia.com/gpu": "0"})])), KEY, [],
+                               make_state(), {}, SUBMISSION)
+    assert isinstance(queued, WorkloadQueued) and queued.pod_sets[0].resources == {"cpu": 1000}
 
 
 def test_a_rejection_names_the_namespace_the_record_names_so_explain_finds_only_its_own():

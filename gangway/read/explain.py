@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gangway.events import catalogue as ev, topics
 from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
-from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
+from gangway.events.reasons import C, CONFIG_CODES, NEVER_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State
 from gangway.read.describe import describe
@@ -74,8 +74,8 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
         if retry_ms > state.time_ms:
             why = reason(C.BIND_BACKOFF, failures=wl.bind_failures, retry_at=format_time(wl.retry_after_ms))
             report[name] = _pending(why, lq_pos[name], cq_pos[name])
-    waiting = {name for name, pending in report.items() if pending.code not in NEVER_PLACEABLE_CODES}
-    if forecast and waiting:  # a workload no node can ever take has no start to forecast
+    waiting = {name for name, pending in report.items() if pending.code not in NEVER_CODES}
+    if forecast and waiting:  # a workload no node or quota can ever take has no start to forecast
         for name, eta in forecast_starts(state, waiting).items():
             report[name].eta_ms = eta
     return report
@@ -150,6 +150,8 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
                 lines.append("estimated start: never, unless nodes that meet its topology request join the cluster")
             elif forecast and report.code == C.NO_MATCHING_NODES:
                 lines.append("estimated start: never, unless nodes it may use join the cluster")
+            elif forecast and report.code == C.QUOTA_NEVER_ENOUGH:
+                lines.append(f"estimated start: never, unless the contract gives {wl.spec.cluster_queue} more quota")
             elif forecast:
                 lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None and wl.deactivated:

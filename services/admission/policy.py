@@ -26,7 +26,7 @@ from collections.abc import Callable, Container, Iterator
 from gangway.events.catalogue import PlacementDecided, WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
-from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason, said
+from gangway.events.reasons import NEVER_CODES, C, Reason, reason, said
 from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
@@ -251,8 +251,8 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
-    if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code in NEVER_PLACEABLE_CODES):
-        # a head that can never be placed is set aside, not waited for
+    if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code in NEVER_CODES):
+        # a head that can never be placed, or never fit the quota, is set aside, not waited for
         blocked.add(cq)
     return outcome
 

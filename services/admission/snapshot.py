@@ -18,7 +18,8 @@ import msgspec
 from gangway.events.catalogue import PodSet
 from gangway.events.decay import averages
 from gangway.events.fold import held_quota
-from gangway.events.quota import QuotaView
+from gangway.events.quantity import format_amount
+from gangway.events.quota import QuotaView, fr_key
 from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
@@ -178,7 +179,8 @@ class Snapshot:
             per_group.append(now)
             preempt.append((group, now, pre))
             if not now:
-                reasons.append(pre[0].why if pre else _no_fit_why(self.view, cq, group, request))
+                reasons.append(_never_enough(self.idx, cq, group, request)
+                               or (pre[0].why if pre else _no_fit_why(self.view, cq, group, request)))
         if reasons:
             return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
@@ -367,6 +369,24 @@ def _borrowed(combo) -> dict[str, int]:
 
 def _product(groups: list[list[Option]]):
     return product(*groups)
+
+
+def _never_enough(idx: ContractIndex, cq, group, request: dict[str, int]) -> Reason | None:
+    """Does the request exceed, in every flavor of the group, what the queue could use with nothing
+    else running (its nominal quota and all it may borrow)? Then no cycle can admit it: the reason
+    names the first flavor's shortfall."""
+    empty = QuotaView(idx.tree, {}, {})
+    first: Reason | None = None
+    for fq in group:
+        short = next(((r, v, most) for r, v in sorted(request.items()) if r in fq.resources and v > 0
+                      and v > (most := empty.available(cq.name, fr_key(fq.flavor, r)))), None)
+        if short is None:
+            return None
+        if first is None:
+            r, v, most = short
+            first = reason(C.QUOTA_NEVER_ENOUGH, cluster_queue=cq.name, resource=r, flavor=fq.flavor,
+                           wanted=format_amount(r, v), most=format_amount(r, most))
+    return first
 
 
 def _no_fit_why(view: QuotaView, cq, group, request: dict[str, int]) -> Reason:

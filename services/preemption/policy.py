@@ -146,9 +146,12 @@ class _Trial:
             view.add(victim.spec.cluster_queue, held_quota(self.state, victim.admission), -1)
         return view
 
-    def fits_without(self, victims: list[WorkloadState]) -> bool:
-        ok, _, _ = self.view_without(victims).fit(self.wl.spec.cluster_queue, self.held)
-        if not ok:
+    def fits_without(self, victims: list[WorkloadState], within_nominal: bool = False) -> bool:
+        """Would the preemptor fit, quota and nodes, once ``victims`` are gone (``within_nominal``:
+        inside its queue's nominal quota, borrowing nothing)?"""
+        view = self.view_without(victims)
+        ok, borrowed, _ = view.fit(self.wl.spec.cluster_queue, self.held)
+        if not ok or (within_nominal and borrowed):
             return False
         free = copy_free(self.snap.room_for(self.wl))
         for victim in victims:
@@ -158,9 +161,39 @@ class _Trial:
 
 def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
                    ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
+    """The fewest victims (in the candidates' order) after which ``wl`` fits, or [] — as Kueue: a
+    queue below its nominal quota in what the preemptor needs first reclaims what it lent (and its
+    own lower-priority work) so as to fit inside that nominal quota; failing that, or when it is not
+    below, the victims are those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``)."""
     trial = _Trial(state, idx, snap, wl, flavors)
+    if not idx.contract.fair_sharing.enable and _below_nominal(trial):
+        chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True), within_nominal=True)
+        if chosen:
+            return chosen
+    return _fewest(trial, _candidates(trial, ordered_out, reclaim=_fits_nominal(trial)))
+
+
+def _below_nominal(trial: _Trial) -> bool:
+    """Does the preemptor's queue use less than its nominal quota of everything the preemptor needs?"""
+    cq = trial.wl.spec.cluster_queue
+    node = trial.idx.tree.queues.get(cq)
+    own = trial.snap.later_view().usage.get(cq, {})
+    return node is not None and all(own.get(fr, 0) < node.nominal.get(fr, 0) for fr, v in trial.held.items() if v > 0)
+
+
+def _fits_nominal(trial: _Trial) -> bool:
+    """Would the preemptor fit its queue's nominal quota with what the queue uses now?"""
+    cq = trial.wl.spec.cluster_queue
+    node = trial.idx.tree.queues.get(cq)
+    own = trial.snap.later_view().usage.get(cq, {})
+    return node is not None and all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
+
+
+def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
+            within_nominal: bool = False) -> list[tuple[WorkloadState, Reason]]:
+    wl = trial.wl
     chosen: list[tuple[WorkloadState, Reason]] = []
-    for candidate in _candidates(trial, ordered_out):
+    for candidate in candidates:
         victim, rule = candidate
         so_far = [v for v, _ in chosen]
         if victim.spec.cluster_queue != wl.spec.cluster_queue:
@@ -171,18 +204,20 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
             if rule.code == C.FAIR_SHARING and not _fair_still(trial, so_far, victim):
                 continue
         chosen.append(candidate)
-        if trial.fits_without([v for v, _ in chosen]):
+        if trial.fits_without([v for v, _ in chosen], within_nominal):
             break
     else:
         return []
     for item in reversed(list(chosen)):
         rest = [v for v, _ in chosen if v is not item[0]]
-        if trial.fits_without(rest):
+        if trial.fits_without(rest, within_nominal):
             chosen.remove(item)
     return chosen
 
 
-def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
+def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool) -> list[tuple[WorkloadState, Reason]]:
+    """Who the preemptor's rules allow it to preempt, in the order they go; other queues' workloads
+    under ``reclaimWithinCohort`` when ``reclaim``, else under ``borrowWithinCohort``."""
     state, idx, wl = trial.state, trial.idx, trial.wl
     cq_name = wl.spec.cluster_queue
     cq = idx.cluster_queues.get(cq_name)
@@ -191,9 +226,6 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
     if _preempts_nobody(idx, cq):
         return []
     view = trial.snap.later_view()
-    node = idx.tree.queues[cq_name]
-    own = view.usage.get(cq_name, {})
-    within_nominal = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
     root = idx.tree.root_of(cq_name)
     fair = idx.contract.fair_sharing.enable
     idle_rule = idx.contract.idle_rule
@@ -218,7 +250,7 @@ def _candidates(trial: _Trial, ordered_out: set[str]) -> list[tuple[WorkloadStat
             group = 0
             if fair:
                 rule = reason(C.FAIR_SHARING, victim_queue=vq, cohort=root)
-            elif within_nominal:
+            elif reclaim:
                 rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
             else:
                 rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)

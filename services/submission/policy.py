@@ -381,10 +381,15 @@ def _pod_set(where: str, request: PodSetRequest) -> PodSet:
         )
     if not request.resources:
         raise Invalid("invalid_field", f"{where}.resources is empty: a pod must request at least one resource")
+    # (A request of zero, which Kubernetes takes, e.g. `nvidia.com/gpu: 0` in a CPU variant of a
+    # template, asks for nothing of that resource.)
     resources = {
-        name: _quantity(f"{where}.resources[{name!r}]", name, amount)
-        for name, amount in sorted(request.resources.items())
+        name: milli for name, amount in sorted(request.resources.items())
+        if (milli := _quantity(f"{where}.resources[{name!r}]", name, amount))
     }
+    if not resources:
+        raise Invalid("invalid_field", f"{where}.resources asks for zero of everything: a pod must request "
+                      "more than zero of at least one resource")
     _check_topology(f"{where}.topology", request.topology, request.count)
     return PodSet(
         name=request.name, count=request.count, resources=resources,
@@ -400,8 +405,8 @@ def _quantity(field: str, resource: str, amount: str | int | float) -> int:
         milli = parse_milli(amount)
     except QuantityError as exc:
         raise Invalid("bad_quantity", f"{field} is {amount!r}: {exc}") from None
-    if milli <= 0:
-        raise Invalid("absurd_quantity", f"{field} is {amount!r}: a request must be more than zero")
+    if milli < 0:
+        raise Invalid("absurd_quantity", f"{field} is {amount!r}: a request cannot be negative")
     if resource == GPU and milli > GPUS_PER_POD_MAX * MILLI:
         raise Invalid("absurd_quantity", f"{field} is {amount!r}: a pod asks for at most {GPUS_PER_POD_MAX} GPUs")
     return milli
