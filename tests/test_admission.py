@@ -103,12 +103,16 @@ CASES: list[tuple[str, Setup, list[tuple[str, float]]]] = [
      lambda: with_nodes(two_teams(), 8, 8).queue(wl("big", "solo", 8, pods=2), wl("small", "solo", 2)),
      [("small", 0)]),
     ("StrictFIFO: a head that does not fit blocks its queue",
-     lambda: with_nodes(two_teams(), 8, 8).queue(wl("big", "strict", 8, pods=2), wl("small", "strict", 2)),
+     lambda: with_nodes(two_teams(), 8, 8).running(wl("r", "strict", 4), on=[("main", "n1", 1)])
+     .queue(wl("big", "strict", 8), wl("small", "strict", 2)),
      []),
     ("StrictFIFO: a blocked head blocks only its own queue",
-     lambda: with_nodes(two_teams(), 8, 8, 8).queue(
-         wl("big", "strict", 8, pods=2), wl("small", "strict", 2), wl("other", "solo", 2)),
+     lambda: with_nodes(two_teams(), 8, 8, 8).running(wl("r", "strict", 4), on=[("main", "n1", 1)]).queue(
+         wl("big", "strict", 8), wl("small", "strict", 2), wl("other", "solo", 2)),
      [("other", 0)]),
+    ("StrictFIFO: a head its quota can never hold is set aside",
+     lambda: with_nodes(two_teams(), 8, 8).queue(wl("big", "strict", 8, pods=2), wl("small", "strict", 2)),
+     [("small", 0)]),
     ("StrictFIFO: a head with no placement blocks its queue too",
      lambda: with_nodes(two_teams(), 8, 8).running(wl("x", "solo", 4), on=[("main", "n1", 1)])
      .running(wl("y", "solo", 4), on=[("main", "n2", 1)]).queue(wl("big", "strict", 8), wl("small", "strict", 2)),
