@@ -165,6 +165,11 @@ class QuotaView:
         """How much more of ``fr`` the queue can take now (Kueue's ``available``)."""
         return self._available(self.structure.path(queue), 0, fr)
 
+    def available_within(self, queue: str, fr: str, height: int) -> int:
+        """How much more of ``fr`` the queue can take from the subtree ``height`` levels above it
+        (0: its own nominal quota), borrowing nothing from beyond that subtree."""
+        return self._available(self.structure.path(queue)[:height + 1], 0, fr)
+
     def _available(self, path: list[QuotaNode], i: int, fr: str) -> int:
         node = path[i]
         used = self.used(node, fr)

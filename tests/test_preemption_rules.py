@@ -84,6 +84,26 @@ def test_reclaiming_stops_at_the_nominal_quota_a_preemptor_that_must_borrow_wait
     assert victims(log.queue(wl("x", "a", 5, priority=100, pods=2))) == []
 
 
+def test_a_queue_reclaims_from_outside_the_lowest_cohort_whose_own_quota_holds_it():
+    """Cohort left (4 GPUs of its own) holds a (4): x (8) fits left's subtree, not a's nominal, so
+    b of cohort right (no quota) gives back what it borrowed — Kueue's hierarchical reclaim."""
+    log = LogBuilder().configure(contract(
+        cluster_queue("a").cohort("left").gpus(4).preemption(reclaim="Any"),
+        cluster_queue("b").cohort("right").gpus(0).preemption(reclaim="Any"))
+        .cohort("root").cohort("left", parent="root", gpus=4).cohort("right", parent="root"))
+    log.nodes(node("n0").gpus(8))
+    log.running(wl("b1", "b", 8, priority=50))
+    orders = decide_pure(decide_preemption, log.queue(wl("x", "a", 8)).state)
+    assert [(o.workload, o.reason_code) for o in orders] == [("b1", ReasonCode.RECLAIM_WITHIN_COHORT)]
+    # what left's own quota cannot hold is borrowing: not reclaimed (borrowWithinCohort is Never)
+    assert victims(LogBuilder().configure(contract(
+        cluster_queue("a").cohort("left").gpus(4).preemption(reclaim="Any"),
+        cluster_queue("b").cohort("right").gpus(8).preemption(reclaim="Any"))
+        .cohort("root").cohort("left", parent="root", gpus=2).cohort("right", parent="root"))
+        .nodes(node("n0").gpus(8), node("n1").gpus(8)).running(wl("b1", "b", 8, priority=50), wl("b2", "b", 8))
+        .queue(wl("x", "a", 8))) == []
+
+
 # --- checkpoints and minimum runtime ---------------------------------------------------------------
 
 

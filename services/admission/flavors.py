@@ -74,13 +74,19 @@ def _classify(view: QuotaView, cq: ClusterQueue, fq: FlavorQuotas, request: dict
 
 
 def _preemptible_room(view: QuotaView, cq: ClusterQueue, node, while_borrowing: bool):
-    """What the queue could hold of an fr if preemption emptied what it may empty."""
+    """What the queue could hold of an fr if preemption emptied what it may empty: its nominal quota,
+    or in a cohort tree the quota of the highest cohort below the root (what it may reclaim from
+    outside that cohort, as Kueue's hierarchical reclaim), or while it may preempt to borrow the root's."""
+    path = view.structure.path(cq.name)
+
     def room(fr: str) -> int:
         nominal = node.nominal.get(fr, 0)
         if while_borrowing and node.parent:
             limit = node.borrowing_limit.get(fr)
-            pool = view.structure.cohorts[view.structure.path(cq.name)[-1].name].subtree.get(fr, 0)
+            pool = view.structure.cohorts[path[-1].name].subtree.get(fr, 0)
             return pool if limit is None else min(pool, nominal + limit)
+        if len(path) > 2:
+            return max(nominal, QuotaView(view.structure, {}, {}).available_within(cq.name, fr, len(path) - 2))
         return nominal
     return room
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 from gangway.events.catalogue import EvictionOrdered
 from gangway.events.fold import held_quota
-from gangway.events.quota import QuotaView
+from gangway.events.quota import QuotaNode, QuotaView
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
@@ -146,12 +146,14 @@ class _Trial:
             view.add(victim.spec.cluster_queue, held_quota(self.state, victim.admission), -1)
         return view
 
-    def fits_without(self, victims: list[WorkloadState], within_nominal: bool = False) -> bool:
-        """Would the preemptor fit, quota and nodes, once ``victims`` are gone (``within_nominal``:
-        inside its queue's nominal quota, borrowing nothing)?"""
+    def fits_without(self, victims: list[WorkloadState], within: int | None = None) -> bool:
+        """Would the preemptor fit, quota and nodes, once ``victims`` are gone (``within``: inside
+        the quota of the subtree that many levels above its queue, 0 its own nominal quota)?"""
         view = self.view_without(victims)
-        ok, borrowed, _ = view.fit(self.wl.spec.cluster_queue, self.held)
-        if not ok or (within_nominal and borrowed):
+        cq = self.wl.spec.cluster_queue
+        ok, _, _ = view.fit(cq, self.held)
+        if not ok or (within is not None and any(v > view.available_within(cq, fr, within)
+                                                  for fr, v in self.held.items() if v > 0)):
             return False
         free = copy_free(self.snap.room_for(self.wl))
         for victim in victims:
@@ -163,13 +165,17 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
                    ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
     """The fewest victims (in the candidates' order) after which ``wl`` fits, or [] — as Kueue: a
     queue below its nominal quota in what the preemptor needs first reclaims what it lent (and its
-    own lower-priority work) so as to fit inside that nominal quota; failing that, or when it is not
-    below, the victims are those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``)."""
+    own lower-priority work) so as to fit inside that nominal quota; failing that, what lies outside
+    the lowest cohort of its tree whose own quota could hold it (Kueue's
+    FindHeightOfLowestSubtreeThatFits); failing that, or when it is not below, the victims are
+    those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``)."""
     trial = _Trial(state, idx, snap, wl, flavors)
     if not idx.contract.fair_sharing.enable and _below_nominal(trial):
-        chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True), within_nominal=True)
-        if chosen:
-            return chosen
+        path = idx.tree.path(wl.spec.cluster_queue)
+        for height in range(max(1, len(path) - 1)):  # (the root's subtree is the whole tree: no reclaim)
+            chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True, outside=path[height]), height)
+            if chosen:
+                return chosen
     return _fewest(trial, _candidates(trial, ordered_out, reclaim=_fits_nominal(trial)))
 
 
@@ -190,7 +196,7 @@ def _fits_nominal(trial: _Trial) -> bool:
 
 
 def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
-            within_nominal: bool = False) -> list[tuple[WorkloadState, Reason]]:
+            within: int | None = None) -> list[tuple[WorkloadState, Reason]]:
     wl = trial.wl
     chosen: list[tuple[WorkloadState, Reason]] = []
     for candidate in candidates:
@@ -204,20 +210,22 @@ def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
             if rule.code == C.FAIR_SHARING and not _fair_still(trial, so_far, victim):
                 continue
         chosen.append(candidate)
-        if trial.fits_without([v for v, _ in chosen], within_nominal):
+        if trial.fits_without([v for v, _ in chosen], within):
             break
     else:
         return []
     for item in reversed(list(chosen)):
         rest = [v for v, _ in chosen if v is not item[0]]
-        if trial.fits_without(rest, within_nominal):
+        if trial.fits_without(rest, within):
             chosen.remove(item)
     return chosen
 
 
-def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool) -> list[tuple[WorkloadState, Reason]]:
+def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
+                outside: QuotaNode | None = None) -> list[tuple[WorkloadState, Reason]]:
     """Who the preemptor's rules allow it to preempt, in the order they go; other queues' workloads
-    under ``reclaimWithinCohort`` when ``reclaim``, else under ``borrowWithinCohort``."""
+    under ``reclaimWithinCohort`` when ``reclaim`` (only queues outside the subtree ``outside``),
+    else under ``borrowWithinCohort``."""
     state, idx, wl = trial.state, trial.idx, trial.wl
     cq_name = wl.spec.cluster_queue
     cq = idx.cluster_queues.get(cq_name)
@@ -244,7 +252,8 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool) -> list[tup
         else:
             if vq not in reclaimable:
                 reclaimable[vq] = (root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root
-                                   and view.borrowing(vq, trial.held))
+                                   and view.borrowing(vq, trial.held)
+                                   and (outside is None or not any(n is outside for n in idx.tree.path(vq))))
             if not reclaimable[vq]:
                 continue
             group = 0
