@@ -56,6 +56,7 @@ class QuotaStructure:
         self.queues: dict[str, QuotaNode] = {}
         self.cohorts: dict[str, QuotaNode] = {}
         self._paths: dict[str, list[QuotaNode]] = {}
+        self._ceilings: dict[tuple[str, str, int | None], int] = {}
         for cohort in contract.cohorts:
             self.cohorts[cohort.name] = _node(cohort.name, True, cohort.parent, cohort.flavors, cohort.fair_weight)
         for cq in contract.cluster_queues:
@@ -105,6 +106,17 @@ class QuotaStructure:
                 path.append(node)
             self._paths[queue] = path
         return path
+
+    def ceiling(self, queue: str, fr: str, height: int | None = None) -> int:
+        """The most of ``fr`` the queue could use with nothing else running: from the subtree
+        ``height`` levels above it (0: its nominal quota; None: the whole tree). Remembered."""
+        key = (queue, fr, height)
+        found = self._ceilings.get(key)
+        if found is None:
+            empty = QuotaView(self, {}, {})
+            found = self._ceilings[key] = (empty.available(queue, fr) if height is None
+                                           else empty.available_within(queue, fr, height))
+        return found
 
     def root_of(self, queue: str) -> str | None:
         top = self.path(queue)[-1]

@@ -168,16 +168,12 @@ def cmd_submit(args) -> int:
 
 
 def cmd_dry_run(args) -> int:
-    from gangway.contract.kueue import ConfigError
     from gangway.read.dryrun import dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
     from gangway.services.submission.manifests import ManifestError
+    contract = _load_contract(args.config)
     try:
-        run = dry_run(args.config, args.cluster, args.jobs, args.hours * 3600)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            console.print(f"[red]{problem}[/red]")
-        return 2
+        run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600)
     except (ClusterFileError, ManifestError) as exc:
         return _fail(str(exc))
     for warning in run.unread:  # what Kueue would act on and gangway will not

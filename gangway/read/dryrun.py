@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gangway.contract import load_contract_file
 from gangway.events.codec import format_time
-from gangway.read.explain import explain
+from gangway.events.contract import Contract
+from gangway.read.explain import pending_report, standing_lines
 from gangway.services.binder.cluster import load_nodes
 from gangway.services.submission.manifests import load_jobs
 from gangway.services.submission.policy import Invalid, queue_job, workload_id
@@ -35,11 +35,10 @@ class DryRun:
     unread: list[str] = field(default_factory=list)
 
 
-def dry_run(config: str, cluster: str, job_files: list[str], horizon_s: float) -> DryRun:
+def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: float) -> DryRun:
     """Configure, add the nodes, submit every job at time 0, and run ``horizon_s`` of cluster time
-    (or until nothing is left to do). Raises the loaders' errors (ConfigError, ClusterFileError,
-    ManifestError) and OSError for a file that cannot be read."""
-    contract = load_contract_file(config)
+    (or until nothing is left to do). Raises the loaders' errors (ClusterFileError, ManifestError)
+    and OSError for a file that cannot be read."""
     nodes = load_nodes(Path(cluster).read_text(), cluster)
     sim = Simulation(start_ms=int(time.time()) * 1000)  # (from now: dates and forecasts read as today's)
     run = DryRun(sim, sim.now_ms)
@@ -61,8 +60,10 @@ def dry_run(config: str, cluster: str, job_files: list[str], horizon_s: float) -
 
 def report(run: DryRun) -> list[str]:
     """Per job: refused, or its course on the simulated clock (times from the start), and for one
-    still waiting at the end, ``gangway explain``'s account of why and its forecast."""
+    still waiting at the end, ``gangway explain``'s account of why and its forecast (one
+    ``pending_report`` for all of them)."""
     state, lines = run.sim.state, []
+    reports = pending_report(state) if state.pending else {}
     for name, workload, refused in run.jobs:
         if refused:
             lines.append(f"{name}: {refused}")
@@ -75,7 +76,7 @@ def report(run: DryRun) -> list[str]:
         where = f" on {', '.join(nodes)}" if nodes else ""
         lines.append(f"{name}: {wl.phase}{where}" + (f" ({'; '.join(course)})" if course else ""))
         if wl.phase == "pending":
-            lines += [f"    {line}" for line in explain(run.sim.log, workload)[1:] if not line.startswith("[")]
+            lines += [f"    {line}" for line in standing_lines(run.sim.log, state, workload, reports)]
     last = run.sim.log[-1].time_ms
     lines.append(f"{len(run.sim.log)} events from {format_time(run.started_ms)}, the last at {_since(run, last)}"
                  + (f"; simulated up to {_since(run, run.sim.now_ms)}" if any(

@@ -137,23 +137,36 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
             lines.append(f"[{env.offset}] {line}")
     if not lines:
         return [f"{workload}: no such job in the log"]
+    return lines + standing_lines(envs, state, name, forecast=forecast)
+
+
+#: The estimated start of a workload that no cycle can admit, by its reason.
+_NEVER_STARTS = {
+    C.TOPOLOGY_UNSATISFIABLE: "estimated start: never, unless nodes that meet its topology request join the cluster",
+    C.NO_MATCHING_NODES: "estimated start: never, unless nodes it may use join the cluster",
+    C.QUOTA_NEVER_ENOUGH: "estimated start: never, unless the contract gives {cluster_queue} more quota",
+}
+
+
+def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: dict[str, Pending] | None = None,
+                   forecast: bool = True) -> list[str]:
+    """What ``explain`` says after a workload's decisions, ``state`` being ``envs`` folded: its cost
+    so far (when the contract has prices) and where it stands — for a pending one its reason,
+    positions and estimated start (from ``reports``, ``pending_report``'s, when the caller has them)."""
+    lines: list[str] = []
     wl = state.workloads.get(name)
     if wl is not None and state.contract is not None and state.contract.prices:
         lines.extend(_money_lines(envs, name))
     if wl is not None and wl.phase == "pending":
-        report = pending_report(state, forecast=forecast).get(name)
+        report = (reports if reports is not None else pending_report(state, forecast=forecast)).get(name)
         if report is not None:
             lines.append(f"now pending ({report.code}): {report.reason}")
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
-            if forecast and report.code == C.TOPOLOGY_UNSATISFIABLE:
-                lines.append("estimated start: never, unless nodes that meet its topology request join the cluster")
-            elif forecast and report.code == C.NO_MATCHING_NODES:
-                lines.append("estimated start: never, unless nodes it may use join the cluster")
-            elif forecast and report.code == C.QUOTA_NEVER_ENOUGH:
-                lines.append(f"estimated start: never, unless the contract gives {wl.spec.cluster_queue} more quota")
-            elif forecast:
-                lines.append(f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
+            if forecast:
+                never = _NEVER_STARTS.get(report.code)
+                lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None
+                             else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None and wl.deactivated:
         lines.append(f"now deactivated ({C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
     elif wl is not None:

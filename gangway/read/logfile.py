@@ -11,7 +11,7 @@ from gangway.events.catalogue import Envelope
 
 
 class LogFileError(ValueError):
-    """An exported log that cannot be opened, or a line of one that is not one of gangway's CloudEvents."""
+    """A line of an exported log that is not one of gangway's CloudEvents."""
 
 
 def write_export(envs: list[Envelope], path: str) -> None:
@@ -23,11 +23,7 @@ def write_export(envs: list[Envelope], path: str) -> None:
 
 def read_export(path: str) -> list[Envelope]:
     envs = []
-    try:
-        src = open(path, "rb")
-    except OSError as exc:
-        raise LogFileError(f"{path}: {exc.strerror or exc}") from exc
-    with src:
+    with open(path, "rb") as src:
         for number, raw in enumerate(src, 1):
             if not raw.strip():
                 continue

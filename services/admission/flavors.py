@@ -86,7 +86,7 @@ def _preemptible_room(view: QuotaView, cq: ClusterQueue, node, while_borrowing: 
             pool = view.structure.cohorts[path[-1].name].subtree.get(fr, 0)
             return pool if limit is None else min(pool, nominal + limit)
         if len(path) > 2:
-            return max(nominal, QuotaView(view.structure, {}, {}).available_within(cq.name, fr, len(path) - 2))
+            return max(nominal, view.structure.ceiling(cq.name, fr, len(path) - 2))
         return nominal
     return room
 

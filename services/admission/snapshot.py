@@ -375,11 +375,10 @@ def _never_enough(idx: ContractIndex, cq, group, request: dict[str, int]) -> Rea
     """Does the request exceed, in every flavor of the group, what the queue could use with nothing
     else running (its nominal quota and all it may borrow)? Then no cycle can admit it: the reason
     names the first flavor's shortfall."""
-    empty = QuotaView(idx.tree, {}, {})
     first: Reason | None = None
     for fq in group:
         short = next(((r, v, most) for r, v in sorted(request.items()) if r in fq.resources and v > 0
-                      and v > (most := empty.available(cq.name, fr_key(fq.flavor, r)))), None)
+                      and v > (most := idx.tree.ceiling(cq.name, fr_key(fq.flavor, r)))), None)
         if short is None:
             return None
         if first is None:

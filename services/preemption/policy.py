@@ -170,29 +170,27 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
     FindHeightOfLowestSubtreeThatFits); failing that, or when it is not below, the victims are
     those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``)."""
     trial = _Trial(state, idx, snap, wl, flavors)
-    if not idx.contract.fair_sharing.enable and _below_nominal(trial):
+    below, fits = _against_nominal(trial)
+    if below and not idx.contract.fair_sharing.enable:
         path = idx.tree.path(wl.spec.cluster_queue)
         for height in range(max(1, len(path) - 1)):  # (the root's subtree is the whole tree: no reclaim)
             chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True, outside=path[height]), height)
             if chosen:
                 return chosen
-    return _fewest(trial, _candidates(trial, ordered_out, reclaim=_fits_nominal(trial)))
+    return _fewest(trial, _candidates(trial, ordered_out, reclaim=fits))
 
 
-def _below_nominal(trial: _Trial) -> bool:
-    """Does the preemptor's queue use less than its nominal quota of everything the preemptor needs?"""
+def _against_nominal(trial: _Trial) -> tuple[bool, bool]:
+    """(Does the preemptor's queue use less than its nominal quota of everything the preemptor
+    needs, would the preemptor fit that nominal quota with what the queue uses now?)"""
     cq = trial.wl.spec.cluster_queue
     node = trial.idx.tree.queues.get(cq)
+    if node is None:
+        return False, False
     own = trial.snap.later_view().usage.get(cq, {})
-    return node is not None and all(own.get(fr, 0) < node.nominal.get(fr, 0) for fr, v in trial.held.items() if v > 0)
-
-
-def _fits_nominal(trial: _Trial) -> bool:
-    """Would the preemptor fit its queue's nominal quota with what the queue uses now?"""
-    cq = trial.wl.spec.cluster_queue
-    node = trial.idx.tree.queues.get(cq)
-    own = trial.snap.later_view().usage.get(cq, {})
-    return node is not None and all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
+    below = all(own.get(fr, 0) < node.nominal.get(fr, 0) for fr, v in trial.held.items() if v > 0)
+    fits = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
+    return below, fits
 
 
 def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
