@@ -68,14 +68,10 @@ GC_THRESHOLDS = (700, 10, 100)
 #: Niceness of a service's own process (``os.nice``, by service name): the services off the path from
 #: a queued job to a running one yield the CPU to those on it (submission, admission, the binder)
 #: when the machine is busy, and catch up after. Placement places only what admission could not
-#: place with the admission; money is counted from the log at any delay.
+#: place with the admission; money is counted from the log at any delay. (The archiver too:
+#: ``archive.ARCHIVER_NICE``.)
 NICE = {"placement": 5, "preemption": 5, "accounting": 10}
 
-#: How the services off that path (those in ``NICE``) fetch the log: in batches of at least this
-#: many bytes, or what there is after this many ms. A fetch answered at each few events costs its
-#: process about as much as folding them, and in Kueue's baseline those three services' fetches took
-#: CPU from the two on the path; deciding a fifth of a second later costs them nothing that matters.
-OFF_PATH_FETCH = {"min_bytes": 64 * 1024, "wait_ms": 200}
 
 #: How often, at most, a service commits the log offset it has folded (its consumer group's
 #: committed offset on the log: what the console and any Kafka lag exporter read as its progress).
@@ -227,8 +223,9 @@ class LogService:
     async def run(self, stop: asyncio.Event, standby: bool = False) -> None:
         """Fold, decide and append until ``stop``. With ``standby``, several instances may run:
         all fold, and only the one holding the ``ActiveLease`` decides and appends."""
-        fetch = OFF_PATH_FETCH if self.name in NICE else {}
-        async with kafka.log_consumer(self.bootstrap, group_id=self.group_id(), **fetch) as consumer, \
+        # The services off that path (those in ``NICE``) fetch the log lazily (``kafka.LAZY_FETCH``): in
+        # Kueue's baseline their prompt fetches took CPU from the two on the path.
+        async with kafka.log_consumer(self.bootstrap, group_id=self.group_id(), lazy=self.name in NICE) as consumer, \
                 kafka.producer(self.bootstrap) as producer:
             self.lease = kafka.ActiveLease(self.bootstrap, self.lease_group()) if standby else None
             keeper = None
