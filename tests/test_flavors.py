@@ -16,18 +16,22 @@ from gangway.events.resources import GPU
 from gangway.events.resources import index_of
 from gangway.services.admission.policy import admission_cycle, decide_admission
 from gangway.services.placement.policy import decide_placement
+from gangway.services.preemption.policy import decide_preemption
 from gangway.sim import Simulation
 
 A100 = {"gpu-model": "a100"}
 H100 = {"gpu-model": "h100"}
 
 
-def two_flavors(h100: float = 8, a100: float = 8, cohort: bool = False, **fungibility: str) -> LogBuilder:
-    """Queue "q": flavor h100 then a100 (GPUs), each on its own labelled 8-GPU nodes.
+def two_flavors(h100: float = 8, a100: float = 8, cohort: bool = False, within: str = "Never",
+                **fungibility: str) -> LogBuilder:
+    """Queue "q": flavor h100 then a100 (GPUs), each on its own labelled 8-GPU nodes; ``within`` is
+    its withinClusterQueue preemption.
 
     With ``cohort``, queue "lender" in the same cohort has 8 of each to lend.
     """
-    q = cluster_queue("q").flavor("h100").gpus(h100).flavor("a100").gpus(a100).fungibility(**fungibility)
+    q = (cluster_queue("q").flavor("h100").gpus(h100).flavor("a100").gpus(a100).fungibility(**fungibility)
+         .preemption(within=within))
     queues = [q]
     if cohort:
         q.cohort("all")
@@ -95,12 +99,40 @@ CASES: list[tuple[str, Callable[[], LogBuilder], list]] = [
     ("a gang without min_count is all or nothing",
      lambda: two_flavors(h100=8, a100=0).queue(wl("w", 2, pods=8)),
      []),
+    # Kueue's preemption oracle: whenCanPreempt Preempt stops only where someone may be preempted,
+    # and fewer pods are admitted only where preemption could not make room for all of them.
+    ("whenCanPreempt MayStopSearch: a flavor where nobody may be preempted is passed over",
+     lambda: two_flavors(when_can_preempt="MayStopSearch", within="LowerPriority")
+     .running(wl("high", 8, priority=10), on=[("main", "h0", 1)]).queue(wl("w", 8, priority=5)),
+     [("w", "a100", {})]),
+    ("whenCanPreempt MayStopSearch: a flavor where nobody may ever be preempted (Never) is passed over",
+     lambda: two_flavors(when_can_preempt="MayStopSearch")
+     .running(wl("low", 8), on=[("main", "h0", 1)]).queue(wl("w", 8, priority=5)),
+     [("w", "a100", {})]),
+    ("whenCanPreempt MayStopSearch: the search stops where preemption would make room",
+     lambda: two_flavors(when_can_preempt="MayStopSearch", within="LowerPriority")
+     .running(wl("low", 8), on=[("main", "h0", 1)]).queue(wl("w", 8, priority=5)),
+     []),
+    ("partial admission waits for a preemption that makes room for every pod",
+     lambda: two_flavors(h100=8, a100=0, within="LowerPriority")
+     .running(wl("low", 4), on=[("main", "h0", 1)]).queue(wl("w", 2, pods=4, min_count=2, priority=5)),
+     []),
+    ("partial admission where nobody may be preempted",
+     lambda: two_flavors(h100=8, a100=0, within="LowerPriority")
+     .running(wl("high", 4, priority=10), on=[("main", "h0", 1)]).queue(wl("w", 2, pods=4, min_count=2, priority=5)),
+     [("w", "h100", {"main": 2})]),
 ]
 
 
 @pytest.mark.parametrize("name, setup, expected", CASES, ids=[c[0] for c in CASES])
 def test_flavor_assignment(name, setup, expected):
     assert admitted(setup()) == expected
+
+
+def test_a_gang_that_waits_for_preemption_rather_than_run_with_fewer_pods_gets_it():
+    log = two_flavors(h100=8, a100=0, within="LowerPriority").running(wl("low", 4), on=[("main", "h0", 1)])
+    log.queue(wl("w", 2, pods=4, min_count=2, priority=5))
+    assert [(o.workload, o.preemptor) for o in decide_pure(decide_preemption, log.state)] == [("low", "w")]
 
 
 def test_the_first_admission_of_a_multi_flavor_queue_says_which_flavor():

@@ -10,7 +10,8 @@ from builders import LogBuilder, cluster_queue, contract, decide_pure, node, wor
 from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.services.binder.policy import due_reports, next_due_ms, rule_deadlines
-from gangway.services.preemption.policy import decide_preemption, work_lost_ms
+from gangway.services.admission.victims import work_lost_ms
+from gangway.services.preemption.policy import decide_preemption
 from gangway.services.submission.telemetry import decide_telemetry
 from gangway.sim import Simulation
 

@@ -7,8 +7,10 @@ Kueue's flavor assigner, for one workload in one ClusterQueue:
    the request is within nominal quota, or the queue may borrow while preempting) or *NoFit*;
 3. flavor fungibility decides where the search stops: ``whenCanBorrow: MayStopSearch`` takes the
    first flavor that fits even by borrowing, ``TryNextFlavor`` looks for one that fits without
-   borrowing first; ``whenCanPreempt: MayStopSearch`` stops at a flavor where preemption would
-   make room (the workload waits for it), ``TryNextFlavor`` keeps looking for one that fits now.
+   borrowing first; ``whenCanPreempt: MayStopSearch`` (Kueue's ``Preempt``) stops at a flavor where
+   preemption would make room (the workload waits for it) — as Kueue asks its preemption oracle,
+   only where the preemption rules find someone to preempt (``may_preempt``; a flavor where nobody
+   may be is passed over) — ``TryNextFlavor`` keeps looking for one that fits now.
 
 Better than Kueue: a flavor that fits the quota but has no placement for the whole gang on its
 nodes is passed over for the next one (no head-of-line blocking across flavors, kueue#8309).
@@ -16,6 +18,7 @@ nodes is passed over for the next one (no head-of-line blocking across flavors, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gangway.events.contract import ClusterQueue, FlavorQuotas
@@ -38,21 +41,27 @@ class Option:
 
 
 def group_options(view: QuotaView, cq: ClusterQueue, group: list[FlavorQuotas], request: dict[str, int],
-                  fair_sharing: bool = False) -> tuple[list[Option], list[Option]]:
+                  fair_sharing: bool = False, may_preempt: Callable[[Option], bool] | None = None,
+                  ) -> tuple[list[Option], list[Option]]:
     """(options that fit now, in the order to try them; options where preemption would make room).
 
     A queue may preempt while borrowing under ``borrowWithinCohort`` or fair sharing (as in Kueue).
+    ``may_preempt`` is the preemption oracle: asked only where the search would stop at a flavor
+    with a later one left to try, whether anyone may be preempted there.
     """
     now: list[Option] = []
     preempts: list[Option] = []
     fungibility = cq.flavor_fungibility
-    for fq in group:
+    for i, fq in enumerate(group):
         option = _classify(view, cq, fq, request, fair_sharing)
         if option.mode in (FIT, BORROW):
             now.append(option)
         elif option.mode == PREEMPT:
+            stops = fungibility.when_can_preempt == "MayStopSearch" and not now
+            if stops and i + 1 < len(group) and may_preempt is not None and not may_preempt(option):
+                continue  # nobody may be preempted here (Kueue's NoCandidates): the next flavor
             preempts.append(option)
-            if fungibility.when_can_preempt == "MayStopSearch" and not now:
+            if stops:
                 break
     if fungibility.when_can_borrow == "TryNextFlavor":
         now.sort(key=lambda o: o.mode == BORROW)  # stable: list order within each mode

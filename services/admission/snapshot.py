@@ -26,6 +26,7 @@ from gangway.events.resources import (
 )
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
+from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
     Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, release_nodes, reserve_room, take_assignments,
 )
@@ -140,11 +141,20 @@ class Snapshot:
         if missing:
             return Outcome(wl, None, reason(C.NO_QUOTA_FOR_RESOURCES, cluster_queue=cq.name, resources=", ".join(missing)))
         outcome = self._assign(wl, wl.spec.pod_sets)
-        if outcome.admission is None and _partial(wl):
+        # As Kueue: fewer pods only when preemption could not make room for all of them.
+        if outcome.admission is None and _partial(wl) and \
+                not any(preemption_possible(self, wl, flavors) for flavors in outcome.preempt_flavors):
             outcome = self._partial(wl, outcome)
         if outcome.admission is None:
             self.failed[key] = outcome
         return outcome
+
+    def _may_preempt(self, wl: WorkloadState, option: Option) -> bool:
+        """Could preemption make room for ``wl`` in ``option``'s flavor (the queue's first flavors
+        for its other resources)?"""
+        flavors = self.idx.default_flavors(wl.spec.cluster_queue, wl.request)
+        flavors.update((r, option.flavor) for r in option.resources)
+        return preemption_possible(self, wl, flavors)
 
     def failure_key(self, wl: WorkloadState) -> tuple:
         """Gangs of one shape fail alike; the runtime matters only while a reservation is held
@@ -175,7 +185,8 @@ class Snapshot:
         for group in self.idx.groups[cq.name]:
             if not any(request.get(r, 0) > 0 for r in group[0].resources):
                 continue
-            now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable)
+            now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable,
+                                     lambda option: self._may_preempt(wl, option))
             per_group.append(now)
             preempt.append((group, now, pre))
             if not now:

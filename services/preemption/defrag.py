@@ -21,6 +21,7 @@ from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, ContractIndex, admitted_pod_sets
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.snapshot import Snapshot
+from gangway.services.admission.victims import protected
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 #: At most this many workloads are moved for one gang.
@@ -69,22 +70,6 @@ def _movable(state: State, idx: ContractIndex, wl: WorkloadState, nodes, ordered
         found.append(((lost_ms(other, state.time_ms), other.request.get(GPU, 0), -other.seq), other))
     found.sort(key=lambda item: item[0])
     return [other for _, other in found]
-
-
-def protected(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
-    """May ``victim`` not be evicted now? When it has run less than its priority class's minimum
-    runtime (kueue#9876), or when it is expected to end — by its declared runtime — within one grace
-    period of now: an eviction gives it that grace to leave, so evicting it would free nothing
-    sooner than waiting, and would throw its work away if it failed to finish in time after all.
-    (One that is late by more than a grace period is no longer believed.)"""
-    started = victim.started_ms
-    minimum = idx.min_runtime_ms(victim.spec.priority_class)
-    if minimum and started is not None and now_ms - started < minimum:
-        return True
-    runtime = victim.spec.runtime_ms
-    if runtime is None:
-        return False
-    return abs((started if started is not None else now_ms) + runtime - now_ms) <= idx.grace_ms(victim.spec.priority_class)
 
 
 def _gang_fits(free, pod_sets: list[PodSet], moved: list[WorkloadState], nodes) -> bool:

@@ -2,25 +2,10 @@
 
 For each pending workload that admission cannot admit (walking the very same cycle, so nothing is
 evicted for a workload that fits anyway), in queue order, and for each flavor assignment under
-which evictions could make room:
-1. candidates, in Kueue's order — workloads of *other* queues in the cohort that are borrowing
-   (with fair sharing, the queue with the highest share first), then workloads of its own queue —
-   then lowest priority first, then (checkpoint-aware) the one that loses least work, then most
-   recently admitted first. Who may be a candidate:
-   - own queue: ``withinClusterQueue`` (LowerPriority, LowerOrNewerEqualPriority);
-   - other queues, classical: ``reclaimWithinCohort`` when the preemptor stays within its nominal
-     quota, or ``borrowWithinCohort`` (lower priority, at most ``maxPriorityThreshold``) when it
-     must borrow;
-   - other queues, fair sharing: the preemption strategies (LessThanOrEqualToFinalShare,
-     LessThanInitialShare) compare the queues' dominant resource shares;
-   - never a workload that has run less than its priority class's minimum runtime, nor one
-     expected to end (its declared runtime) within the grace period its eviction would give it —
-     evicting it frees nothing sooner than waiting for it (``defrag.protected``);
-2. add candidates to a trial until the preemptor fits (quota and a whole placement);
-3. minimal set: put each chosen victim back, newest choice first, and keep it out of the set if
-   the preemptor still fits without evicting it;
-4. order the victims out (``EvictionOrdered``, with the grace period of their priority class and
-   the work they lose) — whole workloads only, never a part of a gang.
+which evictions could make room: the fewest victims the preemption rules allow after which it fits
+(``admission/victims.py``: the search admission also asks whether preemption could make room),
+ordered out (``EvictionOrdered``, with the grace period of their priority class and the work they
+lose) — whole workloads only, never a part of a gang.
 A preemptor whose victims are still exiting is not given new ones. A gang that fits its quota but
 finds the free GPUs scattered gets a consolidation instead (``defrag.py``).
 """
@@ -30,33 +15,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gangway.events.catalogue import EvictionOrdered
-from gangway.events.fold import held_quota
-from gangway.events.quota import QuotaNode, QuotaView
 from gangway.events.quantity import format_resource
-from gangway.events.reasons import C, Reason, reason, said
-from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
+from gangway.events.reasons import C, reason, said
+from gangway.events.resources import GPU, ContractIndex, index_of
 from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.policy import admission_cycle
 from gangway.services.admission.snapshot import Snapshot
-from gangway.services.placement.policy import copy_free, place_gang, release_nodes, victims_in_flight
-from gangway.services.preemption.defrag import plan_moves, protected
+from gangway.services.admission.victims import choose_victims, work_lost_ms
+from gangway.services.placement.policy import victims_in_flight
+from gangway.services.preemption.defrag import plan_moves
 
 #: At most this many preemptors are served per cycle.
 PREEMPTORS_PER_CYCLE_MAX = 64
-
-
-def idle_words(wl: WorkloadState) -> str:
-    """Why an idle-flagged workload goes first: the rule and its figures."""
-    flag = wl.idle
-    return (f"idle first: {flag.rule} (SM active {flag.sm_active / 10:g} % since t={flag.since_ms} ms "
-            f"on {flag.gpu_milli / 1000:g} GPUs)")
-
-
-def work_lost_ms(wl: WorkloadState, now_ms: int) -> int:
-    """What evicting ``wl`` now throws away: the time since it started or last checkpointed."""
-    if wl.started_ms is None:
-        return 0
-    return max(0, now_ms - max(wl.started_ms, wl.checkpoint_ms or 0))
 
 
 def decide_preemption(state: State) -> list[EvictionOrdered]:
@@ -130,212 +100,3 @@ def _preemptor_key(idx: ContractIndex, wl: WorkloadState, snap: Snapshot) -> tup
     return (wl.shape or shape_of(wl.spec), wl.spec.priority, wl.queued_ms if newer else None, holder)
 
 
-class _Trial:
-    """The preemptor's view while victims are tried: quota and nodes without them (reverted by copy)."""
-
-    def __init__(self, state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str]):
-        self.state, self.idx, self.snap, self.wl = state, idx, snap, wl
-        self.held = by_flavor(wl.request, flavors)
-        self.nodes = snap.flavor_nodes(flavors)
-        self.pod_sets = idx.flavored(wl.spec.pod_sets, flavors)
-
-    def view_without(self, victims: list[WorkloadState]) -> QuotaView:
-        base = self.snap.later_view()
-        view = base.copy()
-        for victim in victims:
-            view.add(victim.spec.cluster_queue, held_quota(self.state, victim.admission), -1)
-        return view
-
-    def fits_without(self, victims: list[WorkloadState], within: int | None = None) -> bool:
-        """Would the preemptor fit, quota and nodes, once ``victims`` are gone (``within``: inside
-        the quota of the subtree that many levels above its queue, 0 its own nominal quota)?"""
-        view = self.view_without(victims)
-        cq = self.wl.spec.cluster_queue
-        ok, _, _ = view.fit(cq, self.held)
-        if not ok or (within is not None and any(v > view.available_within(cq, fr, within)
-                                                  for fr, v in self.held.items() if v > 0)):
-            return False
-        free = copy_free(self.snap.room_for(self.wl))
-        for victim in victims:
-            release_nodes(free, victim)
-        return place_gang(free, self.pod_sets, nodes=self.nodes) is not None
-
-
-def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
-                   ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
-    """The fewest victims (in the candidates' order) after which ``wl`` fits, or [] — as Kueue: a
-    queue below its nominal quota in what the preemptor needs first reclaims what it lent (and its
-    own lower-priority work) so as to fit inside that nominal quota; failing that, what lies outside
-    the lowest cohort of its tree whose own quota could hold it (Kueue's
-    FindHeightOfLowestSubtreeThatFits); failing that, or when it is not below, the victims are
-    those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``)."""
-    trial = _Trial(state, idx, snap, wl, flavors)
-    below, fits = _against_nominal(trial)
-    if below and not idx.contract.fair_sharing.enable:
-        path = idx.tree.path(wl.spec.cluster_queue)
-        for height in range(max(1, len(path) - 1)):  # (the root's subtree is the whole tree: no reclaim)
-            chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True, outside=path[height]), height)
-            if chosen:
-                return chosen
-    return _fewest(trial, _candidates(trial, ordered_out, reclaim=fits))
-
-
-def _against_nominal(trial: _Trial) -> tuple[bool, bool]:
-    """(Does the preemptor's queue use less than its nominal quota of everything the preemptor
-    needs, would the preemptor fit that nominal quota with what the queue uses now?)"""
-    cq = trial.wl.spec.cluster_queue
-    node = trial.idx.tree.queues.get(cq)
-    if node is None:
-        return False, False
-    own = trial.snap.later_view().usage.get(cq, {})
-    below = all(own.get(fr, 0) < node.nominal.get(fr, 0) for fr, v in trial.held.items() if v > 0)
-    fits = all(own.get(fr, 0) + v <= node.nominal.get(fr, -1) for fr, v in trial.held.items())
-    return below, fits
-
-
-def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
-            within: int | None = None) -> list[tuple[WorkloadState, Reason]]:
-    wl = trial.wl
-    chosen: list[tuple[WorkloadState, Reason]] = []
-    for candidate in candidates:
-        victim, rule = candidate
-        so_far = [v for v, _ in chosen]
-        if victim.spec.cluster_queue != wl.spec.cluster_queue:
-            # As in Kueue: another queue's workload goes only while that queue still borrows what
-            # the preemptor needs, once the victims chosen so far are gone.
-            if not trial.view_without(so_far).borrowing(victim.spec.cluster_queue, trial.held):
-                continue
-            if rule.code == C.FAIR_SHARING and not _fair_still(trial, so_far, victim):
-                continue
-        chosen.append(candidate)
-        if trial.fits_without([v for v, _ in chosen], within):
-            break
-    else:
-        return []
-    for item in reversed(list(chosen)):
-        rest = [v for v, _ in chosen if v is not item[0]]
-        if trial.fits_without(rest, within):
-            chosen.remove(item)
-    return chosen
-
-
-def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
-                outside: QuotaNode | None = None) -> list[tuple[WorkloadState, Reason]]:
-    """Who the preemptor's rules allow it to preempt, in the order they go; other queues' workloads
-    under ``reclaimWithinCohort`` when ``reclaim`` (only queues outside the subtree ``outside``),
-    else under ``borrowWithinCohort``."""
-    state, idx, wl = trial.state, trial.idx, trial.wl
-    cq_name = wl.spec.cluster_queue
-    cq = idx.cluster_queues.get(cq_name)
-    if cq is None:
-        return []
-    if _preempts_nobody(idx, cq):
-        return []
-    view = trial.snap.later_view()
-    root = idx.tree.root_of(cq_name)
-    fair = idx.contract.fair_sharing.enable
-    idle_rule = idx.contract.idle_rule
-    found: list[tuple[tuple, WorkloadState, Reason]] = []
-    shares: dict[str, int] = {}
-    #: Per victim queue: is it in the preemptor's cohort tree and borrowing what it needs? (The
-    #: cheap tests go first; the per-victim ones only for victims a rule allows.)
-    reclaimable: dict[str, bool] = {}
-    for name in state.active:
-        victim = state.workloads[name]
-        if victim.phase == "evicting" or victim.admission is None or name in ordered_out:
-            continue
-        vq = victim.spec.cluster_queue
-        if vq == cq_name:
-            rule, group = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim), 1
-        else:
-            if vq not in reclaimable:
-                reclaimable[vq] = (root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root
-                                   and view.borrowing(vq, trial.held)
-                                   and (outside is None or not any(n is outside for n in idx.tree.path(vq))))
-            if not reclaimable[vq]:
-                continue
-            group = 0
-            if fair:
-                rule = reason(C.FAIR_SHARING, victim_queue=vq, cohort=root)
-            elif reclaim:
-                rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
-            else:
-                rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)
-        if rule and _shares_something(state, trial, victim) and not protected(idx, victim, state.time_ms):
-            lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
-            # With fair sharing, the queue furthest above its share gives first (Kueue's order).
-            share = 0
-            if fair and group == 0:
-                share = -shares.setdefault(vq, view.share(idx.tree.queues[vq], {}, idx.weights))
-            # The idle-GPU hunt (contract switch): idle borrowers of other queues go first.
-            idle_first = group == 0 and idle_rule is not None and idle_rule.preempt_first and victim.idle is not None
-            if idle_first:
-                rule = rule.plus(idle_first=idle_words(victim))
-            key = (group, not idle_first, share, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
-            found.append((key, victim, rule))
-    found.sort(key=lambda item: item[0])
-    return [(victim, rule) for _, victim, rule in found]
-
-
-def _preempts_nobody(idx: ContractIndex, cq) -> bool:
-    """A queue whose every preemption policy is Never (and no fair sharing) has no candidates."""
-    p = cq.preemption
-    return (p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never"
-            and p.borrow_within_cohort.policy != "LowerPriority" and not idx.contract.fair_sharing.enable)
-
-
-def _shares_something(state: State, trial: _Trial, victim: WorkloadState) -> bool:
-    """Does evicting the victim give back quota the preemptor needs, or nodes it may use?"""
-    held = held_quota(state, victim.admission)
-    if any(fr in held for fr in trial.held):
-        return True
-    if trial.nodes is None or victim.placement is None:
-        return False
-    return any(a.node in trial.nodes for a in victim.placement.assignments)
-
-
-
-
-def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> Reason | None:
-    p, q = wl.spec.priority, victim.spec.priority
-    if policy in ("LowerPriority", "LowerOrNewerEqualPriority") and q < p:
-        return reason(C.WITHIN_QUEUE_LOWER_PRIORITY, policy=policy, priority=p, victim_priority=q,
-                      preemptor=wl.spec.workload)
-    if policy == "LowerOrNewerEqualPriority" and q == p and victim.queued_ms > wl.queued_ms:
-        return reason(C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, policy=policy, priority=q, preemptor=wl.spec.workload)
-    return None
-
-
-def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str) -> Reason | None:
-    p, q = wl.spec.priority, victim.spec.priority
-    if policy == "Any" or (policy == "LowerPriority" and q < p):
-        return reason(C.RECLAIM_WITHIN_COHORT, policy=policy, victim_queue=vq, cluster_queue=wl.spec.cluster_queue,
-                      preemptor=wl.spec.workload)
-    return None
-
-
-def _borrow_rule(policy, wl: WorkloadState, victim: WorkloadState, vq: str) -> Reason | None:
-    p, q = wl.spec.priority, victim.spec.priority
-    if policy.policy != "LowerPriority" or q >= p:
-        return None
-    if policy.max_priority_threshold is not None and q > policy.max_priority_threshold:
-        return None
-    return reason(C.BORROW_WITHIN_COHORT, preemptor=wl.spec.workload, priority=p, victim_queue=vq, victim_priority=q)
-
-
-def _fair_still(trial: _Trial, chosen: list[WorkloadState], victim: WorkloadState) -> bool:
-    """Kueue's fair-sharing strategies, in order: may ``victim`` go, given those already chosen?"""
-    idx = trial.idx
-    view = trial.view_without(chosen)
-    cq = idx.tree.queues[trial.wl.spec.cluster_queue]
-    vq = idx.tree.queues[victim.spec.cluster_queue]
-    preemptor_after = view.share(cq, trial.held, idx.weights)
-    victim_before = view.share(vq, {}, idx.weights)
-    removed = held_quota(trial.state, victim.admission)
-    victim_after = view.share(vq, {fr: -v for fr, v in removed.items()}, idx.weights)
-    for strategy in idx.contract.fair_sharing.preemption_strategies:
-        if strategy == "LessThanOrEqualToFinalShare" and preemptor_after <= victim_after:
-            return True
-        if strategy == "LessThanInitialShare" and preemptor_after < victim_before:
-            return True
-    return False
