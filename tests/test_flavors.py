@@ -135,6 +135,15 @@ def test_a_gang_that_waits_for_preemption_rather_than_run_with_fewer_pods_gets_i
     assert [(o.workload, o.preemptor) for o in decide_pure(decide_preemption, log.state)] == [("low", "w")]
 
 
+def test_a_preemptor_whose_victims_are_leaving_waits_for_their_room_not_for_another_flavor():
+    log = two_flavors(when_can_preempt="MayStopSearch", within="LowerPriority")
+    log.running(wl("low", 8), on=[("main", "h0", 1)]).queue(wl("w", 8, priority=5))
+    [order] = decide_pure(decide_preemption, log.state)
+    log.add(order)
+    assert log.phase("low") == "evicting"
+    assert admitted(log) == []  # (the oracle finds nobody left to preempt in h100: w is owed that room)
+
+
 def test_the_first_admission_of_a_multi_flavor_queue_says_which_flavor():
     [decision] = decide_pure(decide_admission, two_flavors(h100=4).queue(wl("w", 8)).state)
     assert decision.flavors == {GPU: "a100"}

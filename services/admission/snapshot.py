@@ -143,7 +143,7 @@ class Snapshot:
         outcome = self._assign(wl, wl.spec.pod_sets)
         # As Kueue: fewer pods only when preemption could not make room for all of them.
         if outcome.admission is None and _partial(wl) and \
-                not any(preemption_possible(self, wl, flavors) for flavors in outcome.preempt_flavors):
+                not any(self._preemption_possible(wl, flavors) for flavors in outcome.preempt_flavors):
             outcome = self._partial(wl, outcome)
         if outcome.admission is None:
             self.failed[key] = outcome
@@ -154,7 +154,12 @@ class Snapshot:
         for its other resources)?"""
         flavors = self.idx.default_flavors(wl.spec.cluster_queue, wl.request)
         flavors.update((r, option.flavor) for r in option.resources)
-        return preemption_possible(self, wl, flavors)
+        return self._preemption_possible(wl, flavors)
+
+    def _preemption_possible(self, wl: WorkloadState, flavors: dict[str, str]) -> bool:
+        """The preemption oracle's answer; yes for a preemptor its victims were ordered out for
+        (``State.nominated``): they are leaving, or gone, and its room is kept for it."""
+        return wl.spec.workload in self.state.nominated or preemption_possible(self, wl, flavors)
 
     def failure_key(self, wl: WorkloadState) -> tuple:
         """Gangs of one shape fail alike; the runtime matters only while a reservation is held
