@@ -168,13 +168,19 @@ def cmd_submit(args) -> int:
 
 
 def cmd_dry_run(args) -> int:
-    from gangway.read.dryrun import dry_run, report
+    from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
     from gangway.services.submission.manifests import ManifestError
+    later = []
+    for at, path in args.later:
+        try:
+            later.append((float(at), path))
+        except ValueError:
+            return _fail(f"--later {at} {path}: {at!r} is not a number of seconds")
     contract = _load_contract(args.config)
     try:
-        run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600)
-    except (ClusterFileError, ManifestError) as exc:
+        run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600, later)
+    except (ClusterFileError, ManifestError, DryRunError) as exc:
         return _fail(str(exc))
     for warning in run.unread:  # what Kueue would act on and gangway will not
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
@@ -535,6 +541,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cluster", required=True, help="cluster file of Kubernetes Node objects")
     s.add_argument("--hours", type=float, default=HORIZON_HOURS,
                    help=f"cluster time to simulate (default {HORIZON_HOURS:g}: a week)")
+    s.add_argument("--later", nargs=2, action="append", default=[], metavar=("SECONDS", "FILE"),
+                   help="submit FILE's jobs SECONDS of cluster time after the start (repeatable)")
     s.add_argument("--export", metavar="FILE", help="write the run's log, one structured CloudEvent per line")
     s.set_defaults(func=cmd_dry_run)
     s = sub.add_parser("status", help="queues, running workloads, free GPUs per node")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import yaml
 
 CONTRACT = textwrap.dedent("""
@@ -41,15 +42,18 @@ NODE = """
 CLUSTER = "apiVersion: v1\nkind: List\nitems:" + NODE.format(name="n0") + NODE.format(name="n1") + "\n"
 
 
-def job(name: str, pods: int, gpus: int, runtime_s: int, annotations: dict[str, str] | None = None) -> str:
+def job(name: str, pods: int, gpus: int, runtime_s: int, annotations: dict[str, str] | None = None,
+        priority_class: str | None = None) -> str:
+    pod = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer", "resources": {
+        "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}}]}
+    if priority_class:
+        pod["priorityClassName"] = priority_class
     return yaml.safe_dump({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"},
                      "annotations": {"gangway.io/runtime-seconds": str(runtime_s)}},
         "spec": {"parallelism": pods, "completions": pods, "template": {
-            "metadata": {"annotations": annotations or {}},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer", "resources": {
-                "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}}]}}},
+            "metadata": {"annotations": annotations or {}}, "spec": pod}},
     })
 
 
@@ -94,4 +98,90 @@ def test_a_dry_run_refuses_a_file_that_is_not_a_contract_with_its_problems(tmp_p
     (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60))
     result = gangway("dry-run", "--config", "cluster.yaml", "--cluster", "cluster.yaml", "jobs.yaml", cwd=tmp_path)
     assert result.returncode == 2 and "no contract objects" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+#: Two flavors, h100 then a100, one node each; whenCanPreempt: Preempt; lower priorities preempted.
+TWO_FLAVORS = textwrap.dedent("""
+    apiVersion: scheduling.k8s.io/v1
+    kind: PriorityClass
+    metadata: {name: high}
+    value: 1000
+    ---
+    apiVersion: scheduling.k8s.io/v1
+    kind: PriorityClass
+    metadata: {name: mid}
+    value: 500
+    ---
+    apiVersion: scheduling.k8s.io/v1
+    kind: PriorityClass
+    metadata: {name: low}
+    value: 100
+    """) + "".join(textwrap.dedent(f"""
+    ---
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ResourceFlavor
+    metadata: {{name: {model}}}
+    spec: {{nodeLabels: {{gpu-model: {model}}}}}
+    """) for model in ("h100", "a100")) + textwrap.dedent("""
+    ---
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ClusterQueue
+    metadata: {name: cq}
+    spec:
+      namespaceSelector: {}
+      preemption: {withinClusterQueue: LowerPriority}
+      flavorFungibility: {whenCanPreempt: Preempt}
+      resourceGroups:
+      - coveredResources: [cpu, nvidia.com/gpu]
+        flavors:
+        - name: h100
+          resources: [{name: cpu, nominalQuota: 100}, {name: nvidia.com/gpu, nominalQuota: 8}]
+        - name: a100
+          resources: [{name: cpu, nominalQuota: 100}, {name: nvidia.com/gpu, nominalQuota: 8}]
+    ---
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: LocalQueue
+    metadata: {namespace: team, name: lq}
+    spec: {clusterQueue: cq}
+    """)
+TWO_NODES = "apiVersion: v1\nkind: List\nitems:" + "".join(f"""
+- apiVersion: v1
+  kind: Node
+  metadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}, gpu-model: {model}}}}}
+  status: {{allocatable: {{cpu: "96", memory: 1000Gi, nvidia.com/gpu: "8", pods: "110"}}}}""" for name, model in (
+    ("h0", "h100"), ("a0", "a100"))) + "\n"
+
+
+@pytest.mark.parametrize("first, expected", [
+    # Nobody in h100 may be preempted for it: the search goes on to a100, idle (Kueue's oracle).
+    ("high", ["team/first: finished on h0 (admitted at +0 s; started at +0 s; finished at +3600 s)",
+              "team/mid: finished on a0 (submitted at +60 s; admitted at +60 s; started at +60 s; finished at +660 s)"]),
+    # first may be preempted: whenCanPreempt Preempt stops at h100, and first moves to a100.
+    ("low", ["team/first: finished on a0 (evicted 1 time; admitted at +90 s; started at +90 s; finished at +3690 s)",
+             "team/mid: finished on h0 (submitted at +60 s; admitted at +90 s; started at +90 s; finished at +690 s)"]),
+])
+def test_a_job_submitted_later_preempts_or_takes_the_next_flavor_as_kueue_would(tmp_path, first, expected):
+    (tmp_path / "contract.yaml").write_text(TWO_FLAVORS)
+    (tmp_path / "cluster.yaml").write_text(TWO_NODES)
+    (tmp_path / "first.yaml").write_text(job("first", 1, 8, 3600, priority_class=first))
+    (tmp_path / "mid.yaml").write_text(job("mid", 1, 8, 600, priority_class="mid"))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "first.yaml",
+                     "--later", "60", "mid.yaml", "--hours", "2", "--export", "log.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[:2] == expected
+    replayed = gangway("replay", "log.jsonl", cwd=tmp_path)
+    decisions = re.search(r"(\d+) of (\d+) decisions reproduced", replayed.stdout.replace("\n", " "))
+    assert replayed.returncode == 0 and decisions and decisions[1] == decisions[2], replayed.stdout
+
+
+@pytest.mark.parametrize("later, said", [("soon", "'soon' is not a number of seconds"),
+                                         ("7201", "the time must be from 0 to the run's 7200 s")])
+def test_a_dry_run_refuses_a_later_time_it_cannot_use(tmp_path, later, said):
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
+                     "--later", later, "jobs.yaml", "--hours", "2", cwd=tmp_path)
+    assert result.returncode == 1 and said in result.stderr + result.stdout
     assert "Traceback" not in result.stdout + result.stderr

@@ -376,6 +376,13 @@ def test_a_kubernetes_priority_class_sets_the_priority_of_a_job_without_the_labe
     assert unknown.reason == "unknown_priority_class" and "defined: batch-high, cluster-default" in unknown.message
 
 
+def test_a_label_naming_a_kubernetes_priority_class_says_where_that_class_is_named():
+    result = decide_submission(plain(job(priority_class="batch-high")), KEY, [], make_state(K8S_CLASSES), {}, SUBMISSION)
+    assert result.reason == "unknown_priority_class"
+    assert result.message.endswith("'batch-high' is a Kubernetes PriorityClass: name it in the pod template's "
+                                   "priorityClassName")
+
+
 def test_a_redelivered_submission_that_is_already_a_workload_gives_nothing():
     state = make_state(queued=[queued(submission=SUBMISSION)])
     assert decide_submission(plain(job()), KEY, [], state, {}, SUBMISSION) is None

@@ -23,39 +23,57 @@ from gangway.services.submission.policy import Invalid, queue_job, workload_id
 from gangway.sim import Simulation
 
 
+class DryRunError(ValueError):
+    """A dry run asked for something it cannot do (a submission outside the simulated time)."""
+
+
 @dataclass
 class DryRun:
     """The run: its log, and per job what became of it (in the order the files give them)."""
 
     sim: Simulation
     started_ms: int
-    #: (namespace/job, its workload's name or None, why it was refused or "").
-    jobs: list[tuple[str, str | None, str]] = field(default_factory=list)
+    #: (namespace/job, its workload's name or None, why it was refused or "", when it was submitted).
+    jobs: list[tuple[str, str | None, str, int]] = field(default_factory=list)
     #: What the manifests asked for that gangway does not act on (as ``gangway submit`` warns).
     unread: list[str] = field(default_factory=list)
 
 
-def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: float) -> DryRun:
-    """Configure, add the nodes, submit every job at time 0, and run ``horizon_s`` of cluster time
-    (or until nothing is left to do). Raises the loaders' errors (ClusterFileError, ManifestError)
-    and OSError for a file that cannot be read."""
+def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: float,
+            later: list[tuple[float, str]] = ()) -> DryRun:
+    """Configure, add the nodes, submit the jobs of ``job_files`` at time 0 and those of each
+    ``later`` (seconds, file) that many seconds of cluster time after it, and run ``horizon_s`` of
+    cluster time from the start (or until nothing is left to do). Raises the loaders' errors
+    (ClusterFileError, ManifestError), OSError for a file that cannot be read, and DryRunError for
+    a submission time outside the run."""
+    for at_s, path in later:
+        if not 0 <= at_s <= horizon_s:
+            raise DryRunError(f"--later {at_s:g} {path}: the time must be from 0 to the run's {horizon_s:g} s")
     nodes = load_nodes(Path(cluster).read_text(), cluster)
     sim = Simulation(start_ms=int(time.time()) * 1000)  # (from now: dates and forecasts read as today's)
     run = DryRun(sim, sim.now_ms)
     sim.configure(contract)
     sim.add_nodes(nodes)
-    for path in job_files:
-        for job in load_jobs(Path(path).read_text(), path, on_unread=run.unread.append):
-            name = workload_id(job)
-            try:
-                queued = queue_job(job, sim.state, {}, f"{path}#{len(run.jobs)}")
-            except Invalid as bad:
-                run.jobs.append((name, None, f"rejected ({bad.reason}): {bad.message}"))
-                continue
-            sim.submit(queued)
-            run.jobs.append((name, queued.workload, ""))
-    sim.run(until_ms=sim.now_ms + int(horizon_s * 1000))
+    for at_s, path in sorted([(0.0, path) for path in job_files] + list(later), key=lambda item: item[0]):
+        if at_s:
+            sim.run(until_ms=run.started_ms + int(at_s * 1000))
+        _submit(run, path)
+    sim.run(until_ms=run.started_ms + int(horizon_s * 1000))
     return run
+
+
+def _submit(run: DryRun, path: str) -> None:
+    """Every job of ``path``, through the submission service's checks, at the simulation's time."""
+    sim = run.sim
+    for job in load_jobs(Path(path).read_text(), path, on_unread=run.unread.append):
+        name = workload_id(job)
+        try:
+            queued = queue_job(job, sim.state, {}, f"{path}#{len(run.jobs)}")
+        except Invalid as bad:
+            run.jobs.append((name, None, f"rejected ({bad.reason}): {bad.message}", sim.now_ms))
+            continue
+        sim.submit(queued)
+        run.jobs.append((name, queued.workload, "", sim.now_ms))
 
 
 def report(run: DryRun) -> list[str]:
@@ -64,12 +82,14 @@ def report(run: DryRun) -> list[str]:
     ``pending_report`` for all of them)."""
     state, lines = run.sim.state, []
     reports = pending_report(state) if state.pending else {}
-    for name, workload, refused in run.jobs:
+    for name, workload, refused, submitted_ms in run.jobs:
+        later = f" at {_since(run, submitted_ms)}" if submitted_ms > run.started_ms else ""
         if refused:
-            lines.append(f"{name}: {refused}")
+            lines.append(f"{name}: {refused}{later}")
             continue
         wl = state.workloads[workload]
         course = [f"evicted {wl.attempt} time{'s' if wl.attempt > 1 else ''}"] if wl.attempt else []
+        course += [f"submitted{later}"] if later else []
         course += [f"{what} at {_since(run, at)}" for what, at in (
             ("admitted", wl.admitted_ms), ("started", wl.started_ms), ("finished", wl.finished_ms)) if at is not None]
         nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement is not None else []

@@ -535,7 +535,10 @@ def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | N
     found = idx.priority_classes.get(priority_class)
     if found is None:
         offered = ", ".join(sorted(idx.priority_classes)) or "none"
-        raise Invalid("unknown_priority_class", f"priority_class: no class {priority_class!r} (defined: {offered})")
+        pod_class_named = any(pc.name == priority_class for pc in idx.contract.pod_priority_classes)
+        raise Invalid("unknown_priority_class", f"priority_class: no WorkloadPriorityClass {priority_class!r} "
+                      f"(defined: {offered})" + (f"; {priority_class!r} is a Kubernetes PriorityClass: name it in the "
+                                                 f"pod template's priorityClassName" if pod_class_named else ""))
     return found.value
 
 
