@@ -88,8 +88,8 @@ def report(run: DryRun) -> list[str]:
             lines.append(f"{name}: {refused}{later}")
             continue
         wl = state.workloads[workload]
-        course = [f"evicted {wl.attempt} time{'s' if wl.attempt > 1 else ''}"] if wl.attempt else []
-        course += [f"submitted{later}"] if later else []
+        course = [f"submitted{later}"] if later else []
+        course += [f"evicted {wl.attempt} time{'s' if wl.attempt > 1 else ''}"] if wl.attempt else []
         course += [f"{what} at {_since(run, at)}" for what, at in (
             ("admitted", wl.admitted_ms), ("started", wl.started_ms), ("finished", wl.finished_ms)) if at is not None]
         nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement is not None else []

@@ -241,8 +241,6 @@ def _shares_something(state: State, trial: _Trial, victim: WorkloadState) -> boo
     return any(a.node in trial.nodes for a in victim.placement.assignments)
 
 
-
-
 def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> Reason | None:
     p, q = wl.spec.priority, victim.spec.priority
     if policy in ("LowerPriority", "LowerOrNewerEqualPriority") and q < p:

@@ -98,5 +98,3 @@ def _preemptor_key(idx: ContractIndex, wl: WorkloadState, snap: Snapshot) -> tup
     newer = cq is not None and cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
     holder = snap.reservation is not None and snap.reservation[0] == wl.spec.workload
     return (wl.shape or shape_of(wl.spec), wl.spec.priority, wl.queued_ms if newer else None, holder)
-
-
