@@ -33,7 +33,8 @@ class DryRun:
 
     sim: Simulation
     started_ms: int
-    #: (namespace/job, its workload's name or None, why it was refused or "", when it was submitted).
+    #: (namespace/job, its workload's name or None, why it was refused ("(reason): message") or "",
+    #: when it was submitted).
     jobs: list[tuple[str, str | None, str, int]] = field(default_factory=list)
     #: What the manifests asked for that gangway does not act on (as ``gangway submit`` warns).
     unread: list[str] = field(default_factory=list)
@@ -70,7 +71,7 @@ def _submit(run: DryRun, path: str) -> None:
         try:
             queued = queue_job(job, sim.state, {}, f"{path}#{len(run.jobs)}")
         except Invalid as bad:
-            run.jobs.append((name, None, f"rejected ({bad.reason}): {bad.message}", sim.now_ms))
+            run.jobs.append((name, None, f"({bad.reason}): {bad.message}", sim.now_ms))
             continue
         sim.submit(queued)
         run.jobs.append((name, queued.workload, "", sim.now_ms))
@@ -85,7 +86,7 @@ def report(run: DryRun) -> list[str]:
     for name, workload, refused, submitted_ms in run.jobs:
         later = f" at {_since(run, submitted_ms)}" if submitted_ms > run.started_ms else ""
         if refused:
-            lines.append(f"{name}: {refused}{later}")
+            lines.append(f"{name}: rejected{later} {refused}")
             continue
         wl = state.workloads[workload]
         course = [f"submitted{later}"] if later else []
