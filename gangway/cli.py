@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 import sys
@@ -91,13 +92,22 @@ def _kubernetes(args) -> dict | None:
 
 
 def _load_contract(path: str):
-    from gangway.contract.kueue import ConfigError, load_contract
+    """The contract of a file, its warnings printed (what Kueue would act on and gangway will not,
+    or a kind it does not know: a misspelt ClusterQueue is named, not left to look undefined);
+    every problem printed and exit 2 when it cannot be used."""
+    from gangway.contract.kueue import ConfigError, read_contract
     try:
-        return load_contract(Path(path).read_text(), path)
+        contract, warnings = read_contract(Path(path).read_text(), path)
     except ConfigError as exc:
         for problem in exc.problems:
-            console.print(f"[red]{problem}[/red]")
+            console.print(f"[red]{problem}[/red]", highlight=False)
+        warnings = exc.warnings
+        contract = None
+    for warning in warnings:
+        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+    if contract is None:
         raise SystemExit(2)
+    return contract
 
 
 def cmd_up(args) -> int:
@@ -171,11 +181,17 @@ def cmd_dry_run(args) -> int:
     from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
     from gangway.services.submission.manifests import ManifestError
+    if not math.isfinite(args.hours) or args.hours <= 0:
+        return _fail(f"--hours {args.hours:g}: a number of hours above 0")
+    if not args.jobs and not args.later:
+        return _fail("no jobs: name job files, or --later SECONDS FILE")
     later = []
     for at, path in args.later:
         try:
             later.append((float(at), path))
         except ValueError:
+            later.append((math.nan, path))
+        if not math.isfinite(later[-1][0]):
             return _fail(f"--later {at} {path}: {at!r} is not a number of seconds")
     contract = _load_contract(args.config)
     try:
@@ -536,7 +552,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_submit)
     s = sub.add_parser("dry-run", help="where jobs would go, which would wait and why: a contract, a cluster "
                        "and jobs decided offline on a simulated clock (no broker)")
-    s.add_argument("jobs", nargs="+", help="job files (gangway YAML/JSON, Job, JobSet, PyTorchJob), submitted at once")
+    s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, PyTorchJob), submitted at once")
     s.add_argument("--config", required=True, help="Kueue YAML contract")
     s.add_argument("--cluster", required=True, help="cluster file of Kubernetes Node objects")
     s.add_argument("--hours", type=float, default=HORIZON_HOURS,

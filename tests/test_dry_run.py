@@ -175,13 +175,46 @@ def test_a_job_submitted_later_preempts_or_takes_the_next_flavor_as_kueue_would(
     assert replayed.returncode == 0 and decisions and decisions[1] == decisions[2], replayed.stdout
 
 
-@pytest.mark.parametrize("later, said", [("soon", "'soon' is not a number of seconds"),
-                                         ("7201", "the time must be from 0 to the run's 7200 s")])
-def test_a_dry_run_refuses_a_later_time_it_cannot_use(tmp_path, later, said):
+def test_a_preemptor_takes_the_flavor_it_preempted_in_not_the_first(tmp_path):
+    """h100 holds a job nobody may preempt, a100 one mid may: mid waits for a100, not for h100."""
+    (tmp_path / "contract.yaml").write_text(TWO_FLAVORS)
+    (tmp_path / "cluster.yaml").write_text(TWO_NODES)
+    (tmp_path / "first.yaml").write_text(job("high", 1, 8, 3600, priority_class="high") + "---\n"
+                                         + job("low", 1, 8, 3600, priority_class="low"))
+    (tmp_path / "mid.yaml").write_text(job("mid", 1, 8, 600, priority_class="mid"))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "first.yaml",
+                     "--later", "60", "mid.yaml", "--hours", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[:3] == [
+        "team/high: finished on h0 (admitted at +0 s; started at +0 s; finished at +3600 s)",
+        "team/low: finished on a0 (evicted 1 time; admitted at +690 s; started at +690 s; finished at +4290 s)",
+        "team/mid: finished on a0 (submitted at +60 s; admitted at +90 s; started at +90 s; finished at +690 s)"]
+
+
+@pytest.mark.parametrize("args, said", [
+    (["jobs.yaml", "--later", "soon", "jobs.yaml"], "'soon' is not a number of seconds"),
+    (["jobs.yaml", "--later", "nan", "jobs.yaml"], "'nan' is not a number of seconds"),
+    (["jobs.yaml", "--later", "7201", "jobs.yaml"], "the time must be from 0 to the run's 7200 s"),
+    (["jobs.yaml", "--hours", "nan"], "--hours nan: a number of hours above 0"),
+    (["jobs.yaml", "--hours", "0"], "--hours 0: a number of hours above 0"),
+    ([], "no jobs: name job files, or --later SECONDS FILE"),
+])
+def test_a_dry_run_refuses_a_time_it_cannot_use(tmp_path, args, said):
     (tmp_path / "contract.yaml").write_text(CONTRACT)
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60))
-    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
-                     "--later", later, "jobs.yaml", "--hours", "2", cwd=tmp_path)
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "--hours", "2", *args,
+                     cwd=tmp_path)
     assert result.returncode == 1 and said in result.stderr + result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_dry_run_names_a_misspelt_kind_not_only_what_it_left_undefined(tmp_path):
+    (tmp_path / "contract.yaml").write_text(CONTRACT.replace("kind: ClusterQueue", "kind: ClusterQeue"))
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", cwd=tmp_path)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2
+    assert 'ClusterQueue "cq" is not defined' in out
+    assert "ClusterQeue is not part of the contract; ignored (did you mean ClusterQueue?)" in out

@@ -27,6 +27,7 @@ field admits every namespace (Kueue admits none: write ``namespaceSelector: {}``
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -337,7 +338,8 @@ def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parse
     group, _, version = api_version.rpartition("/")
     if group == KUEUE_GROUP and version in _ANY_KUEUE_VERSION:
         if kind not in _READERS:
-            at.warn("", f"{kind} is not part of the contract; ignored")
+            close = difflib.get_close_matches(str(kind), list(_READERS), n=1, cutoff=0.8)
+            at.warn("", f"{kind} is not part of the contract; ignored" + (f" (did you mean {close[0]}?)" if close else ""))
         elif version not in KUEUE_VERSIONS[kind]:
             at.error("apiVersion", f"{api_version} does not serve {kind}; use {_versions(kind)}")
         else:

@@ -29,6 +29,7 @@ from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
     Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, release_nodes, reserve_room, take_assignments,
+    victims_in_flight,
 )
 #: Expected runtime of a workload that declares none (for reservations and ETAs).
 ASSUMED_RUNTIME_MS = 3_600_000
@@ -90,6 +91,7 @@ class Snapshot:
         self.failed: dict[tuple, Outcome] = {}
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
         self.borrows: dict[str, bool] = {}
+        self._in_flight: dict[str, list[WorkloadState]] | None = None
 
     # --- quota ---------------------------------------------------------------------------------
 
@@ -157,9 +159,21 @@ class Snapshot:
         return self._preemption_possible(wl, flavors)
 
     def _preemption_possible(self, wl: WorkloadState, flavors: dict[str, str]) -> bool:
-        """The preemption oracle's answer; yes for a preemptor its victims were ordered out for
-        (``State.nominated``): they are leaving, or gone, and its room is kept for it."""
-        return wl.spec.workload in self.state.nominated or preemption_possible(self, wl, flavors)
+        """The preemption oracle's answer; yes where a preemptor's victims, ordered out and still
+        leaving, hold what it asks of ``flavors``: that room is owed to it (the oracle, finding
+        nobody left to preempt there, would send it elsewhere while they leave)."""
+        victims = self.in_flight().get(wl.spec.workload)
+        if victims:
+            wanted = by_flavor(wl.request, flavors)
+            if any(fr in wanted for victim in victims for fr in held_quota(self.state, victim.admission)):
+                return True
+        return preemption_possible(self, wl, flavors)
+
+    def in_flight(self) -> dict[str, list[WorkloadState]]:
+        """Preemptor → its victims still leaving (``victims_in_flight``), once per snapshot."""
+        if self._in_flight is None:
+            self._in_flight = victims_in_flight(self.state)
+        return self._in_flight
 
     def failure_key(self, wl: WorkloadState) -> tuple:
         """Gangs of one shape fail alike; the runtime matters only while a reservation is held
