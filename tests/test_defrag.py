@@ -61,3 +61,33 @@ def test_the_consolidation_runs_through_the_pipeline_and_everyone_runs_again():
     assert len(state.workloads["finetune"].placement.assignments) == 1  # one whole node
     assert all(wl.phase == "running" for wl in state.workloads.values())
     assert sum(isinstance(e.data, ev.EvictionOrdered) for e in sim.log) == 3
+
+
+
+def two_teams(reclaim: str) -> LogBuilder:
+    """4 nodes of 8 GPUs, each running a 2-GPU job of team a (queue "a", 24 GPUs nominal) and two of
+    team b (queue "b", 8 nominal, borrowing 8 of a's in their cohort): 2 GPUs free per node. Queue a
+    reclaims what b borrows under ``reclaim``."""
+    log = LogBuilder().configure(contract(
+        cluster_queue("a").cohort("all").gpus(24).preemption(within="LowerPriority", reclaim=reclaim),
+        cluster_queue("b").cohort("all").gpus(8)))
+    log.nodes(*(node(f"n{i}").gpus(8) for i in range(4)))
+    for i in range(4):
+        for team, jobs in (("a", 1), ("b", 2)):
+            for j in range(jobs):
+                log.running(workload(f"{team}-{i}-{j}").queue(team).pod_set("main", gpus=2).runtime_s(3600).obj(),
+                            on=[("main", f"n{i}", 1)])
+    return log.queue(workload("gang").queue("a").pod_set("main", gpus=8).runtime_s(600).obj())
+
+
+def test_another_teams_work_is_never_moved_for_a_gang_whose_rules_may_not_take_from_it():
+    """Kueue would never preempt b's work for a's gang under reclaimWithinCohort: Never: nor does
+    defragmentation move it (moving a's own job frees 4 GPUs on a node, not 8: no plan)."""
+    assert decide_pure(decide_preemption, two_teams(reclaim="Never").state) == []
+
+
+def test_another_teams_borrowed_work_is_moved_when_the_gang_may_reclaim_it():
+    orders = decide_pure(decide_preemption, two_teams(reclaim="Any").state)
+    moved = sorted(o.workload for o in orders)
+    assert len(moved) == 3 and sorted(m[0] for m in moved) == ["a", "b", "b"]  # one node emptied
+    assert all(o.reason_code == ReasonCode.DEFRAGMENTATION for o in orders)

@@ -127,6 +127,17 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
     return _fewest(trial, _candidates(trial, ordered_out, reclaim=fits))
 
 
+def preemptible_in_other_queues(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
+                                flavors: dict[str, str], ordered_out: set[str]) -> set[str]:
+    """The workloads of other ClusterQueues that ``wl``'s preemption rules let it take room from
+    under ``flavors`` (reclaim what they borrow, or borrowWithinCohort): the only other teams' work
+    defragmentation may move for it."""
+    trial = _Trial(state, idx, snap, wl, flavors)
+    below, fits = _against_nominal(trial)
+    found = _candidates(trial, ordered_out, reclaim=fits) + (_candidates(trial, ordered_out, reclaim=True) if below else [])
+    return {victim.spec.workload for victim, _ in found if victim.spec.cluster_queue != wl.spec.cluster_queue}
+
+
 def _against_nominal(trial: _Trial) -> tuple[bool, bool]:
     """(Does the preemptor's queue use less than its nominal quota of everything the preemptor
     needs, would the preemptor fit that nominal quota with what the queue uses now?)"""

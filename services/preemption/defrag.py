@@ -2,10 +2,12 @@
 
 When a gang fits its quota and enough GPUs are free in total on its flavor's nodes, but no whole
 placement exists (the free GPUs are scattered), plan a consolidation:
-1. candidates are running workloads that may be moved: priority at most the gang's, not
-   ``protected`` (past their minimum runtime, not expected to end within their grace period anyway),
-   not already leaving — cheapest first (least work lost since the last
-   checkpoint, then fewest GPUs);
+1. candidates are running workloads that may be moved: of the gang's own ClusterQueue, or of another
+   whose work the gang's preemption rules let it take room from (``preemptible_in_other_queues``:
+   a team's work within its quota is never moved for another team's gang, as Kueue would never
+   preempt it); priority at most the gang's, not ``protected`` (past their minimum runtime, not
+   expected to end within their grace period anyway), not already leaving — cheapest first (least
+   work lost since the last checkpoint, then fewest GPUs);
 2. take candidates out, one by one, until the gang can be placed;
 3. minimal set: put back every candidate the gang can do without (newest choice first);
 4. KAI's rule: the plan holds only if, with the gang placed, every moved workload can be placed
@@ -21,7 +23,7 @@ from gangway.events.fold import placement_nodes
 from gangway.events.resources import GPU, ContractIndex, admitted_pod_sets
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.snapshot import Snapshot
-from gangway.services.admission.victims import protected
+from gangway.services.admission.victims import preemptible_in_other_queues, protected
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 #: At most this many workloads are moved for one gang.
@@ -37,7 +39,8 @@ def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSta
     usable = [n for n in free if nodes is None or n in nodes]
     if need <= 0 or sum(free[n].free.get(GPU, 0) for n in usable) < need:
         return []  # not fragmentation: there are not enough free GPUs at all
-    candidates = _movable(state, idx, wl, nodes, ordered_out, lost_ms)
+    others = preemptible_in_other_queues(state, idx, snap, wl, flavors, ordered_out)
+    candidates = _movable(state, idx, wl, nodes, ordered_out, lost_ms, others)
     chosen: list[WorkloadState] = []
     for candidate in candidates:
         chosen.append(candidate)
@@ -55,11 +58,13 @@ def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSta
 
 
 def _movable(state: State, idx: ContractIndex, wl: WorkloadState, nodes, ordered_out: set[str],
-             lost_ms) -> list[WorkloadState]:
+             lost_ms, others: set[str]) -> list[WorkloadState]:
     found = []
     for name in state.active:
         other = state.workloads[name]
         if other.phase not in ("bound", "running") or name in ordered_out or other.placement is None:
+            continue
+        if other.spec.cluster_queue != wl.spec.cluster_queue and name not in others:
             continue
         if other.spec.priority > wl.spec.priority:
             continue
