@@ -318,6 +318,13 @@ ERRORS = [
         id="an unknown preemption policy is refused",
     ),
     pytest.param(
+        docs(FLAVOR, cluster_queue(extra="  preemption:\n    borrowWithinCohort: {policy: LowerPriority}\n")),
+        "config.yaml: ClusterQueue team-a: spec.preemption.borrowWithinCohort: borrowWithinCohort.policy is not "
+        "Never while reclaimWithinCohort is Never: a queue that may never preempt in its cohort cannot preempt "
+        "there to borrow",
+        id="borrowWithinCohort without reclaimWithinCohort is refused, as Kueue's API refuses it",
+    ),
+    pytest.param(
         docs(FLAVOR, cluster_queue(extra="  preemption:\n    reclaimWithinCohort: LowerOrNewerEqualPriority\n")),
         'config.yaml: ClusterQueue team-a: spec.preemption.reclaimWithinCohort: '
         '"LowerOrNewerEqualPriority" is not one of Never, LowerPriority, Any',

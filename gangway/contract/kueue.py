@@ -977,6 +977,9 @@ def _preemption(at: _At, path: str, value: Any) -> Preemption:
     within = _choice(at, f"{path}.withinClusterQueue", spec.get("withinClusterQueue"), _WITHIN, "Never")
     reclaim = _choice(at, f"{path}.reclaimWithinCohort", spec.get("reclaimWithinCohort"), _RECLAIM, "Never")
     borrow = _borrow_within_cohort(at, f"{path}.borrowWithinCohort", spec.get("borrowWithinCohort"))
+    if reclaim == "Never" and borrow.policy != "Never":  # (Kueue's API refuses it too)
+        at.error(f"{path}.borrowWithinCohort", "borrowWithinCohort.policy is not Never while reclaimWithinCohort is "
+                 "Never: a queue that may never preempt in its cohort cannot preempt there to borrow")
     return Preemption(within_cluster_queue=within, reclaim_within_cohort=reclaim, borrow_within_cohort=borrow)
 
 
