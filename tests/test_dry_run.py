@@ -85,7 +85,7 @@ def test_a_dry_run_says_where_each_job_goes_which_waits_and_why_and_its_log_repl
     assert "team/wide: finished on n0, n1 (admitted at +0 s; started at +0 s; finished at +3600 s)" in lines
     assert "team/after: finished on n0 (admitted at +3600 s; started at +3600 s; finished at +4200 s)" in lines \
         or "team/after: finished on n1 (admitted at +3600 s; started at +3600 s; finished at +4200 s)" in lines
-    assert lines[-2].endswith("the last at +4200 s; simulated up to +604800 s")
+    assert lines[-2].endswith("the last at +604800 s")  # (the clock ticked to the run's end: never still waits)
     replayed = gangway("replay", "log.jsonl", cwd=tmp_path)
     decisions = re.search(r"(\d+) of (\d+) decisions reproduced", replayed.stdout.replace("\n", " "))
     assert replayed.returncode == 0 and decisions and decisions[1] == decisions[2], replayed.stdout
@@ -218,3 +218,14 @@ def test_a_dry_run_names_a_misspelt_kind_not_only_what_it_left_undefined(tmp_pat
     assert result.returncode == 2
     assert 'ClusterQueue "cq" is not defined' in out
     assert "ClusterQeue is not part of the contract; ignored (did you mean ClusterQueue?)" in out
+
+
+def test_what_still_waits_at_the_end_is_forecast_from_the_end_of_the_run(tmp_path):
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "jobs.yaml").write_text(job("wide", 2, 8, 3600) + "---\n" + job("after", 1, 8, 600))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", "--hours", "0.5",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "team/after: pending" in result.stdout
+    assert "(in 1800 s, if nothing else arrives)" in result.stdout  # wide ends at +3600: 1800 s after the run's end

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gangway.events.catalogue import ClockTicked
 from gangway.events.codec import format_time
 from gangway.events.contract import Contract
 from gangway.read.explain import pending_report, standing_lines
@@ -60,6 +61,11 @@ def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: f
             sim.run(until_ms=run.started_ms + int(at_s * 1000))
         _submit(run, path)
     sim.run(until_ms=run.started_ms + int(horizon_s * 1000))
+    if sim.state.pending and sim.state.time_ms < sim.now_ms:
+        # The log's clock to the run's end, as the binder ticks it: what still waits is told its wait
+        # and its forecast from there, not from the last event before.
+        sim.append(f"tick/{sim.now_ms}", sim.now_ms, ClockTicked(reason="the dry run's end"), "gangway/binder")
+        sim.run(until_ms=sim.now_ms)
     return run
 
 
@@ -100,7 +106,7 @@ def report(run: DryRun) -> list[str]:
             lines += [f"    {line}" for line in standing_lines(run.sim.log, state, workload, reports)]
     last = run.sim.log[-1].time_ms
     lines.append(f"{len(run.sim.log)} events from {format_time(run.started_ms)}, the last at {_since(run, last)}"
-                 + (f"; simulated up to {_since(run, run.sim.now_ms)}" if any(
+                 + (f"; simulated up to {_since(run, run.sim.now_ms)}" if last < run.sim.now_ms and any(
                      wl.phase != "finished" for wl in state.workloads.values()) else ""))
     return lines
 
