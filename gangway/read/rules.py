@@ -151,12 +151,13 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
         lines.append("Flavors are tried in the order listed"
                      + ("; a later flavor that fits without borrowing is preferred to borrowing"
                         if fung.when_can_borrow == "TryNextFlavor" else "")
-                     + ("; it waits for preemption in the first flavor where that would make room"
-                        if fung.when_can_preempt == "MayStopSearch" else "") + ".")
-    lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it"
-                 + _codes(C.STRICT_FIFO) + "." if cq.queueing_strategy == "StrictFIFO" else
+                     + ("; it waits for preemption in the first flavor where someone may be preempted to "
+                        "make room" if fung.when_can_preempt == "MayStopSearch" else "") + ".")
+    lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it (one that can "
+                 "never fit is set aside)" + _codes(C.STRICT_FIFO) + "." if cq.queueing_strategy == "StrictFIFO" else
                  "Jobs are admitted by priority, then age; a job that does not fit lets smaller ones pass, "
-                 "but a blocked gang gets the nodes that free soonest reserved (only jobs that end in time use them)"
+                 "but a gang that fits its quota and waits for busy nodes gets the nodes that free soonest reserved "
+                 "(only jobs that end in time use them)"
                  + _codes(C.RESERVATION_HELD, C.RESERVED_FOR_ANOTHER_GANG) + ".")
     lines.extend(_preemption_words(cq))
     if contract.fair_sharing.enable:
