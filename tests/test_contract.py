@@ -433,6 +433,28 @@ ERRORS = [
         id="a grace period for an undefined priority class is refused",
     ),
     pytest.param(
+        y("""
+            apiVersion: scheduling.k8s.io/v1
+            kind: PriorityClass
+            metadata: {name: production}
+            value: 1000
+            ---
+            apiVersion: gangway.io/v1alpha1
+            kind: SchedulingPolicy
+            metadata:
+              name: default
+            spec:
+              priorityClasses:
+              - name: production
+                gracePeriodSeconds: 30
+            """),
+        'config.yaml: SchedulingPolicy default: spec.priorityClasses[0].name: '
+        'WorkloadPriorityClass "production" is not defined; "production" is a Kubernetes PriorityClass, and '
+        'per-class settings apply to WorkloadPriorityClasses (a job names one with the label '
+        'kueue.x-k8s.io/priority-class)',
+        id="a grace period for a Kubernetes PriorityClass says where such settings apply",
+    ),
+    pytest.param(
         "apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\n"
         "spec: {defaultGracePeriodSeconds: -1}\n",
         "config.yaml: SchedulingPolicy p: spec.defaultGracePeriodSeconds: -1 is out of range: 0 to 2147483647",

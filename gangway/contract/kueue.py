@@ -435,7 +435,11 @@ def _check_references(parsed: _Parsed) -> None:
     for entry in parsed.entries():
         for path, kind, name in entry.refs:
             if name not in parsed.defined(kind):
-                entry.at.error(path, f"{kind} {_show(name)} is not defined")
+                pod_class = kind == "WorkloadPriorityClass" and name in parsed.pod_priority_classes
+                entry.at.error(path, f"{kind} {_show(name)} is not defined" + (
+                    f"; {_show(name)} is a Kubernetes PriorityClass, and per-class settings apply to "
+                    f"WorkloadPriorityClasses (a job names one with the label kueue.x-k8s.io/priority-class)"
+                    if pod_class else ""))
     _check_cohort_tree(parsed)
 
 
