@@ -184,3 +184,24 @@ def test_required_node_affinity_keeps_the_pods_to_nodes_one_of_its_terms_matches
         load_jobs(text.replace('values: ["3"]', "values: [three]"), "job.yaml")
     with pytest.raises(ManifestError, match="'Near' is not one of"):
         load_jobs(text.replace("operator: NotIn", "operator: Near"), "job.yaml")
+
+
+def test_a_gang_with_required_node_affinity_that_must_wait_waits_and_then_runs():
+    """Its wait asks whether the gang could ever fit its nodes (a memo keyed by the pod set): the
+    affinity's terms hold lists, and keying by them raised TypeError (found by a stranger test)."""
+    from gangway.events.catalogue import NodeSelectorRequirement as Req
+    from gangway.events.catalogue import NodeSelectorTerm as Term
+    only_x = [Term(match_expressions=[Req(key="pool", operator="In", values=["x"])])]
+    spec = with_pods(workload("w").queue("q").gpus(8).runtime_s(600))
+    first, second = (msgspec.structs.replace(spec, workload=name, pod_sets=[
+        msgspec.structs.replace(spec.pod_sets[0], node_affinity=only_x)]) for name in ("first", "second"))
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(64)).obj())
+    sim.add_nodes([tainted("a", pool="x"), tainted("b", pool="y")])
+    sim.submit(first)
+    sim.submit(second)
+    sim.run(until_ms=sim.now_ms + 1)
+    assert sim.state.workloads["second"].phase == "pending"  # b is free, but not a node it may use
+    sim.run()
+    assert all(wl.phase == "finished" and wl.placement.assignments[0].node == "a"
+               for wl in sim.state.workloads.values())

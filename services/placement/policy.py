@@ -686,7 +686,7 @@ def _too_big(state: State, free: Free, ps: PodSet, nodes: Container[str] | None)
     allocatable), contract (its Topologies) and candidate set: a failing gang asks in every cycle."""
     key = (id(state.nodes), state.node_epoch, id(state.contract), id(nodes), ps.count,
            tuple(sorted(ps.resources.items())), ps.topology, tuple(sorted(ps.node_selector.items())),
-           tuple(ps.tolerations), tuple(ps.node_affinity))
+           tuple(ps.tolerations), repr(ps.node_affinity) if ps.node_affinity else ())  # (its terms hold lists)
     cached = _TOO_BIG.get(key)
     if cached is not None and cached[0] is state.nodes and cached[1] is state.contract and cached[2] is nodes:
         return cached[3]
