@@ -263,10 +263,11 @@ def cmd_replay(args) -> int:
     rate = report.events / elapsed if elapsed > 0 else 0.0
     console.print(f"{report.events} events replayed in {elapsed:.2f} s ({rate:,.0f} events/s); "
                   f"{report.verified} of {report.decisions} decisions reproduced; {report.superseded} superseded")
+    from gangway.read.money import money
     from gangway.services.accounting.billing import books_of
     books = books_of(envs)
     for inv in books.issued:
-        console.print(f"invoice {inv.invoice_id}: {inv.team} {inv.period} billed {inv.billed_cost_micros / 1e6:.2f} "
+        console.print(f"invoice {inv.invoice_id}: {inv.team} {inv.period} billed {money(inv.billed_cost_micros)} "
                       f"{inv.currency} ({len(inv.lines)} lines) re-derived from the log")
     if not books.issued:
         console.print("no billing period is over on this log's clock: no invoice to re-derive")
@@ -325,15 +326,21 @@ def _books(args):
 def _period_invoices(books, period: str, team: str | None):
     """The period's invoices as issued on the log's clock, or, for a period not cut yet, a draft
     (running work accrued up to the log's time)."""
-    from gangway.services.accounting.billing import invoices, period_bounds
-    try:
-        period_bounds(period)
-    except ValueError as exc:
-        raise SystemExit(f"gangway: {exc}")
+    from gangway.services.accounting.billing import invoices
+    _period_bounds(period)
     issued = [i for i in books.issued if i.period == period and (team is None or i.team == team)]
     if issued or any(i.period == period for i in books.issued):
         return issued, False
     return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team), True
+
+
+def _period_bounds(period: str) -> tuple[int, int]:
+    """A billing period's (start, end) ms, or exit with one line saying what a period looks like."""
+    from gangway.services.accounting.billing import period_bounds
+    try:
+        return period_bounds(period)
+    except ValueError as exc:
+        raise SystemExit(f"gangway: {exc}")
 
 
 def _invoice_periods(books) -> int:
@@ -416,12 +423,11 @@ def cmd_export(args) -> int:
 
 def cmd_showback(args) -> int:
     from gangway.read import money
-    from gangway.services.accounting.billing import period_bounds
     books = _books(args)
     if not books.state.time_ms:
         raise SystemExit("gangway: the log is empty")
     if args.period:
-        start, end = period_bounds(args.period)
+        start, end = _period_bounds(args.period)
         end = min(end, books.state.time_ms)
     else:
         start = min((c.start_ms for c in books.known()), default=books.state.time_ms)

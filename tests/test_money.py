@@ -290,6 +290,7 @@ def test_prices_billing_and_the_idle_rule_are_read_exactly() -> None:
     ("price", '"2.1234567"', "more than 6 decimals"),
     ("price", '"-1"', "zero or more"),
     ("price", '"two"', "not a decimal price"),
+    ("price", '"99999999999999999999999"', "is more than 1,000,000 an hour"),
     ("billing", "{period: fortnightly}", "not one of monthly, weekly, daily, hourly"),
     ("billing", "{idleCost: split}", "not one of weighted, even, apart"),
     ("idle", '{smActiveBelow: "1.5"}', "above 1"),

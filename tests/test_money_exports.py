@@ -184,3 +184,15 @@ def test_invoice_says_why_a_period_has_none_no_prices_or_a_kind_of_period_the_co
     path, books = night_log
     assert main(["invoice", "--period", books.issued[0].period, "--log", str(path)]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_bad_period_is_one_line_in_showback_as_in_invoice(night_log, capsys) -> None:
+    for command in ("showback", "invoice"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--log", str(night_log[0]), "--period", "bogus"])
+        assert str(exc.value).startswith("gangway: 'bogus' is not a billing period (2026-11, 2026-W48")
+
+
+def test_printed_money_rounds_half_up_as_the_invoices_amounts_do() -> None:
+    from gangway.read.money import money
+    assert str(money(4_225_000)) == "4.23" and str(money(16_825_000)) == "16.83" and str(money(-4_225_000)) == "-4.23"

@@ -814,7 +814,15 @@ def _money(at: _At, path: str, value: Any) -> int | None:
     if micros != micros.to_integral_value():
         at.error(path, f"{_show(value)} has more than 6 decimals")
         return None
+    if amount > PRICE_MAX:
+        at.error(path, f"{_show(value)} is more than {PRICE_MAX:,} an hour: no GPU costs that")
+        return None
     return int(micros)
+
+
+#: The most a price per unit-hour may be: a month of a thousand GPUs at it stays well inside what
+#: invoices and FOCUS exports compute exactly (28 significant digits).
+PRICE_MAX = 1_000_000
 
 
 def _policy_billing(at: _At, path: str, value: Any) -> Billing | None:

@@ -16,7 +16,7 @@ import html
 import io
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import msgspec
 
@@ -29,8 +29,9 @@ MICROS = Decimal(1_000_000)
 
 
 def money(micros: int, places: int = 2) -> Decimal:
-    """Millionths to a Decimal rounded to ``places`` (half even), for printing."""
-    return (Decimal(micros) / MICROS).quantize(Decimal(1).scaleb(-places))
+    """Millionths to a Decimal rounded to ``places`` half up, as the invoices' six-decimal amounts
+    are (4.225 shows as 4.23), for printing."""
+    return (Decimal(micros) / MICROS).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
 def hours(milli_ms: int) -> Decimal:
