@@ -654,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     except CONNECTION_FAILED as exc:
         return _fail(f"cannot connect to Kafka ({exc}): check GANGWAY_KAFKA, the listener's "
                      "GANGWAY_KAFKA_SECURITY_PROTOCOL and the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD)")
+    except BrokenPipeError:  # the reader went away (`gangway explain … | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (and no error at exit's flush)
+        return 0
     except OSError as exc:
         if exc.filename is None:  # (not a file the user named, or one of the state directory's)
             raise

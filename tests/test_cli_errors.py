@@ -122,3 +122,13 @@ def test_a_file_that_is_not_there_or_is_a_folder_fails_in_one_line_naming_it(com
         args = [a.replace("{f}", str(path)) for a in FILE_COMMANDS[command]]
         result = gangway(args, tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
         assert_one_line_failure(result, f"gangway: {path}: {why}")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`gangway rules … | head -1`: the pipe closes before the text is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "gangway", "rules", "--config", str(DEMO / "contract.yaml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err

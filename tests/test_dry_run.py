@@ -229,3 +229,13 @@ def test_what_still_waits_at_the_end_is_forecast_from_the_end_of_the_run(tmp_pat
     assert result.returncode == 0, result.stdout + result.stderr
     assert "team/after: pending" in result.stdout
     assert "(in 1800 s, if nothing else arrives)" in result.stdout  # wide ends at +3600: 1800 s after the run's end
+
+
+def test_long_times_are_written_out_in_seconds(tmp_path):
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "jobs.yaml").write_text(job("month", 1, 8, 2_600_000))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", "--hours", "800",
+                     cwd=tmp_path)
+    assert "team/month: finished on n0 (admitted at +0 s; started at +0 s; finished at +2600000 s)" in result.stdout, \
+        result.stdout + result.stderr

@@ -112,4 +112,5 @@ def report(run: DryRun) -> list[str]:
 
 
 def _since(run: DryRun, at_ms: int) -> str:
-    return f"+{(at_ms - run.started_ms) / 1000:g} s"
+    """Seconds from the start, as many digits as it has (never 2.52308e+06)."""
+    return f"+{(at_ms - run.started_ms) / 1000:.3f}".rstrip("0").rstrip(".") + " s"
