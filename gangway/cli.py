@@ -188,11 +188,12 @@ def cmd_dry_run(args) -> int:
     later = []
     for at, path in args.later:
         try:
-            later.append((float(at), path))
+            seconds = float(at)
         except ValueError:
-            later.append((math.nan, path))
-        if not math.isfinite(later[-1][0]):
+            seconds = math.nan
+        if not math.isfinite(seconds):
             return _fail(f"--later {at} {path}: {at!r} is not a number of seconds")
+        later.append((seconds, path))
     contract = _load_contract(args.config)
     try:
         run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600, later)

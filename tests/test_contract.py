@@ -236,6 +236,17 @@ def test_what_gangway_ignores_is_said(text, warning):
 
 # --- what is refused, with its precise field path ----------------------------------------------
 
+#: A SchedulingPolicy's grace period for a class named "production" (which the file may not define).
+GRACE_FOR_PRODUCTION = y("""
+    apiVersion: gangway.io/v1alpha1
+    kind: SchedulingPolicy
+    metadata:
+      name: default
+    spec:
+      priorityClasses:
+      - name: production
+        gracePeriodSeconds: 30
+    """)
 ERRORS = [
     pytest.param(
         docs(FLAVOR, cluster_queue(resources="""
@@ -418,36 +429,14 @@ ERRORS = [
         id="a priority beyond 32 bits is refused",
     ),
     pytest.param(
-        y("""
-            apiVersion: gangway.io/v1alpha1
-            kind: SchedulingPolicy
-            metadata:
-              name: default
-            spec:
-              priorityClasses:
-              - name: production
-                gracePeriodSeconds: 30
-            """),
+        GRACE_FOR_PRODUCTION,
         'config.yaml: SchedulingPolicy default: spec.priorityClasses[0].name: '
         'WorkloadPriorityClass "production" is not defined',
         id="a grace period for an undefined priority class is refused",
     ),
     pytest.param(
-        y("""
-            apiVersion: scheduling.k8s.io/v1
-            kind: PriorityClass
-            metadata: {name: production}
-            value: 1000
-            ---
-            apiVersion: gangway.io/v1alpha1
-            kind: SchedulingPolicy
-            metadata:
-              name: default
-            spec:
-              priorityClasses:
-              - name: production
-                gracePeriodSeconds: 30
-            """),
+        docs("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: production}\nvalue: 1000\n",
+             GRACE_FOR_PRODUCTION),
         'config.yaml: SchedulingPolicy default: spec.priorityClasses[0].name: '
         'WorkloadPriorityClass "production" is not defined; "production" is a Kubernetes PriorityClass, and '
         'per-class settings apply to WorkloadPriorityClasses (a job names one with the label '

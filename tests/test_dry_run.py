@@ -10,6 +10,14 @@ import textwrap
 import pytest
 import yaml
 
+#: The LocalQueue team/lq of ClusterQueue cq, which every contract here ends with.
+LOCAL_QUEUE = textwrap.dedent("""
+    ---
+    apiVersion: kueue.x-k8s.io/v1beta1
+    kind: LocalQueue
+    metadata: {namespace: team, name: lq}
+    spec: {clusterQueue: cq}
+    """)
 CONTRACT = textwrap.dedent("""
     apiVersion: kueue.x-k8s.io/v1beta1
     kind: ResourceFlavor
@@ -28,12 +36,7 @@ CONTRACT = textwrap.dedent("""
           resources:
           - {name: cpu, nominalQuota: 1000}
           - {name: nvidia.com/gpu, nominalQuota: 16}
-    ---
-    apiVersion: kueue.x-k8s.io/v1beta1
-    kind: LocalQueue
-    metadata: {namespace: team, name: lq}
-    spec: {clusterQueue: cq}
-    """)
+    """) + LOCAL_QUEUE
 NODE = """
 - apiVersion: v1
   kind: Node
@@ -55,6 +58,13 @@ def job(name: str, pods: int, gpus: int, runtime_s: int, annotations: dict[str, 
         "spec": {"parallelism": pods, "completions": pods, "template": {
             "metadata": {"annotations": annotations or {}}, "spec": pod}},
     })
+
+
+def assert_replays(log) -> None:
+    """`gangway replay` reproduces every decision of the log."""
+    replayed = gangway("replay", log.name, cwd=log.parent)
+    decisions = re.search(r"(\d+) of (\d+) decisions reproduced", replayed.stdout.replace("\n", " "))
+    assert replayed.returncode == 0 and decisions and decisions[1] == decisions[2], replayed.stdout
 
 
 def gangway(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -86,9 +96,7 @@ def test_a_dry_run_says_where_each_job_goes_which_waits_and_why_and_its_log_repl
     assert "team/after: finished on n0 (admitted at +3600 s; started at +3600 s; finished at +4200 s)" in lines \
         or "team/after: finished on n1 (admitted at +3600 s; started at +3600 s; finished at +4200 s)" in lines
     assert lines[-2].endswith("the last at +604800 s")  # (the clock ticked to the run's end: never still waits)
-    replayed = gangway("replay", "log.jsonl", cwd=tmp_path)
-    decisions = re.search(r"(\d+) of (\d+) decisions reproduced", replayed.stdout.replace("\n", " "))
-    assert replayed.returncode == 0 and decisions and decisions[1] == decisions[2], replayed.stdout
+    assert_replays(tmp_path / "log.jsonl")
     explained = gangway("explain", "--log", "log.jsonl", "team/after", cwd=tmp_path)
     assert explained.returncode == 0 and "finished" in explained.stdout
 
@@ -139,12 +147,7 @@ TWO_FLAVORS = textwrap.dedent("""
           resources: [{name: cpu, nominalQuota: 100}, {name: nvidia.com/gpu, nominalQuota: 8}]
         - name: a100
           resources: [{name: cpu, nominalQuota: 100}, {name: nvidia.com/gpu, nominalQuota: 8}]
-    ---
-    apiVersion: kueue.x-k8s.io/v1beta1
-    kind: LocalQueue
-    metadata: {namespace: team, name: lq}
-    spec: {clusterQueue: cq}
-    """)
+    """) + LOCAL_QUEUE
 TWO_NODES = "apiVersion: v1\nkind: List\nitems:" + "".join(f"""
 - apiVersion: v1
   kind: Node
@@ -170,9 +173,7 @@ def test_a_job_submitted_later_preempts_or_takes_the_next_flavor_as_kueue_would(
                      "--later", "60", "mid.yaml", "--hours", "2", "--export", "log.jsonl", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[:2] == expected
-    replayed = gangway("replay", "log.jsonl", cwd=tmp_path)
-    decisions = re.search(r"(\d+) of (\d+) decisions reproduced", replayed.stdout.replace("\n", " "))
-    assert replayed.returncode == 0 and decisions and decisions[1] == decisions[2], replayed.stdout
+    assert_replays(tmp_path / "log.jsonl")
 
 
 def test_a_preemptor_takes_the_flavor_it_preempted_in_not_the_first(tmp_path):

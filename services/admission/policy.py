@@ -116,7 +116,7 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
     """
     snap = Snapshot(state, idx)
     snap.reserve_admitted()
-    waiting = victims_in_flight(state)
+    waiting = snap.in_flight()
     blocked: set[str] = set()
     # A gang whose bind failed waits out its requeue backoff (on the log's clock) out of the cycle.
     backing_off = {name for name, t in state.backing_off.items() if t > state.time_ms}

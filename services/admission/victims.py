@@ -134,8 +134,9 @@ def preemptible_in_other_queues(state: State, idx: ContractIndex, snap: Snapshot
     defragmentation may move for it."""
     trial = _Trial(state, idx, snap, wl, flavors)
     below, fits = _against_nominal(trial)
-    found = _candidates(trial, ordered_out, reclaim=fits) + (_candidates(trial, ordered_out, reclaim=True) if below else [])
-    return {victim.spec.workload for victim, _ in found if victim.spec.cluster_queue != wl.spec.cluster_queue}
+    return {victim.spec.workload for reclaim in {fits, below or fits}  # (choose_victims' two searches)
+            for victim, _ in _candidates(trial, ordered_out, reclaim=reclaim)
+            if victim.spec.cluster_queue != wl.spec.cluster_queue}
 
 
 def _against_nominal(trial: _Trial) -> tuple[bool, bool]:
