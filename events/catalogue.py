@@ -182,6 +182,18 @@ class JobRejected(_Event, frozen=True):
 # --- decisions (they carry based_on: the log offset of the state they were decided from) -------
 
 
+class KeptRoom(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Nodes admission keeps for a gang blocked by capacity alone (EASY backfill): from ``start_ms``,
+    when the workloads on them are expected to have ended, the gang takes them (its pod sets on its
+    ``flavors``). A workload admitted while they are kept, and not expected to end before then, is
+    placed so that it leaves the gang that room (``WorkloadAdmitted.kept``)."""
+
+    workload: str
+    start_ms: int
+    nodes: list[str]
+    flavors: dict[str, str] = {}
+
+
 class WorkloadAdmitted(_Event, frozen=True):
     workload: str
     cluster_queue: str
@@ -199,6 +211,9 @@ class WorkloadAdmitted(_Event, frozen=True):
     flavors: dict[str, str] = {}
     #: Pods admitted per pod set when fewer than requested (partial admission down to min_count).
     counts: dict[str, int] = {}
+    #: The room kept for another gang when this workload was admitted, which its placement must
+    #: leave alone (None: none was kept, or this workload ends before that gang can start).
+    kept: KeptRoom | None = None
 
 
 class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):

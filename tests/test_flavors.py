@@ -14,7 +14,7 @@ from builders import LogBuilder, cluster_queue, contract, decide_pure, node, wor
 from gangway.events import catalogue as ev
 from gangway.events.resources import GPU
 from gangway.events.resources import index_of
-from gangway.services.admission.policy import admission_cycle, decide_admission
+from gangway.services.admission.policy import admission_cycle, admissions_placed, decide_admission
 from gangway.services.placement.policy import decide_placement
 from gangway.services.preemption.policy import decide_preemption
 from gangway.sim import Simulation
@@ -201,6 +201,27 @@ def test_backfill_a_job_that_ends_before_the_reservation_starts():
     log = reserved_cluster().queue(wl("big", 8, pods=2, priority=10), wl("quick", 4, runtime_s=50),
                                    wl("slow", 4, runtime_s=500))
     assert admitted(log) == [("quick", "default", {})]
+
+
+def test_a_job_admitted_beside_a_reservation_is_placed_off_the_reserved_nodes():
+    """Admission keeps n0 and n2 for the gang (they free soonest), so a long job fits only n1: it
+    must land there, though best fit alone would take n2 (4 GPUs free, an exact fit) and hold
+    the gang back past its expected start. The placement service places it alike."""
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(64)))
+    log.nodes(*(node(f"n{i}").gpus(8) for i in range(3)))
+    log.running(wl("a", 8, runtime_s=100), on=[("main", "n0", 1)])
+    log.running(wl("b", 2, runtime_s=1000), on=[("main", "n1", 1)])
+    log.running(wl("c", 4, runtime_s=50), on=[("main", "n2", 1)])
+    log.queue(wl("big", 8, pods=2, priority=10), wl("long", 4, runtime_s=5000))
+    admission, placement = decide_pure(lambda state: list(admissions_placed(state)), log.state)
+    assert admission.workload == "long"
+    assert (admission.kept.workload, admission.kept.nodes) == ("big", ["n0", "n2"])
+    assert [a.node for a in placement.assignments] == ["n1"]
+    log.add(admission, event_id=f"admit/long/{log.offset}")
+    assert [[a.node for a in p.assignments] for p in decide_placement(log.state)] == [["n1"]]
+    # Once the gang is admitted, nothing is kept for it any more.
+    log.admit("big")
+    assert [[a.node for a in p.assignments] for p in decide_placement(log.state)][0] == ["n2"]
 
 
 def test_without_a_blocked_gang_small_jobs_use_the_free_node():

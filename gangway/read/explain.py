@@ -49,8 +49,8 @@ def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
         return why
     if fits_alone:
         if snap.reservation:
-            gang, start = snap.reservation
-            return reason(C.RESERVED_FOR_ANOTHER_GANG, gang=gang, start=format_time(start))
+            return reason(C.RESERVED_FOR_ANOTHER_GANG, gang=snap.reservation.workload,
+                          start=format_time(snap.reservation.start_ms))
         return reason(C.BEHIND_HIGHER_PRIORITY)
     return why
 

@@ -284,7 +284,7 @@ def admissions(state: State) -> Iterator[WorkloadAdmitted]:
         yield WorkloadAdmitted(
             workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
             usage=a.request, borrowed=a.borrowed, based_on=state.offset,
-            flavors=a.flavors, counts=a.counts, **said(_reason(idx, wl, a)),
+            flavors=a.flavors, counts=a.counts, kept=snap.kept_from(wl), **said(_reason(idx, wl, a)),
         )
         made += 1
         if made >= ADMISSIONS_PER_CYCLE_MAX:

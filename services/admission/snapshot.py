@@ -15,7 +15,7 @@ from itertools import product
 
 import msgspec
 
-from gangway.events.catalogue import PodSet
+from gangway.events.catalogue import KeptRoom, PodSet
 from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quantity import format_amount
@@ -28,11 +28,9 @@ from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, release_nodes, reserve_room, take_assignments,
-    victims_in_flight,
+    Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, reserve_room, room_at_start,
+    take_assignments, victims_in_flight,
 )
-#: Expected runtime of a workload that declares none (for reservations and ETAs).
-ASSUMED_RUNTIME_MS = 3_600_000
 
 
 @dataclass
@@ -86,7 +84,8 @@ class Snapshot:
         self.free: Free = free_capacity(state, scored=False)
         #: Capacity before reservations: backfill that ends in time may use it.
         self.free_unreserved: Free | None = None
-        self.reservation: tuple[str, int] | None = None
+        #: The nodes kept for one gang blocked by capacity (EASY backfill), once the cycle keeps them.
+        self.reservation: KeptRoom | None = None
         #: Shapes that did not fit, and why: room only shrinks within a cycle.
         self.failed: dict[tuple, Outcome] = {}
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
@@ -281,14 +280,21 @@ class Snapshot:
 
     def room_for(self, wl: WorkloadState) -> Free:
         """Free capacity as ``wl`` sees it: the nodes reserved for it are its own."""
-        if self.reservation is not None and self.reservation[0] == wl.spec.workload and self.free_unreserved:
+        if self.reservation is not None and self.reservation.workload == wl.spec.workload and self.free_unreserved:
             return self.free_unreserved
         return self.free
 
     def _ends_before_reservation(self, wl: WorkloadState) -> bool:
         if self.reservation is None or wl.spec.runtime_ms is None:
             return False
-        return self.state.time_ms + wl.spec.runtime_ms <= self.reservation[1]
+        return self.state.time_ms + wl.spec.runtime_ms <= self.reservation.start_ms
+
+    def kept_from(self, wl: WorkloadState) -> KeptRoom | None:
+        """The room ``wl``'s placement must leave alone: the reservation held for another gang,
+        unless ``wl`` ends before that gang can start (backfill)."""
+        if self.reservation is None or self.reservation.workload == wl.spec.workload or self._ends_before_reservation(wl):
+            return None
+        return self.reservation
 
     # --- reservations ------------------------------------------------------------------------
 
@@ -318,41 +324,16 @@ class Snapshot:
         """
         if self.reservation is not None:
             return None
-        nodes, pod_sets = self.flavor_nodes(flavors), self.idx.flavored(wl.spec.pod_sets, flavors)
-        later = copy_free(self.free)
-        start = self.state.time_ms
-        for end, victim in expected_ends(self.state):
-            if place_gang(copy_free(later), pod_sets, nodes=nodes) is not None:
-                break
-            release_nodes(later, victim)
-            start = max(start, end)
-        trial = copy_free(later)
-        assignments = place_gang(trial, pod_sets, nodes=nodes)
-        if assignments is None:
+        found = room_at_start(self.state, self.free, self.idx.flavored(wl.spec.pod_sets, flavors),
+                              self.flavor_nodes(flavors))
+        if found is None:
             return None
-        nodes = sorted({a.node for a in assignments})
+        start, trial, nodes = found
         self.free_unreserved = copy_free(self.free)
         keep_smaller(self.free, trial, nodes)
-        self.reservation = (wl.spec.workload, start)
+        self.reservation = KeptRoom(workload=wl.spec.workload, start_ms=start, nodes=nodes, flavors=dict(flavors))
         self.failed.clear()
         return start, nodes
-
-
-def expected_ends(state: State) -> list[tuple[int, WorkloadState]]:
-    """Workloads holding nodes, by the time they are expected to release them."""
-    ends = []
-    for name in state.active:
-        wl = state.workloads[name]
-        if wl.placement is None:
-            continue
-        if wl.phase == "evicting" and wl.eviction is not None:
-            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
-        else:
-            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
-            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
-        ends.append((max(end, state.time_ms), name, wl))
-    ends.sort(key=lambda item: item[:2])
-    return [(end, wl) for end, _, wl in ends]
 
 
 def _told(told: Reason | None, failed: Reason | None) -> Reason | None:

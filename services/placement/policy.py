@@ -24,7 +24,7 @@ from collections.abc import Container, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
-    Fragmentation, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
+    Fragmentation, KeptRoom, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
 )
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import C, Reason, reason, said
@@ -799,6 +799,46 @@ def release_nodes(free: Free, wl: WorkloadState) -> None:
             gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], gpu_per_pod[a.pod_set], +1)
 
 
+#: Expected runtime of a workload that declares none (for reservations and ETAs).
+ASSUMED_RUNTIME_MS = 3_600_000
+
+
+def expected_ends(state: State) -> list[tuple[int, WorkloadState]]:
+    """Workloads holding nodes, by the time they are expected to release them."""
+    ends = []
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.placement is None:
+            continue
+        if wl.phase == "evicting" and wl.eviction is not None:
+            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
+        else:
+            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
+            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
+        ends.append((max(end, state.time_ms), name, wl))
+    ends.sort(key=lambda item: item[:2])
+    return [(end, wl) for end, _, wl in ends]
+
+
+def room_at_start(state: State, free: Free, pod_sets: list[PodSet], nodes: Container[str] | None,
+                  ends: list[tuple[int, WorkloadState]] | None = None) -> tuple[int, Free, list[str]] | None:
+    """When and where a gang blocked by capacity could start: running workloads are released in
+    the order they are expected to end (``ends``, by default ``expected_ends``) until it fits.
+    Returns (expected start, the room then with the gang in it, the nodes it takes), or None when
+    it would not fit even then."""
+    later = copy_free(free)
+    start = state.time_ms
+    for end, victim in expected_ends(state) if ends is None else ends:
+        if place_gang(copy_free(later), pod_sets, nodes=nodes) is not None:
+            break
+        release_nodes(later, victim)
+        start = max(start, end)
+    assignments = place_gang(later, pod_sets, nodes=nodes)
+    if assignments is None:
+        return None
+    return start, later, sorted({a.node for a in assignments})
+
+
 def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
     """Preemptor → its victims that were ordered out and have not exited yet."""
     waiting: dict[str, list[WorkloadState]] = {}
@@ -893,15 +933,30 @@ class Placer:
                 flavors = idx.default_flavors(wl.spec.cluster_queue, wl.request)
                 reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims)
         self.measure = _Measure(state)
+        #: Rooms kept for gangs blocked by capacity (``KeptRoom``, named by admissions): the room
+        #: each will have at its start with it in, and the nodes it takes (None: it would not fit).
+        self.kept: dict[tuple, tuple[Free, list[str]] | None] = {}
+        self._ends: list[tuple[int, WorkloadState]] | None = None
 
     def place(self, wl: WorkloadState, admission: WorkloadAdmitted | None = None,
               with_admission: bool = False) -> PlacementDecided | None:
         """Place ``wl``'s admitted pod sets on its flavors' nodes, as ``admission`` (by default the
-        one in force; admission passes the one its cycle just decided) admitted them."""
+        one in force; admission passes the one its cycle just decided) admitted them: leaving alone
+        the room kept for another gang when it was admitted (``WorkloadAdmitted.kept``)."""
         admission = admission or wl.admission
         idx = index_of(self.state.contract)
         pod_sets = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, admission.counts), admission.flavors)
-        placed = _place_gang(self.free, pod_sets, idx.nodes_of(admission.flavors, self.state))
+        kept = self._kept(admission.kept, idx) if admission.kept is not None else None
+        if kept is None:
+            placed = _place_gang(self.free, pod_sets, idx.nodes_of(admission.flavors, self.state))
+        else:
+            at_start, nodes = kept
+            room = copy_free(self.free)
+            keep_smaller(room, at_start, nodes)
+            placed = _place_gang(room, pod_sets, idx.nodes_of(admission.flavors, self.state))
+            if placed is not None:  # it stays past the gang's start: out of the room then, too
+                take_assignments(self.free, pod_sets, placed[0])
+                take_assignments(at_start, pod_sets, placed[0])
         if placed is None:
             return None
         assignments, notes = placed
@@ -909,6 +964,27 @@ class Placer:
             workload=wl.spec.workload, assignments=assignments, based_on=self.state.offset,
             **said(_reason(assignments, notes)), fragmentation=self.measure.after(wl.spec.pod_sets, assignments),
             with_admission=with_admission)
+
+
+    def _kept(self, kept: KeptRoom, idx) -> tuple[Free, list[str]] | None:
+        """The room at its start of the gang ``kept`` is held for, with it in, and its nodes (as
+        admission's snapshot found them: ``room_at_start``), on this cycle's free capacity the
+        first time it is asked; None once the gang is no longer pending (admitted: its own
+        placement takes the room) or when it would not fit. It tries the nodes admission kept
+        first, then any of its flavors' (admission chose among placements by best fit alone)."""
+        key = (kept.workload, kept.start_ms, tuple(kept.nodes))
+        if key in self.kept:
+            return self.kept[key]
+        gang = self.state.workloads.get(kept.workload)
+        found = None
+        if gang is not None and gang.phase == "pending":
+            if self._ends is None:
+                self._ends = expected_ends(self.state)
+            pod_sets = idx.flavored(gang.spec.pod_sets, kept.flavors)
+            found = (room_at_start(self.state, self.free, pod_sets, frozenset(kept.nodes), self._ends)
+                     or room_at_start(self.state, self.free, pod_sets, idx.nodes_of(kept.flavors, self.state), self._ends))
+        self.kept[key] = None if found is None else (found[1], found[2])
+        return self.kept[key]
 
 
 class _Measure:

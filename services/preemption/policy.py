@@ -96,5 +96,5 @@ def _preemptor_key(idx: ContractIndex, wl: WorkloadState, snap: Snapshot) -> tup
     same room (the gang holding the reservation sees its reserved nodes as its own)."""
     cq = idx.cluster_queues.get(wl.spec.cluster_queue)
     newer = cq is not None and cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
-    holder = snap.reservation is not None and snap.reservation[0] == wl.spec.workload
+    holder = snap.reservation is not None and snap.reservation.workload == wl.spec.workload
     return (wl.shape or shape_of(wl.spec), wl.spec.priority, wl.queued_ms if newer else None, holder)
