@@ -34,6 +34,10 @@ def _own(d, superseded: str | None) -> str:
                 f"{gpus(d.pod_sets)} GPUs)")
     if isinstance(d, (ev.WorkloadAdmitted, ev.PlacementDecided)) and superseded is not None:
         return f"{'admission' if isinstance(d, ev.WorkloadAdmitted) else 'placement'} superseded: {superseded}"
+    if isinstance(d, ev.WorkloadAdmitted) and d.kept is not None:
+        nodes = ", ".join(d.kept.nodes[:8]) + (" …" if len(d.kept.nodes) > 8 else "")
+        return (f"admitted: {d.reason}; expected to run past {format_time(d.kept.start_ms)}, when {d.kept.workload} "
+                f"can start on {nodes}: placed off the room kept for it there")
     if isinstance(d, ev.WorkloadAdmitted):
         return f"admitted: {d.reason}"
     if isinstance(d, ev.PlacementDecided):
