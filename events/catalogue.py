@@ -270,6 +270,10 @@ class EvictionOrdered(_Event, frozen=True):
     reason_params: dict[str, Param] = {}
     #: Work the victim loses: time run since it started or last saved a checkpoint, at the order.
     work_lost_ms: int = 0
+    #: The flavors (resource → ResourceFlavor) whose room the eviction makes: the preemptor is
+    #: admitted in them first, not in another flavor that happens to fit by then (as Kueue since
+    #: kueue#1332); {} in records written before.
+    flavors: dict[str, str] = {}
 
 
 # --- what the cluster did (the binder reports) --------------------------------------------------

@@ -249,6 +249,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.admission, wl.admission_id, wl.admitted_ms, wl.admitted_at = e, env.id, env.time_ms, env.offset
     wl.superseded = wl.superseded_code = None
     wl.nominated = False
+    wl.nominated_flavors = {}
     bring_up_to_date(state, e.cluster_queue)
     quota_view(state).add(e.cluster_queue, held)
     _dequeue(state, wl)
@@ -414,6 +415,8 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
     preemptor = state.workloads.get(e.preemptor)
     if preemptor is not None and preemptor.phase == "pending":
         preemptor.nominated = True
+        if e.flavors:
+            preemptor.nominated_flavors = e.flavors
         state.nominated[e.preemptor] = None
     if wl.phase == "admitted":
         # Nothing runs yet: the quota goes back at once and the workload waits again.

@@ -121,6 +121,8 @@ class WorkloadState(msgspec.Struct):
     #: Victims were ordered out for this workload: it goes first until it is admitted, so the
     #: room made for it is never taken by the very workloads that were evicted (no cycles).
     nominated: bool = False
+    #: The flavors its victims' room was made in (``EvictionOrdered.flavors``): tried first.
+    nominated_flavors: dict[str, str] = {}
     #: Ids of every decision about this workload folded so far (applied or superseded): a
     #: decision delivered again, however late, changes nothing.
     decided: list[str] = []

@@ -176,6 +176,45 @@ def test_a_partially_admitted_gang_is_placed_with_the_admitted_count():
     assert sum(a.count for a in w.placement.assignments) == 4
 
 
+def test_a_queue_that_borrows_in_its_second_flavor_waits_for_the_borrowers_pass():
+    """Both would borrow from the cohort and only one fits: the higher priority goes first, though
+    the other's queue lists first a flavor that cannot hold it (it borrows in the next one, so it
+    is a borrower: it does not go with the queues that fit their own quota)."""
+    train = cluster_queue("train").cohort("all").flavor("h100").gpus(8)
+    lender = cluster_queue("lender").cohort("all").flavor("h100").gpus(8)
+    adhoc = cluster_queue("adhoc").cohort("all").flavor("t4").gpus(2).flavor("h100").gpus(0)
+    log = LogBuilder().configure(contract(train, lender, adhoc).flavor_labels("h100", H100)
+                                 .flavor_labels("t4", {"gpu-model": "t4"}))
+    log.nodes(node("h0").gpus(8).label("gpu-model", "h100"), node("h1").gpus(8).label("gpu-model", "h100"),
+              node("t0").gpus(2).label("gpu-model", "t4"))
+    log.queue(wl("big", 6, pods=2, queue="train", priority=100), wl("low", 6, pods=2, queue="adhoc", priority=10))
+    assert admitted(log) == [("big", "h100", {})]
+
+
+def test_a_preemptor_is_admitted_in_the_flavor_its_victims_made_room_in():
+    """q's h100 is full and it may borrow by preempting (whenCanPreempt: Preempt stops the search at
+    h100): "other", borrowing h100 at a lower priority, is ordered out. Once it has left, h100 fits
+    by borrowing and a100 without — whenCanBorrow: TryNextFlavor alone would take a100 and the
+    eviction would have been for nothing. The preemptor goes where its room was made (kueue#1332)."""
+    q = (cluster_queue("q").cohort("all").flavor("h100").gpus(8).flavor("a100").gpus(8)
+         .fungibility("TryNextFlavor", "MayStopSearch").borrow_within_cohort("LowerPriority")
+         .preemption(within="LowerPriority", reclaim="Any"))
+    lender = cluster_queue("lender").cohort("all").flavor("h100").gpus(8)
+    other = cluster_queue("other").cohort("all").flavor("h100").gpus(0)
+    sim = Simulation()
+    sim.configure(contract(q, lender, other).flavor_labels("h100", H100).flavor_labels("a100", A100).obj())
+    sim.add_nodes([node(f"h{i}").gpus(8).label("gpu-model", "h100").obj() for i in range(2)]
+                  + [node(f"a{i}").gpus(8).label("gpu-model", "a100").obj() for i in range(2)])
+    sim.submit(workload("mine").queue("q").gpus(8).runtime_s(3600).obj())
+    sim.submit(workload("borrower").queue("other").priority(0).gpus(8).runtime_s(3600).obj())
+    sim.run(until_ms=sim.now_ms + 60_000)
+    assert sim.state.workloads["borrower"].phase == "running"
+    sim.submit(workload("urgent").queue("q").priority(100).gpus(4).runtime_s(600).obj())
+    sim.run(until_ms=sim.now_ms + 120_000)
+    urgent = sim.state.workloads["urgent"]
+    assert sim.state.workloads["borrower"].evictions and urgent.admission.flavors == {GPU: "h100"}
+
+
 # --- reservations and backfill ------------------------------------------------------------------
 
 

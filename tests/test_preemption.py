@@ -14,6 +14,7 @@ import pytest
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events import catalogue as ev
 from gangway.events.reasons import ReasonCode
+from gangway.events.resources import GPU
 from gangway.services.preemption.policy import decide_preemption
 from gangway.sim import Simulation
 
@@ -180,7 +181,7 @@ def test_eviction_order_carries_grace_period_of_the_victims_class_the_rule_and_t
         reason="withinClusterQueue LowerPriority: priority 0 < 1 of p",
         reason_code=ReasonCode.WITHIN_QUEUE_LOWER_PRIORITY,
         reason_params={"policy": "LowerPriority", "priority": 1, "victim_priority": 0, "preemptor": "p"},
-        work_lost_ms=log.state.time_ms - started,
+        work_lost_ms=log.state.time_ms - started, flavors={GPU: "default"},
     )]
     assert log.state.time_ms - started > 0
 

@@ -29,6 +29,7 @@ from gangway.events.quantity import format_resource
 from gangway.events.reasons import NEVER_CODES, C, Reason, reason, said
 from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
+from gangway.services.admission.flavors import BORROW, group_options
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
 from gangway.services.placement.policy import Placer, victims_in_flight
 
@@ -224,12 +225,24 @@ def _needs_borrowing(snap: Snapshot, wl: WorkloadState) -> bool:
 
 
 def _borrows(snap: Snapshot, wl: WorkloadState) -> bool:
-    cq = wl.spec.cluster_queue
-    if cq not in snap.idx.tree.queues:
+    """Would ``wl`` borrow under the flavors admission would try first (each resource group's
+    first option that fits now, flavor fungibility applied)? Not when it fits nowhere now. (Its
+    queue's first flavors are not enough: under ``whenCanBorrow: TryNextFlavor`` a queue whose
+    first flavor cannot hold the request borrows in the next, and must wait for the borrowers'
+    pass like any borrower, not overtake a higher-priority one as if it fitted its own quota.)"""
+    cq = snap.idx.cluster_queues.get(wl.spec.cluster_queue)
+    if cq is None or cq.name not in snap.idx.tree.queues:
         return False
-    held = by_flavor(wl.request, snap.idx.default_flavors(cq, wl.request))
-    ok, borrowed, _ = snap.view.fit(cq, held)
-    return ok and bool(borrowed)
+    request = wl.request
+    borrows = False
+    for group in snap.idx.groups[cq.name]:
+        if not any(request.get(r, 0) > 0 for r in group[0].resources):
+            continue
+        now, _ = group_options(snap.bound_view(), cq, group, request, snap.idx.contract.fair_sharing.enable)
+        if not now:
+            return False
+        borrows = borrows or now[0].mode == BORROW
+    return borrows
 
 
 def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[str, list[WorkloadState]],
@@ -242,7 +255,8 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         return outcome
     if wl.spec.workload in waiting:
         victims = waiting[wl.spec.workload]
-        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
+        flavors = wl.nominated_flavors or (outcome.preempt_flavors[0] if outcome.preempt_flavors
+                                           else idx.default_flavors(cq, wl.request))
         snap.reserve_for_preemptor(wl, victims, flavors)
         outcome.reason = reason(C.WAITING_FOR_VICTIMS, victims=len(victims))
     elif outcome.reason is not None and outcome.reason.code == C.NO_PLACEMENT and snap.reservation is None:

@@ -205,6 +205,8 @@ class Snapshot:
                 continue
             now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable,
                                      lambda option: self._may_preempt(wl, option))
+            if wl.nominated_flavors and len(now) > 1:  # the flavor its victims made room in first
+                now.sort(key=lambda option: wl.nominated_flavors.get(option.resources[0]) != option.flavor)
             per_group.append(now)
             preempt.append((group, now, pre))
             if not now:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from gangway.events.catalogue import DECISION_TYPES, Envelope
+from gangway.events.catalogue import DECISION_TYPES, Envelope, EvictionOrdered
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.deciders import propose_until, service_of
@@ -87,9 +87,12 @@ def _check(env: Envelope, derived: dict[str, tuple[int, object]] | None) -> str:
 
 def _content(decision, recorded):
     """What of ``decision`` the audit compares with ``recorded``: everything but the reason's words
-    (all of it for a decision whose reason has no code: an idle flag's sentence is its figures)."""
+    (all of it for a decision whose reason has no code: an idle flag's sentence is its figures), and
+    what a record written before a field was added cannot say (an eviction's flavors)."""
     if not hasattr(recorded, "reason_code"):
         return decision
+    if isinstance(recorded, EvictionOrdered) and not recorded.flavors:  # recorded before they were named
+        decision = msgspec.structs.replace(decision, flavors={})
     if recorded.reason_code is None:  # recorded before reasons were codes
         return msgspec.structs.replace(decision, reason="", reason_code=None, reason_params={})
     return msgspec.structs.replace(decision, reason="")

@@ -929,8 +929,9 @@ class Placer:
         for preemptor, victims in sorted(victims_in_flight(state).items()):
             wl = state.workloads.get(preemptor)
             if wl is not None and wl.phase == "pending" and preemptor not in admitted:
-                # Its flavors are chosen at admission; until then its room is kept with the first ones'.
-                flavors = idx.default_flavors(wl.spec.cluster_queue, wl.request)
+                # Its room is kept in the flavors its victims were ordered out for (records written
+                # before they were named: its queue's first ones).
+                flavors = wl.nominated_flavors or idx.default_flavors(wl.spec.cluster_queue, wl.request)
                 reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims)
         self.measure = _Measure(state)
         #: Rooms kept for gangs blocked by capacity (``KeptRoom``, named by admissions): the room

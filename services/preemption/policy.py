@@ -69,7 +69,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
             yield EvictionOrdered(
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
                 grace_ms=idx.grace_ms(victim.spec.priority_class), work_lost_ms=work_lost_ms(victim, state.time_ms),
-                **said(rule),
+                flavors=flavors, **said(rule),
             )
         ordered_out.update(v.spec.workload for v, _ in victims)
         snap.reserve_for_preemptor(wl, [v for v, _ in victims], flavors)
