@@ -193,6 +193,21 @@ def test_a_victim_none_of_whose_pods_is_bound_gets_no_grace_period():
     assert (order.workload, order.grace_ms, order.work_lost_ms) == ("v", 0, 0)
 
 
+def test_a_minimum_runtime_delays_a_preemption_and_never_sends_it_to_higher_priority_work():
+    """"low" (priority 10) is protected by its class's 900 s minimum runtime; "mid" (priority 100)
+    could go instead — it does not: "high" waits for the protection to end, then takes low's room."""
+    log = LogBuilder().configure(
+        contract(cluster_queue("q").gpus(12).preemption(within="LowerPriority"))
+        .priority_class("low", 10, grace_ms=10_000, min_runtime_ms=900_000).priority_class("mid", 100))
+    log.nodes(node("n1").gpus(6), node("n2").gpus(6))
+    log.running(wl("mid", "q", 6, priority=100, pc="mid"))
+    log.advance(300_000).running(wl("low", "q", 6, priority=10, pc="low"))
+    log.advance(700_000).queue(wl("high", "q", 6, priority=1000))
+    assert decide_pure(decide_preemption, log.state) == []
+    log.advance(200_000).add(ev.ClockTicked(reason="minimum runtime of low ends"))
+    assert [(o.workload, o.preemptor) for o in decide_pure(decide_preemption, log.state)] == [("low", "high")]
+
+
 def test_eviction_order_without_a_class_gets_the_default_grace_period():
     log = standalone().running(wl("v", "q", 8, priority=0)).queue(wl("p", "q", 8, priority=1))
     [order] = decide_pure(decide_preemption, log.state)

@@ -20,7 +20,10 @@ For one pending workload and one flavor assignment:
      LessThanInitialShare) compare the queues' dominant resource shares;
    - never a workload that has run less than its priority class's minimum runtime, nor one
      expected to end (its declared runtime) within the grace period its eviction would give it —
-     evicting it frees nothing sooner than waiting for it (``protected``);
+     evicting it frees nothing sooner than waiting for it (``protected``); and while a workload
+     the rules allow is protected by its minimum runtime, none of higher priority than it is a
+     candidate (the minimum runtime delays its preemption, never redirects it to work of higher
+     priority: the preemptor waits, at most that long);
 2. add candidates to a trial until the preemptor fits (quota and a whole placement);
 3. minimal set: put each chosen victim back, newest choice first, and keep it out of the set if
    the preemptor still fits without evicting it.
@@ -61,14 +64,19 @@ def protected(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
     period of now: an eviction gives it that grace to leave, so evicting it would free nothing
     sooner than waiting, and would throw its work away if it failed to finish in time after all.
     (One that is late by more than a grace period is no longer believed.)"""
-    started = victim.started_ms
-    minimum = idx.min_runtime_ms(victim.spec.priority_class)
-    if minimum and started is not None and now_ms - started < minimum:
+    if _before_min_runtime(idx, victim, now_ms):
         return True
+    started = victim.started_ms
     runtime = victim.spec.runtime_ms
     if runtime is None:
         return False
     return abs((started if started is not None else now_ms) + runtime - now_ms) <= idx.grace_ms(victim.spec.priority_class)
+
+
+def _before_min_runtime(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
+    """Has ``victim`` run less than its priority class's minimum runtime?"""
+    minimum = idx.min_runtime_ms(victim.spec.priority_class)
+    return bool(minimum) and victim.started_ms is not None and now_ms - victim.started_ms < minimum
 
 
 class _Trial:
@@ -199,6 +207,8 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
     #: Per victim queue: is it in the preemptor's cohort tree and borrowing what it needs? (The
     #: cheap tests go first; the per-victim ones only for victims a rule allows.)
     reclaimable: dict[str, bool] = {}
+    #: The lowest priority of a workload the rules allow but its minimum runtime protects.
+    floor: int | None = None
     for name in state.active:
         victim = state.workloads[name]
         if victim.phase == "evicting" or victim.admission is None or name in ordered_out:
@@ -220,20 +230,28 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
                 rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
             else:
                 rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)
-        if rule and _shares_something(state, trial, victim) and not protected(idx, victim, state.time_ms):
-            lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
-            # With fair sharing, the queue furthest above its share gives first (Kueue's order).
-            share = 0
-            if fair and group == 0:
-                share = -shares.setdefault(vq, view.share(idx.tree.queues[vq], {}, idx.weights))
-            # The idle-GPU hunt (contract switch): idle borrowers of other queues go first.
-            idle_first = group == 0 and idle_rule is not None and idle_rule.preempt_first and victim.idle is not None
-            if idle_first:
-                rule = rule.plus(idle_first=idle_words(victim))
-            key = (group, not idle_first, share, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
-            found.append((key, victim, rule))
+        if not rule or not _shares_something(state, trial, victim):
+            continue
+        if _before_min_runtime(idx, victim, state.time_ms):
+            floor = victim.spec.priority if floor is None else min(floor, victim.spec.priority)
+            continue
+        if protected(idx, victim, state.time_ms):
+            continue
+        lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
+        # With fair sharing, the queue furthest above its share gives first (Kueue's order).
+        share = 0
+        if fair and group == 0:
+            share = -shares.setdefault(vq, view.share(idx.tree.queues[vq], {}, idx.weights))
+        # The idle-GPU hunt (contract switch): idle borrowers of other queues go first.
+        idle_first = group == 0 and idle_rule is not None and idle_rule.preempt_first and victim.idle is not None
+        if idle_first:
+            rule = rule.plus(idle_first=idle_words(victim))
+        key = (group, not idle_first, share, victim.spec.priority, lost, -(victim.admitted_ms or 0), -victim.seq)
+        found.append((key, victim, rule))
     found.sort(key=lambda item: item[0])
-    return [(victim, rule) for _, victim, rule in found]
+    # A minimum runtime delays the preemption of a workload, it never sends it to one of higher
+    # priority instead: while a lower-priority workload is protected, the higher ones wait too.
+    return [(victim, rule) for _, victim, rule in found if floor is None or victim.spec.priority <= floor]
 
 
 def _preempts_nobody(idx: ContractIndex, cq) -> bool:
