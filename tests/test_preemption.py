@@ -186,13 +186,6 @@ def test_eviction_order_carries_grace_period_of_the_victims_class_the_rule_and_t
     assert log.state.time_ms - started > 0
 
 
-def test_a_victim_none_of_whose_pods_is_bound_gets_no_grace_period():
-    """Placed but not bound: nothing runs that could use the grace to save its work."""
-    log = standalone().queue(wl("v", "q", 8, priority=0, pc="batch")).admit("v").place("v").queue(wl("p", "q", 8, priority=1))
-    [order] = decide_pure(decide_preemption, log.state)
-    assert (order.workload, order.grace_ms, order.work_lost_ms) == ("v", 0, 0)
-
-
 def test_a_minimum_runtime_delays_a_preemption_and_never_sends_it_to_higher_priority_work():
     """"low" (priority 10) is protected by its class's 900 s minimum runtime; "mid" (priority 100)
     could go instead — it does not: "high" waits for the protection to end, then takes low's room."""

@@ -68,7 +68,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
         for victim, rule in victims:
             yield EvictionOrdered(
                 workload=victim.spec.workload, preemptor=wl.spec.workload, based_on=state.offset,
-                grace_ms=_grace_ms(idx, victim), work_lost_ms=work_lost_ms(victim, state.time_ms),
+                grace_ms=idx.grace_ms(victim.spec.priority_class), work_lost_ms=work_lost_ms(victim, state.time_ms),
                 flavors=flavors, **said(rule),
             )
         ordered_out.update(v.spec.workload for v, _ in victims)
@@ -76,12 +76,6 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
         served += 1
         if served >= PREEMPTORS_PER_CYCLE_MAX:
             break
-
-
-def _grace_ms(idx: ContractIndex, victim: WorkloadState) -> int:
-    """The victim's grace period: its priority class's, or none while no pod of it is bound yet
-    (nothing runs that could use it to save its work)."""
-    return idx.grace_ms(victim.spec.priority_class) if victim.phase in ("bound", "running") else 0
 
 
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
