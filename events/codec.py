@@ -389,12 +389,21 @@ def _read_log_record(value: bytes | None, headers: Headers | None, offset: int) 
         raise
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError, msgspec.MsgspecError) as exc:
         raise CodecError("malformed_cloudevent", f"record is not a CloudEvent: {type(exc).__name__}: {exc}") from exc
+    refused = writer_refusal(env)
+    if refused is not None:
+        raise refused
+    return env
+
+
+def writer_refusal(env: Envelope) -> CodecError | None:
+    """Why the log's readers quarantine ``env`` (``LOG_WRITERS``: an unknown writer, or a type its
+    writer does not write), or None when its writer writes it."""
     allowed = LOG_WRITERS.get(env.source)
     if allowed is None:
-        raise CodecError("unknown_writer", f"event {env.id!r} from {env.source!r}: not a writer of the log")
+        return CodecError("unknown_writer", f"event {env.id!r} from {env.source!r}: not a writer of the log")
     if type(env.data) not in allowed:
-        raise CodecError("forbidden_event", f"event {env.id!r}: {env.source} does not write {env.type}")
-    return env
+        return CodecError("forbidden_event", f"event {env.id!r}: {env.source} does not write {env.type}")
+    return None
 
 
 #: (writer, CloudEvents type) as header bytes → the writer and its type's decoder, for every type a

@@ -2,7 +2,9 @@
 with its parameters; the sentence people read is rendered from them (``render``).
 
 A consumer switches on the code (the JSON Schemas list every value), never on the words: rewording a
-template changes what people read and nothing else. Decision events carry all three —
+template changes what people read and nothing decided (the auditor, which checks that a recorded
+sentence is its code's rendering, then reports the older sentences: replay a log with the gangway
+that wrote it). Readers show the sentence rendered from the code (``sentence``). Decision events carry all three —
 ``reason`` (the sentence), ``reason_code`` and ``reason_params`` — and a record written before
 codes existed decodes with ``reason_code`` None (its sentence is all it has).
 
@@ -212,6 +214,19 @@ class Reason(msgspec.Struct, frozen=True, gc=False):
 def reason(code: ReasonCode, **params: Param | None) -> Reason:
     """A reason with the given parameters (None values are left out: their clause is not said)."""
     return Reason(code, {k: v for k, v in params.items() if v is not None})
+
+
+def sentence(event) -> str:
+    """An event's reason in words as readers show it: rendered from its code and parameters when it
+    has a code (what the auditor checks; a recorded sentence that is not their rendering is never
+    shown as fact), the recorded sentence for an event written before reasons were codes."""
+    code = getattr(event, "reason_code", None)
+    if code is None:
+        return event.reason
+    try:
+        return render(code, event.reason_params)
+    except (KeyError, IndexError, ValueError):
+        return f"[{code}: its parameters do not fill its sentence]"
 
 
 def said(why: Reason) -> dict:

@@ -252,18 +252,34 @@ def _positive_int(text: str) -> int:
 def cmd_replay(args) -> int:
     from rich.progress import Progress
 
+    from gangway.read.logfile import read_log_file
     from gangway.services.audit.replay import verify
-    envs = read_export(args.file) if args.file else asyncio.run(stack.read_state(_bootstrap()))[1]
+    lines, quarantined, end = None, [], None
+    if args.file:
+        log = read_log_file(args.file)
+        envs, lines, quarantined, end, what = log.envs, log.lines, log.quarantined, log.end, args.file
+    else:
+        envs, what = asyncio.run(stack.read_state(_bootstrap()))[1], "the broker's log"
+    if not envs and not quarantined:
+        return _fail(f"no events in {what}: nothing to replay")
     with Progress(console=console, transient=True, disable=len(envs) < 20_000) as progress:
         task = progress.add_task("replaying", total=len(envs))
         started = time.perf_counter()
-        report = verify(envs, progress=lambda n: progress.advance(task, n), workers=args.workers)
+        report = verify(envs, progress=lambda n: progress.advance(task, n), workers=args.workers,
+                        lines=lines, quarantined=quarantined, end=end)
         elapsed = time.perf_counter() - started
+    for finding in report.integrity:
+        print(f"INTEGRITY {finding}")
     for mismatch in report.mismatches:
         print(f"NOT REPRODUCED {mismatch}")
+        if args.verbose and mismatch.detail:
+            print(f"    {mismatch.detail}")
     rate = report.events / elapsed if elapsed > 0 else 0.0
     console.print(f"{report.events} events replayed in {elapsed:.2f} s ({rate:,.0f} events/s); "
-                  f"{report.verified} of {report.decisions} decisions reproduced; {report.superseded} superseded")
+                  f"{report.verified} of {report.decisions} decisions reproduced; {report.superseded} superseded; "
+                  f"{len(report.integrity)} integrity failure(s)", highlight=False)
+    for line in _coverage(report, lines, end, bool(args.file)):
+        console.print(line, highlight=False)
     from gangway.read.money import money
     from gangway.services.accounting.billing import books_of
     books = books_of(envs)
@@ -273,6 +289,27 @@ def cmd_replay(args) -> int:
     if not books.issued:
         console.print("no billing period is over on this log's clock: no invoice to re-derive")
     return 0 if report.ok else 1
+
+
+def _coverage(report, lines: list[int] | None, end: int | None, from_file: bool) -> list[str]:
+    """What the audit covered: the offsets, lines and clock checked, and whether the end is known."""
+    if report.last_offset is None:
+        return []
+    from gangway.events.codec import format_time
+    span = f"offsets {report.first_offset}–{report.last_offset}"
+    if lines:
+        span += f" (lines {lines[0]}–{lines[-1]})"
+    said = [f"checked {span}, up to the log's clock {format_time(report.last_time_ms)}"]
+    if report.partial:
+        said.append("a partial log: its decisions were not re-derived (replay the log from offset 0)")
+    if not from_file:
+        said.append("read from the broker up to its end when the replay started")
+    elif end is not None and end == report.last_offset + 1:
+        said.append(f"the export marks its end at offset {end}: nothing is cut after its last line")
+    else:
+        said.append("the export does not mark its end (written before exports did, or cut): events after "
+                    f"offset {report.last_offset} would not show here")
+    return said
 
 
 def _log_of(args) -> list:
@@ -578,6 +615,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("file", nargs="?", help="an exported log (default: the broker's log)")
     s.add_argument("--workers", type=_positive_int, default=1,
                    help="processes checking the log, each its own stretch of it (default 1)")
+    s.add_argument("--verbose", action="store_true",
+                   help="after each differing decision's fields, the recorded and derived decisions whole (JSON)")
     s.set_defaults(func=cmd_replay)
     s = sub.add_parser("explain", help="why a job waits, or what happened to it (decisions and reasons)")
     s.add_argument("job", help="namespace/job, or a job id")

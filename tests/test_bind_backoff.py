@@ -6,7 +6,7 @@ from __future__ import annotations
 from builders import LogBuilder, cluster_queue, contract, node, workload
 from gangway.events import catalogue as ev
 from gangway.events.fold import copy_state
-from gangway.events.reasons import C
+from gangway.events.reasons import C, reason, said
 from gangway.read.describe import describe
 from gangway.read.explain import explain, pending_report
 from gangway.services.admission.policy import decide_admission
@@ -89,18 +89,19 @@ def test_a_simulation_waits_out_a_backoff_and_then_admits():
 def test_what_reconciling_found_is_on_the_log_and_changes_no_scheduling_state():
     log = placed()
     before = copy_state(log.state)
-    found = ev.ClusterReconciled(kind="Job", namespace="ns", name="w", uid="u-1", reason="Job ns/w was resumed",
-                                 reason_code=C.RESUMED_WITHOUT_PLACEMENT, workload="w", attempt=0, pods=["w-0"],
-                                 nodes=["n1"], action="suspended again, 1 pod(s) deleted")
+    found = ev.ClusterReconciled(kind="Job", namespace="ns", name="w", uid="u-1",
+                                 **said(reason(C.RESUMED_WITHOUT_PLACEMENT, kind="Job", object="ns/w", pods=1)),
+                                 workload="w", attempt=0, pods=["w-0"], nodes=["n1"],
+                                 action="suspended again, 1 pod(s) deleted")
     log.add(found)
     after = log.state
     assert (after.workloads, after.pending, after.active, after.usage, after.nodes) == (
         before.workloads, before.pending, before.active, before.usage, before.nodes)
     line = describe(log.envelopes[-1])
-    assert line == ("w reconciled with the cluster [resumed_without_placement]: Job ns/w was resumed; "
-                    "suspended again, 1 pod(s) deleted")
-    orphan = ev.ClusterReconciled(kind="Job", namespace="ns", name="x", uid="u-2", reason="pods on nodes",
-                                  reason_code=C.PODS_BOUND_WITHOUT_PLACEMENT)
+    assert line == ("w reconciled with the cluster [resumed_without_placement]: Job ns/w was resumed with 1 pod(s) "
+                    "on nodes, but the log holds no placement for it; suspended again, 1 pod(s) deleted")
+    orphan = ev.ClusterReconciled(kind="Job", namespace="ns", name="x", uid="u-2",
+                                  **said(reason(C.PODS_BOUND_WITHOUT_PLACEMENT, kind="Job", object="ns/x", pods=1)))
     log.add(orphan)
     assert describe(log.envelopes[-1]).startswith("Job ns/x reconciled with the cluster [pods_bound_without_placement]")
     assert any("reconciled with the cluster" in line for line in explain(log.envelopes, "w", forecast=False))
@@ -116,7 +117,8 @@ def test_a_log_with_backoffs_and_reconcile_findings_replays_every_decision():
     wl = sim.state.workloads["w"]
     assert wl.phase == "placed"
     sim.append("reconciled/x", sim.now_ms, ev.ClusterReconciled(
-        kind="Job", namespace="ns", name="w", uid="u", reason="pods gone", reason_code=C.PODS_VANISHED,
+        kind="Job", namespace="ns", name="w", uid="u",
+        **said(reason(C.PODS_VANISHED, kind="Job", object="ns/w", pods=1, workload="w")),
         workload="w", attempt=0), "gangway/binder")
     sim.append("rolled-back/w/0", sim.now_ms, bind_failed(wl, sim.now_ms, "refused", BACKOFF), "gangway/binder")
     sim.submit(workload("v").queue("q").gpus(8).obj())

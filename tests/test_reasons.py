@@ -77,14 +77,18 @@ def test_rewording_a_template_changes_no_preemption(request):
     assert orders() == before and before and all(code == ReasonCode.FAIR_SHARING for _, _, code, _ in before)
 
 
-def test_a_log_written_with_other_words_still_verifies_and_explains(request):
+def test_a_log_written_with_other_words_is_reported_and_explained_in_the_current_words(request):
+    """The recorded sentence must be the one the code renders (strangerB #2: a forged sentence passed
+    replay and explain showed it): a log whose templates were reworded since is reported sentence by
+    sentence, nothing else differs, and explain says the code's current words."""
     sim = incident()
     sim.submit(wl("serve-1", "serving", 8, priority=1000, pods=2))
     sim.run(until_ms=sim.now_ms + 120_000)
     request.getfixturevalue("reworded")
-    assert verify(sim.log).mismatches == []
+    mismatches = verify(sim.log).mismatches
+    assert mismatches and all(m.why.startswith("reason text is not its code's: recorded '") for m in mismatches)
     [preempted] = [line for line in explain(sim.log, "sweep-9", forecast=False) if "] preempted by" in line]
-    assert "preempted by serve-1: reclaimWithinCohort Any" in preempted  # the words it was written with
+    assert "preempted by serve-1: REWORDED reclaim_within_cohort" in preempted  # rendered from the code
     assert "[reclaim_within_cohort]" in preempted
 
 

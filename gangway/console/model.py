@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gangway.console.money import Usage, money_view
 from gangway.events import catalogue as ev
 from gangway.events.fold import apply
-from gangway.events.reasons import C
+from gangway.events.reasons import C, sentence
 from gangway.events.gpus import WHOLE, indexes_per_pod, island_ranges, per_pod
 from gangway.events.quota import split_fr
 from gangway.events.resources import GPU, total_request
@@ -283,10 +283,10 @@ def job_view(folded: Folded, name: str, explain_lines: list[str]) -> dict | None
             continue
         step = {"offset": env.offset, "time_ms": env.time_ms, "kind": type(d).__name__, "text": describe(env)}
         if isinstance(d, ev.EvictionOrdered) and d.workload == name:
-            step.update(step="preempted", preemptor=d.preemptor, rule=d.reason, grace_s=d.grace_ms / 1000,
+            step.update(step="preempted", preemptor=d.preemptor, rule=sentence(d), grace_s=d.grace_ms / 1000,
                         work_lost_s=d.work_lost_ms / 1000)
         elif isinstance(d, ev.EvictionOrdered):
-            step.update(step="made room", victim=d.workload, rule=d.reason)
+            step.update(step="made room", victim=d.workload, rule=sentence(d))
         else:
             step["step"] = {"WorkloadQueued": "queued", "WorkloadAdmitted": "admitted", "PlacementDecided": "placed",
                             "WorkloadBound": "bound", "WorkloadRunning": "running", "WorkloadFinished": "finished",

@@ -2,7 +2,8 @@
 
 ``describe(env)`` is a line of the log; ``describe(env, about=workload)`` is a line of one workload's
 story (its own events without its name, and the evictions ordered to make room for it). Reasons are
-read from their codes where the event has them; the sentence is what the event recorded.
+read from their codes where the event has them: the sentence is rendered from the code and its
+parameters (``reasons.sentence``), the recorded one only for an event written before codes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from gangway.events import catalogue as ev
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_milli
-from gangway.events.reasons import C
+from gangway.events.reasons import C, sentence
 from gangway.events.resources import GPU, total_request
 
 
@@ -20,7 +21,7 @@ def gpus(pod_sets) -> str:
 
 def _rule(d: ev.EvictionOrdered) -> str:
     """The eviction's rule: its sentence, then its code when the event has one."""
-    return f"{d.reason} [{d.reason_code}]" if d.reason_code is not None else d.reason
+    return f"{sentence(d)} [{d.reason_code}]" if d.reason_code is not None else d.reason
 
 
 def _terms(d: ev.EvictionOrdered) -> str:
@@ -36,19 +37,19 @@ def _own(d, superseded: str | None) -> str:
         return f"{'admission' if isinstance(d, ev.WorkloadAdmitted) else 'placement'} superseded: {superseded}"
     if isinstance(d, ev.WorkloadAdmitted) and d.kept is not None:
         nodes = ", ".join(d.kept.nodes[:8]) + (" …" if len(d.kept.nodes) > 8 else "")
-        return (f"admitted: {d.reason}; expected to run past {format_time(d.kept.start_ms)}, when {d.kept.workload} "
+        return (f"admitted: {sentence(d)}; expected to run past {format_time(d.kept.start_ms)}, when {d.kept.workload} "
                 f"can start on {nodes}: placed off the room kept for it there")
     if isinstance(d, ev.WorkloadAdmitted):
-        return f"admitted: {d.reason}"
+        return f"admitted: {sentence(d)}"
     if isinstance(d, ev.PlacementDecided):
         after = f"; largest free island {d.fragmentation.largest_island}" if d.fragmentation else ""
-        return f"placed: {d.reason}{after}"
+        return f"placed: {sentence(d)}{after}"
     if isinstance(d, ev.EvictionOrdered) and superseded is not None:
         return f"eviction by {d.preemptor} superseded: {superseded}"
     if isinstance(d, ev.EvictionOrdered):
         return f"preempted by {d.preemptor}: {_terms(d)}"
     if isinstance(d, ev.WorkloadEvicted) and d.reason_code == C.BIND_FAILURES_EXCEEDED:
-        return f"evicted (attempt {d.attempt + 1}): {d.reason}; deactivated [{d.reason_code}]"
+        return f"evicted (attempt {d.attempt + 1}): {sentence(d)}; deactivated [{d.reason_code}]"
     if isinstance(d, ev.WorkloadEvicted):
         backoff = ""
         if d.retry_after_ms:
@@ -56,7 +57,7 @@ def _own(d, superseded: str | None) -> str:
                        f"in a row) [{d.reason_code}]")
         return f"evicted (attempt {d.attempt + 1}){': ' + d.reason if d.reason else ''}; back in its queue{backoff}"
     if isinstance(d, ev.ClusterReconciled):
-        return f"reconciled with the cluster [{d.reason_code}]: {d.reason}" + (f"; {d.action}" if d.action else "")
+        return f"reconciled with the cluster [{d.reason_code}]: {sentence(d)}" + (f"; {d.action}" if d.action else "")
     if isinstance(d, (ev.WorkloadBound, ev.WorkloadRunning)):
         return f"{'bound' if isinstance(d, ev.WorkloadBound) else 'running'} (attempt {d.attempt + 1})"
     if isinstance(d, ev.WorkloadFinished):
@@ -95,7 +96,7 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
     if isinstance(d, ev.JobSubmitted):
         return f"{d.namespace}/{d.job_id} submitted to {d.queue}"
     if isinstance(d, ev.ClusterReconciled):
-        return (f"{d.kind} {d.namespace}/{d.name} reconciled with the cluster [{d.reason_code}]: {d.reason}"
+        return (f"{d.kind} {d.namespace}/{d.name} reconciled with the cluster [{d.reason_code}]: {sentence(d)}"
                 + (f"; {d.action}" if d.action else ""))
     if isinstance(d, ev.ClockTicked):
         return f"clock ticked{': ' + d.reason if d.reason else ''}"

@@ -1,34 +1,101 @@
-"""Exported logs: one structured-mode CloudEvent per line, carrying its log offset (``logoffset``)."""
+"""Exported logs: one structured-mode CloudEvent per line, carrying its log offset (``logoffset``).
+
+The last line of an export also carries ``logend``, the offset after the last event exported: an
+auditor can tell an export cut after some line from one that ends where it was written. (A
+CloudEvents extension attribute: a reader that does not know it ignores it; exports written before
+it have none.)
+
+A line whose writer does not write its type on the log (``codec.LOG_WRITERS``) is quarantined as
+every reader of the broker's log quarantines it: never folded, and listed (``LogFile.quarantined``)
+for the auditor to report.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import Envelope
 
+#: CloudEvents extension attribute of an export's last line: the offset after its last event.
+END_EXT = "logend"
+
 
 class LogFileError(ValueError):
     """A line of an exported log that is not one of gangway's CloudEvents."""
 
 
+class Quarantined(NamedTuple):
+    """A line of an export that no reader folds: its writer does not write its type on the log (as
+    the auditor takes it: line, offset, why)."""
+
+    line: int
+    offset: int
+    message: str
+    reason: str
+
+
+@dataclass
+class LogFile:
+    """An export as read: its events, the file line of each, the lines quarantined, and the end
+    its last line marks (None: not marked — an older export, or one cut after some line)."""
+
+    path: str
+    envs: list[Envelope] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    end: int | None = None
+
+
 def write_export(envs: list[Envelope], path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as out:
-        for env in envs:
+        for env in envs[:-1]:
             out.write(codec.structured_line(env) + b"\n")
+        if envs:
+            last = codec.to_structured(envs[-1])
+            if envs[-1].offset >= 0:
+                last[END_EXT] = envs[-1].offset + 1
+            out.write(msgspec.json.encode(last) + b"\n")
 
 
-def read_export(path: str) -> list[Envelope]:
-    envs = []
+class _End(msgspec.Struct):
+    logend: int = -1
+
+
+def read_log_file(path: str) -> LogFile:
+    """Every line of an export, decoded (``LogFileError`` names the first line that is not one of
+    gangway's CloudEvents)."""
+    log = LogFile(path)
+    envs, lines, last = log.envs, log.lines, b""
     with open(path, "rb") as src:
         for number, raw in enumerate(src, 1):
             if not raw.strip():
                 continue
+            last = raw
             try:
-                envs.append(codec.from_structured_line(raw))
+                env = codec.from_structured_line(raw)
             except (msgspec.DecodeError, codec.CodecError, AttributeError) as exc:
                 raise LogFileError(f"{path}:{number}: {exc}") from exc
-    return envs
+            refused = codec.writer_refusal(env)
+            if refused is not None:
+                log.quarantined.append(Quarantined(number, env.offset, str(refused), refused.reason))
+                continue
+            envs.append(env)
+            lines.append(number)
+    if END_EXT.encode() in last:
+        try:
+            end = msgspec.json.decode(last, type=_End).logend
+        except msgspec.MsgspecError:
+            end = -1
+        log.end = end if end >= 0 else None
+    return log
+
+
+def read_export(path: str) -> list[Envelope]:
+    """The events of an export that every reader folds (quarantined lines left out)."""
+    return read_log_file(path).envs

@@ -1,0 +1,198 @@
+"""The auditor checks the log itself, not only the decisions still on it (an outside tester's report,
+strangerB: defects 1, 2, 3, 14, 15, 16 and 17): a deleted, repeated or moved line, a partial or cut
+export, a forged reason sentence, a contract changed under its digest, a record from a writer that
+does not write it, an empty file, and a fact timed before what it follows. Each is reported, with
+its file line where the log came from a file, and the replay does not pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from gangway import cli
+from gangway.events import catalogue as ev
+from gangway.events.reasons import render
+from gangway.read.explain import explain
+from gangway.read.logfile import read_export, read_log_file, write_export
+from gangway.services.audit.replay import verify
+from test_replay import LOG, data, first, tampered
+
+
+def export(tmp_path: Path, envs=LOG, edit=None) -> Path:
+    """``envs`` exported, its lines (bytes, each with its newline) passed through ``edit``."""
+    path = tmp_path / "log.jsonl"
+    write_export(list(envs), str(path))
+    if edit is not None:
+        path.write_bytes(b"".join(edit(path.read_bytes().splitlines(keepends=True))))
+    return path
+
+
+def audit(path: Path):
+    log = read_log_file(str(path))
+    return verify(log.envs, lines=log.lines, quarantined=log.quarantined, end=log.end)
+
+
+def said(report) -> list[str]:
+    return [str(f) for f in report.integrity]
+
+
+def test_an_untouched_export_passes_and_marks_its_end(tmp_path):
+    log = read_log_file(str(export(tmp_path)))
+    assert log.end == LOG[-1].offset + 1 and log.lines == list(range(1, len(LOG) + 1))
+    report = verify(log.envs, lines=log.lines, quarantined=log.quarantined, end=log.end)
+    assert report.ok and report.integrity == [] and report.verified == report.decisions
+    assert (report.first_offset, report.last_offset, report.last_time_ms) == (0, LOG[-1].offset, SIM_TIME())
+
+
+def SIM_TIME() -> int:
+    return max(e.time_ms for e in LOG)
+
+
+# --- 1: the log's own structure -----------------------------------------------------------------------
+
+
+def test_a_deleted_decision_is_an_offset_missing(tmp_path):
+    gone = first(ev.EvictionOrdered)
+    report = audit(export(tmp_path, edit=lambda lines: lines[:gone] + lines[gone + 1:]))
+    assert not report.ok
+    assert said(report) == [f"offset {gone} missing (before line {gone + 1})"]
+
+
+def test_a_repeated_line_is_an_offset_twice(tmp_path):
+    i = first(ev.WorkloadAdmitted)
+    report = audit(export(tmp_path, edit=lambda lines: lines[:i + 1] + [lines[i]] + lines[i + 1:]))
+    assert not report.ok
+    assert f"offset {i} twice (lines {i + 1}, {i + 2})" in said(report)
+
+
+def test_a_swapped_pair_is_a_line_out_of_order(tmp_path):
+    i = first(ev.PlacementDecided)
+    report = audit(export(tmp_path, edit=lambda lines: lines[:i] + [lines[i + 1], lines[i]] + lines[i + 2:]))
+    assert not report.ok
+    assert said(report)[0] == f"line {i + 1} has offset {i + 1} after offset {i - 1}: out of order"
+
+
+def test_an_edited_logoffset_is_out_of_order_and_leaves_its_offset_missing(tmp_path):
+    i = first(ev.EvictionOrdered)
+
+    def edit(lines):
+        lines[i] = lines[i].replace(f'"logoffset":{i},'.encode(), b'"logoffset":9999,')
+        return lines
+    report = audit(export(tmp_path, edit=edit))
+    assert said(report)[:2] == [f"line {i + 1} has offset 9999 after offset {i - 1}: out of order",
+                                f"offset {i} missing (before line {i + 2})"]
+
+
+def test_a_partial_export_is_said_and_its_decisions_are_not_passed(tmp_path):
+    report = audit(export(tmp_path, envs=LOG[5:]))
+    assert report.partial and not report.ok and report.verified == 0 and report.decisions > 0
+    assert said(report)[0].startswith("the log starts at offset 5, not 0: a partial export")
+
+
+def test_an_export_cut_at_its_end_no_longer_marks_it_and_the_cli_says_what_was_checked(tmp_path, capsys):
+    path = export(tmp_path, edit=lambda lines: lines[:-10])
+    assert read_log_file(str(path)).end is None
+    assert cli.main(["replay", str(path)]) == 0  # a cut after a line cannot be told from the lines
+    out = capsys.readouterr().out
+    assert f"checked offsets 0–{LOG[-11].offset} (lines 1–{len(LOG) - 10})" in out
+    assert "does not mark its end" in out
+    assert cli.main(["replay", str(export(tmp_path))]) == 0
+    assert f"marks its end at offset {LOG[-1].offset + 1}" in capsys.readouterr().out
+
+
+def test_an_export_whose_last_line_is_not_the_end_it_marks_fails(tmp_path):
+    def edit(lines):
+        lines[-1] = lines[-1].replace(f'"logend":{LOG[-1].offset + 1}'.encode(), b'"logend":99999')
+        return lines
+    report = audit(export(tmp_path, edit=edit))
+    assert said(report) == [f"the export marks its end at offset 99999, but its last line has offset {LOG[-1].offset}"]
+
+
+# --- 2: the reason's sentence -----------------------------------------------------------------------------
+
+
+def test_a_forged_reason_sentence_is_a_mismatch_and_explain_shows_the_codes_own(tmp_path):
+    i = first(ev.EvictionOrdered)
+    log = tampered(i, data(reason="because I said so"))
+    [mismatch] = verify(log).mismatches
+    rendered = render(LOG[i].data.reason_code, LOG[i].data.reason_params)
+    assert (mismatch.offset, mismatch.why) == (
+        i, f"reason text is not its code's: recorded 'because I said so', the code says '{rendered}'")
+    story = "\n".join(explain(log, LOG[i].data.workload, forecast=False))
+    assert "because I said so" not in story and rendered in story
+
+
+# --- 3: the contract's digest -----------------------------------------------------------------------------
+
+
+def test_a_contract_changed_under_its_digest_fails():
+    i = first(ev.ConfigApplied)
+    contract = LOG[i].data.contract
+    report = verify(tampered(i, data(contract=msgspec.structs.replace(contract, default_grace_ms=1))))
+    assert not report.ok
+    [finding] = report.integrity
+    assert f"offset {i} " in str(finding) and "ConfigApplied's digest" in str(finding)
+    assert "is not its contract's" in str(finding)
+
+
+# --- 14: records no reader folds --------------------------------------------------------------------------
+
+
+def test_a_record_from_a_writer_that_does_not_write_it_is_skipped_and_reported(tmp_path):
+    i = first(ev.EvictionOrdered)
+    for source in ("evil/forger", "gangway/binder"):
+        def edit(lines):
+            lines[i] = lines[i].replace(b'"source":"gangway/preemption"', f'"source":"{source}"'.encode())
+            return lines
+        path = export(tmp_path, edit=edit)
+        assert [e.offset for e in read_export(str(path))] == [e.offset for e in LOG if e.offset != i]
+        report = audit(path)
+        assert not report.ok and report.decisions == sum(isinstance(e.data, ev.DECISION_TYPES) for e in LOG) - 1
+        [finding] = said(report)  # its offset is not missing: it is on the file, skipped
+        assert finding.startswith(f"offset {i}, line {i + 1}: skipped, never folded: event '{LOG[i].id}'")
+
+
+# --- 15: an empty file ------------------------------------------------------------------------------------
+
+
+def test_replaying_an_empty_file_fails(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"\n")
+    assert cli.main(["replay", str(empty)]) == 1
+    assert f"no events in {empty}" in capsys.readouterr().err
+    assert not verify([]).ok
+
+
+# --- 16: what differs -------------------------------------------------------------------------------------
+
+
+def test_a_mismatch_names_the_field_that_differs_and_its_file_line(tmp_path, capsys):
+    i = first(ev.PlacementDecided)
+    moved = tampered(i, data(assignments=[msgspec.structs.replace(a, node="n9") for a in LOG[i].data.assignments]))
+    path = export(tmp_path, envs=moved)
+    [mismatch, *_] = audit(path).mismatches
+    assert (mismatch.offset, mismatch.line) == (i, i + 1)
+    assert f"assignments[0].node: recorded n9, derived {LOG[i].data.assignments[0].node}" in mismatch.why
+    assert "{" not in mismatch.why and mismatch.detail.startswith("recorded {")
+    assert cli.main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"NOT REPRODUCED offset {i} {LOG[i].id} (admission), line {i + 1}: " in out and "recorded {" not in out
+    assert cli.main(["replay", "--verbose", str(path)]) == 1
+    assert "recorded {" in capsys.readouterr().out
+
+
+# --- 17: facts timed before what they follow --------------------------------------------------------------
+
+
+def test_a_workload_running_before_it_was_queued_fails():
+    i = first(ev.WorkloadRunning)
+    workload = LOG[i].data.workload
+    queued = next(e for e in LOG if isinstance(e.data, ev.WorkloadQueued) and e.data.workload == workload)
+    log = tampered(i, lambda env: msgspec.structs.replace(env, time_ms=queued.time_ms - 60_000))
+    report = verify(log)
+    assert not report.ok
+    [finding] = said(report)
+    assert finding.startswith(f"offset {i} {LOG[i].id}: WorkloadRunning of {workload} at ")
+    assert finding.endswith("time goes backwards")
+    assert said(verify(log, workers=2)) == said(report)  # the process folding the whole log checks the facts
