@@ -488,8 +488,10 @@ class WorkloadIdle(_Event, frozen=True):
 class InvoiceLine(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """One line: a workload attempt's use of one flavor-resource in the period (or a credit, or idle cost).
 
-    ``quantity`` is milli-units × ms (8 GPUs for an hour: 8000 × 3,600,000); money is in
-    millionths of the invoice currency; ``unit_price`` is per unit-hour."""
+    ``quantity`` is milli-units × ms (8 GPUs for an hour: 8000 × 3,600,000; memory in milli-bytes);
+    money is in millionths of the invoice currency; ``unit_price`` is per unit-hour (GiB-hour for
+    memory). ``list_cost`` is quantity × unit price (negative on a credit); ``billed_cost`` is it
+    rounded once to the currency's minor unit. ``attempt`` counts from 0 (people read it + 1)."""
 
     kind: Literal["usage", "credit", "idle"]
     workload: str
@@ -519,6 +521,8 @@ class InvoiceIssued(_Event, frozen=True):
     period_end_ms: int
     currency: str
     lines: list[InvoiceLine]
+    #: Sums of what the lines bill (usage, credits as a positive amount, idle shares, all): in the
+    #: currency's minor unit, so list − credits + idle = billed holds as printed.
     list_cost_micros: int
     credits_micros: int
     idle_cost_micros: int

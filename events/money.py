@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import calendar
+from fractions import Fraction
 from datetime import datetime, timedelta, timezone
 
 from gangway.events.contract import Contract
@@ -20,6 +21,36 @@ from gangway.events.resources import GPU, admitted_pod_sets, index_of, total_req
 BYTE_RESOURCES = ("memory", "ephemeral-storage")
 GIB = 1 << 30
 MS_PER_HOUR = 3_600_000
+#: ISO 4217 currencies whose minor unit is not the cent (digits after the point); others have 2.
+MINOR_DIGITS = {"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
+                "RWF": 0, "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+                "BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3, "CLF": 4, "UYW": 4}
+
+
+def minor_digits(currency: str) -> int:
+    """Digits of ``currency``'s minor unit (2 for EUR and USD: the cent; 0 for JPY)."""
+    return MINOR_DIGITS.get(currency, 2)
+
+
+def to_minor_unit(micros: int, currency: str) -> int:
+    """``micros`` (millionths) rounded half away from zero to ``currency``'s minor unit, still in
+    millionths: what an invoice line bills (4.225 EUR bills 4.23, -4.225 bills -4.23)."""
+    step = 10 ** (6 - minor_digits(currency))
+    whole = (2 * abs(micros) + step) // (2 * step) * step
+    return whole if micros >= 0 else -whole
+
+
+def unit_of(resource: str) -> str:
+    """The unit an invoice line's quantity is stated in: GPU-Hour, GiB-Hour (bytes), else <resource>-Hour."""
+    if resource == GPU:
+        return "GPU-Hour"
+    return "GiB-Hour" if resource in BYTE_RESOURCES else f"{resource}-Hour"
+
+
+def unit_hours(resource: str, quantity: int) -> Fraction:
+    """An invoice line's quantity (milli-units × ms; memory in milli-bytes) in its stated unit
+    (``unit_of``), exactly: quantity × unit price = list cost."""
+    return Fraction(quantity, 1000 * MS_PER_HOUR * (GIB if resource in BYTE_RESOURCES else 1))
 
 
 def admitted_request(wl) -> dict[str, int]:
@@ -115,6 +146,13 @@ def period_of(kind: str, ms: int) -> str:
     if kind == "daily":
         return d.strftime("%Y-%m-%d")
     return d.strftime("%Y-%m-%dT%H")
+
+
+def normal_period(period: str) -> str:
+    """A period name written the way ``period_of`` writes it (2026-12-3T3 is 2026-12-03T03, 2026-W5
+    is 2026-W05): the same period always has the same invoice ids. ValueError when it is none."""
+    start, _ = period_bounds(period)
+    return period_of(period_kind(period), start)
 
 
 def period_kind(period: str) -> str:

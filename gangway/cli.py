@@ -363,22 +363,36 @@ def _books(args):
 
 def _period_invoices(books, period: str, team: str | None):
     """The period's invoices as issued on the log's clock, or, for a period not cut yet, a draft
-    (running work accrued up to the log's time)."""
+    (running work, and idle capacity, accrued up to the log's time)."""
     from gangway.services.accounting.billing import invoices
-    _period_bounds(period)
     issued = [i for i in books.issued if i.period == period and (team is None or i.team == team)]
     if issued or any(i.period == period for i in books.issued):
         return issued, False
-    return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team), True
+    return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team,
+                    now_ms=books.state.time_ms), True
 
 
-def _period_bounds(period: str) -> tuple[int, int]:
-    """A billing period's (start, end) ms, or exit with one line saying what a period looks like."""
-    from gangway.services.accounting.billing import period_bounds
+def _period(period: str) -> tuple[str, int, int]:
+    """A billing period named as the books name it (2026-12-3T3 is 2026-12-03T03) and its (start,
+    end) ms, or exit with one line saying what a period looks like."""
+    from gangway.events.money import normal_period, period_bounds
     try:
-        return period_bounds(period)
+        name = normal_period(period)
     except ValueError as exc:
         raise SystemExit(f"gangway: {exc}")
+    return (name, *period_bounds(name))
+
+
+def _known_team(books, team: str | None) -> None:
+    """Exit with the teams there are when ``team`` is none of them (a namespace of the contract's
+    LocalQueues, or one charged on the log)."""
+    if team is None:
+        return
+    contract = books.state.contract
+    teams = {lq.namespace for lq in contract.local_queues} if contract is not None else set()
+    teams |= {c.team for c in books.known()}
+    if team not in teams:
+        raise SystemExit(f"gangway: unknown team {team!r}; the teams on this log: {', '.join(sorted(teams)) or 'none'}")
 
 
 def _invoice_periods(books) -> int:
@@ -398,12 +412,15 @@ def _invoice_periods(books) -> int:
         running = period_of(contract.billing.period, books.state.time_ms)
         if running not in by_period:
             console.print(f"{running}: running (a draft: gangway invoice --period {running})")
+        for note in _billing_notes(books, running)[1]:
+            print(f"gangway: {note}", file=sys.stderr)
     return 0
 
 
 def _billing_notes(books, period: str) -> tuple[bool, list[str]]:
     """(is ``period`` of the kind the contract cuts?, why its invoices may be empty: the contract
-    sets no prices, or cuts another kind of period)."""
+    sets no prices, prices only resources no queue uses, or cuts another kind of period)."""
+    from gangway.contract.kueue import stray_prices
     from gangway.events.money import period_kind, period_of
     contract = books.state.contract
     if contract is None:
@@ -416,7 +433,24 @@ def _billing_notes(books, period: str) -> tuple[bool, list[str]]:
                      f"and {period} is not one: no invoice is ever issued for it")
     if not contract.prices:
         notes.append(f"no prices in the contract: invoices have no lines ({_PRICES_SET_BY})")
+    elif len(stray := stray_prices(contract)) == len(contract.prices):
+        notes.append("the contract prices nothing its queues use (" + "; ".join(why for _, why in stray)
+                     + "): invoices have no lines")
     return cut, notes
+
+
+def _draft_status(books, period: str, start: int, end: int) -> str:
+    """What a period without issued invoices is, on the log's clock: over before the log began,
+    cut with nothing to invoice, or still running (a draft)."""
+    from gangway.events.codec import format_time
+    first = books.first_ms
+    if first is not None and end <= first:
+        return f"period {period} ended before this log began ({format_time(first)}): nothing to invoice"
+    contract = books.state.contract
+    settle = contract.billing.settle_ms if contract is not None else 0
+    if books.state.time_ms >= end + settle:
+        return f"period {period} is over on the log's clock ({format_time(books.state.time_ms)}) and nothing in it was invoiced"
+    return f"draft: period {period} is not cut yet on the log's clock (running work accrued so far)"
 
 
 #: Where prices come from, for the notes that say there are none.
@@ -426,18 +460,24 @@ _PRICES_SET_BY = "a SchedulingPolicy's prices.perHour sets them, per flavor and 
 def cmd_invoice(args) -> int:
     from gangway.read import money
     books = _books(args)
+    _known_team(books, args.team)
     if args.period is None:
         return _invoice_periods(books)
-    found, draft = _period_invoices(books, args.period, args.team)
+    period, start, end = _period(args.period)
+    found, draft = _period_invoices(books, period, args.team)
     if args.format == "json":
         print(money.invoices_json(found))
     elif args.format == "csv":
         print(money.invoices_csv(found), end="")
     else:
         console.print(money.invoices_table(found))
-    cut, notes = _billing_notes(books, args.period)
-    if draft and cut and args.format == "table":
-        console.print(f"draft: period {args.period} is not cut yet on the log's clock (running work accrued so far)")
+    cut, notes = _billing_notes(books, period)
+    if draft and cut:
+        status = _draft_status(books, period, start, end)
+        if args.format == "table":
+            console.print(status)
+        else:
+            notes = [status, *notes]
     for note in notes:  # (on stderr: json and csv stay data)
         print(f"gangway: {note}", file=sys.stderr)
     return 0
@@ -446,8 +486,9 @@ def cmd_invoice(args) -> int:
 def cmd_export(args) -> int:
     from gangway.read import money
     books = _books(args)
-    found, draft = _period_invoices(books, args.period, None)
-    for note in _billing_notes(books, args.period)[1]:
+    period, _, _ = _period(args.period)
+    found, draft = _period_invoices(books, period, None)
+    for note in _billing_notes(books, period)[1]:
         print(f"gangway: {note}", file=sys.stderr)
     text = money.focus_csv(found)
     if args.out:
@@ -465,7 +506,7 @@ def cmd_showback(args) -> int:
     if not books.state.time_ms:
         raise SystemExit("gangway: the log is empty")
     if args.period:
-        start, end = _period_bounds(args.period)
+        _, start, end = _period(args.period)
         end = min(end, books.state.time_ms)
     else:
         start = min((c.start_ms for c in books.known()), default=books.state.time_ms)
@@ -479,7 +520,7 @@ def cmd_showback(args) -> int:
     table = Table(title="most wasteful runs (preemption waste + idle GPU time, list price)")
     for col in ("run", "attempts", "GPU-h", "busy", "cost", "preemption waste", "flagged idle"):
         table.add_column(col)
-    for r in money.run_figures(charges, books.state)[:10]:
+    for r in money.run_figures(charges, books.state, start, end)[:10]:
         table.add_row(r.workload, str(r.attempts), str(money.hours(r.allocated_gpu_milli_ms)),
                       "—" if r.busy_ratio is None else f"{r.busy_ratio:.0%}", str(money.money(r.list_cost_micros)),
                       str(money.money(r.waste_micros)), "yes" if r.idle_flagged else "")

@@ -217,6 +217,7 @@ def read_contract(text: str, filename: str = "<config>") -> tuple[Contract, list
     if not parsed.objects and not report.of("error"):
         report.problems.append(Problem(filename, None, "", "", "", _NO_CONTRACT))
     _check_references(parsed)
+    _check_prices(parsed)
     errors, warnings = report.of("error"), report.of("warning")
     if errors:
         raise ConfigError(errors, warnings)
@@ -392,6 +393,8 @@ class _Policy:
     flavor_weights: dict[str, dict[str, int]] = field(default_factory=dict)
     checkpoint_aware: bool | None = None
     prices: list[Price] = field(default_factory=list)
+    #: Where each price is written (its perHour item's path), for the warnings about it.
+    price_paths: dict[tuple[str, str], str] = field(default_factory=dict)
     currency: str | None = None
     billing: Billing | None = None
     idle_rule: IdleRule | None = None
@@ -791,7 +794,37 @@ def _policy_prices(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref
             if any(p.flavor == flavor and p.resource == resource for p in policy.prices):
                 at.error(item_path, f"{flavor}/{resource} is priced twice")
             policy.prices.append(Price(flavor=flavor, resource=resource, per_hour_micros=price))
+            policy.price_paths[(flavor, resource)] = item_path
+    if currency is None and policy.prices:
+        at.warn(f"{path}.currency", "no currency given: the prices are read as USD (ISO 4217, e.g. currency: EUR)")
     return refs
+
+
+def stray_prices(contract: Contract) -> list[tuple[Price, str]]:
+    """The prices naming a flavor and resource no ClusterQueue covers — nothing is ever charged
+    at them — each with why (and the covered resource it is likely a typo of)."""
+    covered = {(fq.flavor, r) for cq in contract.cluster_queues for fq in cq.flavors for r in fq.resources}
+    out = []
+    for price in contract.prices:
+        if (price.flavor, price.resource) in covered:
+            continue
+        of_flavor = sorted({r for f, r in covered if f == price.flavor})
+        close = difflib.get_close_matches(price.resource, of_flavor, n=1, cutoff=0.6)
+        out.append((price, f"{price.flavor}/{price.resource}: no ClusterQueue covers {price.resource} in flavor "
+                           f"{price.flavor}, so nothing is ever charged at this price"
+                    + (f" (did you mean {close[0]}?)" if close else "")))
+    return out
+
+
+def _check_prices(parsed: _Parsed) -> None:
+    """Warn about prices nothing is charged at (``stray_prices``) where they are written."""
+    if not parsed.policies:
+        return
+    entry = next(iter(parsed.policies.values()))
+    policy = entry.value
+    queues = [e.value for e in parsed.cluster_queues.values() if e.value is not None]
+    for price, why in stray_prices(Contract(cluster_queues=queues, prices=policy.prices)):
+        entry.at.warn(policy.price_paths.get((price.flavor, price.resource), "spec.prices"), why)
 
 
 def _money(at: _At, path: str, value: Any) -> int | None:

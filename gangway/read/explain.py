@@ -19,7 +19,7 @@ from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State
-from gangway.read.describe import describe
+from gangway.read.describe import describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
 from gangway.sim import Simulation
@@ -199,7 +199,7 @@ def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:
            f"{money(run.waste_micros)} of it lost to preemption; {busy}"]
     wl = books.state.workloads.get(name)
     if wl is not None and wl.idle is not None:
-        out.append(f"flagged idle now: {wl.idle.reason}")
+        out.append(f"flagged idle now: {idle_reason(wl.idle)}")
     return out
 
 

@@ -21,6 +21,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import msgspec
 
 from gangway.events import catalogue as ev
+from gangway.events.money import unit_hours, unit_of
 from gangway.events.state import State
 from gangway.services.accounting.billing import MILLI_GPU_MS_PER_HOUR, Books, clipped, idle_cost
 from gangway.services.accounting.policy import Interval
@@ -129,18 +130,21 @@ def team_figures(charges: list[Interval], start_ms: int | None = None, end_ms: i
     return [teams[t] for t in sorted(teams)]
 
 
-def run_figures(charges: list[Interval], state: State | None = None) -> list[RunFigures]:
-    """Per run (workload), most wasteful first: cost, waste, busy ratio, useful tokens."""
+def run_figures(charges: list[Interval], state: State | None = None, start_ms: int | None = None,
+                end_ms: int | None = None) -> list[RunFigures]:
+    """Per run (workload), most wasteful first: cost, waste, busy ratio, useful tokens (over a
+    window, as ``team_figures`` counts it: the part of each charge inside it; or everything)."""
     runs: dict[str, RunFigures] = {}
     attempts: dict[str, set] = {}
-    for c in charges:
+    for c, d in _window(charges, start_ms, end_ms):
         r = runs.setdefault(c.workload, RunFigures(c.workload, c.team, 0, 0, 0, False, 0, 0, 0))
-        r.allocated_gpu_milli_ms += c.gpu_milli_ms
-        r.busy_gpu_milli_ms += c.busy_milli_ms
+        r.allocated_gpu_milli_ms += c.gpu_milli * d
+        r.busy_gpu_milli_ms += _share(c, d, c.busy_milli_ms)
         r.sampled = r.sampled or c.sampled
-        r.list_cost_micros += c.cost_micros()
-        r.waste_micros += c.waste_micros
-        r.useful_tokens += c.useful_tokens
+        r.list_cost_micros += c.cost_micros(start_ms, end_ms)
+        if start_ms is None or start_ms <= c.end_ms <= (end_ms if end_ms is not None else c.end_ms):
+            r.waste_micros += c.waste_micros
+            r.useful_tokens += c.useful_tokens
         attempts.setdefault(c.workload, set()).add(c.attempt)
     flagged = set(idle_workloads_ever(state)) if state is not None else set()
     for name, r in runs.items():
@@ -188,15 +192,33 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def line_quantity(line: ev.InvoiceLine) -> tuple[Decimal, str]:
+    """A line's quantity in the unit its price is per (GPU-Hour, GiB-Hour for memory…), to six
+    decimals, and that unit: quantity × unit price is the line's list cost (a credit's quantity is
+    negative, as its list cost is)."""
+    qty = unit_hours(line.resource, line.quantity)
+    amount = (Decimal(qty.numerator) / Decimal(qty.denominator)).quantize(Decimal("0.000001"))
+    return (-amount if line.kind == "credit" else amount), unit_of(line.resource)
+
+
+def _attempt(line: ev.InvoiceLine) -> int | None:
+    """The attempt as ``explain`` and ``log`` number it (from 1); None on an idle share."""
+    return line.attempt + 1 if line.workload else None
+
+
 def invoice_rows(invoices: list[ev.InvoiceIssued]) -> list[dict]:
+    """One CSV row per line: quantity in ``unit`` and unit price per that unit, so quantity ×
+    unit_price = list_cost (to the rounding of six decimals); billed_cost is in the minor unit."""
     rows = []
     for inv in invoices:
         for line in inv.lines:
+            qty, unit = line_quantity(line)
+            attempt = _attempt(line)
             rows.append({
                 "invoice_id": inv.invoice_id, "team": inv.team, "period": inv.period, "kind": line.kind,
-                "workload": line.workload, "attempt": line.attempt, "cluster_queue": line.cluster_queue,
-                "flavor": line.flavor, "resource": line.resource, "start": _iso(line.start_ms), "end": _iso(line.end_ms),
-                "quantity_unit_hours": str((Decimal(line.quantity) / MILLI_GPU_MS_PER_HOUR).quantize(Decimal("0.000001"))),
+                "workload": line.workload, "attempt": "" if attempt is None else attempt,
+                "cluster_queue": line.cluster_queue, "flavor": line.flavor, "resource": line.resource,
+                "start": _iso(line.start_ms), "end": _iso(line.end_ms), "quantity": str(qty), "unit": unit,
                 "unit_price": str(money(line.unit_price_micros, 6)), "list_cost": str(money(line.list_cost_micros, 6)),
                 "billed_cost": str(money(line.billed_cost_micros, 6)), "currency": inv.currency,
                 "description": line.description,
@@ -204,8 +226,19 @@ def invoice_rows(invoices: list[ev.InvoiceIssued]) -> list[dict]:
     return rows
 
 
+def invoice_dict(inv: ev.InvoiceIssued) -> dict:
+    """An invoice as ``--format json`` gives it: the ``InvoiceIssued`` event, but each line's
+    quantity a decimal string in its ``unit`` (a memory line's milli-byte-ms overflow 64 bits) and
+    its attempt counted from 1 (null on an idle share)."""
+    out = msgspec.to_builtins(inv)
+    for line, row in zip(inv.lines, out["lines"]):
+        qty, unit = line_quantity(line)
+        row["quantity"], row["unit"], row["attempt"] = str(qty), unit, _attempt(line)
+    return out
+
+
 def invoices_json(invoices: list[ev.InvoiceIssued]) -> str:
-    return msgspec.json.format(msgspec.json.encode(invoices), indent=2).decode()
+    return msgspec.json.format(msgspec.json.encode([invoice_dict(inv) for inv in invoices]), indent=2).decode()
 
 
 def invoices_csv(invoices: list[ev.InvoiceIssued]) -> str:
@@ -221,13 +254,19 @@ def invoices_csv(invoices: list[ev.InvoiceIssued]) -> str:
 def invoices_table(invoices: list[ev.InvoiceIssued]):
     from rich.table import Table
     currency = invoices[0].currency if invoices else ""
-    table = Table(title=f"invoices ({currency})")
-    for col in ("period", "team", "lines", "list", "credits", "idle share", "billed", "invoice id"):
-        table.add_column(col, justify="left" if col in ("period", "team", "invoice id") else "right")
-    for inv in invoices:
-        table.add_row(inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros)),
-                      _credit(money(inv.credits_micros)), str(money(inv.idle_cost_micros)),
-                      str(money(inv.billed_cost_micros)), "…" + inv.invoice_id[-16:])
+    table = Table(title=f"invoices ({currency})" if currency else "invoices", show_edge=False, pad_edge=False)
+    rows = [[inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros)),
+             _credit(money(inv.credits_micros)), str(money(inv.idle_cost_micros)), str(money(inv.billed_cost_micros)),
+             "…" + inv.invoice_id[-8:]] for inv in invoices]
+    # Figures, periods and teams never shrink (hour 03 and hour 04 stay apart at 80 columns); the
+    # id, whose period and team are in their own columns, shows the end of its digest, folded if need be.
+    for i, col in enumerate(("period", "team", "lines", "list", "credits", "idle", "billed", "invoice id")):
+        last = col == "invoice id"
+        table.add_column(col, justify="left" if col in ("period", "team") or last else "right",
+                         no_wrap=not last, overflow="fold" if last else "ellipsis",
+                         min_width=None if last else max((len(r[i]) for r in rows), default=len(col)))
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -271,40 +310,33 @@ FOCUS_RC_ALIASES = {"InvoiceIssuer": "InvoiceIssuerName", "Provider": "ProviderN
                     "ResourceID": "ResourceId", "ChargeType": "ChargeCategory"}
 
 
-def _focus_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def focus_rows(invoices: list[ev.InvoiceIssued], account: str = "gangway") -> list[dict]:
     """One FOCUS row per invoice line: usage, credits (ChargeCategory Credit) and idle shares."""
     rows = []
     for inv in invoices:
         for line in inv.lines:
-            unit = "GPU-Hour" if line.resource == "nvidia.com/gpu" else (
-                "GiB-Hour" if line.resource in ("memory", "ephemeral-storage") else f"{line.resource}-Hour")
-            qty = Decimal(line.quantity) / MILLI_GPU_MS_PER_HOUR
-            if line.resource in ("memory", "ephemeral-storage"):
-                qty = qty / (1 << 30)
+            qty, unit = line_quantity(line)
             category = {"usage": "Usage", "credit": "Credit", "idle": "Usage"}[line.kind]
-            billed, listed = money(line.billed_cost_micros, 6), money(line.list_cost_micros, 6)
-            resource_id = f"{line.workload}#{line.attempt}" if line.workload else f"idle/{line.flavor or 'cluster'}"
+            # A credit carries no list cost of its own in FOCUS: it is the BilledCost taken off.
+            billed, listed = money(line.billed_cost_micros, 6), money(line.list_cost_micros if category == "Usage" else 0, 6)
+            resource_id = f"{line.workload}#{_attempt(line)}" if line.workload else f"idle/{line.flavor or 'cluster'}"
             rows.append({
                 "AvailabilityZone": "", "BilledCost": str(billed), "BillingAccountId": account,
                 "BillingAccountName": account, "BillingCurrency": inv.currency,
-                "BillingPeriodEnd": _focus_time(inv.period_end_ms), "BillingPeriodStart": _focus_time(inv.period_start_ms),
+                "BillingPeriodEnd": _iso(inv.period_end_ms), "BillingPeriodStart": _iso(inv.period_start_ms),
                 "ChargeCategory": category, "ChargeClass": "", "ChargeDescription": line.description or line.kind,
-                "ChargeFrequency": "Usage-Based", "ChargePeriodEnd": _focus_time(line.end_ms),
-                "ChargePeriodStart": _focus_time(line.start_ms), "CommitmentDiscountCategory": "",
+                "ChargeFrequency": "Usage-Based", "ChargePeriodEnd": _iso(line.end_ms),
+                "ChargePeriodStart": _iso(line.start_ms), "CommitmentDiscountCategory": "",
                 "CommitmentDiscountId": "", "CommitmentDiscountName": "", "CommitmentDiscountStatus": "",
                 "CommitmentDiscountType": "",
-                "ConsumedQuantity": str(qty.quantize(Decimal("0.000001"))) if category == "Usage" and line.quantity else "",
+                "ConsumedQuantity": str(qty) if category == "Usage" and line.quantity else "",
                 "ConsumedUnit": unit if category == "Usage" and line.quantity else "",
                 "ContractedCost": str(billed if category == "Usage" else Decimal(0)),
                 "ContractedUnitPrice": str(money(line.unit_price_micros, 6)) if category == "Usage" and line.quantity else "",
                 "EffectiveCost": str(billed), "InvoiceIssuerName": "gangway", "ListCost": str(listed),
                 "ListUnitPrice": str(money(line.unit_price_micros, 6)) if category == "Usage" and line.quantity else "",
                 "PricingCategory": "Standard" if category == "Usage" and line.quantity else "",
-                "PricingQuantity": str(qty.quantize(Decimal("0.000001"))) if category == "Usage" and line.quantity else "",
+                "PricingQuantity": str(qty) if category == "Usage" and line.quantity else "",
                 "PricingUnit": unit if category == "Usage" and line.quantity else "",
                 "ProviderName": "gangway", "PublisherName": "gangway", "RegionId": "", "RegionName": "",
                 "ResourceId": resource_id, "ResourceName": line.workload or "idle cluster GPUs",
@@ -348,7 +380,7 @@ def showback_html(books: Books, start_ms: int, end_ms: int, step_ms: int, title:
     charges = books.known(end_ms)
     currency = books.state.contract.currency if books.state.contract else ""
     teams = team_figures(charges, start_ms, end_ms)
-    runs = run_figures(charges, books.state)
+    runs = run_figures(charges, books.state, start_ms, end_ms)
     series = spend_over_time(charges, start_ms, end_ms, step_ms)
     charts = []
     fig, ax = plt.subplots(figsize=(7, 3))

@@ -7,6 +7,7 @@ from collections import Counter
 from rich.table import Table
 
 from gangway.events import catalogue as ev
+from gangway.events.codec import format_time
 from gangway.events.freeindex import measure
 from gangway.events.quantity import format_milli
 from gangway.events.resources import GPU, by_resource
@@ -53,10 +54,10 @@ def status_tables(state: State) -> list[Table]:
     idle = [wl.idle for _, wl in sorted(state.workloads.items()) if wl.idle is not None]
     if idle:
         flagged = Table(title="Idle GPUs (the contract's idle rule)")
-        for column in ("workload", "GPUs", "SM active", "since (cluster ms)", "rule"):
+        for column in ("workload", "GPUs", "SM active", "since", "rule"):
             flagged.add_column(column)
         for flag in idle:
-            flagged.add_row(flag.workload, format_milli(flag.gpu_milli), f"{flag.sm_active / 10:g} %", str(flag.since_ms),
+            flagged.add_row(flag.workload, format_milli(flag.gpu_milli), f"{flag.sm_active / 10:g} %", format_time(flag.since_ms),
                             flag.rule)
         tables.append(flagged)
     return tables

@@ -84,7 +84,10 @@ def invoice_id(log_id: str, team: str, period: str) -> str:
     return f"inv-{period}-{team}-{digest}"
 
 
-def _lines(charges: list[Interval], start: int, end: int, billing: Billing) -> list[ev.InvoiceLine]:
+def _lines(charges: list[Interval], start: int, end: int, billing: Billing, currency: str) -> list[ev.InvoiceLine]:
+    """Usage lines (and credits) of ``charges`` in [start, end). A line's list cost is exact (its
+    quantity × unit price, to the millionth); what it bills is that rounded once to the currency's
+    minor unit, and an invoice's totals are sums of what its lines bill."""
     lines = []
     for c in charges:
         duration = clipped(c, start, end)
@@ -97,8 +100,9 @@ def _lines(charges: list[Interval], start: int, end: int, billing: Billing) -> l
                 kind="usage", workload=c.workload, attempt=c.attempt, cluster_queue=c.cluster_queue,
                 flavor=c.flavors.get(resource, ""), resource=resource, start_ms=max(c.start_ms, start),
                 end_ms=min(c.end_ms, end), quantity=qty, unit_price_micros=price, list_cost_micros=cost,
-                billed_cost_micros=cost, contract_digest=c.contract_digest, local_queue=c.local_queue,
-                priority_class=c.priority_class, description=f"{c.outcome} attempt {c.attempt} part {c.segment}",
+                billed_cost_micros=money.to_minor_unit(cost, currency), contract_digest=c.contract_digest,
+                local_queue=c.local_queue, priority_class=c.priority_class,
+                description=f"{c.outcome} attempt {c.attempt + 1} part {c.segment + 1}",
             ))
         if billing.credit_preemption_waste and c.waste_ms and c.outcome in ("evicted", "node_lost") and start <= c.end_ms < end:
             for resource, price in sorted(c.prices.items()):
@@ -109,16 +113,19 @@ def _lines(charges: list[Interval], start: int, end: int, billing: Billing) -> l
                 lines.append(ev.InvoiceLine(
                     kind="credit", workload=c.workload, attempt=c.attempt, cluster_queue=c.cluster_queue,
                     flavor=c.flavors.get(resource, ""), resource=resource, start_ms=c.end_ms - c.waste_ms,
-                    end_ms=c.end_ms, quantity=qty, unit_price_micros=price, list_cost_micros=0,
-                    billed_cost_micros=-cost, contract_digest=c.contract_digest, local_queue=c.local_queue,
-                    priority_class=c.priority_class, description=f"preemption waste: {c.waste_ms} ms of work lost",
+                    end_ms=c.end_ms, quantity=qty, unit_price_micros=price, list_cost_micros=-cost,
+                    billed_cost_micros=money.to_minor_unit(-cost, currency), contract_digest=c.contract_digest,
+                    local_queue=c.local_queue, priority_class=c.priority_class,
+                    description=f"preemption waste: {c.waste_ms} ms of work lost",
                 ))
     return lines
 
 
 def idle_cost(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
               start: int, end: int) -> dict[str, tuple[int, int]]:
-    """Per flavor: (idle GPU milli-ms, its list cost) over [start, end) — GPUs no workload held."""
+    """Per flavor: (idle GPU milli-ms, its list cost) over [start, end) — GPUs no workload held.
+    Capacity counts only while nodes exist (from the first change point) and up to ``end``: pass
+    the log's clock as ``end`` for a period still running, never a time the log has not reached."""
     held: dict[str, int] = {}
     for c in charges:
         flavor = c.flavors.get(GPU, "")
@@ -144,39 +151,56 @@ def share_out(total: int, weights: dict[str, int]) -> dict[str, int]:
     return parts
 
 
+def _billed(lines: list[ev.InvoiceLine], kind: str) -> int:
+    return sum(line.billed_cost_micros for line in lines if line.kind == kind)
+
+
 def invoices(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
-             period: str, log_id: str, cut_offset: int, team: str | None = None) -> list[ev.InvoiceIssued]:
-    """Every team's invoice for ``period`` (``charges``: closed and open ones, as known at the cut)."""
+             period: str, log_id: str, cut_offset: int, team: str | None = None,
+             now_ms: int | None = None) -> list[ev.InvoiceIssued]:
+    """Every team's invoice for ``period`` (``charges``: closed and open ones, as known at the cut).
+
+    ``now_ms``: the log's clock, for a draft of a period still running (idle capacity counts up to
+    it). Each line bills its list cost rounded once to the currency's minor unit; the invoice's
+    list, credits, idle share and billed amounts are sums of its lines' billed amounts, so they add
+    up as printed (list − credits + idle = billed)."""
     start, end = period_bounds(period)
+    # Idle capacity is charged for the time the log's clock has passed, never for the future.
+    accrued_end = end if now_ms is None else max(start, min(end, now_ms))
     billing = contract.billing if contract is not None else Billing()
     currency = contract.currency if contract is not None else "USD"
     by_team: dict[str, list[ev.InvoiceLine]] = {}
     for c in sorted(charges, key=lambda c: (c.team, c.workload, c.attempt, c.segment)):
-        lines = _lines([c], start, end, billing)
+        lines = _lines([c], start, end, billing, currency)
         if lines:
             by_team.setdefault(c.team, []).extend(lines)
-    list_cost = {t: sum(line.list_cost_micros for line in lines) for t, lines in by_team.items()}
-    idle_total = sum(cost for _, cost in idle_cost(charges, changes, contract, start, end).values())
     if billing.idle_cost == "weighted":
-        idle = share_out(idle_total, list_cost)
+        weights = {t: sum(line.list_cost_micros for line in lines if line.kind == "usage") for t, lines in by_team.items()}
     elif billing.idle_cost == "even":
-        idle = share_out(idle_total, {t: 1 for t in by_team})
+        weights = {t: 1 for t in by_team}
     else:
-        idle = {}
+        weights = {}
+    for flavor, (idle_gpu, _) in idle_cost(charges, changes, contract, start, accrued_end).items():
+        price = contract.price_of(flavor, GPU) if contract is not None else None
+        if not price:
+            continue
+        for name, qty in share_out(idle_gpu, weights).items():
+            if qty <= 0:
+                continue
+            cost = money.cost_micros(GPU, qty, price)
+            by_team[name].append(ev.InvoiceLine(
+                kind="idle", workload="", attempt=0, cluster_queue="", flavor=flavor, resource=GPU, start_ms=start,
+                end_ms=accrued_end, quantity=qty, unit_price_micros=price, list_cost_micros=cost,
+                billed_cost_micros=money.to_minor_unit(cost, currency),
+                description=f"share of idle cluster GPUs ({billing.idle_cost})"))
     out = []
     for name, lines in sorted(by_team.items()):
         if team is not None and name != team:
             continue
-        if idle.get(name):
-            lines = [*lines, ev.InvoiceLine(
-                kind="idle", workload="", attempt=0, cluster_queue="", flavor="", resource=GPU, start_ms=start,
-                end_ms=end, quantity=0, unit_price_micros=0, list_cost_micros=idle[name],
-                billed_cost_micros=idle[name], description=f"share of idle cluster GPUs ({billing.idle_cost})")]
-        credits = -sum(line.billed_cost_micros for line in lines if line.kind == "credit")
         out.append(ev.InvoiceIssued(
             invoice_id=invoice_id(log_id, name, period), team=name, period=period, period_start_ms=start,
-            period_end_ms=end, currency=currency, lines=lines, list_cost_micros=list_cost[name],
-            credits_micros=credits, idle_cost_micros=idle.get(name, 0),
+            period_end_ms=end, currency=currency, lines=lines, list_cost_micros=_billed(lines, "usage"),
+            credits_micros=-_billed(lines, "credit"), idle_cost_micros=_billed(lines, "idle"),
             billed_cost_micros=sum(line.billed_cost_micros for line in lines), log_id=log_id, cut_offset=cut_offset,
         ))
     return out
@@ -197,6 +221,8 @@ class Books:
     #: The next period to cut ("" until the first event), and the invoices cut so far.
     next_period: str = ""
     issued: list[ev.InvoiceIssued] = field(default_factory=list)
+    #: The time of the log's first event (None before it): no period ending earlier has any charge.
+    first_ms: int | None = None
     #: (next_period, its end in ms): computed once per period.
     _bounds: tuple[str, int] = ("", 0)
     #: The capacity now, each node's part of it (flavor, GPU milli), and the contract its flavors
@@ -217,6 +243,8 @@ class Books:
 
     def after(self, state: State, env: ev.Envelope) -> list[ev.InvoiceIssued]:
         """What follows once ``env`` is folded into ``state``: capacity, and the periods to cut."""
+        if self.first_ms is None:
+            self.first_ms = env.time_ms
         if isinstance(env.data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
             cap = self._capacity_after(state, env.data)
             if not self.changes or self.changes[-1][1] != cap:
