@@ -172,7 +172,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
     wl.placement_gpus = []
-    wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = None
+    wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = wl.checkpoint_step = None
     _reset_money(wl)
     _enqueue(state, wl)
 
@@ -555,14 +555,23 @@ def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
 
 
 def _checkpoint(state: State, env: ev.Envelope, e: ev.CheckpointSaved) -> None:
+    """A checkpoint counts (it saves the attempt's work from preemption's and accounting's loss) only
+    for a workload running that attempt (or in its eviction's grace), taken after it started, with a
+    step that is not negative and not below the step of the attempt's last checkpoint that counted
+    (a step going backwards saves nothing new). Any other is ignored."""
     wl = state.workloads.get(e.workload)
     if wl is None or wl.phase not in ("running", "evicting"):
+        state.ignored += 1
+        return
+    if e.step is not None and (e.step < 0 or (wl.checkpoint_step is not None and e.step < wl.checkpoint_step)):
         state.ignored += 1
         return
     saved = e.saved_ms or env.time_ms
     if wl.started_ms is not None and saved >= wl.started_ms:
         wl.checkpoint_ms = max(saved, wl.checkpoint_ms or 0)
         wl.tokens_saved = wl.tokens
+        if e.step is not None:
+            wl.checkpoint_step = e.step
 
 
 def repriced(state: State, contract) -> list[WorkloadState]:

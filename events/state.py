@@ -132,6 +132,8 @@ class WorkloadState(msgspec.Struct):
     superseded_code: ReasonCode | None = None
     #: Cluster time of its last checkpoint in the current attempt (None: none saved).
     checkpoint_ms: int | None = None
+    #: The step of that checkpoint (None: none counted, or it gave no step); a later one below it is ignored.
+    checkpoint_step: int | None = None
     #: Every eviction it suffered: (preemptor, reason, work lost ms), for ``gangway explain``.
     evictions: list[tuple[str, str, int]] = []
     # --- money (``events/money.py``); all of it is about the current attempt ---------------------

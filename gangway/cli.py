@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from gangway import stack
 from gangway.adapters.kafka import BrokerUnreachable
@@ -159,14 +160,18 @@ SUBMIT_RETRY_S = 60.0
 
 def cmd_submit(args) -> int:
     from gangway.services.submission.manifests import ManifestError, load_jobs
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    filename = "<stdin>" if args.file == "-" else args.file
     generated: dict[str, str] = {}
     unread: list[str] = []
     try:
-        jobs = load_jobs(text, "<stdin>" if args.file == "-" else args.file,
-                         on_generated=lambda prefix, name: generated.__setitem__(name, prefix), on_unread=unread.append)
+        jobs = load_jobs(data, filename, on_generated=lambda prefix, name: generated.__setitem__(name, prefix),
+                         on_unread=unread.append, checked=True)
     except ManifestError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        return 2
+    if not jobs:  # `[]`, `null`, an empty file: nothing to submit is not a success
+        console.print(f"[red]{escape(filename)}: no jobs in it[/red]")
         return 2
     for warning in unread:  # what Kueue would act on and gangway will not
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)

@@ -132,3 +132,39 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+
+
+#: Files `gangway submit` refuses whole, before it talks to any broker (exit 2): what it says.
+REFUSED_SUBMISSIONS = {
+    "not UTF-8": (b'\xff\xfe{"job_id":"x"}', "document 1: not UTF-8 text: invalid start byte at line 1, byte 0"),
+    "an empty list": (b"[]", "no jobs in it"),
+    "null": (b"null", "no jobs in it"),
+    "empty": (b"", "no jobs in it"),
+    "one job twice": (b"job_id: y06\nnamespace: batch\nqueue: default\npod_sets: [{name: m, count: 1, resources: "
+                      b"{nvidia.com/gpu: 1}}]\n---\njob_id: y06\nnamespace: batch\nqueue: default\npod_sets: "
+                      b"[{name: m, count: 2, resources: {nvidia.com/gpu: 2}}]\n",
+                      "document 2 (y06): job batch/y06 is also document 1"),
+    "an infinite runtime": (b'{"job_id": "rt-2", "namespace": "research", "queue": "default", "runtime_seconds": '
+                            b'1e400, "pod_sets": [{"name": "main", "count": 1, "resources": {"nvidia.com/gpu": 1}}]}',
+                            "runtime_seconds is inf: it must be over 0"),
+    "over 1 MiB": (b'{"job_id": "huge-1", "namespace": "batch", "queue": "default", "labels": {"l": "'
+                   + b"x" * 1_100_000 + b'"}, "pod_sets": [{"name": "m", "count": 1, "resources": {"nvidia.com/gpu": 1}}]}',
+                   "over the 1048576-byte (1 MiB) limit"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_SUBMISSIONS))
+def test_submit_refuses_a_file_it_cannot_send_whole_with_its_reason_and_exit_2(case, tmp_path):
+    data, expected = REFUSED_SUBMISSIONS[case]
+    path = tmp_path / "jobs.json"
+    path.write_bytes(data)
+    for args, stdin in ((["submit", str(path)], None), (["submit", "-"], data)):
+        clean = {k: v for k, v in os.environ.items() if k not in ("GANGWAY_KAFKA", "GANGWAY_STATE_DIR")}
+        result = subprocess.run([sys.executable, "-m", "gangway", *args], cwd=tmp_path, input=stdin,
+                                env={**clean, "GANGWAY_KAFKA": f"127.0.0.1:{free_port()}", "COLUMNS": "400"},
+                                capture_output=True, timeout=60)
+        out = (result.stdout + result.stderr).decode()
+        assert result.returncode == 2, out
+        assert "Traceback" not in out and "cannot reach" not in out, out  # (refused before any broker)
+        name = str(path) if stdin is None else "<stdin>"
+        assert f"{name}: " in out and expected in out, out

@@ -465,3 +465,32 @@ def test_a_state_restored_from_a_snapshot_gets_its_shapes_and_pending_counts_com
     back = restored(msgspec.msgpack.decode(msgspec.msgpack.encode(old), type=type(old)))
     assert back.workloads["a"].shape != back.workloads["b"].shape
     assert state_bytes(back) == state_bytes(fresh)
+
+
+# --- which checkpoints count -----------------------------------------------------------------------
+
+
+def test_a_checkpoint_counts_only_for_the_running_attempt_with_a_step_that_does_not_go_backwards():
+    """A checkpoint saves the attempt's work (preemption's and the invoice's loss) only while the
+    workload runs, and only with a step of zero or more that is not below the last one that counted:
+    one for a pending workload, a negative step or a step going backwards is ignored."""
+    log = base().queue(W4)
+    log.add(ev.CheckpointSaved(workload="w", step=99_999_999))  # pending: it saved nothing
+    assert log.state.workloads["w"].checkpoint_ms is None
+    log.admit("w").place("w", [("main", "n1", 1)]).bind("w")
+    started = log.state.workloads["w"].started_ms
+    assert log.state.workloads["w"].checkpoint_ms is None  # (the pending one did not carry over)
+    log.add(ev.CheckpointSaved(workload="w", step=-5))
+    assert log.state.workloads["w"].checkpoint_ms is None
+    log.add(ev.CheckpointSaved(workload="w", step=1200))
+    counted = log.state.workloads["w"].checkpoint_ms
+    assert counted is not None and counted > started and log.state.workloads["w"].checkpoint_step == 1200
+    ignored = log.state.ignored
+    log.add(ev.CheckpointSaved(workload="w", step=1100))  # backwards: not later work saved
+    assert (log.state.workloads["w"].checkpoint_ms, log.state.ignored) == (counted, ignored + 1)
+    log.add(ev.CheckpointSaved(workload="w", step=1200))  # the same step again counts (a later save of it)
+    assert log.state.workloads["w"].checkpoint_ms > counted
+    log.order_eviction("w", "p").evicted("w").admit("w").place("w", [("main", "n2", 1)]).bind("w")
+    assert (log.state.workloads["w"].checkpoint_ms, log.state.workloads["w"].checkpoint_step) == (None, None)
+    log.add(ev.CheckpointSaved(workload="w", step=10))  # a new attempt starts its steps again
+    assert log.state.workloads["w"].checkpoint_step == 10

@@ -318,7 +318,9 @@ def test_a_job_becomes_a_binary_mode_cloudevent_record():
     names = dict(headers)
     assert key == b"sample-job"
     assert env.data == SAMPLE_JOB
-    assert (env.id, env.source, env.time_ms) == ("submit/sample-job/1735689600000", "gangway-cli/alice", 1_735_689_600_000)
+    assert (env.id, env.source, env.time_ms) == ("submit/team-a/sample-job/1735689600000/" + env.id.rsplit("/", 1)[1],
+                                                 "gangway-cli/alice", 1_735_689_600_000)
+    assert to_cloudevent_record(SAMPLE_JOB, "x", 1, nonce="n")[2][1] == ("ce_id", b"submit/team-a/sample-job/1/n")
     assert names["ce_type"] == b"io.gangway.job.submitted.v1" and names["ce_subject"] == b"sample-job"
 
 
@@ -394,3 +396,52 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
     ]
+
+
+# --- what strangerB's report found (gangway submit) ------------------------------------------------
+
+
+def gangway_doc(job_id: str = "y06", namespace: str = "batch", **more) -> str:
+    fields = {"job_id": job_id, "namespace": namespace, "queue": "default",
+              "pod_sets": [{"name": "main", "count": 1, "resources": {"nvidia.com/gpu": 1}}]} | more
+    return json.dumps(fields)
+
+
+def test_a_file_naming_one_job_twice_is_refused_naming_both_documents():
+    with pytest.raises(ManifestError) as caught:
+        load_jobs("\n---\n".join([gangway_doc(), gangway_doc(namespace="research"), gangway_doc()]), "jobs.yaml")
+    assert caught.value.document == 3 and "batch/y06 is also document 1" in str(caught.value)
+    # the same name in two namespaces is two jobs
+    assert len(load_jobs("\n---\n".join([gangway_doc(), gangway_doc(namespace="research")]), "jobs.yaml")) == 2
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_the_document_and_byte():
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(b"\xff\xfe{}", "p03.json")
+    assert str(caught.value).startswith("p03.json: document 1: not UTF-8 text") and "byte 0" in str(caught.value)
+    text = (gangway_doc() + "\n---\n").encode() + b"job_id: caf\xe9\n"
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "jobs.yaml")
+    assert caught.value.document == 2 and "line 3" in str(caught.value)
+    assert load_jobs(gangway_doc().encode(), "jobs.json")[0].job_id == "y06"
+
+
+@pytest.mark.parametrize("doc, problem", [
+    ('{"runtime_seconds": 1e400}', "runtime_seconds is inf"),
+    ('{"runtime_seconds": NaN}', "runtime_seconds is nan"),
+    ('{"runtime_seconds": -100}', "runtime_seconds is -100.0"),
+    ('{"runtime_seconds": 1e12}', "runtime_seconds is 1000000000000.0"),
+    ('{"job_id": "a/b"}', "job_id 'a/b' is not a valid Kubernetes name"),
+    ('{"pod_sets": [{"name": "m", "count": 0, "resources": {"nvidia.com/gpu": 1}}]}', "pod_sets[0].count is 0"),
+    ('{"labels": {"big": "%s"}}' % ("x" * 1_100_000), "over the 1048576-byte (1 MiB) limit"),
+])
+def test_gangway_submit_refuses_what_the_submission_service_would_reject_without_the_state(doc, problem):
+    """``checked`` (gangway submit) runs the submission service's own state-free checks on each job,
+    so a value JSON cannot carry on the record (an infinite runtime) is refused, not sent as none."""
+    text = json.dumps(json.loads(gangway_doc()) | json.loads(doc)) if "NaN" not in doc and "1e400" not in doc \
+        else gangway_doc()[:-1] + ", " + doc[1:]
+    unchecked = load_jobs(text, "job.json")  # (the dry run reads them unchecked, and reports the rejection)
+    assert len(unchecked) == 1
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "job.json", checked=True)
+    assert caught.value.document == 1 and problem in str(caught.value), str(caught.value)

@@ -564,3 +564,60 @@ def test_submission_decides_alike_on_its_projection_of_the_log_and_on_the_whole_
     assert sorted(projected.nodes) == sorted(sim.state.nodes) == ["n0", "n1", "n2"]
     with pytest.raises(ValueError, match="JobRejected"):  # not an event of the log
         handlers_for({JobRejected})
+
+
+# --- what strangerB's report found (producers) --------------------------------------------------
+
+
+def test_two_documents_of_one_job_sent_by_the_cli_are_two_submissions_not_a_redelivery():
+    """Each record ``gangway submit`` writes has a CloudEvent id of its own (namespace, job, time and a
+    nonce): a second job of the same name is a duplicate_job, even sent in the same millisecond; the
+    very record sent again (a producer's retry) is still a re-delivery."""
+    from gangway.events.catalogue import JobSubmitted
+    from gangway.services.submission.manifests import to_cloudevent_record
+    small, big = (msgspec.convert(job(pod_sets=[pod_set(count=n)]), JobSubmitted) for n in (1, 2))
+    first, second = to_cloudevent_record(small, "gangway/cli", 5), to_cloudevent_record(big, "gangway/cli", 5)
+    assert dict(first[2])["ce_id"] != dict(second[2])["ce_id"]
+    assert dict(first[2])["ce_id"].startswith(b"submit/team-a/train-1/5/")
+    queued_first = decide_submission(first[1], first[0], first[2], make_state(), {}, "gangway.submissions/0/7")
+    assert isinstance(queued_first, WorkloadQueued)
+    for in_state, in_flight in ((make_state(queued=[queued_first]), {}),
+                                (make_state(), {queued_first.workload: queued_first.submitted_as})):
+        again = decide_submission(second[1], second[0], second[2], in_state, in_flight, SUBMISSION)
+        assert isinstance(again, JobRejected) and again.reason == "duplicate_job", again
+        assert decide_submission(first[1], first[0], first[2], in_state, in_flight, SUBMISSION) is None
+
+
+def test_an_oversized_record_is_rejected_naming_its_namespace_and_job():
+    big = plain(job(labels={f"l{i}": "x" * 100 for i in range(12_000)}))
+    assert len(big) > 1_048_576
+    rejected = decide_submission(big, KEY, [], make_state(), {}, SUBMISSION)
+    assert (rejected.reason, rejected.namespace, rejected.job_id) == ("oversized", "team-a", "train-1")
+    assert rejected.original == big
+
+
+def test_explain_finds_a_rejected_job_by_the_id_as_submitted_even_with_a_slash():
+    from gangway.read.explain import rejected_lines
+    rejected = decide_submission(plain(job(job_id="a/b", namespace="team-a")), KEY, [], make_state(), {}, SUBMISSION)
+    assert (rejected.reason, rejected.job_id, rejected.namespace) == ("invalid_field", "a/b", "team-a")
+    unnamed = decide_submission(b"not json", KEY, [], make_state(), {}, SUBMISSION)
+    assert (unnamed.job_id, unnamed.namespace) == ("", "")
+    log = [Envelope(id=f"reject/{i}", source="test", time_ms=1, data=r, offset=i) for i, r in enumerate([rejected, unnamed])]
+    for name in ("team-a/a/b", "a/b"):
+        assert len(rejected_lines(log, name)) == 1, name
+    for name in ("team-b/a/b", "b", "other", "team-a/"):  # (a rejection that names no job is no job's)
+        assert rejected_lines(log, name) == [], name
+
+
+def test_a_checkpoint_with_a_negative_step_is_rejected_whole():
+    from gangway.events.catalogue import CheckpointSaved
+    from gangway.services.submission.telemetry import decide_telemetry
+    state = make_state(queued=[queued()])
+    for step, ok in ((-5, False), (0, True), (1200, True)):
+        value = plain({"workload": "team-a/train-1", "step": step})
+        result = decide_telemetry(value, b"k", [("h", b"v")], state, "gangway.telemetry/0/3")
+        if ok:
+            assert isinstance(result, CheckpointSaved) and result.step == step
+        else:
+            assert isinstance(result, JobRejected) and result.reason == "invalid_field" and "step" in result.message
+            assert (result.original, result.original_key, result.original_headers) == (value, b"k", [("h", b"v")])

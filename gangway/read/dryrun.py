@@ -72,7 +72,7 @@ def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: f
 def _submit(run: DryRun, path: str) -> None:
     """Every job of ``path``, through the submission service's checks, at the simulation's time."""
     sim = run.sim
-    for job in load_jobs(Path(path).read_text(), path, on_unread=run.unread.append):
+    for job in load_jobs(Path(path).read_bytes(), path, on_unread=run.unread.append):
         name = workload_id(job)
         try:
             queued = queue_job(job, sim.state, {}, f"{path}#{len(run.jobs)}")

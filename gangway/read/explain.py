@@ -178,11 +178,16 @@ def rejected_lines(rejections: list[ev.Envelope], workload: str) -> list[str]:
     """What ``gangway explain`` says of a job that never reached the log: each JobRejected (on
     gangway.rejections) of its job id, with the reason and the record it came from. ``workload``
     is ``namespace/job`` (a rejection of that job id in another namespace is not its own; one whose
-    namespace could not be read may be) or a bare job id (every namespace's)."""
-    namespace, _, job_id = workload.rpartition("/")
+    namespace could not be read may be) or a bare job id (every namespace's). A namespace has no
+    ``/``, so a job id that has one (rejected as no valid name) is found as submitted, with its
+    namespace or without: ``research/a/b`` and ``a/b`` both find job ``a/b`` of ``research``."""
+    namespace, slash, job_id = workload.partition("/")
+
+    def its_own(d: ev.JobRejected) -> bool:
+        return bool(d.job_id) and (d.job_id == workload or (
+            bool(slash) and d.job_id == job_id and d.namespace in ("", namespace)))
     return [f"[{topics.REJECTIONS} {env.offset}] {describe(env)} (record {env.data.submission or '?'})"
-            for env in rejections if isinstance(env.data, ev.JobRejected) and env.data.job_id == job_id
-            and (not namespace or env.data.namespace in ("", namespace))]
+            for env in rejections if isinstance(env.data, ev.JobRejected) and its_own(env.data)]
 
 
 def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:

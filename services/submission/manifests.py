@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import uuid
 from typing import Any, Callable, Iterator
 
 import msgspec
@@ -47,6 +48,7 @@ from gangway.events.catalogue import (
     TopologyRequest, toleration_of,
 )
 from gangway.events.quantity import QuantityError, format_milli, parse_milli
+from gangway.services.submission.policy import MAX_BYTES, Invalid, check_job
 
 GANGWAY_API = "gangway.io/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -100,17 +102,64 @@ class _Where(msgspec.Struct, frozen=True):
         return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem)
 
 
-def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None] | None = None,
-              on_unread: Callable[[str], None] | None = None) -> list[JobSubmitted]:
-    """Every job in a YAML (multi-document) or JSON text; raises ManifestError. ``on_unread`` is
-    called with a warning for each key of a manifest that gangway does not read (``_unread``)."""
+def load_jobs(text: str | bytes, filename: str, on_generated: Callable[[str, str], None] | None = None,
+              on_unread: Callable[[str], None] | None = None, checked: bool = False) -> list[JobSubmitted]:
+    """Every job in a YAML (multi-document) or JSON text (bytes must be UTF-8); raises ManifestError.
+    ``on_unread`` is called with a warning for each key of a manifest that gangway does not read
+    (``_unread``). A file that names one job (namespace and job id) twice is refused, naming both
+    documents: the second would otherwise be a second submission of the same job.
+    ``checked`` (``gangway submit``): each job also passes what the submission service checks
+    without the state (``policy.check_job``) and fits a record of ``gangway.submissions``
+    (``policy.MAX_BYTES``), so that a file is refused whole before anything is sent."""
+    if isinstance(text, bytes):
+        text = decode_text(text, filename)
     jobs: list[JobSubmitted] = []
+    first_seen: dict[str, int] = {}
     for index, doc in enumerate(_documents(text, filename), start=1):
-        if doc is not None:
-            jobs.extend(_jobs_of(_Where(filename, index, on_generated=on_generated), doc))
-            for warning in _unread(doc, index, filename) if on_unread is not None else ():
-                on_unread(warning)
+        if doc is None:
+            continue
+        where = _Where(filename, index, on_generated=on_generated)
+        for job in _jobs_of(where, doc):
+            name = f"{job.namespace}/{job.job_id}"
+            if name in first_seen:
+                raise where.at(kind="", name=job.job_id).error(
+                    "", f"job {name} is also document {first_seen[name]}: a file names each job once "
+                    "(submit a changed job under a new name)")
+            first_seen[name] = index
+            if checked:
+                _check_submittable(where.at(kind="", name=job.job_id), job)
+            jobs.append(job)
+        for warning in _unread(doc, index, filename) if on_unread is not None else ():
+            on_unread(warning)
     return jobs
+
+
+def decode_text(data: bytes, filename: str) -> str:
+    """A file's bytes as text: UTF-8 (as YAML and JSON are), else a ManifestError naming the
+    document, line and byte where it stops being UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start].decode("utf-8")
+        lines = before.split("\n")
+        # the YAML document it is in: one more for each "---" after the first document's content
+        separators = [i for i, line in enumerate(lines) if line.startswith("---")]
+        content = [i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(("#", "%", "---"))]
+        document = 1 + sum(1 for i in separators if content and content[0] < i)
+        bad = data[exc.start:exc.start + 1]
+        raise ManifestError(filename, document, "", "", "", f"not UTF-8 text: {exc.reason} at line {len(lines)}, "
+                            f"byte {exc.start} ({bad!r}); save the file as UTF-8") from None
+
+
+def _check_submittable(where: _Where, job: JobSubmitted) -> None:
+    try:
+        check_job(job)
+    except Invalid as bad:
+        raise where.error("", f"{bad.message} ({bad.reason}, as the submission service would reject it)") from None
+    size = len(codec.encode_data(job))
+    if size > MAX_BYTES:
+        raise where.error("", f"its record would be {size} bytes, over the {MAX_BYTES}-byte (1 MiB) limit of a "
+                          "gangway.submissions record (oversized): make its labels or pod sets smaller")
 
 
 #: The Kueue labels and annotations gangway reads from a manifest; any other ``kueue.x-k8s.io/`` key
@@ -149,9 +198,17 @@ def job_of_object(obj: dict, where: str) -> JobSubmitted:
     return _jobs_of(_Where(where, 1), obj)[0]
 
 
-def to_cloudevent_record(job: JobSubmitted, source: str, now_ms: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """The binary-mode CloudEvent record of a job for ``gangway.submissions``: (key, value, headers)."""
-    env = Envelope(id=f"submit/{job.job_id}/{now_ms}", source=source, time_ms=now_ms, data=job)
+def to_cloudevent_record(job: JobSubmitted, source: str, now_ms: int,
+                         nonce: str | None = None) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The binary-mode CloudEvent record of a job for ``gangway.submissions``: (key, value, headers).
+
+    Its id, ``submit/<namespace>/<job_id>/<ms>/<nonce>`` (a random nonce unless given), is this
+    submission's own: submission takes another record with the same source and id as a re-delivery
+    of it (the same bytes sent again), so two submissions must never share one — another document
+    of the same job is a second submission (``duplicate_job``), not a re-delivery."""
+    nonce = nonce if nonce is not None else uuid.uuid4().hex
+    env = Envelope(id=f"submit/{job.namespace}/{job.job_id}/{now_ms}/{nonce}", source=source, time_ms=now_ms,
+                   data=job)
     value, headers = codec.to_binary(env)
     return job.job_id.encode(), value, headers
 

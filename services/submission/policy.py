@@ -36,6 +36,8 @@ from gangway.events.state import State
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
 MAX_BYTES = 1_048_576
+#: A bad record up to this size is read for the job id and namespace its rejection names.
+PROBE_BYTES_MAX = 16 * MAX_BYTES
 POD_SETS_MAX = 100
 POD_COUNT_MAX = 10_000
 JOB_PODS_MAX = 100_000
@@ -271,7 +273,9 @@ def recovered(bad: Invalid, value: bytes | None, key: bytes | None, headers: Hea
     """The JobRejected of a record that could not be read as a job: with the best job id it names
     (data.job_id, else the CloudEvent subject) and namespace (data.namespace), else ''."""
     probe = _Probe()
-    if value is not None and bad.reason != "oversized":
+    # (An oversized record is probed too, up to a bound: its job id and namespace name it in the
+    # rejection, as for any other bad record; skipping its members is a fast scan.)
+    if value is not None and len(value) <= PROBE_BYTES_MAX:
         try:
             probe = msgspec.json.decode(value, type=_Probe)
         except _UNREADABLE:
@@ -313,9 +317,7 @@ def _check_entitled(job: JobSubmitted, entitled: str | None, submission: str) ->
 def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], submission: str,
               submitted_as: str = "") -> WorkloadQueued:
     """The workload a valid job becomes; raises Invalid for the first thing wrong with it."""
-    _check_names(job)
-    pod_sets = _pod_sets(job.pod_sets)
-    runtime_ms = _runtime_ms(job.runtime_seconds)
+    pod_sets, runtime_ms = check_job(job)
     _check_unique(workload_id(job), state, in_flight)
     idx = _index(state.contract)
     local_queue = _local_queue(idx, job)
@@ -337,6 +339,15 @@ def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], sub
         submission=submission,
         submitted_as=submitted_as,
     )
+
+
+def check_job(job: JobSubmitted) -> tuple[list[PodSet], int | None]:
+    """What can be checked of a job without the state: its names, pod sets and runtime (the pod
+    sets and runtime as the workload will hold them); raises Invalid. ``queue_job`` starts with it,
+    and ``gangway submit`` runs it on every job of a file before sending any (a value the record's
+    JSON cannot carry, e.g. an infinite runtime, is refused there, not turned into none)."""
+    _check_names(job)
+    return _pod_sets(job.pod_sets), _runtime_ms(job.runtime_seconds)
 
 
 def _check_names(job: JobSubmitted) -> None:

@@ -58,6 +58,8 @@ def check_known(event: Telemetry, state: State) -> None:
         raise Invalid("invalid_field", f"workload: {event.workload!r} is not a known workload")
     if isinstance(event, WorkloadProgress) and (event.tokens < 0 or (event.step is not None and event.step < 0)):
         raise Invalid("invalid_field", "tokens and step must be zero or more")
+    if isinstance(event, CheckpointSaved) and event.step is not None and event.step < 0:
+        raise Invalid("invalid_field", f"step: {event.step} is negative: a checkpoint's step is zero or more")
 
 
 def check_samples(event: GpuTelemetry) -> None:
