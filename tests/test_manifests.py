@@ -394,3 +394,72 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
     ]
+
+
+# --- a pod's effective request: init containers, sidecars and overhead ------------------------------
+
+
+def pod_job(pod_spec: str) -> str:
+    """A one-pod Job whose pod template's spec is ``pod_spec`` (YAML, indented for its place)."""
+    return yaml_text("""
+        apiVersion: batch/v1
+        kind: Job
+        metadata: {name: j, namespace: ns, labels: {kueue.x-k8s.io/queue-name: q}}
+        spec:
+          template:
+            spec:
+        """) + textwrap.indent(yaml_text(pod_spec), "      ")
+
+
+def gpu(n: int | str, limit: int | str | None = None) -> str:
+    return f"{{requests: {{nvidia.com/gpu: {n}}}, limits: {{nvidia.com/gpu: {n if limit is None else limit}}}}}"
+
+
+@pytest.mark.parametrize("pod_spec, expected", [
+    # an init container asking more than the app containers: the pod needs its request while it runs
+    (f"""
+    initContainers: [{{name: i, image: x, resources: {gpu(4)}}}]
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "4"}),
+    # a sidecar (an init container that keeps running) adds to the app containers
+    (f"""
+    initContainers: [{{name: s, image: x, restartPolicy: Always, resources: {gpu(1)}}}]
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "3"}),
+    # a regular init container after a sidecar runs beside it (KEP-753): 1 + 4 > 1 + 2
+    (f"""
+    initContainers:
+    - {{name: s, image: x, restartPolicy: Always, resources: {gpu(1)}}}
+    - {{name: i, image: x, resources: {gpu(4)}}}
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "5"}),
+    # ... one before it does not
+    (f"""
+    initContainers:
+    - {{name: i, image: x, resources: {gpu(4)}}}
+    - {{name: s, image: x, restartPolicy: Always, resources: {gpu(1)}}}
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "4"}),
+    # a smaller init container changes nothing; the pod's overhead is added; CPU by the same rule
+    ("""
+    initContainers: [{name: i, image: x, resources: {requests: {cpu: 3, nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 1}}}]
+    containers:
+    - {name: c, image: x, resources: {requests: {cpu: 500m}, limits: {nvidia.com/gpu: 2}}}
+    - {name: d, image: x, resources: {requests: {cpu: 1}}}
+    overhead: {cpu: 250m}""", {"nvidia.com/gpu": "2", "cpu": "3250m"}),
+])
+def test_a_pod_asks_for_its_effective_request_as_kubernetes_counts_it(pod_spec, expected):
+    """max(the init containers' peak, the app containers and sidecars) plus overhead (a stranger's
+    Job with a 4-GPU init container was queued and placed as 2 GPUs, which the kubelet refuses)."""
+    [job] = load_jobs(pod_job(pod_spec), "job.yaml")
+    assert job.pod_sets[0].resources == expected
+
+
+def test_an_extended_resource_whose_request_differs_from_its_limit_is_refused():
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(pod_job(f"containers: [{{name: c, image: x, resources: {gpu(4, limit=2)}}}]"), "job.yaml")
+    assert caught.value.field == "spec.template.spec.containers[0].resources.requests['nvidia.com/gpu']"
+    assert "4 differs from its limit 2" in caught.value.problem
+    # the limit alone is the request; equal quantities written differently are equal; CPU may be overcommitted
+    [job] = load_jobs(pod_job("""
+    containers:
+    - {name: c, image: x, resources: {limits: {nvidia.com/gpu: 2}}}
+    - {name: d, image: x, resources: {requests: {nvidia.com/gpu: "1", cpu: 1}, limits: {nvidia.com/gpu: 1000m, cpu: 2}}}
+    """), "job.yaml")
+    assert job.pod_sets[0].resources == {"nvidia.com/gpu": "3", "cpu": 1}

@@ -20,10 +20,13 @@ them (``load_jobs`` reports each generated name through ``on_generated``) — na
 runtime the annotation ``gangway.io/runtime-seconds``; the other labels are kept. A batch/v1 Job's
 annotation ``kueue.x-k8s.io/job-min-parallelism`` (Kueue's partial admission) becomes its pod set's
 ``min_count``: it may run with fewer pods, down to that many, when the quota has no room for all. A pod's resources
-are, per resource, the sum over its containers of ``resources.requests`` (each container falling
-back to its ``limits``, as Kubernetes does); init containers are not counted. Quantities stay
-Kubernetes quantity strings — the submission service validates them — except that a resource
-requested by several containers is summed here. Kueue's TAS annotations on a pod template
+are its effective request as Kubernetes and Kueue count it (each container's ``resources.requests``,
+falling back to its ``limits``; an extended resource such as ``nvidia.com/gpu`` given in both must
+give the same): per resource the larger of the sum over its containers and sidecars (init containers
+with ``restartPolicy: Always``) and the peak of its init containers (each regular one with the
+sidecars started before it), plus the pod's ``overhead``. Quantities stay Kubernetes quantity
+strings — the submission service validates them — except that a resource several containers ask for
+is computed here. Kueue's TAS annotations on a pod template
 (``kueue.x-k8s.io/podset-required-topology``, ``-preferred-topology``,
 ``-slice-required-topology``, ``-slice-size``) become the pod set's TopologyRequest.
 
@@ -466,18 +469,54 @@ def _tolerations(where: _Where, pod_spec: dict, field: str) -> list[Toleration]:
 
 
 def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quantity]:
-    found: dict[str, list[tuple[str, Quantity]]] = {}
-    for i, container in enumerate(_list(where, pod_spec, "containers", f"{field}.containers")):
-        where_c = f"{field}.containers[{i}]"
-        for resource, (amount_field, amount) in _container_requests(where, container, where_c).items():
-            found.setdefault(resource, []).append((amount_field, amount))
-    if not found:
+    """The pod's effective request per resource, as Kubernetes (and Kueue) count it: the larger of
+    its app containers with its sidecars (init containers with ``restartPolicy: Always``) and the
+    peak of its init containers, each regular one counted with the sidecars started before it
+    (KEP-753), plus the pod's ``overhead``. A resource only one container asks for keeps its quantity
+    as written (the submission service checks it); any other is computed here."""
+    def requests(key: str, required: bool = False) -> list[tuple[Any, dict[str, tuple[str, Quantity]]]]:
+        containers = _list(where, pod_spec, key, f"{field}.{key}") if required else \
+            _optional_list(where, pod_spec, key, f"{field}.{key}")
+        return [(c, _container_requests(where, c, f"{field}.{key}[{i}]")) for i, c in enumerate(containers)]
+    app = [asked for _, asked in requests("containers", required=True)]
+    init = requests("initContainers")
+    overhead = {str(r): (f"{field}.overhead[{r!r}]", amount)
+                for r, amount in _mapping(where, pod_spec, "overhead", f"{field}.overhead").items()}
+    everything = app + [asked for _, asked in init] + [overhead]
+    named = [r for asked in everything for r in asked]
+    if not named:
         raise where.error(f"{field}.containers", "no container requests any resource (set resources.requests)")
-    return {resource: _sum(where, amounts) for resource, amounts in found.items()}
+    out: dict[str, Quantity] = {}
+    for resource in dict.fromkeys(named):
+        amounts = [asked[resource] for asked in everything if resource in asked]
+        if len(amounts) == 1:
+            out[resource] = amounts[0][1]
+            continue
+        milli = {id(asked): _milli(where, *asked[resource]) if resource in asked else 0 for asked in everything}
+        total = sum(milli[id(asked)] for asked in app)  # app containers, then each sidecar adds to it
+        sidecars = peak = 0
+        for container, asked in init:
+            if isinstance(container, dict) and container.get("restartPolicy") == "Always":
+                sidecars += milli[id(asked)]
+                total += milli[id(asked)]
+                peak = max(peak, sidecars)
+            else:
+                peak = max(peak, milli[id(asked)] + sidecars)
+        out[resource] = format_milli(max(total, peak) + milli[id(overhead)])
+    return out
+
+
+def _milli(where: _Where, field: str, amount: Quantity) -> int:
+    try:
+        return parse_milli(amount)
+    except QuantityError as exc:
+        raise where.error(field, str(exc)) from None
 
 
 def _container_requests(where: _Where, container: Any, field: str) -> dict[str, tuple[str, Quantity]]:
-    """A container's request per resource, falling back to its limit, with the field it came from."""
+    """A container's request per resource, falling back to its limit, with the field it came from.
+    An extended resource (``nvidia.com/gpu``) asked for in both must ask the same in both, as the API
+    server requires (it cannot be overcommitted)."""
     if not isinstance(container, dict):
         raise where.error(field, f"must be a mapping, not {_type_name(container)}")
     resources = _mapping(where, container, "resources", f"{field}.resources")
@@ -487,20 +526,27 @@ def _container_requests(where: _Where, container: Any, field: str) -> dict[str, 
             amount_field = f"{field}.resources.{part}[{resource!r}]"
             if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
                 raise where.error(amount_field, f"must be a Kubernetes quantity, not {_type_name(amount)}")
+            if part == "requests" and str(resource) in merged and _is_extended(str(resource)):
+                limit = merged[str(resource)][1]
+                if _same_quantity(amount, limit) is False:
+                    raise where.error(amount_field, f"{amount!r} differs from its limit {limit!r}: an extended "
+                                      "resource cannot be overcommitted, so its request must equal its limit "
+                                      "(or give only the limit)")
             merged[str(resource)] = (amount_field, amount)
     return merged
 
 
-def _sum(where: _Where, amounts: list[tuple[str, Quantity]]) -> Quantity:
-    if len(amounts) == 1:
-        return amounts[0][1]
-    total = 0
-    for field, amount in amounts:
-        try:
-            total += parse_milli(amount)
-        except QuantityError as exc:
-            raise where.error(field, str(exc)) from None
-    return format_milli(total)
+def _is_extended(resource: str) -> bool:
+    """An extended resource (``nvidia.com/gpu``): not one of Kubernetes' own (cpu, memory, ``*kubernetes.io/…``)."""
+    return "/" in resource and "kubernetes.io/" not in resource and not resource.startswith("requests.")
+
+
+def _same_quantity(a: Quantity, b: Quantity) -> bool | None:
+    """Are two quantities equal (None when one is not a quantity: the submission service says so)?"""
+    try:
+        return parse_milli(a) == parse_milli(b)
+    except QuantityError:
+        return None
 
 
 def _topology(where: _Where, annotations: dict[str, str], field: str) -> TopologyRequest | None:
@@ -535,6 +581,15 @@ def _list(where: _Where, obj: dict, key: str, field: str) -> list:
     if not isinstance(value, list) or not value:
         problem = "missing or empty" if not value else f"must be a list, not {_type_name(value)}"
         raise where.error(field, problem)
+    return value
+
+
+def _optional_list(where: _Where, obj: dict, key: str, field: str) -> list:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(field, f"must be a list, not {_type_name(value)}")
     return value
 
 
