@@ -16,7 +16,7 @@ from gangway.events.catalogue import (
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
 from gangway.events.fold import apply
 from gangway.events.state import State
-from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record
+from gangway.services.submission.manifests import ManifestError, iter_jobs, load_jobs, to_cloudevent_record
 from gangway.services.submission.policy import decide_submission
 
 
@@ -463,3 +463,26 @@ def test_an_extended_resource_whose_request_differs_from_its_limit_is_refused():
     - {name: d, image: x, resources: {requests: {nvidia.com/gpu: "1", cpu: 1}, limits: {nvidia.com/gpu: 1000m, cpu: 2}}}
     """), "job.yaml")
     assert job.pod_sets[0].resources == {"nvidia.com/gpu": "3", "cpu": 1}
+
+
+def test_each_manifest_that_cannot_be_read_is_its_own_error_in_its_place():
+    """What dry-run reads: a bad document, or a bad item of a List, is an error where it stands, and
+    the others are read on (load_jobs, for gangway submit, stops at the first)."""
+    bad = BATCH_JOB.replace("kueue.x-k8s.io/queue-name: training", "a: b")
+    listed = LIST.replace("kueue.x-k8s.io/queue-name: user-queue", "x: y")
+    found = list(iter_jobs("---\n".join([bad, GANGWAY_JOB, listed]), "jobs.yaml"))
+    assert [(type(f).__name__, f.name if isinstance(f, ManifestError) else f.job_id) for f in found] == [
+        ("ManifestError", "sample-job"), ("JobSubmitted", "notebook-42"), ("JobSubmitted", "sample-job"),
+        ("ManifestError", "pytorch-simple")]
+    assert (found[0].namespace, found[0].document, found[3].field) == (
+        "team-a", 1, "items[1].metadata.labels['kueue.x-k8s.io/queue-name']")
+    with pytest.raises(ManifestError, match="document 1"):
+        load_jobs("---\n".join([bad, GANGWAY_JOB]), "jobs.yaml")
+
+
+@pytest.mark.parametrize("value", ["0", "7"])
+def test_a_min_parallelism_outside_1_to_the_parallelism_says_so(value):
+    text = BATCH_JOB.replace('gangway.io/runtime-seconds: "3600"', f'kueue.x-k8s.io/job-min-parallelism: "{value}"')
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "jobs.yaml")
+    assert caught.value.problem == f"must be between 1 and the Job's parallelism (3), not {value}"

@@ -72,9 +72,11 @@ Quantity = str | int | float
 class ManifestError(Exception):
     """A manifest gangway cannot turn into a JobSubmitted: where, and what is wrong."""
 
-    def __init__(self, filename: str, document: int, kind: str, name: str, field: str, problem: str):
+    def __init__(self, filename: str, document: int, kind: str, name: str, field: str, problem: str,
+                 namespace: str = ""):
         self.filename, self.document, self.kind, self.name = filename, document, kind, name
-        self.field, self.problem = field, problem
+        #: The namespace the manifest names ('' when it names none that could be read).
+        self.field, self.problem, self.namespace = field, problem, namespace
         what = f" ({' '.join(part for part in (kind, name) if part)})" if kind or name else ""
         at = f"{field}: " if field else ""
         super().__init__(f"{filename}: document {document}{what}: {at}{problem}")
@@ -92,6 +94,7 @@ class _Where(msgspec.Struct, frozen=True):
     document: int
     kind: str = ""
     name: str = ""
+    namespace: str = ""
     prefix: str = ""
     #: Called with (generateName, the name generated) for a manifest without a name.
     on_generated: Any = None
@@ -100,7 +103,8 @@ class _Where(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, **changes)
 
     def error(self, field: str, problem: str) -> ManifestError:
-        return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem)
+        return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem,
+                             self.namespace)
 
 
 def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None] | None = None,
@@ -108,12 +112,41 @@ def load_jobs(text: str, filename: str, on_generated: Callable[[str, str], None]
     """Every job in a YAML (multi-document) or JSON text; raises ManifestError. ``on_unread`` is
     called with a warning for each key of a manifest that gangway does not read (``_unread``)."""
     jobs: list[JobSubmitted] = []
-    for index, doc in enumerate(_documents(text, filename), start=1):
-        if doc is not None:
-            jobs.extend(_jobs_of(_Where(filename, index, on_generated=on_generated), doc))
-            for warning in _unread(doc, index, filename) if on_unread is not None else ():
-                on_unread(warning)
+    for job in iter_jobs(text, filename, on_generated, on_unread):
+        if isinstance(job, ManifestError):
+            raise job
+        jobs.append(job)
     return jobs
+
+
+def iter_jobs(text: str, filename: str, on_generated: Callable[[str, str], None] | None = None,
+              on_unread: Callable[[str], None] | None = None) -> Iterator[JobSubmitted | ManifestError]:
+    """Each job of the text in its order, or in its place the ManifestError of a manifest that
+    cannot be read (a document, or an item of a List): the others are read on. YAML that does not
+    parse ends the text with its error (what follows it cannot be told apart)."""
+    try:
+        for index, doc in enumerate(_documents(text, filename), start=1):
+            if doc is not None:
+                yield from _jobs_or_errors(_Where(filename, index, on_generated=on_generated), doc)
+                for warning in _unread(doc, index, filename) if on_unread is not None else ():
+                    on_unread(warning)
+    except ManifestError as exc:  # (only _documents raises: the rest is caught per manifest)
+        yield exc
+
+
+def _jobs_or_errors(where: _Where, doc: Any) -> Iterator[JobSubmitted | ManifestError]:
+    """``_jobs_of`` a document, a List's items one by one: an item that fails is its error."""
+    items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else doc
+    if (items is doc and not isinstance(doc, list)) or not isinstance(items, list):
+        try:
+            yield from _jobs_of(where, doc)
+        except ManifestError as exc:
+            yield exc
+        return
+    if items is not doc:
+        where = where.at(kind="List", prefix=where.prefix + "items")
+    for i, item in enumerate(items):
+        yield from _jobs_or_errors(where.at(kind="", name="", prefix=f"{where.prefix}[{i}]."), item)
 
 
 #: The Kueue labels and annotations gangway reads from a manifest; any other ``kueue.x-k8s.io/`` key
@@ -189,9 +222,12 @@ def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
     if kind == "List":
         return _items(where.at(kind="List", prefix=where.prefix + "items"), doc.get("items"))
     if api is None and "job_id" in doc:
-        return [_gangway_job(where.at(kind="JobSubmitted", name=_text(doc.get("job_id"))), doc)]
+        return [_gangway_job(where.at(kind="JobSubmitted", name=_text(doc.get("job_id")),
+                                      namespace=_text(doc.get("namespace"))), doc)]
     meta = doc.get("metadata")
-    where = where.at(kind=_text(kind), name=_text(meta.get("name")) if isinstance(meta, dict) else "")
+    where = where.at(kind=_text(kind), name=_text(meta.get("name")) if isinstance(meta, dict) else "",
+                     namespace=(_text(meta.get("namespace")) if meta.get("namespace") is not None else "default")
+                     if isinstance(meta, dict) else "")
     reader = _READERS.get((api, kind))
     if reader is None:
         supported = ", ".join(f"{a} {k}" for a, k in _READERS)
@@ -221,7 +257,8 @@ def _gangway_job(where: _Where, doc: dict) -> JobSubmitted:
 
 def _wrapped_gangway_job(where: _Where, doc: dict) -> JobSubmitted:
     spec = _mapping(where, doc, "spec", required=True)
-    return _gangway_job(where.at(name=_text(spec.get("job_id")), prefix=where.prefix + "spec."), spec)
+    return _gangway_job(where.at(name=_text(spec.get("job_id")), namespace=_text(spec.get("namespace")),
+                                 prefix=where.prefix + "spec."), spec)
 
 
 def _split_msgspec(message: str) -> tuple[str, str]:
@@ -252,8 +289,8 @@ def _min_parallelism(where: _Where, annotations: dict[str, str], count: int) -> 
         value = int(text)
     except ValueError:
         raise where.error(field, f"{text!r} is not a whole number of pods") from None
-    if not 1 <= value <= count:
-        raise where.error(field, f"{value} pods: it must be 1 to the Job's {count} pods")
+    if not 1 <= value <= count:  # (Kueue's webhook: above 0; a Job runs no more pods than its parallelism)
+        raise where.error(field, f"must be between 1 and the Job's parallelism ({count}), not {value}")
     return value
 
 
