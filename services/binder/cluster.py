@@ -14,7 +14,7 @@ from __future__ import annotations
 import yaml
 
 from gangway.events.catalogue import NodeObserved, Taint
-from gangway.events.quantity import QuantityError, parse_milli
+from gangway.events.quantity import QuantityError, is_extended_resource, parse_milli
 from gangway.services.placement.topology import ISLANDS_LABEL, parse_islands
 
 
@@ -72,10 +72,6 @@ def node_unavailable(node: dict) -> str:
     return ""
 
 
-def _is_extended(resource: str) -> bool:
-    """An extended resource (``nvidia.com/gpu``): not Kubernetes' own (cpu, memory, ``kubernetes.io/…``)."""
-    return "/" in resource and "kubernetes.io/" not in resource and not resource.startswith("requests.")
-
 
 def _node(item: dict, filename: str) -> NodeObserved:
     if not isinstance(item, dict) or item.get("kind", "Node") != "Node":
@@ -97,7 +93,7 @@ def _node(item: dict, filename: str) -> NodeObserved:
             raise ClusterFileError(f"{field}: {exc}") from exc
         if milli < 0:
             raise ClusterFileError(f"{field}: {quantity!r} is negative: a node has zero or more of a resource")
-        if _is_extended(str(resource)) and milli % 1000:
+        if is_extended_resource(str(resource)) and milli % 1000:
             # Kubernetes counts extended resources (GPUs…) in whole devices
             raise ClusterFileError(f"{field}: {quantity!r} is not a whole number: "
                                    f"{'GPUs' if resource == 'nvidia.com/gpu' else resource} must be a whole "

@@ -49,7 +49,7 @@ from gangway.events.catalogue import (
     Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
-from gangway.events.quantity import QuantityError, format_milli, parse_milli
+from gangway.events.quantity import QuantityError, format_milli, is_extended_resource, parse_milli
 
 GANGWAY_API = "gangway.io/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -563,7 +563,7 @@ def _container_requests(where: _Where, container: Any, field: str) -> dict[str, 
             amount_field = f"{field}.resources.{part}[{resource!r}]"
             if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
                 raise where.error(amount_field, f"must be a Kubernetes quantity, not {_type_name(amount)}")
-            if part == "requests" and str(resource) in merged and _is_extended(str(resource)):
+            if part == "requests" and str(resource) in merged and is_extended_resource(str(resource)):
                 limit = merged[str(resource)][1]
                 if _same_quantity(amount, limit) is False:
                     raise where.error(amount_field, f"{amount!r} differs from its limit {limit!r}: an extended "
@@ -572,10 +572,6 @@ def _container_requests(where: _Where, container: Any, field: str) -> dict[str, 
             merged[str(resource)] = (amount_field, amount)
     return merged
 
-
-def _is_extended(resource: str) -> bool:
-    """An extended resource (``nvidia.com/gpu``): not one of Kubernetes' own (cpu, memory, ``*kubernetes.io/…``)."""
-    return "/" in resource and "kubernetes.io/" not in resource and not resource.startswith("requests.")
 
 
 def _same_quantity(a: Quantity, b: Quantity) -> bool | None:
