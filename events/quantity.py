@@ -67,6 +67,12 @@ def parse_milli(value: str | int | float) -> int:
     return result
 
 
+def is_extended_resource(name: str) -> bool:
+    """An extended resource (``nvidia.com/gpu``), as Kubernetes tells one: not its own (cpu, memory,
+    ``*kubernetes.io/…``). Kubernetes counts it in whole units and never overcommits it."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
 def format_milli(milli: int) -> str:
     """Render milli units the short way a person reads them: 8000 → "8", 500 → "500m"."""
     if milli % MILLI == 0:

@@ -185,7 +185,6 @@ def cmd_submit(args) -> int:
 def cmd_dry_run(args) -> int:
     from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
-    from gangway.services.submission.manifests import ManifestError
     if not math.isfinite(args.hours) or args.hours <= 0:
         return _fail(f"--hours {args.hours:g}: a number of hours above 0")
     if not args.jobs and not args.later:
@@ -202,14 +201,14 @@ def cmd_dry_run(args) -> int:
     contract = _load_contract(args.config)
     try:
         run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600, later)
-    except (ClusterFileError, ManifestError, DryRunError) as exc:
+    except (ClusterFileError, DryRunError) as exc:
         return _fail(str(exc))
     for warning in run.unread:  # what Kueue would act on and gangway will not
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
     for line in report(run):
         print(line)
     if args.export:
-        write_export(run.sim.log, args.export)
+        write_export(run.sim.log, args.export, run.rejections)
         print(f"log written to {args.export}: `gangway explain --log {args.export} NAMESPACE/JOB`, "
               f"`gangway replay {args.export}`")
     return 0
@@ -324,10 +323,13 @@ def _log_of(args) -> list:
 
 def cmd_explain(args) -> int:
     from gangway.read.explain import explain, rejected_lines
-    lines = explain(_log_of(args), args.job, forecast=not args.no_forecast)
-    if lines[0].endswith("no such job in the log") and not args.log:
-        # refused at submission? Its rejection is on gangway.rejections
-        lines = rejected_lines(asyncio.run(stack.read_rejections(_bootstrap())), args.job) or lines
+    rejections: list = []
+    log = read_export(args.log, rejections) if args.log else _log_of(args)
+    lines = explain(log, args.job, forecast=not args.no_forecast)
+    if lines[0].endswith("no such job in the log"):
+        # refused at submission? Its rejection is on gangway.rejections (a dry run's export ends with them)
+        lines = rejected_lines(rejections if args.log else asyncio.run(stack.read_rejections(_bootstrap())),
+                               args.job) or lines
     for line in lines:
         print(line)
     return 1 if lines[0].endswith("no such job in the log") else 0

@@ -240,3 +240,76 @@ def test_long_times_are_written_out_in_seconds(tmp_path):
                      cwd=tmp_path)
     assert "team/month: finished on n0 (admitted at +0 s; started at +0 s; finished at +2600000 s)" in result.stdout, \
         result.stdout + result.stderr
+
+
+def with_metadata(text: str, labels: dict | None = None, annotations: dict | None = None) -> str:
+    """A job() manifest with these labels and annotations set (None: removed) on the Job."""
+    doc = yaml.safe_load(text)
+    for key, changes in (("labels", labels or {}), ("annotations", annotations or {})):
+        mine = doc["metadata"].setdefault(key, {})
+        for k, v in changes.items():
+            mine.pop(k) if v is None else mine.__setitem__(k, v)
+    return yaml.safe_dump(doc)
+
+
+def test_a_manifest_that_cannot_be_read_is_refused_alone_and_the_dry_run_goes_on(tmp_path):
+    """A stranger's dry-run stopped at the first unreadable manifest (no queue label, a runtime that is
+    not a number, a min-parallelism above the Job's parallelism), though jobs the submission service
+    refuses were refused one by one; and a file with no job said nothing."""
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    items = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
+        yaml.safe_load(job("listed", 1, 1, 60)),
+        yaml.safe_load(with_metadata(job("unlisted", 1, 1, 60), labels={"kueue.x-k8s.io/queue-name": None}))]})
+    (tmp_path / "jobs.yaml").write_text("---\n".join([
+        with_metadata(job("no-queue", 1, 1, 60), labels={"kueue.x-k8s.io/queue-name": None}),
+        job("first", 1, 8, 600),
+        with_metadata(job("abc", 1, 1, 60), annotations={"gangway.io/runtime-seconds": "abc"}),
+        with_metadata(job("seven", 6, 1, 60), annotations={"kueue.x-k8s.io/job-min-parallelism": "7"}),
+        with_metadata(job("zero", 6, 1, 60), annotations={"kueue.x-k8s.io/job-min-parallelism": "0"}),
+        job("Bad_Name", 1, 1, 60),  # (refused by the submission service, as before)
+        items,
+    ]))
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    (tmp_path / "broken.yaml").write_text(job("lost", 1, 1, 60) + "---\nkey: [unclosed\n")
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", "empty.yaml",
+                     "broken.yaml", "--export", "log.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "no jobs in empty.yaml"
+    refused = {line.split(":")[0]: line for line in lines if ": rejected (" in line}
+    assert refused["team/no-queue"].startswith(
+        "team/no-queue: rejected (missing_field): jobs.yaml: document 1 (Job no-queue): "
+        "metadata.labels['kueue.x-k8s.io/queue-name']: missing")
+    assert "'abc' is not a number of seconds" in refused["team/abc"]
+    assert refused["team/seven"].endswith(
+        "metadata.annotations['kueue.x-k8s.io/job-min-parallelism']: must be between 1 and the Job's parallelism (6), not 7")
+    assert refused["team/zero"].endswith("must be between 1 and the Job's parallelism (6), not 0")
+    assert refused["team/Bad_Name"].startswith("team/Bad_Name: rejected (invalid_field): job_id 'Bad_Name'")
+    assert "items[1].metadata.labels['kueue.x-k8s.io/queue-name']: missing" in refused["team/unlisted"]
+    assert "broken.yaml: document 2: rejected (malformed_yaml): not valid YAML at line" in result.stdout
+    for name in ("first", "listed", "lost"):
+        assert any(line.startswith(f"team/{name}: finished on") for line in lines), result.stdout
+    explained = gangway("explain", "--log", "log.jsonl", "team/abc", cwd=tmp_path)
+    assert "team/abc rejected (invalid_field): jobs.yaml: document 3 (Job abc)" in explained.stdout, explained.stdout
+    assert_replays(tmp_path / "log.jsonl")
+
+
+def test_explain_on_a_dry_run_s_export_tells_a_rejected_job_s_rejection(tmp_path):
+    """The export ended with the log, without the rejections the dry run printed: explain --log said
+    'no such job in the log' of them (a stranger test)."""
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    unknown = job("elsewhere", 1, 1, 60).replace("kueue.x-k8s.io/queue-name: lq", "kueue.x-k8s.io/queue-name: nope")
+    (tmp_path / "jobs.yaml").write_text(job("runs", 1, 1, 60) + "---\n" + unknown)
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
+                     "--export", "log.jsonl", cwd=tmp_path)
+    assert "team/elsewhere: rejected (unknown_queue)" in result.stdout, result.stdout + result.stderr
+    explained = gangway("explain", "--log", "log.jsonl", "team/elsewhere", cwd=tmp_path)
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert explained.stdout.startswith("[gangway.rejections 0] team/elsewhere rejected (unknown_queue): queue: no "
+                                       "LocalQueue 'nope' in namespace 'team'")
+    assert explained.stdout.rstrip().endswith("(record jobs.yaml#1)")
+    assert gangway("explain", "--log", "log.jsonl", "other/elsewhere", cwd=tmp_path).returncode == 1
+    assert gangway("explain", "--log", "log.jsonl", "team/runs", cwd=tmp_path).returncode == 0
+    assert_replays(tmp_path / "log.jsonl")  # (the rejections are not the log's)

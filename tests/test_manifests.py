@@ -16,7 +16,7 @@ from gangway.events.catalogue import (
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Quota
 from gangway.events.fold import apply
 from gangway.events.state import State
-from gangway.services.submission.manifests import ManifestError, load_jobs, to_cloudevent_record
+from gangway.services.submission.manifests import ManifestError, iter_jobs, load_jobs, to_cloudevent_record
 from gangway.services.submission.policy import decide_submission
 
 
@@ -445,3 +445,95 @@ def test_gangway_submit_refuses_what_the_submission_service_would_reject_without
     with pytest.raises(ManifestError) as caught:
         load_jobs(text, "job.json", checked=True)
     assert caught.value.document == 1 and problem in str(caught.value), str(caught.value)
+
+
+# --- a pod's effective request: init containers, sidecars and overhead ------------------------------
+
+
+def pod_job(pod_spec: str) -> str:
+    """A one-pod Job whose pod template's spec is ``pod_spec`` (YAML, indented for its place)."""
+    return yaml_text("""
+        apiVersion: batch/v1
+        kind: Job
+        metadata: {name: j, namespace: ns, labels: {kueue.x-k8s.io/queue-name: q}}
+        spec:
+          template:
+            spec:
+        """) + textwrap.indent(yaml_text(pod_spec), "      ")
+
+
+def gpu(n: int | str, limit: int | str | None = None) -> str:
+    return f"{{requests: {{nvidia.com/gpu: {n}}}, limits: {{nvidia.com/gpu: {n if limit is None else limit}}}}}"
+
+
+@pytest.mark.parametrize("pod_spec, expected", [
+    # an init container asking more than the app containers: the pod needs its request while it runs
+    (f"""
+    initContainers: [{{name: i, image: x, resources: {gpu(4)}}}]
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "4"}),
+    # a sidecar (an init container that keeps running) adds to the app containers
+    (f"""
+    initContainers: [{{name: s, image: x, restartPolicy: Always, resources: {gpu(1)}}}]
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "3"}),
+    # a regular init container after a sidecar runs beside it (KEP-753): 1 + 4 > 1 + 2
+    (f"""
+    initContainers:
+    - {{name: s, image: x, restartPolicy: Always, resources: {gpu(1)}}}
+    - {{name: i, image: x, resources: {gpu(4)}}}
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "5"}),
+    # ... one before it does not
+    (f"""
+    initContainers:
+    - {{name: i, image: x, resources: {gpu(4)}}}
+    - {{name: s, image: x, restartPolicy: Always, resources: {gpu(1)}}}
+    containers: [{{name: c, image: x, resources: {gpu(2)}}}]""", {"nvidia.com/gpu": "4"}),
+    # a smaller init container changes nothing; the pod's overhead is added; CPU by the same rule
+    ("""
+    initContainers: [{name: i, image: x, resources: {requests: {cpu: 3, nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 1}}}]
+    containers:
+    - {name: c, image: x, resources: {requests: {cpu: 500m}, limits: {nvidia.com/gpu: 2}}}
+    - {name: d, image: x, resources: {requests: {cpu: 1}}}
+    overhead: {cpu: 250m}""", {"nvidia.com/gpu": "2", "cpu": "3250m"}),
+])
+def test_a_pod_asks_for_its_effective_request_as_kubernetes_counts_it(pod_spec, expected):
+    """max(the init containers' peak, the app containers and sidecars) plus overhead (a stranger's
+    Job with a 4-GPU init container was queued and placed as 2 GPUs, which the kubelet refuses)."""
+    [job] = load_jobs(pod_job(pod_spec), "job.yaml")
+    assert job.pod_sets[0].resources == expected
+
+
+def test_an_extended_resource_whose_request_differs_from_its_limit_is_refused():
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(pod_job(f"containers: [{{name: c, image: x, resources: {gpu(4, limit=2)}}}]"), "job.yaml")
+    assert caught.value.field == "spec.template.spec.containers[0].resources.requests['nvidia.com/gpu']"
+    assert "4 differs from its limit 2" in caught.value.problem
+    # the limit alone is the request; equal quantities written differently are equal; CPU may be overcommitted
+    [job] = load_jobs(pod_job("""
+    containers:
+    - {name: c, image: x, resources: {limits: {nvidia.com/gpu: 2}}}
+    - {name: d, image: x, resources: {requests: {nvidia.com/gpu: "1", cpu: 1}, limits: {nvidia.com/gpu: 1000m, cpu: 2}}}
+    """), "job.yaml")
+    assert job.pod_sets[0].resources == {"nvidia.com/gpu": "3", "cpu": 1}
+
+
+def test_each_manifest_that_cannot_be_read_is_its_own_error_in_its_place():
+    """What dry-run reads: a bad document, or a bad item of a List, is an error where it stands, and
+    the others are read on (load_jobs, for gangway submit, stops at the first)."""
+    bad = BATCH_JOB.replace("kueue.x-k8s.io/queue-name: training", "a: b")
+    listed = LIST.replace("kueue.x-k8s.io/queue-name: user-queue", "x: y")
+    found = list(iter_jobs("---\n".join([bad, GANGWAY_JOB, listed]), "jobs.yaml"))
+    assert [(type(f).__name__, f.name if isinstance(f, ManifestError) else f.job_id) for f in found] == [
+        ("ManifestError", "sample-job"), ("JobSubmitted", "notebook-42"), ("JobSubmitted", "sample-job"),
+        ("ManifestError", "pytorch-simple")]
+    assert (found[0].namespace, found[0].document, found[3].field) == (
+        "team-a", 1, "items[1].metadata.labels['kueue.x-k8s.io/queue-name']")
+    with pytest.raises(ManifestError, match="document 1"):
+        load_jobs("---\n".join([bad, GANGWAY_JOB]), "jobs.yaml")
+
+
+@pytest.mark.parametrize("value", ["0", "7"])
+def test_a_min_parallelism_outside_1_to_the_parallelism_says_so(value):
+    text = BATCH_JOB.replace('gangway.io/runtime-seconds: "3600"', f'kueue.x-k8s.io/job-min-parallelism: "{value}"')
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "jobs.yaml")
+    assert caught.value.problem == f"must be between 1 and the Job's parallelism (3), not {value}"

@@ -4,13 +4,15 @@ the pods to nodes with those labels — in admission, placement and preemption a
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 
 from builders import cluster_queue, contract, node, workload
 from gangway.events import catalogue as ev
 from gangway.events.catalogue import Taint, Toleration, admits
-from gangway.services.binder.cluster import load_nodes
+from gangway.services.binder.cluster import ClusterFileError, load_nodes
 from gangway.services.submission.manifests import ManifestError, load_jobs
 from gangway.sim import Simulation
 
@@ -205,3 +207,70 @@ def test_a_gang_with_required_node_affinity_that_must_wait_waits_and_then_runs()
     sim.run()
     assert all(wl.phase == "finished" and wl.placement.assignments[0].node == "a"
                for wl in sim.state.workloads.values())
+
+
+def cluster_node(name: str, spec: str = "", conditions: str = "[{type: Ready, status: 'True'}]",
+                 gpus: str = "'8'", islands: str = "") -> str:
+    """One Node of a cluster file as `kubectl get nodes -o yaml` prints it."""
+    annotations = f", annotations: {{gangway.io/nvlink-islands: '{islands}'}}" if islands else ""
+    return f"""
+- apiVersion: v1
+  kind: Node
+  metadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}{annotations}}}
+  spec: {{{spec}}}
+  status: {{allocatable: {{nvidia.com/gpu: {gpus}, cpu: '96'}}, conditions: {conditions}}}"""
+
+
+def cluster_file(*nodes: str) -> str:
+    return "apiVersion: v1\nkind: List\nitems:" + "".join(nodes) + "\n"
+
+
+@pytest.mark.parametrize("spec, conditions, why", [
+    # `kubectl cordon`: spec.unschedulable and the taint Kubernetes adds with it
+    ("unschedulable: true, taints: [{key: node.kubernetes.io/unschedulable, effect: NoSchedule}]",
+     "[{type: Ready, status: 'True'}]", "cordoned (spec.unschedulable)"),
+    ("unschedulable: true", "[{type: Ready, status: 'True'}]", "cordoned (spec.unschedulable)"),
+    # NotReady, with and without the taint the node lifecycle controller adds
+    ("taints: [{key: node.kubernetes.io/not-ready, effect: NoExecute}]", "[{type: Ready, status: 'False'}]",
+     "NotReady (False)"),
+    ("", "[{type: Ready, status: Unknown, reason: NodeStatusUnknown}]", "NotReady (NodeStatusUnknown)"),
+    ("taints: [{key: node.kubernetes.io/unreachable, effect: NoExecute}]", "[{type: Ready, status: 'True'}]",
+     "taint node.kubernetes.io/unreachable:NoExecute"),
+])
+def test_a_cluster_file_s_cordoned_or_not_ready_node_takes_nothing_new(spec, conditions, why):
+    """The dry-run's cluster file is read as Kubernetes reads its nodes (a stranger's dry-run placed
+    jobs on a node `kubectl cordon` had left and on a NotReady one: both were read as available)."""
+    n0, n1 = load_nodes(cluster_file(cluster_node("n0", spec, conditions), cluster_node("n1")))
+    assert (n0.unavailable, n0.taints) == (why, [])
+    assert n1.unavailable == ""
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(64)).obj())
+    sim.add_nodes([n0, n1])
+    sim.submit(workload("w").queue("q").gpus(8).runtime_s(600).obj())
+    sim.submit(workload("x").queue("q").gpus(8).runtime_s(600).obj())
+    sim.run(until_ms=sim.now_ms + 1)
+    assert {name: [a.node for a in wl.placement.assignments] if wl.placement else wl.phase
+            for name, wl in sim.state.workloads.items()} == {"w": ["n1"], "x": "pending"}
+
+
+@pytest.mark.parametrize("gpus, said", [
+    ("'-2'", "status.allocatable.nvidia.com/gpu: '-2' is negative"),
+    ("'1.5'", "status.allocatable.nvidia.com/gpu: '1.5' is not a whole number: GPUs must be a whole non-negative number"),
+    ("500m", "status.allocatable.nvidia.com/gpu: '500m' is not a whole number"),
+])
+def test_a_cluster_file_refuses_gpu_counts_kubernetes_cannot_have(gpus, said):
+    with pytest.raises(ClusterFileError, match=re.escape(f"nodes.yaml: Node n0: {said}")):
+        load_nodes(cluster_file(cluster_node("n0", gpus=gpus)), "nodes.yaml")
+    [zero] = load_nodes(cluster_file(cluster_node("n0", gpus="'0'")), "nodes.yaml")
+    assert zero.allocatable["nvidia.com/gpu"] == 0
+
+
+def test_a_cluster_file_s_errors_name_the_node_and_what_is_wrong():
+    with pytest.raises(ClusterFileError, match="nodes.yaml: node name n0 repeats"):
+        load_nodes(cluster_file(cluster_node("n0"), cluster_node("n1"), cluster_node("n0")), "nodes.yaml")
+    with pytest.raises(ClusterFileError, match="Node n0: gangway.io/nvlink-islands='a,b': 'a' is not a number"):
+        load_nodes(cluster_file(cluster_node("n0", islands="a,b")), "nodes.yaml")
+    with pytest.raises(ClusterFileError, match="Node n0: taint x: effect 'NoScheduel' is not one of"):
+        load_nodes(cluster_file(cluster_node("n0", spec="taints: [{key: x, effect: NoScheduel}]")), "nodes.yaml")
+    with pytest.raises(ClusterFileError, match="spec.unschedulable must be true or false, not 'yes'"):
+        load_nodes(cluster_file(cluster_node("n0", spec="unschedulable: 'yes'")), "nodes.yaml")

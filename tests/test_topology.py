@@ -219,7 +219,7 @@ items:
 def test_the_cluster_file_reads_nvlink_islands_from_an_annotation():
     [n] = load_nodes(CLUSTER_YAML.format(name="n1", islands="4,4"))
     assert (n.islands, n.labels) == ([4, 4], {RACK: "r1"})
-    with pytest.raises(ClusterFileError, match="does not add up"):
+    with pytest.raises(ClusterFileError, match="adds up to 6 GPUs, not the node.s 8"):
         load_nodes(CLUSTER_YAML.format(name="n1", islands="4,2"))
 
 

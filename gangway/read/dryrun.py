@@ -5,7 +5,10 @@ would these jobs go, which would wait and why, and when would they start? No bro
 the services' own ``decide`` functions run on a simulated clock (``gangway.sim``), the binder's part
 played by the simulation (each pod runs for the job's declared runtime). Each job goes through the
 submission service's checks, so one it would refuse is refused here, with the same reason. The log it
-makes is an ordinary log: ``--export`` writes it for ``gangway explain --log`` and ``gangway replay``.
+makes is an ordinary log: ``--export`` writes it for ``gangway explain --log`` and ``gangway replay``,
+followed by the run's rejections (JobRejected, as ``gangway.rejections`` would hold them), so
+``explain --log`` tells a refused job's reason too. A manifest that cannot be read is refused on its
+own, as a job the submission service refuses: the other jobs of its file, and the run, go on.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gangway.events.catalogue import ClockTicked
+import msgspec
+
+from gangway.events.catalogue import ClockTicked, Envelope, JobRejected
 from gangway.events.codec import format_time
 from gangway.events.contract import Contract
 from gangway.read.explain import pending_report, standing_lines
 from gangway.services.binder.cluster import load_nodes
-from gangway.services.submission.manifests import load_jobs
+from gangway.services.submission.manifests import ManifestError, iter_jobs
 from gangway.services.submission.policy import Invalid, queue_job, workload_id
 from gangway.sim import Simulation
 
@@ -34,20 +39,24 @@ class DryRun:
 
     sim: Simulation
     started_ms: int
-    #: (namespace/job, its workload's name or None, why it was refused ("(reason): message") or "",
-    #: when it was submitted).
+    #: (namespace/job — or "FILE: document N" for a manifest without a name —, its workload's name or
+    #: None, why it was refused ("(reason): message") or "", when it was submitted).
     jobs: list[tuple[str, str | None, str, int]] = field(default_factory=list)
     #: What the manifests asked for that gangway does not act on (as ``gangway submit`` warns).
     unread: list[str] = field(default_factory=list)
+    #: The files that hold no job at all.
+    empty: list[str] = field(default_factory=list)
+    #: Each refusal as the submission service writes it to gangway.rejections (offsets from 0).
+    rejections: list[Envelope] = field(default_factory=list)
 
 
 def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: float,
             later: list[tuple[float, str]] = ()) -> DryRun:
     """Configure, add the nodes, submit the jobs of ``job_files`` at time 0 and those of each
     ``later`` (seconds, file) that many seconds of cluster time after it, and run ``horizon_s`` of
-    cluster time from the start (or until nothing is left to do). Raises the loaders' errors
-    (ClusterFileError, ManifestError), OSError for a file that cannot be read, and DryRunError for
-    a submission time outside the run."""
+    cluster time from the start (or until nothing is left to do). A job whose manifest cannot be
+    read is refused on its own (``run.jobs``). Raises ClusterFileError, OSError for a file that
+    cannot be read, and DryRunError for a submission time outside the run."""
     for at_s, path in later:
         if not 0 <= at_s <= horizon_s:
             raise DryRunError(f"--later {at_s:g} {path}: the time must be from 0 to the run's {horizon_s:g} s")
@@ -72,22 +81,54 @@ def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: f
 def _submit(run: DryRun, path: str) -> None:
     """Every job of ``path``, through the submission service's checks, at the simulation's time."""
     sim = run.sim
-    for job in load_jobs(Path(path).read_bytes(), path, on_unread=run.unread.append):
+    found = False
+    for job in iter_jobs(Path(path).read_bytes(), path, on_unread=run.unread.append):
+        found = True
+        submission = f"{path}#{len(run.jobs)}"
+        if isinstance(job, ManifestError):
+            if job.name:  # (the message names the file and the document)
+                name, message = f"{job.namespace}/{job.name}" if job.namespace else job.name, str(job)
+            else:
+                name, message = f"{path}: document {job.document}", f"{job.field}: " * bool(job.field) + job.problem
+            _refuse(run, name, job.namespace, job.name, _manifest_reason(job), message, b"", submission)
+            continue
         name = workload_id(job)
         try:
-            queued = queue_job(job, sim.state, {}, f"{path}#{len(run.jobs)}")
+            queued = queue_job(job, sim.state, {}, submission)
         except Invalid as bad:
-            run.jobs.append((name, None, f"({bad.reason}): {bad.message}", sim.now_ms))
+            _refuse(run, name, job.namespace, job.job_id, bad.reason, bad.message, msgspec.json.encode(job), submission)
             continue
         sim.submit(queued)
         run.jobs.append((name, queued.workload, "", sim.now_ms))
+    if not found:
+        run.empty.append(path)
+
+
+def _refuse(run: DryRun, name: str, namespace: str, job_id: str, reason: str, message: str, original: bytes,
+            submission: str) -> None:
+    run.jobs.append((name, None, f"({reason}): {message}", run.sim.now_ms))
+    run.rejections.append(Envelope(
+        id=f"reject/{submission}", source="gangway/submission", time_ms=run.sim.now_ms, offset=len(run.rejections),
+        data=JobRejected(job_id=job_id, namespace=namespace, reason=reason, message=message, original=original,
+                         submission=submission)))
+
+
+def _manifest_reason(error: ManifestError) -> str:
+    """The JobRejected reason of a manifest that cannot be read."""
+    if error.problem.startswith("not valid YAML"):
+        return "malformed_yaml"
+    if error.problem.startswith("not UTF-8"):
+        return "not_utf8"
+    if "a file names each job once" in error.problem:
+        return "duplicate_job"
+    return "missing_field" if error.problem.startswith("missing") else "invalid_field"
 
 
 def report(run: DryRun) -> list[str]:
     """Per job: refused, or its course on the simulated clock (times from the start), and for one
     still waiting at the end, ``gangway explain``'s account of why and its forecast (one
     ``pending_report`` for all of them)."""
-    state, lines = run.sim.state, []
+    state, lines = run.sim.state, [f"no jobs in {path}" for path in run.empty]
     reports = pending_report(state) if state.pending else {}
     for name, workload, refused, submitted_ms in run.jobs:
         later = f" at {_since(run, submitted_ms)}" if submitted_ms > run.started_ms else ""

@@ -8,6 +8,10 @@ it have none.)
 A line whose writer does not write its type on the log (``codec.LOG_WRITERS``) is quarantined as
 every reader of the broker's log quarantines it: never folded, and listed (``LogFile.quarantined``)
 for the auditor to report.
+
+A dry run's export ends with its rejections (JobRejected, offsets in gangway.rejections, as the
+submission service writes them there), after the line that marks the log's end: they are not the
+log's, and the readers give them apart (``LogFile.rejections``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import NamedTuple
 import msgspec
 
 from gangway.events import codec
-from gangway.events.catalogue import Envelope
+from gangway.events.catalogue import Envelope, JobRejected
 
 #: CloudEvents extension attribute of an export's last line: the offset after its last event.
 END_EXT = "logend"
@@ -49,9 +53,13 @@ class LogFile:
     lines: list[int] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
     end: int | None = None
+    #: A dry run's rejections, written after the log (not the log's events).
+    rejections: list[Envelope] = field(default_factory=list)
 
 
-def write_export(envs: list[Envelope], path: str) -> None:
+def write_export(envs: list[Envelope], path: str, rejections: list[Envelope] = ()) -> None:
+    """The log ``envs``, its last line marking its end, then the ``rejections`` (JobRejected) that
+    go with it."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as out:
         for env in envs[:-1]:
@@ -61,6 +69,8 @@ def write_export(envs: list[Envelope], path: str) -> None:
             if envs[-1].offset >= 0:
                 last[END_EXT] = envs[-1].offset + 1
             out.write(msgspec.json.encode(last) + b"\n")
+        for env in rejections:
+            out.write(codec.structured_line(env) + b"\n")
 
 
 class _End(msgspec.Struct):
@@ -76,11 +86,14 @@ def read_log_file(path: str) -> LogFile:
         for number, raw in enumerate(src, 1):
             if not raw.strip():
                 continue
-            last = raw
             try:
                 env = codec.from_structured_line(raw)
             except (msgspec.DecodeError, codec.CodecError, AttributeError) as exc:
                 raise LogFileError(f"{path}:{number}: {exc}") from exc
+            if isinstance(env.data, JobRejected):
+                log.rejections.append(env)
+                continue
+            last = raw
             refused = codec.writer_refusal(env)
             if refused is not None:
                 log.quarantined.append(Quarantined(number, env.offset, str(refused), refused.reason))
@@ -96,6 +109,10 @@ def read_log_file(path: str) -> LogFile:
     return log
 
 
-def read_export(path: str) -> list[Envelope]:
-    """The events of an export that every reader folds (quarantined lines left out)."""
-    return read_log_file(path).envs
+def read_export(path: str, rejections: list[Envelope] | None = None) -> list[Envelope]:
+    """The events of an export that every reader folds (quarantined lines left out); a dry run's
+    rejections, if any, go to ``rejections`` (when given)."""
+    log = read_log_file(path)
+    if rejections is not None:
+        rejections.extend(log.rejections)
+    return log.envs

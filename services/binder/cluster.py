@@ -2,6 +2,11 @@
 
 Topology comes from the nodes' labels (block, rack, hostname: ``placement/topology.py``) and the
 NVLink islands from the label or annotation ``gangway.io/nvlink-islands`` (``"8"``, ``"4,4"``).
+A node takes no new pods (``NodeObserved.unavailable``) as Kubernetes' own scheduler sees it:
+cordoned (``spec.unschedulable``), a Ready condition that is not True (False or Unknown), or a
+``node.kubernetes.io/*`` NoSchedule/NoExecute taint (the ones Kubernetes sets: not-ready,
+unreachable, unschedulable, …). Its other NoSchedule/NoExecute taints are left to the pods'
+tolerations. The Kubernetes binder reads the live Node objects through the same ``_node``.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import yaml
 
 from gangway.events.catalogue import NodeObserved, Taint
-from gangway.events.quantity import QuantityError, parse_milli
+from gangway.events.quantity import QuantityError, is_extended_resource, parse_milli
 from gangway.services.placement.topology import ISLANDS_LABEL, parse_islands
 
 
@@ -39,10 +44,33 @@ def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
     for doc in docs:
         for item in _nodes_in(doc):
             nodes.append(_node(item, filename))
-    names = [n.node for n in nodes]
-    if len(set(names)) != len(names):
-        raise ClusterFileError(f"{filename}: node names repeat")
+    seen: set[str] = set()
+    repeated = sorted({n.node for n in nodes if n.node in seen or seen.add(n.node)})
+    if repeated:
+        raise ClusterFileError(f"{filename}: " + (f"node names {', '.join(repeated)} repeat" if len(repeated) > 1
+                                                  else f"node name {repeated[0]} repeats")
+                               + ": each Node must be named once")
     return nodes
+
+
+#: Taint effects Kubernetes accepts.
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def node_unavailable(node: dict) -> str:
+    """Why a Node takes no new pods ('' when it does): cordoned, NotReady, or a Kubernetes taint."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if spec.get("unschedulable") is True:
+        return "cordoned (spec.unschedulable)"
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready" and cond.get("status") != "True":
+            return f"NotReady ({cond.get('reason') or cond.get('status')})"
+    for taint in spec.get("taints") or []:
+        if isinstance(taint, dict) and str(taint.get("key", "")).startswith(SYSTEM_TAINT_PREFIX) \
+                and taint.get("effect") in ("NoSchedule", "NoExecute"):
+            return f"taint {taint['key']}:{taint['effect']}"
+    return ""
+
 
 
 def _node(item: dict, filename: str) -> NodeObserved:
@@ -52,27 +80,65 @@ def _node(item: dict, filename: str) -> NodeObserved:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ClusterFileError(f"{filename}: a Node has no metadata.name")
+    where = f"{filename}: Node {name}"
     status = item.get("status") or {}
-    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    part = "allocatable" if status.get("allocatable") else "capacity"
+    allocatable = status.get(part) or {}
     resources = {}
     for resource, quantity in sorted(allocatable.items()):
+        field = f"{where}: status.{part}.{resource}"
         try:
-            resources[str(resource)] = parse_milli(quantity)
+            milli = parse_milli(quantity)
         except QuantityError as exc:
-            raise ClusterFileError(f"{filename}: Node {name}: status.allocatable.{resource}: {exc}") from exc
+            raise ClusterFileError(f"{field}: {exc}") from exc
+        if milli < 0:
+            raise ClusterFileError(f"{field}: {quantity!r} is negative: a node has zero or more of a resource")
+        if is_extended_resource(str(resource)) and milli % 1000:
+            # Kubernetes counts extended resources (GPUs…) in whole devices
+            raise ClusterFileError(f"{field}: {quantity!r} is not a whole number: "
+                                   f"{'GPUs' if resource == 'nvidia.com/gpu' else resource} must be a whole "
+                                   "non-negative number")
+        resources[str(resource)] = milli
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = meta.get("annotations") or {}
     layout = annotations.get(ISLANDS_LABEL, labels.get(ISLANDS_LABEL))
-    islands = parse_islands(layout, resources.get("nvidia.com/gpu", 0) // 1000)
-    if layout and not islands:
-        raise ClusterFileError(f"{filename}: Node {name}: {ISLANDS_LABEL}={layout!r} does not add up to its GPUs")
+    islands = _islands(where, layout, resources.get("nvidia.com/gpu", 0) // 1000)
+    spec = item.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise ClusterFileError(f"{where}: spec must be a mapping")
+    if spec.get("unschedulable") not in (None, True, False):
+        raise ClusterFileError(f"{where}: spec.unschedulable must be true or false, not {spec['unschedulable']!r}")
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
+        raise ClusterFileError(f"{where}: status.conditions must be a list of conditions")
     taints = []
-    for taint in (item.get("spec") or {}).get("taints") or []:
+    for taint in spec.get("taints") or []:
         if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
-            raise ClusterFileError(f"{filename}: Node {name}: a taint without a key")
-        # Kubernetes' own taints (node.kubernetes.io/…) say the node is unavailable (objects.py);
+            raise ClusterFileError(f"{where}: a taint without a key")
+        if taint.get("effect") not in TAINT_EFFECTS:
+            raise ClusterFileError(f"{where}: taint {taint['key']}: effect {taint.get('effect')!r} is not one of "
+                                   f"{', '.join(TAINT_EFFECTS)}")
+        # Kubernetes' own taints (node.kubernetes.io/…) make the node unavailable (node_unavailable);
         # PreferNoSchedule keeps no pod off.
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not taint["key"].startswith(SYSTEM_TAINT_PREFIX):
+        if taint["effect"] != "PreferNoSchedule" and not taint["key"].startswith(SYSTEM_TAINT_PREFIX):
             taints.append(Taint(key=taint["key"], effect=taint["effect"], value=str(taint.get("value") or "")))
     return NodeObserved(node=name, allocatable=resources, labels=labels, islands=islands,
+                        unavailable=node_unavailable(item),
                         taints=sorted(taints, key=lambda t: (t.key, t.effect, t.value)))
+
+
+def _islands(where: str, layout, gpus: int) -> list[int]:
+    """The NVLink islands of ``gangway.io/nvlink-islands`` (``"4,4"``), checked against the node's GPUs."""
+    if not layout:
+        return []
+    said = f"{where}: {ISLANDS_LABEL}={layout!r}"
+    parts = [part.strip() for part in str(layout).split(",")]
+    bad = next((part for part in parts if not part.isdigit()), None)
+    if bad is not None:
+        raise ClusterFileError(f"{said}: {bad!r} is not a number (island sizes in GPUs, comma-separated: \"4,4\")")
+    if any(int(part) == 0 for part in parts):
+        raise ClusterFileError(f"{said}: an island of 0 GPUs")
+    islands = parse_islands(layout, gpus)
+    if not islands:
+        raise ClusterFileError(f"{said}: adds up to {sum(map(int, parts))} GPUs, not the node's {gpus}")
+    return islands

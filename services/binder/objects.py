@@ -13,10 +13,9 @@
 from __future__ import annotations
 
 import copy
-import re
 
 from gangway.events.catalogue import NodeObserved, PodAssignment, Toleration
-from gangway.services.binder.cluster import ClusterFileError, _node
+from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
 SCHEDULER_NAME = "gangway"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -40,35 +39,18 @@ OWNER_LABELS = {
     "JobSet": ("jobset.sigs.k8s.io/jobset-name",),
     "PyTorchJob": ("training.kubeflow.org/job-name",),
 }
-SYSTEM_TAINT = re.compile(r"^node\.kubernetes\.io/")
 
 
 # --- nodes -----------------------------------------------------------------------------------------
 
 
-def node_unavailable(node: dict) -> str:
-    """Why a Node takes no new pods ('' when it does)."""
-    spec, status = node.get("spec") or {}, node.get("status") or {}
-    if spec.get("unschedulable"):
-        return "cordoned (spec.unschedulable)"
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") != "True":
-            return f"NotReady ({cond.get('reason') or cond.get('status')})"
-    for taint in spec.get("taints") or []:
-        if SYSTEM_TAINT.match(str(taint.get("key", ""))) and taint.get("effect") in ("NoSchedule", "NoExecute"):
-            return f"taint {taint['key']}:{taint['effect']}"
-    return ""
-
-
 def node_observed(node: dict) -> NodeObserved | None:
-    """The NodeObserved of a Node object (None when it cannot be read; the reason is logged by the caller)."""
+    """The NodeObserved of a Node object (None when it cannot be read; the reason is logged by the
+    caller), ``unavailable`` set as a cluster file's (``cluster.node_unavailable``)."""
     try:
-        seen = _node(node, "cluster")
+        return _node(node, "cluster")
     except ClusterFileError:
         return None
-    why = node_unavailable(node)
-    return NodeObserved(node=seen.node, allocatable=seen.allocatable, labels=seen.labels, islands=seen.islands,
-                        unavailable=why, taints=seen.taints) if why else seen
 
 
 # --- job objects -------------------------------------------------------------------------------------

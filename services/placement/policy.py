@@ -684,7 +684,7 @@ def _too_big(state: State, free: Free, ps: PodSet, nodes: Container[str] | None)
     level, or in slices of a slice-required level. Necessary conditions only (None when they hold:
     a placement may still never exist). Remembered per node epoch (the nodes' labels, taints and
     allocatable), contract (its Topologies) and candidate set: a failing gang asks in every cycle."""
-    key = (id(state.nodes), state.node_epoch, id(state.contract), id(nodes), ps.count,
+    key = (id(state.nodes), state.node_epoch, len(state.unavailable), id(state.contract), id(nodes), ps.count,
            tuple(sorted(ps.resources.items())), ps.topology, tuple(sorted(ps.node_selector.items())),
            tuple(ps.tolerations), repr(ps.node_affinity) if ps.node_affinity else ())  # (its terms hold lists)
     cached = _TOO_BIG.get(key)
@@ -737,7 +737,16 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
         missing = "no node it may use holds one of its pods even with nothing running"
     else:
         missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
-    return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing)
+    return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing + _unavailable_note(state))
+
+
+def _unavailable_note(state: State) -> str:
+    """The nodes that take nothing new now (cordoned, NotReady…), which may take it once they are back."""
+    if not state.unavailable:
+        return ""
+    named = sorted(state.unavailable.items())
+    said = ", ".join(f"{node} {why}" for node, why in named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    return f"; not counted, taking nothing new now: {said}"
 
 
 def _no_island_holds(state: State, ps: PodSet, room: dict[str, int]) -> Reason | None:

@@ -20,10 +20,13 @@ them (``load_jobs`` reports each generated name through ``on_generated``) — na
 runtime the annotation ``gangway.io/runtime-seconds``; the other labels are kept. A batch/v1 Job's
 annotation ``kueue.x-k8s.io/job-min-parallelism`` (Kueue's partial admission) becomes its pod set's
 ``min_count``: it may run with fewer pods, down to that many, when the quota has no room for all. A pod's resources
-are, per resource, the sum over its containers of ``resources.requests`` (each container falling
-back to its ``limits``, as Kubernetes does); init containers are not counted. Quantities stay
-Kubernetes quantity strings — the submission service validates them — except that a resource
-requested by several containers is summed here. Kueue's TAS annotations on a pod template
+are its effective request as Kubernetes and Kueue count it (each container's ``resources.requests``,
+falling back to its ``limits``; an extended resource such as ``nvidia.com/gpu`` given in both must
+give the same): per resource the larger of the sum over its containers and sidecars (init containers
+with ``restartPolicy: Always``) and the peak of its init containers (each regular one with the
+sidecars started before it), plus the pod's ``overhead``. Quantities stay Kubernetes quantity
+strings — the submission service validates them — except that a resource several containers ask for
+is computed here. Kueue's TAS annotations on a pod template
 (``kueue.x-k8s.io/podset-required-topology``, ``-preferred-topology``,
 ``-slice-required-topology``, ``-slice-size``) become the pod set's TopologyRequest.
 
@@ -47,7 +50,7 @@ from gangway.events.catalogue import (
     Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
-from gangway.events.quantity import QuantityError, format_milli, parse_milli
+from gangway.events.quantity import QuantityError, format_milli, is_extended_resource, parse_milli
 from gangway.services.submission.policy import MAX_BYTES, Invalid, check_job
 
 GANGWAY_API = "gangway.io/v1alpha1"
@@ -71,9 +74,11 @@ Quantity = str | int | float
 class ManifestError(Exception):
     """A manifest gangway cannot turn into a JobSubmitted: where, and what is wrong."""
 
-    def __init__(self, filename: str, document: int, kind: str, name: str, field: str, problem: str):
+    def __init__(self, filename: str, document: int, kind: str, name: str, field: str, problem: str,
+                 namespace: str = ""):
         self.filename, self.document, self.kind, self.name = filename, document, kind, name
-        self.field, self.problem = field, problem
+        #: The namespace the manifest names ('' when it names none that could be read).
+        self.field, self.problem, self.namespace = field, problem, namespace
         what = f" ({' '.join(part for part in (kind, name) if part)})" if kind or name else ""
         at = f"{field}: " if field else ""
         super().__init__(f"{filename}: document {document}{what}: {at}{problem}")
@@ -91,6 +96,7 @@ class _Where(msgspec.Struct, frozen=True):
     document: int
     kind: str = ""
     name: str = ""
+    namespace: str = ""
     prefix: str = ""
     #: Called with (generateName, the name generated) for a manifest without a name.
     on_generated: Any = None
@@ -99,7 +105,8 @@ class _Where(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, **changes)
 
     def error(self, field: str, problem: str) -> ManifestError:
-        return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem)
+        return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem,
+                             self.namespace)
 
 
 def load_jobs(text: str | bytes, filename: str, on_generated: Callable[[str, str], None] | None = None,
@@ -114,24 +121,68 @@ def load_jobs(text: str | bytes, filename: str, on_generated: Callable[[str, str
     if isinstance(text, bytes):
         text = decode_text(text, filename)
     jobs: list[JobSubmitted] = []
-    first_seen: dict[str, int] = {}
-    for index, doc in enumerate(_documents(text, filename), start=1):
-        if doc is None:
-            continue
-        where = _Where(filename, index, on_generated=on_generated)
-        for job in _jobs_of(where, doc):
-            name = f"{job.namespace}/{job.job_id}"
-            if name in first_seen:
-                raise where.at(kind="", name=job.job_id).error(
-                    "", f"job {name} is also document {first_seen[name]}: a file names each job once "
-                    "(submit a changed job under a new name)")
-            first_seen[name] = index
-            if checked:
-                _check_submittable(where.at(kind="", name=job.job_id), job)
-            jobs.append(job)
-        for warning in _unread(doc, index, filename) if on_unread is not None else ():
-            on_unread(warning)
+    for job in iter_jobs(text, filename, on_generated, on_unread, checked):
+        if isinstance(job, ManifestError):
+            raise job
+        jobs.append(job)
     return jobs
+
+
+def iter_jobs(text: str | bytes, filename: str, on_generated: Callable[[str, str], None] | None = None,
+              on_unread: Callable[[str], None] | None = None,
+              checked: bool = False) -> Iterator[JobSubmitted | ManifestError]:
+    """Each job of the text in its order, or in its place the ManifestError of a manifest that
+    cannot be read (a document, or an item of a List), of a job the file names a second time, or
+    (``checked``) of one the submission service would refuse: the others are read on. Text that is
+    not UTF-8, or YAML that does not parse, ends the text with its error (what follows it cannot
+    be told apart)."""
+    first_seen: dict[str, int] = {}
+    try:
+        if isinstance(text, bytes):
+            text = decode_text(text, filename)
+        for index, doc in enumerate(_documents(text, filename), start=1):
+            if doc is None:
+                continue
+            where = _Where(filename, index, on_generated=on_generated)
+            for job in _jobs_or_errors(where, doc):
+                yield job if isinstance(job, ManifestError) else _vetted(where, job, index, first_seen, checked)
+            for warning in _unread(doc, index, filename) if on_unread is not None else ():
+                on_unread(warning)
+    except ManifestError as exc:  # (only decoding and _documents raise: the rest is caught per manifest)
+        yield exc
+
+
+def _vetted(where: _Where, job: JobSubmitted, index: int, first_seen: dict[str, int],
+            checked: bool) -> JobSubmitted | ManifestError:
+    """``job``, or why the file may not submit it: named before in the file, or (``checked``)
+    refused by the submission service's state-free checks."""
+    name = f"{job.namespace}/{job.job_id}"
+    here = where.at(kind="", name=job.job_id)
+    if name in first_seen:
+        return here.error("", f"job {name} is also document {first_seen[name]}: a file names each job once "
+                          "(submit a changed job under a new name)")
+    first_seen[name] = index
+    if checked:
+        try:
+            _check_submittable(here, job)
+        except ManifestError as exc:
+            return exc
+    return job
+
+
+def _jobs_or_errors(where: _Where, doc: Any) -> Iterator[JobSubmitted | ManifestError]:
+    """``_jobs_of`` a document, a List's items one by one: an item that fails is its error."""
+    items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else doc
+    if (items is doc and not isinstance(doc, list)) or not isinstance(items, list):
+        try:
+            yield from _jobs_of(where, doc)
+        except ManifestError as exc:
+            yield exc
+        return
+    if items is not doc:
+        where = where.at(kind="List", prefix=where.prefix + "items")
+    for i, item in enumerate(items):
+        yield from _jobs_or_errors(where.at(kind="", name="", prefix=f"{where.prefix}[{i}]."), item)
 
 
 def decode_text(data: bytes, filename: str) -> str:
@@ -243,9 +294,12 @@ def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
     if kind == "List":
         return _items(where.at(kind="List", prefix=where.prefix + "items"), doc.get("items"))
     if api is None and "job_id" in doc:
-        return [_gangway_job(where.at(kind="JobSubmitted", name=_text(doc.get("job_id"))), doc)]
+        return [_gangway_job(where.at(kind="JobSubmitted", name=_text(doc.get("job_id")),
+                                      namespace=_text(doc.get("namespace"))), doc)]
     meta = doc.get("metadata")
-    where = where.at(kind=_text(kind), name=_text(meta.get("name")) if isinstance(meta, dict) else "")
+    where = where.at(kind=_text(kind), name=_text(meta.get("name")) if isinstance(meta, dict) else "",
+                     namespace=(_text(meta.get("namespace")) if meta.get("namespace") is not None else "default")
+                     if isinstance(meta, dict) else "")
     reader = _READERS.get((api, kind))
     if reader is None:
         supported = ", ".join(f"{a} {k}" for a, k in _READERS)
@@ -275,7 +329,8 @@ def _gangway_job(where: _Where, doc: dict) -> JobSubmitted:
 
 def _wrapped_gangway_job(where: _Where, doc: dict) -> JobSubmitted:
     spec = _mapping(where, doc, "spec", required=True)
-    return _gangway_job(where.at(name=_text(spec.get("job_id")), prefix=where.prefix + "spec."), spec)
+    return _gangway_job(where.at(name=_text(spec.get("job_id")), namespace=_text(spec.get("namespace")),
+                                 prefix=where.prefix + "spec."), spec)
 
 
 def _split_msgspec(message: str) -> tuple[str, str]:
@@ -306,8 +361,8 @@ def _min_parallelism(where: _Where, annotations: dict[str, str], count: int) -> 
         value = int(text)
     except ValueError:
         raise where.error(field, f"{text!r} is not a whole number of pods") from None
-    if not 1 <= value <= count:
-        raise where.error(field, f"{value} pods: it must be 1 to the Job's {count} pods")
+    if not 1 <= value <= count:  # (Kueue's webhook: above 0; a Job runs no more pods than its parallelism)
+        raise where.error(field, f"must be between 1 and the Job's parallelism ({count}), not {value}")
     return value
 
 
@@ -523,18 +578,54 @@ def _tolerations(where: _Where, pod_spec: dict, field: str) -> list[Toleration]:
 
 
 def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quantity]:
-    found: dict[str, list[tuple[str, Quantity]]] = {}
-    for i, container in enumerate(_list(where, pod_spec, "containers", f"{field}.containers")):
-        where_c = f"{field}.containers[{i}]"
-        for resource, (amount_field, amount) in _container_requests(where, container, where_c).items():
-            found.setdefault(resource, []).append((amount_field, amount))
-    if not found:
+    """The pod's effective request per resource, as Kubernetes (and Kueue) count it: the larger of
+    its app containers with its sidecars (init containers with ``restartPolicy: Always``) and the
+    peak of its init containers, each regular one counted with the sidecars started before it
+    (KEP-753), plus the pod's ``overhead``. A resource only one container asks for keeps its quantity
+    as written (the submission service checks it); any other is computed here."""
+    def requests(key: str, required: bool = False) -> list[tuple[Any, dict[str, tuple[str, Quantity]]]]:
+        containers = _list(where, pod_spec, key, f"{field}.{key}") if required else \
+            _optional_list(where, pod_spec, key, f"{field}.{key}")
+        return [(c, _container_requests(where, c, f"{field}.{key}[{i}]")) for i, c in enumerate(containers)]
+    app = [asked for _, asked in requests("containers", required=True)]
+    init = requests("initContainers")
+    overhead = {str(r): (f"{field}.overhead[{r!r}]", amount)
+                for r, amount in _mapping(where, pod_spec, "overhead", f"{field}.overhead").items()}
+    everything = app + [asked for _, asked in init] + [overhead]
+    named = [r for asked in everything for r in asked]
+    if not named:
         raise where.error(f"{field}.containers", "no container requests any resource (set resources.requests)")
-    return {resource: _sum(where, amounts) for resource, amounts in found.items()}
+    out: dict[str, Quantity] = {}
+    for resource in dict.fromkeys(named):
+        amounts = [asked[resource] for asked in everything if resource in asked]
+        if len(amounts) == 1:
+            out[resource] = amounts[0][1]
+            continue
+        milli = {id(asked): _milli(where, *asked[resource]) if resource in asked else 0 for asked in everything}
+        total = sum(milli[id(asked)] for asked in app)  # app containers, then each sidecar adds to it
+        sidecars = peak = 0
+        for container, asked in init:
+            if isinstance(container, dict) and container.get("restartPolicy") == "Always":
+                sidecars += milli[id(asked)]
+                total += milli[id(asked)]
+                peak = max(peak, sidecars)
+            else:
+                peak = max(peak, milli[id(asked)] + sidecars)
+        out[resource] = format_milli(max(total, peak) + milli[id(overhead)])
+    return out
+
+
+def _milli(where: _Where, field: str, amount: Quantity) -> int:
+    try:
+        return parse_milli(amount)
+    except QuantityError as exc:
+        raise where.error(field, str(exc)) from None
 
 
 def _container_requests(where: _Where, container: Any, field: str) -> dict[str, tuple[str, Quantity]]:
-    """A container's request per resource, falling back to its limit, with the field it came from."""
+    """A container's request per resource, falling back to its limit, with the field it came from.
+    An extended resource (``nvidia.com/gpu``) asked for in both must ask the same in both, as the API
+    server requires (it cannot be overcommitted)."""
     if not isinstance(container, dict):
         raise where.error(field, f"must be a mapping, not {_type_name(container)}")
     resources = _mapping(where, container, "resources", f"{field}.resources")
@@ -544,20 +635,23 @@ def _container_requests(where: _Where, container: Any, field: str) -> dict[str, 
             amount_field = f"{field}.resources.{part}[{resource!r}]"
             if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
                 raise where.error(amount_field, f"must be a Kubernetes quantity, not {_type_name(amount)}")
+            if part == "requests" and str(resource) in merged and is_extended_resource(str(resource)):
+                limit = merged[str(resource)][1]
+                if _same_quantity(amount, limit) is False:
+                    raise where.error(amount_field, f"{amount!r} differs from its limit {limit!r}: an extended "
+                                      "resource cannot be overcommitted, so its request must equal its limit "
+                                      "(or give only the limit)")
             merged[str(resource)] = (amount_field, amount)
     return merged
 
 
-def _sum(where: _Where, amounts: list[tuple[str, Quantity]]) -> Quantity:
-    if len(amounts) == 1:
-        return amounts[0][1]
-    total = 0
-    for field, amount in amounts:
-        try:
-            total += parse_milli(amount)
-        except QuantityError as exc:
-            raise where.error(field, str(exc)) from None
-    return format_milli(total)
+
+def _same_quantity(a: Quantity, b: Quantity) -> bool | None:
+    """Are two quantities equal (None when one is not a quantity: the submission service says so)?"""
+    try:
+        return parse_milli(a) == parse_milli(b)
+    except QuantityError:
+        return None
 
 
 def _topology(where: _Where, annotations: dict[str, str], field: str) -> TopologyRequest | None:
@@ -592,6 +686,15 @@ def _list(where: _Where, obj: dict, key: str, field: str) -> list:
     if not isinstance(value, list) or not value:
         problem = "missing or empty" if not value else f"must be a list, not {_type_name(value)}"
         raise where.error(field, problem)
+    return value
+
+
+def _optional_list(where: _Where, obj: dict, key: str, field: str) -> list:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(field, f"must be a list, not {_type_name(value)}")
     return value
 
 
