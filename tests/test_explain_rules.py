@@ -148,6 +148,19 @@ def test_the_rules_say_each_teams_guarantee_limits_and_preemption_in_words():
     assert "production: priority 1000; 30 s grace when preempted." in text
 
 
+@pytest.mark.parametrize("reclaim, said", [
+    ("Never", "lends whatever it does not use, and gets it back as the borrowers' jobs end (it preempts none of them)"),
+    ("LowerPriority", "takes it back when it needs it by preempting the borrowers' lower-priority jobs"),
+    ("Any", "lends whatever it does not use, and takes it back by preemption when it needs it"),
+])
+def test_the_rules_say_how_a_queue_gets_back_what_it_lends_as_its_reclaim_policy_does(reclaim, said):
+    """(Under reclaimWithinCohort Never the flavor line promised reclaim by preemption, which the
+    queue's own line then denied.)"""
+    c = contract(cluster_queue("a").cohort("all").gpus(8).preemption(reclaim=reclaim), cluster_queue("b").cohort("all").gpus(8))
+    text = rules.as_text(rules.sections(c.obj()))
+    assert said in text
+
+
 def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
     c = (contract(cluster_queue("a").cohort("all").gpus(8, borrowing=4, lending=2).weight(2)
                   .borrow_within_cohort("LowerPriority", 10), cluster_queue("b").cohort("all").gpus(8))

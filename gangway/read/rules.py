@@ -113,7 +113,14 @@ def _overview(contract: Contract, digest: str) -> list[str]:
     return lines
 
 
-def _flavor_words(fq: FlavorQuotas, cohort: str | None) -> str:
+#: How a queue gets back what it lent, by its reclaimWithinCohort policy.
+_TAKES_BACK = {"Never": "gets it back as the borrowers' jobs end (it preempts none of them)",
+               "LowerPriority": "takes it back when it needs it by preempting the borrowers' lower-priority jobs "
+                                "(the others it waits for)",
+               "Any": "takes it back by preemption when it needs it"}
+
+
+def _flavor_words(fq: FlavorQuotas, cohort: str | None, reclaim: str = "Any") -> str:
     """One sentence per flavor: the guarantee, then borrowing and lending, grouped where they agree."""
     items = sorted(fq.resources.items(), key=lambda item: (item[0] != GPU, item[0]))
     said = f"Flavor {fq.flavor}: {', '.join(format_resource(r, q.nominal) for r, q in items)} guaranteed"
@@ -136,7 +143,7 @@ def _flavor_words(fq: FlavorQuotas, cohort: str | None) -> str:
         said += "; lends at most " + ", ".join(format_resource(r, q.lending_limit) for r, q in limited)
         said += " (keeping the rest for itself at all times)"
     else:
-        said += "; lends whatever it does not use, and takes it back by preemption when it needs it"
+        said += f"; lends whatever it does not use, and {_TAKES_BACK[reclaim]}"
     return said + "."
 
 
@@ -145,7 +152,7 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     teams = sorted(f"{lq.namespace}/{lq.name}" for lq in contract.local_queues if lq.cluster_queue == cq.name)
     if teams:
         lines.append(f"Jobs arrive through LocalQueue{'s' if len(teams) > 1 else ''} {', '.join(teams)}.")
-    lines.extend(_flavor_words(fq, cq.cohort) for fq in cq.flavors)
+    lines.extend(_flavor_words(fq, cq.cohort, cq.preemption.reclaim_within_cohort) for fq in cq.flavors)
     if len(cq.flavors) > 1:
         fung = cq.flavor_fungibility
         lines.append("Flavors are tried in the order listed"
