@@ -975,7 +975,6 @@ class Placer:
             **said(_reason(assignments, notes)), fragmentation=self.measure.after(wl.spec.pod_sets, assignments),
             with_admission=with_admission)
 
-
     def _kept(self, kept: KeptRoom, idx) -> tuple[Free, list[str]] | None:
         """The room at its start of the gang ``kept`` is held for, with it in, and its nodes (as
         admission's snapshot found them: ``room_at_start``), on this cycle's free capacity the
