@@ -265,7 +265,7 @@ ERRORS = [
             - name: memory
               nominalQuota: 36Gi""")),
         "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: "
-        "-4 is negative; quotas are zero or more",
+        "-4 is negative; it must be zero or more",
         id="a negative quota is refused",
     ),
     pytest.param(
@@ -366,6 +366,12 @@ ERRORS = [
         "config.yaml: ResourceFlavor Team_A: metadata.name: \"Team_A\" is not a valid name "
         "(lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)",
         id="a name Kubernetes would refuse is refused",
+    ),
+    pytest.param(
+        "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata:\n  name: 12\n",
+        'config.yaml: document 1 (ResourceFlavor): metadata.name: 12 is a number as YAML reads it: quote it ("12") to '
+        "make it a name",
+        id="a name YAML reads as a number is told to be quoted",
     ),
     pytest.param(
         "apiVersion: kueue.x-k8s.io/v2\nkind: ClusterQueue\nmetadata:\n  name: a\n",

@@ -1149,6 +1149,9 @@ def _name(at: _At, path: str, value: Any, required: bool = True) -> str | None:
         if required:
             at.error(path, _MISSING)
         return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and _SUBDOMAIN.fullmatch(str(value)):
+        at.error(path, f"{_show(value)} is a number as YAML reads it: quote it (\"{value}\") to make it a name")
+        return None
     if not isinstance(value, str) or len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
         at.error(path, f"{_show(value)} is not a valid name ({_NAME_RULE})")
         return None
@@ -1187,7 +1190,7 @@ def _quantity(at: _At, path: str, value: Any, required: bool = False) -> int | N
         at.error(path, _quantity_why(value, exc))
         return None
     if milli < 0:
-        at.error(path, f"{_show(value)} is negative; quotas are zero or more")
+        at.error(path, f"{_show(value)} is negative; it must be zero or more")
         return None
     return milli
 
