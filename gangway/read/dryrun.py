@@ -90,7 +90,7 @@ def _submit(run: DryRun, path: str) -> None:
                 name, message = f"{job.namespace}/{job.name}" if job.namespace else job.name, str(job)
             else:
                 name, message = f"{path}: document {job.document}", f"{job.field}: " * bool(job.field) + job.problem
-            _refuse(run, name, job.namespace, job.name, _manifest_reason(job), message, b"", submission)
+            _refuse(run, name, job.namespace, job.name, job.reason, message, b"", submission)
             continue
         name = workload_id(job)
         try:
@@ -111,17 +111,6 @@ def _refuse(run: DryRun, name: str, namespace: str, job_id: str, reason: str, me
         id=f"reject/{submission}", source="gangway/submission", time_ms=run.sim.now_ms, offset=len(run.rejections),
         data=JobRejected(job_id=job_id, namespace=namespace, reason=reason, message=message, original=original,
                          submission=submission)))
-
-
-def _manifest_reason(error: ManifestError) -> str:
-    """The JobRejected reason of a manifest that cannot be read."""
-    if error.problem.startswith("not valid YAML"):
-        return "malformed_yaml"
-    if error.problem.startswith("not UTF-8"):
-        return "not_utf8"
-    if "a file names each job once" in error.problem:
-        return "duplicate_job"
-    return "missing_field" if error.problem.startswith("missing") else "invalid_field"
 
 
 def report(run: DryRun) -> list[str]:

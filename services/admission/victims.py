@@ -64,13 +64,16 @@ def protected(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
     period of now: an eviction gives it that grace to leave, so evicting it would free nothing
     sooner than waiting, and would throw its work away if it failed to finish in time after all.
     (One that is late by more than a grace period is no longer believed.)"""
-    if _before_min_runtime(idx, victim, now_ms):
-        return True
-    started = victim.started_ms
+    return _before_min_runtime(idx, victim, now_ms) or _ends_within_grace(idx, victim, now_ms)
+
+
+def _ends_within_grace(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
+    """Is ``victim`` expected, by its declared runtime, to end within one grace period of now?"""
     runtime = victim.spec.runtime_ms
     if runtime is None:
         return False
-    return abs((started if started is not None else now_ms) + runtime - now_ms) <= idx.grace_ms(victim.spec.priority_class)
+    started = victim.started_ms if victim.started_ms is not None else now_ms
+    return abs(started + runtime - now_ms) <= idx.grace_ms(victim.spec.priority_class)
 
 
 def _before_min_runtime(idx: ContractIndex, victim: WorkloadState, now_ms: int) -> bool:
@@ -235,7 +238,7 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
         if _before_min_runtime(idx, victim, state.time_ms):
             floor = victim.spec.priority if floor is None else min(floor, victim.spec.priority)
             continue
-        if protected(idx, victim, state.time_ms):
+        if _ends_within_grace(idx, victim, state.time_ms):  # (the rest of ``protected``)
             continue
         lost = work_lost_ms(victim, state.time_ms) if idx.contract.checkpoint_aware else 0
         # With fair sharing, the queue furthest above its share gives first (Kueue's order).

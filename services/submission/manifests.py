@@ -75,10 +75,12 @@ class ManifestError(Exception):
     """A manifest gangway cannot turn into a JobSubmitted: where, and what is wrong."""
 
     def __init__(self, filename: str, document: int, kind: str, name: str, field: str, problem: str,
-                 namespace: str = ""):
+                 namespace: str = "", reason: str = ""):
         self.filename, self.document, self.kind, self.name = filename, document, kind, name
         #: The namespace the manifest names ('' when it names none that could be read).
         self.field, self.problem, self.namespace = field, problem, namespace
+        #: The JobRejected reason a submission service would give it.
+        self.reason = reason or ("missing_field" if problem.startswith("missing") else "invalid_field")
         what = f" ({' '.join(part for part in (kind, name) if part)})" if kind or name else ""
         at = f"{field}: " if field else ""
         super().__init__(f"{filename}: document {document}{what}: {at}{problem}")
@@ -104,9 +106,9 @@ class _Where(msgspec.Struct, frozen=True):
     def at(self, **changes: Any) -> "_Where":
         return msgspec.structs.replace(self, **changes)
 
-    def error(self, field: str, problem: str) -> ManifestError:
+    def error(self, field: str, problem: str, reason: str = "") -> ManifestError:
         return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem,
-                             self.namespace)
+                             self.namespace, reason)
 
 
 def load_jobs(text: str | bytes, filename: str, on_generated: Callable[[str, str], None] | None = None,
@@ -160,7 +162,7 @@ def _vetted(where: _Where, job: JobSubmitted, index: int, first_seen: dict[str, 
     here = where.at(kind="", name=job.job_id)
     if name in first_seen:
         return here.error("", f"job {name} is also document {first_seen[name]}: a file names each job once "
-                          "(submit a changed job under a new name)")
+                          "(submit a changed job under a new name)", reason="duplicate_job")
     first_seen[name] = index
     if checked:
         try:
@@ -199,7 +201,7 @@ def decode_text(data: bytes, filename: str) -> str:
         document = 1 + sum(1 for i in separators if content and content[0] < i)
         bad = data[exc.start:exc.start + 1]
         raise ManifestError(filename, document, "", "", "", f"not UTF-8 text: {exc.reason} at line {len(lines)}, "
-                            f"byte {exc.start} ({bad!r}); save the file as UTF-8") from None
+                            f"byte {exc.start} ({bad!r}); save the file as UTF-8", reason="not_utf8") from None
 
 
 def _check_submittable(where: _Where, job: JobSubmitted) -> None:
@@ -282,7 +284,8 @@ def _documents(text: str, filename: str) -> Iterator[Any]:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ManifestError(filename, index + 1, "", "", "", f"not valid YAML{line}: {problem}") from None
+        raise ManifestError(filename, index + 1, "", "", "", f"not valid YAML{line}: {problem}",
+                            reason="malformed_yaml") from None
 
 
 def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
