@@ -14,6 +14,7 @@ import msgspec
 WithinClusterQueue = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
 ReclaimWithinCohort = Literal["Never", "LowerPriority", "Any"]
 QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
+StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
 BorrowWithinCohortPolicy = Literal["Never", "LowerPriority"]
 #: Kueue's flavor fungibility: stop at the first flavor that fits this way, or try the next one.
 WhenCanBorrow = Literal["MayStopSearch", "TryNextFlavor"]
@@ -105,6 +106,8 @@ class ClusterQueue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     flavor_fungibility: FlavorFungibility = FlavorFungibility()
     #: Fair-sharing weight in thousandths: a queue of weight 2000 is entitled to twice the share.
     fair_weight: int = WEIGHT_ONE
+    #: Kueue's stopPolicy: Hold admits nothing new; HoldAndDrain evicts what it admitted too.
+    stop_policy: StopPolicy = "None"
 
     def quota(self, resource: str) -> Quota | None:
         """The queue's quota for one resource, summed over its flavors (None: not covered)."""
@@ -142,6 +145,8 @@ class LocalQueue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     namespace: str
     name: str
     cluster_queue: str
+    #: Kueue's stopPolicy, for this LocalQueue's workloads only (as ClusterQueue.stop_policy).
+    stop_policy: StopPolicy = "None"
 
 
 class PriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

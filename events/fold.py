@@ -25,7 +25,7 @@ from gangway.events.resources import (
     GPU, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
 from gangway.events.state import (
-    EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState, count_pod_shape,
+    EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, ORDER_OUT_FROM, NodeState, State, WorkloadState, count_pod_shape,
     pod_shape_key, queue_key, run_key, shape_of,
 )
 
@@ -403,7 +403,7 @@ def _eviction_ordered(state: State, env: ev.Envelope, e: ev.EvictionOrdered) -> 
     if wl is None:
         _supersede(state, wl, "eviction", env, reason(C.UNKNOWN_WORKLOAD))
         return
-    if wl.phase not in ("admitted", "placed", "bound", "running"):
+    if wl.phase not in ORDER_OUT_FROM:
         _supersede(state, wl, "eviction", env, reason(C.WORKLOAD_MOVED_ON, phase=wl.phase))
         return
     if e.based_on < wl.admitted_at:

@@ -40,6 +40,8 @@ class ReasonCode(enum.StrEnum):
     BORROW_WITHIN_COHORT = "borrow_within_cohort"
     FAIR_SHARING = "fair_sharing"
     DEFRAGMENTATION = "defragmentation"
+    #: Not a preemption: the workload's queue was stopped with stopPolicy HoldAndDrain.
+    QUEUE_DRAINED = "queue_drained"
     # --- why a pending workload is not admitted (the admission cycle; explain, status) --------
     ADMISSIBLE = "admissible"
     NO_CONFIG = "no_config"
@@ -60,6 +62,7 @@ class ReasonCode(enum.StrEnum):
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
     STRICT_FIFO = "strict_fifo"
     WAITING_FOR_VICTIMS = "waiting_for_victims"
+    QUEUE_STOPPED = "queue_stopped"
     # --- why a decision did not hold where it landed (the fold: superseded) ------------------
     UNKNOWN_WORKLOAD = "unknown_workload"
     WORKLOAD_MOVED_ON = "workload_moved_on"
@@ -103,6 +106,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.FAIR_SHARING: "fair sharing: {victim_queue} is above its fair share of cohort {cohort}",
     C.DEFRAGMENTATION: ("defragmentation: moved so that {preemptor} ({gpus}) gets a whole placement; "
                         "every moved workload can be placed again at once"),
+    C.QUEUE_DRAINED: ("{queue_kind} {queue} is stopped with stopPolicy HoldAndDrain: what it admitted is evicted, "
+                      "and waits in it until its stopPolicy is None again"),
     C.ADMISSIBLE: "fits now: admission will admit it in its next cycle",
     C.NO_CONFIG: "no contract has been applied",
     C.UNKNOWN_CLUSTER_QUEUE: "ClusterQueue {cluster_queue} is not in the contract",
@@ -126,6 +131,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",
     C.STRICT_FIFO: "StrictFIFO: behind the head of {cluster_queue}",
     C.WAITING_FOR_VICTIMS: "waiting for {victims} preempted workload(s) to exit",
+    C.QUEUE_STOPPED: "{queue_kind} {queue} is stopped (stopPolicy {policy}): it admits nothing until its stopPolicy is None again",
     C.UNKNOWN_WORKLOAD: "unknown workload",
     C.WORKLOAD_MOVED_ON: "workload is {phase}",
     C.DECIDED_BEFORE: "decided at offset {based_on}, before {what} (offset {since})",
@@ -169,7 +175,7 @@ CLAUSES: dict[str, str] = {
 ADMISSION_CODES = (C.FITS_NOMINAL, C.FITS_BORROWING)
 PLACEMENT_CODES = (C.BEST_FIT,)
 PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, C.RECLAIM_WITHIN_COHORT,
-                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION)
+                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION, C.QUEUE_DRAINED)
 #: The codes each decision event carries, by event type name.
 DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
     "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,

@@ -74,6 +74,26 @@ class ContractIndex:
             self.groups[cq.name] = list(groups.values())
         #: Value of one unit of each flavor-resource in fair shares (thousandths).
         self.weights = {fr_key(f.name, r): w for f in contract.flavors for r, w in f.resource_weights.items()}
+        #: The queues stopped by their stopPolicy (Hold, HoldAndDrain): ClusterQueues by name,
+        #: LocalQueues by (namespace, name).
+        self.stopped = {cq.name: cq.stop_policy for cq in contract.cluster_queues if cq.stop_policy != "None"}
+        self.stopped_local = {(lq.namespace, lq.name): lq.stop_policy for lq in contract.local_queues
+                              if lq.stop_policy != "None"}
+        #: Does some queue order out what it admitted (HoldAndDrain)?
+        self.drains = "HoldAndDrain" in (*self.stopped.values(), *self.stopped_local.values())
+
+    def stop_of(self, spec) -> tuple[str, str, str] | None:
+        """What stops a workload's queue, as (kind, queue, stopPolicy): its ClusterQueue's or its
+        LocalQueue's stopPolicy, HoldAndDrain before Hold (the ClusterQueue's first when equal);
+        None when neither is stopped. ``spec``: a ``WorkloadSpec``."""
+        found = []
+        policy = self.stopped.get(spec.cluster_queue)
+        if policy is not None:
+            found.append((policy != "HoldAndDrain", "ClusterQueue", spec.cluster_queue, policy))
+        policy = self.stopped_local.get((spec.namespace, spec.queue)) if self.stopped_local else None
+        if policy is not None:
+            found.append((policy != "HoldAndDrain", "LocalQueue", f"{spec.namespace}/{spec.queue}", policy))
+        return min(found)[1:] if found else None
 
     def grace_ms(self, priority_class: str | None) -> int:
         pc = self.priority_classes.get(priority_class or "")

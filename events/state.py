@@ -20,6 +20,8 @@ HOLDS_NODES = ("placed", "bound", "running", "evicting")
 #: Phases from which the fold accepts the binder's end reports.
 FINISH_FROM = ("bound", "running", "evicting")
 EVICT_FROM = ("placed", "bound", "running", "evicting")
+#: The phases an eviction order (EvictionOrdered) moves a workload from.
+ORDER_OUT_FROM = ("admitted", "placed", "bound", "running")
 
 
 def shape_of(spec: WorkloadQueued) -> str:

@@ -14,6 +14,7 @@ from gangway.events.catalogue import ConfigApplied, Envelope, NodeObserved, Work
 from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
+from gangway.events.resources import index_of
 from gangway.events.state import State
 from gangway.services.binder.policy import DEFAULT_RUNTIME_MS, due_reports, next_due_ms, node_sync
 from gangway.services.deciders import DECIDERS, WRITTEN_BY, id_of
@@ -81,12 +82,15 @@ class Simulation:
 
     def _may_decide(self, service: str) -> bool:
         """False when the service has nothing to decide about: admission and preemption act only
-        for pending workloads, placement only for admitted ones (skipping it changes nothing)."""
+        for pending workloads (preemption also while a queue drains: HoldAndDrain), placement only
+        for admitted ones (skipping it changes nothing)."""
+        contract = self.state.contract
         if service == "placement":
             return bool(self.state.unplaced)
         if service == "idle-hunt":
-            contract = self.state.contract
             return contract is not None and contract.idle_rule is not None and bool(self.state.active)
+        if service == "preemption" and contract is not None and self.state.active and index_of(contract).drains:
+            return True
         return bool(self.state.pending)
 
     def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:

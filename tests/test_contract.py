@@ -222,8 +222,8 @@ WARNINGS = [
         id="a flavor's nodeTaints are not read (the nodes' own are): a warning",
     ),
     pytest.param(
-        docs(FLAVOR, cluster_queue(extra="  stopPolicy: Hold\n")),
-        "config.yaml: warning: ClusterQueue team-a: spec.stopPolicy: not supported by gangway yet; ignored",
+        docs(FLAVOR, cluster_queue(extra="  admissionChecks: [prov]\n")),
+        "config.yaml: warning: ClusterQueue team-a: spec.admissionChecks: not supported by gangway yet; ignored",
         id="a Kueue field gangway does not enforce is ignored with a warning",
     ),
 ]

@@ -68,6 +68,7 @@ from gangway.events.contract import (
     ReclaimWithinCohort,
     ResourceFlavor,
     SelectorOperator,
+    StopPolicy,
     Toleration,
     TolerationError,
     Topology,
@@ -94,6 +95,7 @@ _LEGACY_K8S_GROUPS = {"", "apps", "batch", "policy", "autoscaling", "extensions"
 _K8S_VERSION = re.compile(r"v[0-9]+((alpha|beta)[0-9]+)?")
 
 _STRATEGIES: tuple[str, ...] = get_args(QueueingStrategy)
+_STOP_POLICIES: tuple[str, ...] = get_args(StopPolicy)
 _SELECTOR_OPERATORS: tuple[str, ...] = get_args(SelectorOperator)
 _WITHIN: tuple[str, ...] = get_args(WithinClusterQueue)
 _RECLAIM: tuple[str, ...] = get_args(ReclaimWithinCohort)
@@ -504,7 +506,6 @@ _RENAMED = {"cohort": "cohortName", "cohortName": "cohort", "parent": "parentNam
 
 #: Kueue fields gangway does not act on yet, with the values that mean "Kueue's default" (silent).
 _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
-    "stopPolicy": ("None",),
     "admissionChecks": ([],),
     "admissionChecksStrategy": ({},),
     "admissionScope": (),
@@ -513,7 +514,7 @@ _CLUSTER_QUEUE_IGNORED: dict[str, tuple] = {
 _FLAVOR_IGNORED: dict[str, tuple] = {
     "resourceWeights": ({},),
 }
-_LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"stopPolicy": ("None",), "fairSharing": ()}
+_LOCAL_QUEUE_IGNORED: dict[str, tuple] = {"fairSharing": ()}
 
 
 def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
@@ -583,7 +584,7 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
         return
     cohort_field = "cohort" if at.version == "v1beta1" else "cohortName"
     read = {"resourceGroups", "queueingStrategy", "preemption", "flavorFungibility", "fairSharing", "namespaceSelector",
-            cohort_field}
+            "stopPolicy", cohort_field}
     _check_fields(at, "spec", spec, read, _CLUSTER_QUEUE_IGNORED)
     cohort = _name(at, f"spec.{cohort_field}", spec.get(cohort_field), required=False)
     no_sharing = None if cohort else f"spec.{cohort_field}"
@@ -593,7 +594,8 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
     queue = ClusterQueue(at.name, flavors, cohort=cohort, preemption=preemption, queueing_strategy=strategy,
                          flavor_fungibility=_fungibility(at, "spec.flavorFungibility", spec.get("flavorFungibility")),
                          fair_weight=_fair_weight(at, "spec.fairSharing", spec.get("fairSharing")),
-                         namespace_selector=_selector(at, "spec.namespaceSelector", spec.get("namespaceSelector")))
+                         namespace_selector=_selector(at, "spec.namespaceSelector", spec.get("namespaceSelector")),
+                         stop_policy=_choice(at, "spec.stopPolicy", spec.get("stopPolicy"), _STOP_POLICIES, "None"))
     _register(at, parsed.cluster_queues, at.name, queue, refs)
 
 
@@ -663,10 +665,11 @@ def _read_local_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
     namespace = _namespace(at, obj.get("metadata"))
     name = at.name
     at.name = f"{namespace}/{name}" if name else ""
-    _check_fields(at, "spec", spec, {"clusterQueue"}, _LOCAL_QUEUE_IGNORED)
+    _check_fields(at, "spec", spec, {"clusterQueue", "stopPolicy"}, _LOCAL_QUEUE_IGNORED)
     cluster_queue = _name(at, "spec.clusterQueue", spec.get("clusterQueue"))
     refs = [("spec.clusterQueue", "ClusterQueue", cluster_queue)] if cluster_queue else []
-    queue = LocalQueue(namespace=namespace, name=name, cluster_queue=cluster_queue or "")
+    queue = LocalQueue(namespace=namespace, name=name, cluster_queue=cluster_queue or "",
+                       stop_policy=_choice(at, "spec.stopPolicy", spec.get("stopPolicy"), _STOP_POLICIES, "None"))
     _register(at, parsed.local_queues, (namespace, name), queue, refs)
 
 

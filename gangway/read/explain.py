@@ -45,7 +45,8 @@ def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
     The cycle's own reason stands, except that a workload which would fit on its own is waiting
     behind others: the gang holding a reservation, or workloads ahead of it in the queue."""
     why = outcome.reason or reason(C.NO_PLACEMENT)
-    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, *NEVER_PLACEABLE_CODES, *CONFIG_CODES):
+    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, C.QUEUE_STOPPED, *NEVER_PLACEABLE_CODES,
+                    *CONFIG_CODES):
         return why
     if fits_alone:
         if snap.reservation:
@@ -74,7 +75,14 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
         if retry_ms > state.time_ms:
             why = reason(C.BIND_BACKOFF, failures=wl.bind_failures, retry_at=format_time(wl.retry_after_ms))
             report[name] = _pending(why, lq_pos[name], cq_pos[name])
-    waiting = {name for name, pending in report.items() if pending.code not in NEVER_CODES}
+    if idx.stopped or idx.stopped_local:  # out of the cycle while its queue is stopped
+        for name in state.pending:
+            stop = idx.stop_of(state.workloads[name].spec)
+            if stop is not None and name not in report:
+                why = reason(C.QUEUE_STOPPED, queue_kind=stop[0], queue=stop[1], policy=stop[2])
+                report[name] = _pending(why, lq_pos[name], cq_pos[name])
+    # (a workload no cycle can admit as things stand has no start to forecast)
+    waiting = {name for name, pending in report.items() if pending.code not in (*NEVER_CODES, C.QUEUE_STOPPED)}
     if forecast and waiting:  # a workload no node or quota can ever take has no start to forecast
         for name, eta in forecast_starts(state, waiting).items():
             report[name].eta_ms = eta
@@ -145,6 +153,7 @@ _NEVER_STARTS = {
     C.TOPOLOGY_UNSATISFIABLE: "estimated start: never, unless nodes that meet its topology request join the cluster",
     C.NO_MATCHING_NODES: "estimated start: never, unless nodes it may use join the cluster",
     C.QUOTA_NEVER_ENOUGH: "estimated start: never, unless the contract gives {cluster_queue} more quota",
+    C.QUEUE_STOPPED: "estimated start: none while its queue is stopped (a contract with its stopPolicy None resumes it)",
 }
 
 

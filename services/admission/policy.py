@@ -119,15 +119,18 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
     snap.reserve_admitted()
     waiting = snap.in_flight()
     blocked: set[str] = set()
-    # A gang whose bind failed waits out its requeue backoff (on the log's clock) out of the cycle.
+    # A gang whose bind failed waits out its requeue backoff (on the log's clock) out of the cycle;
+    # so does a workload whose queue is stopped (stopPolicy), until it is not.
     backing_off = {name for name, t in state.backing_off.items() if t > state.time_ms}
-    first = ({name for name in state.nominated} | {name for name in waiting if name in state.pending}) - backing_off
+    held = in_stopped_local_queues(state, idx)
+    first = {name for name in state.nominated} | {name for name in waiting if name in state.pending}
+    first = {name for name in first - backing_off - held if state.workloads[name].spec.cluster_queue not in idx.stopped}
     for key in sorted(queue_key(state.workloads[name]) for name in first):
         yield _try(snap, idx, state.workloads[key[3]], waiting, blocked), snap
-    skip = first | backing_off
+    skip = first | backing_off | held
     settled = _Settled(state, snap, skip) if settle else None
     done = settled.done if settled is not None else None
-    queues = dict.fromkeys(state.pending_order, 0)
+    queues = {cq: 0 for cq in state.pending_order if cq not in idx.stopped}
     for wl in _merged(state, queues, skip, lambda wl: _needs_borrowing(snap, wl), done):
         yield _walked(settled, _try(snap, idx, wl, waiting, blocked)), snap
     later = {cq: i for cq, i in queues.items() if i < len(state.pending_order[cq])}
@@ -137,6 +140,21 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
         borrowers = _merged(state, later, skip, done=done)
     for wl in borrowers:
         yield _walked(settled, _try(snap, idx, wl, waiting, blocked)), snap
+
+
+def in_stopped_local_queues(state: State, idx: ContractIndex) -> set[str]:
+    """The pending workloads of LocalQueues stopped by their stopPolicy (only the ClusterQueues such
+    LocalQueues feed are looked through; a stopped ClusterQueue leaves the cycle whole)."""
+    if not idx.stopped_local:
+        return set()
+    feeding = {idx.local_queues[key].cluster_queue for key in idx.stopped_local} - idx.stopped.keys()
+    found = set()
+    for cq in feeding:
+        for key in state.pending_order.get(cq, ()):
+            spec = state.workloads[key[3]].spec
+            if (spec.namespace, spec.queue) in idx.stopped_local:
+                found.add(spec.workload)
+    return found
 
 
 def _walked(settled: _Settled | None, outcome: Outcome) -> Outcome:

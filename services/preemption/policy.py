@@ -18,7 +18,7 @@ from gangway.events.catalogue import EvictionOrdered
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import C, reason, said
 from gangway.events.resources import GPU, ContractIndex, index_of
-from gangway.events.state import State, WorkloadState, shape_of
+from gangway.events.state import ORDER_OUT_FROM, State, WorkloadState, shape_of
 from gangway.services.admission.policy import admission_cycle
 from gangway.services.admission.snapshot import Snapshot
 from gangway.services.admission.victims import choose_victims, work_lost_ms
@@ -34,10 +34,14 @@ def decide_preemption(state: State) -> list[EvictionOrdered]:
 
 
 def evictions(state: State) -> Iterator[EvictionOrdered]:
-    """``decide_preemption``'s orders one by one, lazily (a caller may stop early)."""
-    if state.contract is None or not state.pending:
+    """``decide_preemption``'s orders one by one, lazily (a caller may stop early): first what
+    queues stopped with HoldAndDrain still hold (``drained``), then the preemptions."""
+    if state.contract is None:
         return
     idx = index_of(state.contract)
+    yield from drained(state, idx)
+    if not state.pending:
+        return
     waiting = victims_in_flight(state)
     ordered_out: set[str] = set()
     hopeless: set[tuple] = set()
@@ -76,6 +80,28 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
         served += 1
         if served >= PREEMPTORS_PER_CYCLE_MAX:
             break
+
+
+def drained(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
+    """Kueue's stopPolicy HoldAndDrain: every workload a stopped queue (its ClusterQueue or its
+    LocalQueue) admitted and that is not leaving yet is ordered out — with its priority class's
+    grace period, in name order — and waits in its queue, which admits nothing, until the policy
+    is lifted. The order names the queue where a preemption names its preemptor
+    (``ClusterQueue/<name>``, ``LocalQueue/<namespace>/<name>``: no workload is named so)."""
+    if not idx.drains:
+        return
+    for name in sorted(state.active):
+        wl = state.workloads[name]
+        if wl.phase not in ORDER_OUT_FROM or wl.eviction is not None:
+            continue
+        stop = idx.stop_of(wl.spec)
+        if stop is None or stop[2] != "HoldAndDrain":
+            continue
+        kind, queue, _ = stop
+        yield EvictionOrdered(
+            workload=name, preemptor=f"{kind}/{queue}", based_on=state.offset,
+            grace_ms=idx.grace_ms(wl.spec.priority_class), work_lost_ms=work_lost_ms(wl, state.time_ms),
+            **said(reason(C.QUEUE_DRAINED, queue_kind=kind, queue=queue)))
 
 
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
