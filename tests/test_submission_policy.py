@@ -395,6 +395,13 @@ def test_the_same_job_from_another_record_is_a_duplicate_not_a_redelivery():
     assert "gangway.submissions/0/7" in result.message
 
 
+def test_a_finished_job_submitted_again_is_told_the_name_stays_its_own_and_to_use_a_new_one():
+    state = make_state(queued=[queued(submission="gangway.submissions/0/7")])
+    result = decide_submission(plain(job()), KEY, [], state, {}, SUBMISSION)
+    assert isinstance(result, JobRejected) and result.reason == "duplicate_job"
+    assert result.message.endswith("even once it has finished, so submit a new run under a new name")
+
+
 def test_the_same_cloudevent_sent_again_is_a_redelivery_folded_or_in_flight():
     """A producer that never got its acknowledgement sends the record again: the same source and id
     (CloudEvents' duplicate), at a new offset. Whether the first is folded or still in flight, the

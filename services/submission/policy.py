@@ -485,9 +485,12 @@ def workload_id(job: JobSubmitted) -> str:
 def _check_unique(workload: str, state: State, in_flight: Mapping[str, str]) -> None:
     known = state.workloads.get(workload)
     if known is not None:
+        # (a workload's name is its identity on the log for good: its decisions, runs and invoice
+        # lines; the submission service does not fold whether it finished, so this says the same)
         raise Invalid(
             "duplicate_job",
-            f"job {workload!r} is already a workload (submitted as {known.spec.submission or 'unknown'})",
+            f"job {workload!r} is already a workload (submitted as {known.spec.submission or 'unknown'}): a job's "
+            "name stays its own on the log for good, even once it has finished, so submit a new run under a new name",
         )
     if workload in in_flight:
         raise Invalid("duplicate_job", f"job {workload!r} is already being queued")

@@ -99,3 +99,34 @@ def test_four_teams_on_512_gpus_no_idle_gpu_and_the_guarantee_back_within_a_cycl
     assert 30 <= waits_s[0] and waits_s[-1] <= 30 + 40, waits_s
     evictions = [e.data for e in envs if isinstance(e.data, ev.EvictionOrdered)]
     assert len(evictions) == 16, gw.lines(envs)
+
+
+def test_four_teams_a_queue_drained_by_its_stop_policy_waits_and_comes_back_when_resumed(four_teams, tmp_path):
+    """After the story above: team-d's ClusterQueue stopped with HoldAndDrain through `gangway config
+    apply` — the preemption service orders out its 16 running jobs (nothing pending asks it to), they
+    wait in their queue, and the contract without the policy brings them back."""
+    gw = four_teams
+    names = [f"team-d/d{i}" for i in range(16)]
+    drained = tmp_path / "drained.yaml"
+    text = FOUR_TEAMS.read_text()
+    header = "kind: ClusterQueue\nmetadata:\n  name: team-d\nspec:\n"
+    assert header in text
+    drained.write_text(text.replace(header, header + "  stopPolicy: HoldAndDrain\n"))
+    gw.wait_until("team d's jobs running", lambda s, _e: all(s.workloads[n].phase == "running" for n in names), 60,
+                  about=names)
+    start = len(gw.log())
+    applied = gw.cli("config", "apply", str(drained))
+    assert applied.returncode == 0, applied.stderr
+    gw.wait_until("team d drained back to its queue", lambda s, _e: all(
+        s.workloads[n].phase == "pending" for n in names), 60, about=names)
+    orders = [e.data for e in gw.envs[start:] if isinstance(e.data, ev.EvictionOrdered)]
+    assert sorted(o.workload for o in orders) == sorted(names)
+    assert {(o.preemptor, o.reason_code) for o in orders} == {("ClusterQueue/team-d", "queue_drained")}
+    lines = explain(gw.envs, names[0], forecast=False)
+    assert any(line.startswith("now pending (queue_stopped): ClusterQueue team-d is stopped (stopPolicy "
+                               "HoldAndDrain)") for line in lines), lines
+
+    resumed = gw.cli("config", "apply", str(FOUR_TEAMS))
+    assert resumed.returncode == 0, resumed.stderr
+    gw.wait_until("team d admitted again", lambda s, _e: all(
+        s.workloads[n].phase in ("admitted", "placed", "bound", "running") for n in names), 90, about=names)
