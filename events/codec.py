@@ -276,6 +276,7 @@ class _Line(msgspec.Struct):
     time: str = ""
     datacontenttype: str = ""
     logoffset: int = -1
+    subject: str | None = None
 
 
 _LINE = msgspec.json.Decoder(_Line)
@@ -289,12 +290,24 @@ def from_structured_line(raw: bytes, offset: int = -1) -> Envelope:
     try:
         line = _LINE.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError):
-        return from_structured(msgspec.json.decode(raw), offset)
+        obj = msgspec.json.decode(raw)
+        env = from_structured(obj, offset)
+        return _subject_checked(env, obj.get("subject") if isinstance(obj, dict) else None)
     attrs = {"specversion": line.specversion, "id": line.id, "source": line.source, "type": line.type,
              "time": line.time, "datacontenttype": line.datacontenttype}
     if offset < 0 and line.logoffset >= 0:
         offset = line.logoffset
-    return _envelope(attrs, line.data, offset)
+    return _subject_checked(_envelope(attrs, line.data, offset), line.subject)
+
+
+def _subject_checked(env: Envelope, subject: object) -> Envelope:
+    """``env``, when the subject it was written with (None: none) is its data's (``Envelope.subject``:
+    what it is about, which gangway writes with every event of the log); else CodecError — the
+    record was changed after it was written (the subject is how consumers find a workload's events)."""
+    if subject is not None and subject != (env.subject() or ""):
+        raise CodecError("malformed_cloudevent", f"event {env.id!r}: subject {subject!r} is not its data's "
+                                                 f"({env.subject()!r}): changed after it was written")
+    return env
 
 
 def _envelope(attrs: dict[str, Any], payload: bytes, offset: int) -> Envelope:
@@ -349,19 +362,21 @@ def _as_written(value: bytes, headers: Headers, offset: int) -> Envelope | None:
         (k0, v0), (k1, v1), (k2, v2), (k3, v3), (k4, v4), (k5, v5), *subject = headers
         if (k0, k1, k2, k3, k4, k5) != _WRITTEN_KEYS or (v0, v5) != _WRITTEN_CONSTANTS:
             return None
+        text = None
         if subject:
             [(key, text)] = subject
             if key != "ce_subject":
                 return None
-            if text is not None:
-                text.decode("utf-8")  # refused if not, as the general path refuses it
         written = _WRITTEN.get((v2, v3))
         if written is None:
             return None
         source, decoder = written
         if not v1:
             return None
-        return Envelope(v1.decode("utf-8"), source, _header_time(v4), decoder.decode(value), offset)
+        env = Envelope(v1.decode("utf-8"), source, _header_time(v4), decoder.decode(value), offset)
+        if subject and (text or b"").decode("utf-8") != (env.subject() or ""):
+            return None  # (the general path refuses it, saying why)
+        return env
     except (ValueError, TypeError, AttributeError, OverflowError, RecursionError, msgspec.MsgspecError):
         return None  # (CodecError and UnicodeDecodeError are ValueErrors)
 
@@ -392,7 +407,8 @@ def _read_log_record(value: bytes | None, headers: Headers | None, offset: int) 
     refused = writer_refusal(env)
     if refused is not None:
         raise refused
-    return env
+    subject = _header_map(headers).get("ce_subject")
+    return _subject_checked(env, _text(subject, "ce_subject") if subject is not None else None)
 
 
 def writer_refusal(env: Envelope) -> CodecError | None:

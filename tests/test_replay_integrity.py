@@ -196,3 +196,32 @@ def test_a_workload_running_before_it_was_queued_fails():
     assert finding.startswith(f"offset {i} {LOG[i].id}: WorkloadRunning of {workload} at ")
     assert finding.endswith("time goes backwards")
     assert said(verify(log, workers=2)) == said(report)  # the process folding the whole log checks the facts
+
+
+def test_an_edited_subject_is_refused_on_the_log_and_in_an_export_naming_its_line(tmp_path):
+    """The CloudEvents subject is how consumers find a workload's events: one that is not its data's
+    was changed after it was written. An export's line is refused by name; a record on the log is
+    quarantined like any record not as its writer writes it."""
+    import pytest
+    from gangway.events import codec
+    from gangway.read.logfile import LogFileError
+
+    at = first(ev.WorkloadAdmitted)
+    victim = LOG[at].data.workload
+
+    def edit(lines):
+        lines[at] = lines[at].replace(f'"subject":"{victim}"'.encode(), b'"subject":"research/someone-else"')
+        assert lines[at] != export_lines[at]
+        return lines
+
+    export_lines = export(tmp_path).read_bytes().splitlines(keepends=True)
+    with pytest.raises(LogFileError, match=rf":{at + 1}: .*subject 'research/someone-else' is not its data's "
+                                           rf"\('{victim}'\): changed after it was written"):
+        read_log_file(str(export(tmp_path, edit=edit)))
+
+    value, headers = codec.to_binary(LOG[at])
+    assert codec.from_log_record(value, headers, at) == LOG[at]
+    edited = [(k, b"research/someone-else" if k == "ce_subject" else v) for k, v in headers]
+    with pytest.raises(codec.CodecError, match="subject 'research/someone-else' is not its data's") as refused:
+        codec.from_log_record(value, edited, at)
+    assert refused.value.reason == "malformed_cloudevent"
