@@ -162,6 +162,19 @@ def test_an_admission_that_borrows_less_by_the_time_it_is_folded_holds():
     assert log.phase("w") == "admitted" and log.state.workloads["w"].superseded is None
 
 
+def test_an_admission_that_lands_after_its_queue_was_stopped_is_superseded():
+    """Decided before a contract stopped the queue (stopPolicy), folded after it: the log says the
+    stop first, so nothing new is admitted from the queue."""
+    log = base().queue(W4)
+    decision = log.admission("w")
+    stopped = msgspec.structs.replace(CONTRACT, cluster_queues=[
+        msgspec.structs.replace(cq, stop_policy="Hold") if cq.name == "a" else cq for cq in CONTRACT.cluster_queues])
+    log.configure(stopped).add(decision)
+    wl = log.state.workloads["w"]
+    assert log.phase("w") == "pending" and wl.superseded_code == C.QUEUE_STOPPED
+    assert wl.superseded.endswith(": ClusterQueue a is stopped (stopPolicy Hold): it admits nothing until its stopPolicy is None again")
+
+
 def test_running_records_its_start_time():
     log = base().queue(W4).admit("w").place("w").bind("w")
     assert log.state.workloads["w"].started_ms == log.envelopes[-1].time_ms
