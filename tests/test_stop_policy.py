@@ -4,12 +4,12 @@ Pure core (Simulation), the contract as a platform team writes it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import msgspec
 import pytest
 
 from builders import node
+from gangway.console.model import Folded
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
 from gangway.events.reasons import ReasonCode, render
@@ -101,12 +101,22 @@ def test_hold_and_drain_orders_out_what_the_queue_admitted_and_lends_the_room():
     assert phases(sim, "a") == {"pending": 4}  # back in its queue, not admitted again
     assert phases(sim, "b")["running"] == 32  # the room it left is lent out
     assert pending_report(sim.state)["team-a/a-0"].code == ReasonCode.QUEUE_STOPPED
+    assert any(line.endswith("drained: ClusterQueue team-a is stopped with stopPolicy HoldAndDrain: what it admitted "
+                             "is evicted, and waits in it until its stopPolicy is None again [queue_drained]; grace "
+                             "period 30 s; work lost 60 s") for line in explain(sim.log, "team-a/a-0")), explain(sim.log, "team-a/a-0")
 
     sim.configure(contract(TEXT))  # resumed: it takes its guarantee back from the borrower
     sim.run(until_ms=sim.now_ms + 120_000)
     assert phases(sim, "a") == {"running": 4}
     report = verify(sim.log)
     assert report.ok and report.verified == report.decisions
+
+    # The console's Kueue metrics: a drain is an eviction for a stopped queue, not a preemption.
+    folded = Folded()
+    for env in sim.log:
+        folded.add(env)
+    assert folded.evicted[("team-a", "ClusterQueueStopped")] == 4
+    assert not any(reason == "ClusterQueueStopped" or queue == "" for queue, reason in folded.preempted)
 
 
 def test_a_stopped_local_queue_holds_only_its_own_workloads():

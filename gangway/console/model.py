@@ -47,6 +47,9 @@ KUEUE_PREEMPTION_REASONS = {
     C.FAIR_SHARING: "InCohortFairSharing",
     C.DEFRAGMENTATION: "Defragmentation",
 }
+#: Kueue's eviction reason (``kueue_evicted_workloads_total``) of an order that is not a preemption:
+#: a queue stopped with HoldAndDrain, by the kind of queue it names (``preemption.drained``).
+KUEUE_STOPPED_REASONS = {"ClusterQueue": "ClusterQueueStopped", "LocalQueue": "LocalQueueStopped"}
 
 
 def preemption_reason(eviction: ev.EvictionOrdered, same_queue: bool) -> str:
@@ -92,15 +95,17 @@ class Folded:
         if isinstance(data, ev.WorkloadAdmitted) and wl is not None and wl.admission_id == env.id:
             self.admitted[wl.spec.cluster_queue] += 1
             self.waits[wl.spec.cluster_queue].append(max(0, (wl.admitted_ms or env.time_ms) - wl.queued_ms) / 1000)
-        elif isinstance(data, ev.EvictionOrdered) and wl is not None and wl.eviction_id == env.id:
+        elif isinstance(data, ev.EvictionOrdered) and wl is not None and wl.eviction_id == env.id \
+                and data.reason_code != C.QUEUE_DRAINED:
             preemptor = state.workloads.get(data.preemptor)
             pq = preemptor.spec.cluster_queue if preemptor else ""
             self.preempted[(pq, preemption_reason(data, pq == wl.spec.cluster_queue))] += 1
         for name in touched:
             now = state.workloads.get(name)
             if before.get(name) in EVICT_FROM and now is not None and now.phase == "pending":
+                stopped = KUEUE_STOPPED_REASONS.get(now.evictions[-1][0].partition("/")[0]) if now.evictions else None
                 reason = "NodeFailures" if isinstance(data, ev.NodeRemoved) else (
-                    "Preempted" if now.evictions else "Evicted")
+                    stopped or ("Preempted" if now.evictions else "Evicted"))
                 self.evicted[(now.spec.cluster_queue, reason)] += 1
 
     # --- views -------------------------------------------------------------------------------

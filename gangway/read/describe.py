@@ -46,6 +46,8 @@ def _own(d, superseded: str | None) -> str:
         return f"placed: {sentence(d)}{after}"
     if isinstance(d, ev.EvictionOrdered) and superseded is not None:
         return f"eviction by {d.preemptor} superseded: {superseded}"
+    if isinstance(d, ev.EvictionOrdered) and d.reason_code == C.QUEUE_DRAINED:
+        return f"drained: {_terms(d)}"
     if isinstance(d, ev.EvictionOrdered):
         return f"preempted by {d.preemptor}: {_terms(d)}"
     if isinstance(d, ev.WorkloadEvicted) and d.reason_code == C.BIND_FAILURES_EXCEEDED:
