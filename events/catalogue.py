@@ -275,6 +275,13 @@ class EvictionOrdered(_Event, frozen=True):
     #: kueue#1332); {} in records written before.
     flavors: dict[str, str] = {}
 
+    def ordered_by(self) -> str:
+        """Who ordered it out, in words: ``preempted by <preemptor>``, or for a queue stopped with
+        HoldAndDrain (``preemptor`` names the queue) ``drained by <queue>'s stopPolicy``."""
+        if self.reason_code == ReasonCode.QUEUE_DRAINED:
+            return f"drained by {self.preemptor}'s stopPolicy"
+        return f"preempted by {self.preemptor}"
+
 
 # --- what the cluster did (the binder reports) --------------------------------------------------
 

@@ -476,8 +476,9 @@ class KubernetesBinder:
         ev = self.evicting.setdefault((name, attempt), Evicting(deadline=now + order.grace_ms / 1000))
         if not ev.told:
             lost = f"; work lost {order.work_lost_ms / 1000:.0f} s" if order.work_lost_ms else ""
-            await self.tell(obj, "Warning", "Preempted",
-                            f"Preempted by {order.preemptor}: {order.reason or 'eviction ordered'}{lost}; "
+            by = order.ordered_by()
+            await self.tell(obj, "Warning", "Drained" if order.reason_code == C.QUEUE_DRAINED else "Preempted",
+                            f"{by[0].upper()}{by[1:]}: {order.reason or 'eviction ordered'}{lost}; "
                             f"{order.grace_ms / 1000:g} s grace", status="False")
             ev.told = True
         on_nodes = [p for p in pods if (p.get("spec") or {}).get("nodeName")
@@ -488,7 +489,7 @@ class KubernetesBinder:
             self.evicting.pop((name, attempt), None)
             out.reports.append((f"evicted/{name}/{attempt}", now_ms, WorkloadEvicted(
                 workload=name, attempt=attempt, preemptor=order.preemptor,
-                reason=f"preempted by {order.preemptor}: {order.reason or 'eviction ordered'}; pods gone")))
+                reason=f"{order.ordered_by()}: {order.reason or 'eviction ordered'}; pods gone")))
             return
         await asyncio.gather(*(self._evict_pod(p, ev, now) for p in on_nodes if not ob.meta(p).get("deletionTimestamp")))
 

@@ -138,7 +138,7 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
         elif gone is not None and gone <= now_ms:
             reports.append((f"evicted/{key}", gone, WorkloadEvicted(
                 workload=name, attempt=wl.attempt, preemptor=wl.eviction.preemptor,
-                reason=f"preempted by {wl.eviction.preemptor} after a {wl.eviction.grace_ms} ms grace period",
+                reason=f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period",
             )))
     return reports
 
