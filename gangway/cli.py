@@ -240,10 +240,11 @@ def cmd_log(args) -> int:
 
 async def _print_log(bootstrap: str, follow: bool, line) -> None:
     import gangway.adapters.kafka as kafka
-    t0 = None
+    from gangway.read.describe import IslandWatch
+    t0, watch = None, IslandWatch()
     async for env in kafka.read_log(bootstrap, follow=follow):
         t0 = env.time_ms if t0 is None else t0
-        print(line(env, t0), flush=True)
+        print(line(env, t0, watch.see(env)), flush=True)
 
 
 def _positive_int(text: str) -> int:

@@ -137,6 +137,33 @@ def test_the_explain_command_reads_an_exported_log(incident_log, tmp_path, capsy
     assert cli.main(["explain", "nobody", "--log", str(path)]) == 1
 
 
+@pytest.mark.parametrize("islands", [(), (4, 4)])
+def test_a_placement_says_the_largest_free_island_only_where_some_node_declares_islands(islands):
+    """On a cluster no node of which declares gangway.io/nvlink-islands every node counts as one
+    island, and "largest free island N" said nothing true (a stranger's case): explain, the log's
+    lines and the console's stream leave it out there, and keep it where islands exist."""
+    from gangway.console import model
+    from gangway.read.reports import log_line
+    from gangway.sim import Simulation
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(16)).obj())
+    sim.add_nodes([node(f"n{i}").gpus(8).islands(*islands).obj() for i in range(2)])
+    sim.submit(workload("w").queue("q").gpus(2).obj())
+    sim.run(until_ms=sim.now_ms + 1)
+    [placed] = [line for line in explain(sim.log, "w", forecast=False) if "] placed:" in line]
+    assert ("largest free island" in placed) == bool(islands), placed
+    from gangway.read.describe import IslandWatch
+    watch = IslandWatch()
+    [logged] = [line for line in (log_line(env, 0, watch.see(env)) for env in sim.log) if "PlacementDecided" in line]
+    folded = model.Folded()
+    for env in sim.log:
+        folded.add(env)
+    [streamed] = [item["text"] for item in model.stream(folded) if item["kind"] == "PlacementDecided"]
+    for line in (placed, logged, streamed):
+        assert ("; largest free island 4" in line) == bool(islands), line  # 8 GPUs a node, in islands of 4
+        assert "island" not in line or islands, line
+
+
 # --- the published rules ------------------------------------------------------------------------------
 
 
