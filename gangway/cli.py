@@ -203,6 +203,9 @@ def cmd_dry_run(args) -> int:
         run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600, later)
     except (ClusterFileError, DryRunError) as exc:
         return _fail(str(exc))
+    if run.empty and not run.jobs:  # nothing to run is not a success, as `gangway submit` of such a file (exit 2)
+        _fail(f"no jobs in {', '.join(dict.fromkeys(run.empty))}: nothing to run")
+        return 2
     for warning in run.unread:  # what Kueue would act on and gangway will not
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
     for line in report(run):

@@ -531,9 +531,18 @@ def test_each_manifest_that_cannot_be_read_is_its_own_error_in_its_place():
         load_jobs("---\n".join([bad, GANGWAY_JOB]), "jobs.yaml")
 
 
-@pytest.mark.parametrize("value", ["0", "7"])
-def test_a_min_parallelism_outside_1_to_the_parallelism_says_so(value):
+@pytest.mark.parametrize("value", ["0", "3", "7"])
+def test_a_min_parallelism_outside_1_to_below_the_jobs_pods_says_so(value):
+    """Kueue's webhook: 0 < min < the Job's pods (its parallelism, at most its completions). 0 and
+    the Job's own 3 pods were taken as "no partial admission" silently; the rule is said plainly."""
     text = BATCH_JOB.replace('gangway.io/runtime-seconds: "3600"', f'kueue.x-k8s.io/job-min-parallelism: "{value}"')
     with pytest.raises(ManifestError) as caught:
         load_jobs(text, "jobs.yaml")
-    assert caught.value.problem == f"must be between 1 and the Job's parallelism (3), not {value}"
+    assert caught.value.problem == f"must be at least 1 and less than the Job's 3 pods, not {value}"
+    [job] = load_jobs(text.replace(f'min-parallelism: "{value}"', 'min-parallelism: "2"'), "jobs.yaml")
+    assert job.pod_sets[0].min_count == 2
+    one_pod = text.replace("parallelism: 3", "parallelism: 1").replace("completions: 3", "completions: 1")
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(one_pod, "jobs.yaml")
+    assert caught.value.problem == ("must be at least 1 and less than the Job's pods, and it runs 1 pod, so it cannot "
+                                    f"run with fewer: leave the annotation out (not {value})")

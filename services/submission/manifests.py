@@ -364,8 +364,11 @@ def _min_parallelism(where: _Where, annotations: dict[str, str], count: int) -> 
         value = int(text)
     except ValueError:
         raise where.error(field, f"{text!r} is not a whole number of pods") from None
-    if not 1 <= value <= count:  # (Kueue's webhook: above 0; a Job runs no more pods than its parallelism)
-        raise where.error(field, f"must be between 1 and the Job's parallelism ({count}), not {value}")
+    if not 1 <= value < count:  # Kueue's webhook: above 0 and below the Job's pods (parallelism, at most completions)
+        if count == 1:
+            raise where.error(field, f"must be at least 1 and less than the Job's pods, and it runs 1 pod, so it cannot "
+                                     f"run with fewer: leave the annotation out (not {value})")
+        raise where.error(field, f"must be at least 1 and less than the Job's {count} pods, not {value}")
     return value
 
 
