@@ -199,6 +199,100 @@ def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
         assert said in text, said
 
 
+RULES_GAPS = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: gpu}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: root}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: eng}
+spec:
+  parentName: root
+  fairSharing: {weight: "3"}
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: gpu
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 4, borrowingLimit: 2, lendingLimit: 1}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: labeled}
+spec:
+  cohortName: eng
+  namespaceSelector:
+    matchLabels: {team: ml}
+    matchExpressions:
+    - {key: tier, operator: In, values: [gold, silver]}
+    - {key: frozen, operator: DoesNotExist}
+  fairSharing: {weight: "2"}
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: gpu
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: open}
+spec:
+  cohortName: root
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: gpu
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: ok, name: q}
+spec: {clusterQueue: labeled}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {namespace: bronze, name: q}
+spec: {clusterQueue: labeled}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ok, labels: {team: ml, tier: gold}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: bronze, labels: {team: ml, tier: bronze}}
+"""
+
+
+def test_the_rules_say_a_namespace_selector_a_cohorts_limits_and_a_weight_fair_sharing_ignores(tmp_path):
+    """A stranger found `gangway rules` silent on a ClusterQueue's namespaceSelector, a Cohort's
+    borrowingLimit/lendingLimit and a fairSharing.weight set while fair sharing is off."""
+    path = tmp_path / "contract.yaml"
+    path.write_text(RULES_GAPS)
+    text = rules.as_text(rules.sections(load_contract_file(path)))
+    for said in (
+            "- Jobs are admitted only from namespaces with team=ml, tier in (gold, silver), no label frozen "
+            "(its namespaceSelector); others are refused [namespace_not_selected].",
+            "- LocalQueue bronze/q is in a namespace it does not select: its jobs are refused.",
+            "- It has no namespaceSelector: jobs from every namespace are admitted (Kueue admits none; "
+            "namespaceSelector: {} says every namespace).",
+            "its queues may borrow at most 2 nvidia.com/gpu (gpu) from root between them; it lends at most "
+            "1 nvidia.com/gpu (gpu) to root (keeping the rest for its queues at all times); fair-sharing weight 3 "
+            "is set, but has no effect while fair sharing is off.",
+            "- Fair-sharing weight 2 is set, but has no effect while fair sharing is off (the SchedulingPolicy's "
+            "fairSharing.enable)."):
+        assert said in text, said
+    assert text.count("It has no namespaceSelector") == 1  # queue open only
+    assert "fair-sharing weight 1" not in text.lower()  # the default weight is not news
+
+
 def test_the_rules_say_which_topology_each_flavor_places_by_and_what_a_job_may_ask():
     from gangway.contract import load_contract
     from test_topology_levels import QUEUES, TAS
