@@ -427,8 +427,8 @@ def test_a_file_that_is_not_utf8_is_refused_naming_the_document_and_byte():
 
 
 @pytest.mark.parametrize("doc, problem", [
-    ('{"runtime_seconds": 1e400}', "runtime_seconds is inf"),
-    ('{"runtime_seconds": NaN}', "runtime_seconds is nan"),
+    ('{"runtime_seconds": 1e400}', "runtime_seconds: Number out of range (invalid_field"),
+    ('{"runtime_seconds": NaN}', "runtime_seconds: not a number (NaN) (invalid_field"),
     ('{"runtime_seconds": -100}', "runtime_seconds is -100.0"),
     ('{"runtime_seconds": 1e12}', "runtime_seconds is 1000000000000.0"),
     ('{"job_id": "a/b"}', "job_id 'a/b' is not a valid Kubernetes name"),
@@ -445,6 +445,21 @@ def test_gangway_submit_refuses_what_the_submission_service_would_reject_without
     with pytest.raises(ManifestError) as caught:
         load_jobs(text, "job.json", checked=True)
     assert caught.value.document == 1 and problem in str(caught.value), str(caught.value)
+
+
+def test_an_infinite_runtime_is_refused_by_gangway_submit_as_the_kafka_path_refuses_it():
+    """strangerB #9: the same JSON job, runtime_seconds 1e400, produced to gangway.submissions is
+    rejected `invalid_field: runtime_seconds: Number out of range`; `gangway submit` (which reads the
+    file as YAML, 1e400 being inf there) refused it as absurd_quantity, `runtime_seconds is inf`."""
+    from gangway.events.state import State
+    from gangway.services.submission.policy import decide_submission
+    text = gangway_doc()[:-1] + ', "runtime_seconds": 1e400}'
+    kafka = decide_submission(text.encode(), None, [], State(), {}, "s/0")
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "job.json", checked=True)
+    assert (caught.value.reason, kafka.reason) == ("invalid_field", "invalid_field")
+    assert kafka.message == "runtime_seconds: Number out of range"
+    assert caught.value.problem == f"{kafka.message} (invalid_field, as the submission service would reject it)"
 
 
 # --- a pod's effective request: init containers, sidecars and overhead ------------------------------

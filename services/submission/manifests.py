@@ -208,7 +208,8 @@ def _check_submittable(where: _Where, job: JobSubmitted) -> None:
     try:
         check_job(job)
     except Invalid as bad:
-        raise where.error("", f"{bad.message} ({bad.reason}, as the submission service would reject it)") from None
+        raise where.error("", f"{bad.message} ({bad.reason}, as the submission service would reject it)",
+                          reason=bad.reason) from None
     size = len(codec.encode_data(job))
     if size > MAX_BYTES:
         raise where.error("", f"its record would be {size} bytes, over the {MAX_BYTES}-byte (1 MiB) limit of a "
