@@ -531,7 +531,7 @@ def cmd_showback(args) -> int:
     table = Table(title="most wasteful runs (preemption waste + idle GPU time, list price)")
     for col in ("run", "attempts", "GPU-h", "busy", "cost", "preemption waste", "flagged idle"):
         table.add_column(col)
-    for r in money.run_figures(charges, books.state, start, end)[:10]:
+    for r in money.run_figures(charges, books.state, start, end, books.idle_spans)[:10]:
         table.add_row(r.workload, str(r.attempts), str(money.hours(r.allocated_gpu_milli_ms)),
                       "—" if r.busy_ratio is None else f"{r.busy_ratio:.0%}", str(money.money(r.list_cost_micros)),
                       str(money.money(r.waste_micros)), "yes" if r.idle_flagged else "")
