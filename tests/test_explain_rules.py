@@ -199,92 +199,32 @@ def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
         assert said in text, said
 
 
-RULES_GAPS = """
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: gpu}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Cohort
-metadata: {name: root}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Cohort
-metadata: {name: eng}
-spec:
-  parentName: root
-  fairSharing: {weight: "3"}
-  resourceGroups:
-  - coveredResources: ["nvidia.com/gpu"]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: nvidia.com/gpu, nominalQuota: 4, borrowingLimit: 2, lendingLimit: 1}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: labeled}
-spec:
-  cohortName: eng
-  namespaceSelector:
-    matchLabels: {team: ml}
-    matchExpressions:
-    - {key: tier, operator: In, values: [gold, silver]}
-    - {key: frozen, operator: DoesNotExist}
-  fairSharing: {weight: "2"}
-  resourceGroups:
-  - coveredResources: ["nvidia.com/gpu"]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: open}
-spec:
-  cohortName: root
-  resourceGroups:
-  - coveredResources: ["nvidia.com/gpu"]
-    flavors:
-    - name: gpu
-      resources:
-      - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: ok, name: q}
-spec: {clusterQueue: labeled}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {namespace: bronze, name: q}
-spec: {clusterQueue: labeled}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: ok, labels: {team: ml, tier: gold}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: bronze, labels: {team: ml, tier: bronze}}
-"""
-
-
-def test_the_rules_say_a_namespace_selector_a_cohorts_limits_and_a_weight_fair_sharing_ignores(tmp_path):
+def test_the_rules_say_a_namespace_selector_a_cohorts_limits_and_a_weight_fair_sharing_ignores():
     """A stranger found `gangway rules` silent on a ClusterQueue's namespaceSelector, a Cohort's
     borrowingLimit/lendingLimit and a fairSharing.weight set while fair sharing is off."""
-    path = tmp_path / "contract.yaml"
-    path.write_text(RULES_GAPS)
-    text = rules.as_text(rules.sections(load_contract_file(path)))
+    from gangway.events.contract import Cohort, FlavorQuotas, LabelRequirement, LabelSelector, Namespace, Quota
+    from gangway.events.resources import GPU
+    selector = LabelSelector(match_labels={"team": "ml"}, match_expressions=[
+        LabelRequirement(key="tier", operator="In", values=["gold", "silver"]),
+        LabelRequirement(key="frozen", operator="DoesNotExist")])
+    labeled = msgspec.structs.replace(cluster_queue("labeled").cohort("eng").gpus(8).weight(2).obj(),
+                                      namespace_selector=selector)
+    c = (contract(cluster_queue("open").cohort("root").gpus(8)).cluster_queue(labeled, local_queue=False)
+         .local_queue("q", "labeled", namespace="ok").local_queue("q", "labeled", namespace="bronze").obj())
+    eng = Cohort(name="eng", parent="root", fair_weight=3000, flavors=[
+        FlavorQuotas("default", {GPU: Quota(nominal=4000, borrowing_limit=2000, lending_limit=1000)})])
+    c = msgspec.structs.replace(c, cohorts=[Cohort(name="root"), eng], namespaces=[
+        Namespace(name="ok", labels={"team": "ml", "tier": "gold"}),
+        Namespace(name="bronze", labels={"team": "ml", "tier": "bronze"})])
+    text = rules.as_text(rules.sections(c))
     for said in (
             "- Jobs are admitted only from namespaces with team=ml, tier in (gold, silver), no label frozen "
             "(its namespaceSelector); others are refused [namespace_not_selected].",
             "- LocalQueue bronze/q is in a namespace it does not select: its jobs are refused.",
             "- It has no namespaceSelector: jobs from every namespace are admitted (Kueue admits none; "
             "namespaceSelector: {} says every namespace).",
-            "its queues may borrow at most 2 nvidia.com/gpu (gpu) from root between them; it lends at most "
-            "1 nvidia.com/gpu (gpu) to root (keeping the rest for its queues at all times); fair-sharing weight 3 "
+            "its queues may borrow at most 2 nvidia.com/gpu (default) from root between them; it lends at most "
+            "1 nvidia.com/gpu (default) to root (keeping the rest for its queues at all times); fair-sharing weight 3 "
             "is set, but has no effect while fair sharing is off.",
             "- Fair-sharing weight 2 is set, but has no effect while fair sharing is off (the SchedulingPolicy's "
             "fairSharing.enable)."):
