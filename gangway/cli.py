@@ -203,6 +203,9 @@ def cmd_dry_run(args) -> int:
         run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600, later)
     except (ClusterFileError, DryRunError) as exc:
         return _fail(str(exc))
+    if run.empty and not run.jobs:  # nothing to run is not a success, as `gangway submit` of such a file (exit 2)
+        _fail(f"no jobs in {', '.join(dict.fromkeys(run.empty))}: nothing to run")
+        return 2
     for warning in run.unread:  # what Kueue would act on and gangway will not
         console.print(f"[yellow]{warning}[/yellow]", highlight=False)
     for line in report(run):
@@ -240,10 +243,11 @@ def cmd_log(args) -> int:
 
 async def _print_log(bootstrap: str, follow: bool, line) -> None:
     import gangway.adapters.kafka as kafka
-    t0 = None
+    from gangway.read.describe import IslandWatch
+    t0, watch = None, IslandWatch()
     async for env in kafka.read_log(bootstrap, follow=follow):
         t0 = env.time_ms if t0 is None else t0
-        print(line(env, t0), flush=True)
+        print(line(env, t0, watch.see(env)), flush=True)
 
 
 def _positive_int(text: str) -> int:
@@ -527,7 +531,7 @@ def cmd_showback(args) -> int:
     table = Table(title="most wasteful runs (preemption waste + idle GPU time, list price)")
     for col in ("run", "attempts", "GPU-h", "busy", "cost", "preemption waste", "flagged idle"):
         table.add_column(col)
-    for r in money.run_figures(charges, books.state, start, end)[:10]:
+    for r in money.run_figures(charges, books.state, start, end, books.idle_spans)[:10]:
         table.add_row(r.workload, str(r.attempts), str(money.hours(r.allocated_gpu_milli_ms)),
                       "—" if r.busy_ratio is None else f"{r.busy_ratio:.0%}", str(money.money(r.list_cost_micros)),
                       str(money.money(r.waste_micros)), "yes" if r.idle_flagged else "")

@@ -146,7 +146,8 @@ REFUSED_SUBMISSIONS = {
                       "document 2 (y06): job batch/y06 is also document 1"),
     "an infinite runtime": (b'{"job_id": "rt-2", "namespace": "research", "queue": "default", "runtime_seconds": '
                             b'1e400, "pod_sets": [{"name": "main", "count": 1, "resources": {"nvidia.com/gpu": 1}}]}',
-                            "runtime_seconds is inf: it must be over 0"),
+                            "document 1 (rt-2): runtime_seconds: Number out of range (invalid_field, as the "
+                            "submission service would reject it)"),
     "over 1 MiB": (b'{"job_id": "huge-1", "namespace": "batch", "queue": "default", "labels": {"l": "'
                    + b"x" * 1_100_000 + b'"}, "pod_sets": [{"name": "m", "count": 1, "resources": {"nvidia.com/gpu": 1}}]}',
                    "over the 1048576-byte (1 MiB) limit"),

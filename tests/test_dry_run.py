@@ -252,6 +252,28 @@ def with_metadata(text: str, labels: dict | None = None, annotations: dict | Non
     return yaml.safe_dump(doc)
 
 
+def test_a_dry_run_whose_files_hold_no_job_says_so_and_fails_as_submit_does(tmp_path):
+    """A stranger's empty jobs file ran an empty dry run, exit 0, saying only "5 events …";
+    `gangway submit` refuses such a file (exit 2). With nothing to run the dry run does too; an
+    empty file beside others is a note and the run goes on (as a refused document is)."""
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    (tmp_path / "none.json").write_text("[]")
+    (tmp_path / "jobs.yaml").write_text(job("first", 1, 8, 600))
+    submitted = gangway("submit", "empty.yaml", cwd=tmp_path)
+    assert submitted.returncode == 2 and "no jobs in it" in submitted.stdout, submitted.stdout + submitted.stderr
+    alone = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "empty.yaml",
+                    "--later", "60", "none.json", cwd=tmp_path)
+    assert (alone.returncode, alone.stdout) == (2, ""), alone.stdout + alone.stderr
+    assert alone.stderr.strip() == "gangway: no jobs in empty.yaml, none.json: nothing to run"
+    beside = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "empty.yaml", "jobs.yaml",
+                     cwd=tmp_path)
+    assert beside.returncode == 0, beside.stdout + beside.stderr
+    assert beside.stdout.splitlines()[:2] == ["no jobs in empty.yaml", "team/first: finished on n0 (admitted at +0 s; "
+                                              "started at +0 s; finished at +600 s)"]
+
+
 def test_a_manifest_that_cannot_be_read_is_refused_alone_and_the_dry_run_goes_on(tmp_path):
     """A stranger's dry-run stopped at the first unreadable manifest (no queue label, a runtime that is
     not a number, a min-parallelism above the Job's parallelism), though jobs the submission service
@@ -283,8 +305,8 @@ def test_a_manifest_that_cannot_be_read_is_refused_alone_and_the_dry_run_goes_on
         "metadata.labels['kueue.x-k8s.io/queue-name']: missing")
     assert "'abc' is not a number of seconds" in refused["team/abc"]
     assert refused["team/seven"].endswith(
-        "metadata.annotations['kueue.x-k8s.io/job-min-parallelism']: must be between 1 and the Job's parallelism (6), not 7")
-    assert refused["team/zero"].endswith("must be between 1 and the Job's parallelism (6), not 0")
+        "metadata.annotations['kueue.x-k8s.io/job-min-parallelism']: must be at least 1 and less than the Job's 6 pods, not 7")
+    assert refused["team/zero"].endswith("must be at least 1 and less than the Job's 6 pods, not 0")
     assert refused["team/Bad_Name"].startswith("team/Bad_Name: rejected (invalid_field): job_id 'Bad_Name'")
     assert "items[1].metadata.labels['kueue.x-k8s.io/queue-name']: missing" in refused["team/unlisted"]
     assert "broken.yaml: document 2: rejected (malformed_yaml): not valid YAML at line" in result.stdout

@@ -137,6 +137,33 @@ def test_the_explain_command_reads_an_exported_log(incident_log, tmp_path, capsy
     assert cli.main(["explain", "nobody", "--log", str(path)]) == 1
 
 
+@pytest.mark.parametrize("islands", [(), (4, 4)])
+def test_a_placement_says_the_largest_free_island_only_where_some_node_declares_islands(islands):
+    """On a cluster no node of which declares gangway.io/nvlink-islands every node counts as one
+    island, and "largest free island N" said nothing true (a stranger's case): explain, the log's
+    lines and the console's stream leave it out there, and keep it where islands exist."""
+    from gangway.console import model
+    from gangway.read.reports import log_line
+    from gangway.sim import Simulation
+    sim = Simulation()
+    sim.configure(contract(cluster_queue("q").gpus(16)).obj())
+    sim.add_nodes([node(f"n{i}").gpus(8).islands(*islands).obj() for i in range(2)])
+    sim.submit(workload("w").queue("q").gpus(2).obj())
+    sim.run(until_ms=sim.now_ms + 1)
+    [placed] = [line for line in explain(sim.log, "w", forecast=False) if "] placed:" in line]
+    assert ("largest free island" in placed) == bool(islands), placed
+    from gangway.read.describe import IslandWatch
+    watch = IslandWatch()
+    [logged] = [line for line in (log_line(env, 0, watch.see(env)) for env in sim.log) if "PlacementDecided" in line]
+    folded = model.Folded()
+    for env in sim.log:
+        folded.add(env)
+    [streamed] = [item["text"] for item in model.stream(folded) if item["kind"] == "PlacementDecided"]
+    for line in (placed, logged, streamed):
+        assert ("; largest free island 4" in line) == bool(islands), line  # 8 GPUs a node, in islands of 4
+        assert "island" not in line or islands, line
+
+
 # --- the published rules ------------------------------------------------------------------------------
 
 
@@ -170,6 +197,40 @@ def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
                  "Fair sharing is on", "halving every 1 h", "Fair-sharing weight 2.",
                  "may preempt lower-priority jobs of priority at most 10", "never preempted in its first 600 s"):
         assert said in text, said
+
+
+def test_the_rules_say_a_namespace_selector_a_cohorts_limits_and_a_weight_fair_sharing_ignores():
+    """A stranger found `gangway rules` silent on a ClusterQueue's namespaceSelector, a Cohort's
+    borrowingLimit/lendingLimit and a fairSharing.weight set while fair sharing is off."""
+    from gangway.events.contract import Cohort, FlavorQuotas, LabelRequirement, LabelSelector, Namespace, Quota
+    from gangway.events.resources import GPU
+    selector = LabelSelector(match_labels={"team": "ml"}, match_expressions=[
+        LabelRequirement(key="tier", operator="In", values=["gold", "silver"]),
+        LabelRequirement(key="frozen", operator="DoesNotExist")])
+    labeled = msgspec.structs.replace(cluster_queue("labeled").cohort("eng").gpus(8).weight(2).obj(),
+                                      namespace_selector=selector)
+    c = (contract(cluster_queue("open").cohort("root").gpus(8)).cluster_queue(labeled, local_queue=False)
+         .local_queue("q", "labeled", namespace="ok").local_queue("q", "labeled", namespace="bronze").obj())
+    eng = Cohort(name="eng", parent="root", fair_weight=3000, flavors=[
+        FlavorQuotas("default", {GPU: Quota(nominal=4000, borrowing_limit=2000, lending_limit=1000)})])
+    c = msgspec.structs.replace(c, cohorts=[Cohort(name="root"), eng], namespaces=[
+        Namespace(name="ok", labels={"team": "ml", "tier": "gold"}),
+        Namespace(name="bronze", labels={"team": "ml", "tier": "bronze"})])
+    text = rules.as_text(rules.sections(c))
+    for said in (
+            "- Jobs are admitted only from namespaces with team=ml, tier in (gold, silver), no label frozen "
+            "(its namespaceSelector); others are refused [namespace_not_selected].",
+            "- LocalQueue bronze/q is in a namespace it does not select: its jobs are refused.",
+            "- It has no namespaceSelector: jobs from every namespace are admitted (Kueue admits none; "
+            "namespaceSelector: {} says every namespace).",
+            "its queues may borrow at most 2 nvidia.com/gpu (default) from root between them; it lends at most "
+            "1 nvidia.com/gpu (default) to root (keeping the rest for its queues at all times); fair-sharing weight 3 "
+            "is set, but has no effect while fair sharing is off.",
+            "- Fair-sharing weight 2 is set, but has no effect while fair sharing is off (the SchedulingPolicy's "
+            "fairSharing.enable)."):
+        assert said in text, said
+    assert text.count("It has no namespaceSelector") == 1  # queue open only
+    assert "fair-sharing weight 1" not in text.lower()  # the default weight is not news
 
 
 def test_the_rules_say_which_topology_each_flavor_places_by_and_what_a_job_may_ask():

@@ -217,6 +217,31 @@ def test_showback_period_restricts_the_wasteful_runs(night_log, capsys) -> None:
     assert sum(r.list_cost_micros for r in runs) == sum(t.list_cost_micros for t in teams)
 
 
+def test_showback_says_a_run_was_flagged_idle_only_in_a_window_its_flag_was_in_force(night_log) -> None:
+    """The notebook runs from 21:00, is flagged idle at 21:31 and evicted at 22:00:30; it runs again
+    from 23:00:30 and is flagged again at 23:31:30. "flagged idle" said yes for any window it ran in
+    (whole-run: any flag it ever had); it now says so only where a flag was in force."""
+    _, log = night_log
+    books = books_of(log)
+    notebook = "research/notebook"
+    assert [(s[0], s[1], (s[2] - START_MS) // 30_000, (s[3] - START_MS) // 30_000) for s in books.idle_spans] == [
+        (notebook, 0, 62, 121), (notebook, 1, 303, 721)]  # (half minutes from 21:00)
+
+    def flagged(from_min: int, to_min: int) -> bool | None:
+        runs = money.run_figures(books.known(), books.state, START_MS + from_min * 60_000, START_MS + to_min * 60_000,
+                                 books.idle_spans)
+        return next((r.idle_flagged for r in runs if r.workload == notebook), None)
+
+    assert flagged(0, 30) is False  # running, not flagged yet
+    assert flagged(40, 50) is True
+    assert flagged(70, 110) is None  # back in its queue: not a run of the window
+    assert flagged(125, 150) is False  # its second attempt, not flagged yet
+    assert flagged(200, 210) is True
+    over_all = money.run_figures(books.known(), books.state, idle_spans=books.idle_spans)
+    assert {r.workload for r in over_all if r.idle_flagged} == {notebook} == {
+        r.workload for r in money.run_figures(books.known(), books.state) if r.idle_flagged}  # no window: as before
+
+
 # --- #13: periods written without leading zeros ---------------------------------------------------------
 
 

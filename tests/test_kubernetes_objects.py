@@ -29,6 +29,18 @@ def test_a_node_takes_no_new_pods_when_cordoned_not_ready_or_tainted_by_kubernet
     assert ob.node_observed(node_obj(unschedulable=True)).unavailable.startswith("cordoned")
 
 
+def test_a_node_object_that_cannot_be_read_says_why():
+    """The binder left such a node out with "unreadable allocatable or islands", whatever was wrong:
+    it now logs what the cluster file's reader says (the node, the field, the value)."""
+    garbled = node_obj()
+    garbled["metadata"]["annotations"] = {"gangway.io/nvlink-islands": "a,b"}
+    assert ob.node_observed(garbled) == ("Node n1: gangway.io/nvlink-islands='a,b': 'a' is not a number "
+                                         '(island sizes in GPUs, comma-separated: "4,4")')
+    negative = node_obj()
+    negative["status"]["allocatable"]["nvidia.com/gpu"] = "-2"
+    assert ob.node_observed(negative).startswith("Node n1: status.allocatable.nvidia.com/gpu: '-2' is negative")
+
+
 def pod(name: str, index: int, rtype: str | None = None) -> dict:
     labels = {"training.kubeflow.org/replica-type": rtype, "training.kubeflow.org/replica-index": str(index)} if rtype \
         else {}

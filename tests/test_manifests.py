@@ -427,8 +427,8 @@ def test_a_file_that_is_not_utf8_is_refused_naming_the_document_and_byte():
 
 
 @pytest.mark.parametrize("doc, problem", [
-    ('{"runtime_seconds": 1e400}', "runtime_seconds is inf"),
-    ('{"runtime_seconds": NaN}', "runtime_seconds is nan"),
+    ('{"runtime_seconds": 1e400}', "runtime_seconds: Number out of range (invalid_field"),
+    ('{"runtime_seconds": NaN}', "runtime_seconds: not a number (NaN) (invalid_field"),
     ('{"runtime_seconds": -100}', "runtime_seconds is -100.0"),
     ('{"runtime_seconds": 1e12}', "runtime_seconds is 1000000000000.0"),
     ('{"job_id": "a/b"}', "job_id 'a/b' is not a valid Kubernetes name"),
@@ -445,6 +445,21 @@ def test_gangway_submit_refuses_what_the_submission_service_would_reject_without
     with pytest.raises(ManifestError) as caught:
         load_jobs(text, "job.json", checked=True)
     assert caught.value.document == 1 and problem in str(caught.value), str(caught.value)
+
+
+def test_an_infinite_runtime_is_refused_by_gangway_submit_as_the_kafka_path_refuses_it():
+    """strangerB #9: the same JSON job, runtime_seconds 1e400, produced to gangway.submissions is
+    rejected `invalid_field: runtime_seconds: Number out of range`; `gangway submit` (which reads the
+    file as YAML, 1e400 being inf there) refused it as absurd_quantity, `runtime_seconds is inf`."""
+    from gangway.events.state import State
+    from gangway.services.submission.policy import decide_submission
+    text = gangway_doc()[:-1] + ', "runtime_seconds": 1e400}'
+    kafka = decide_submission(text.encode(), None, [], State(), {}, "s/0")
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "job.json", checked=True)
+    assert (caught.value.reason, kafka.reason) == ("invalid_field", "invalid_field")
+    assert kafka.message == "runtime_seconds: Number out of range"
+    assert caught.value.problem == f"{kafka.message} (invalid_field, as the submission service would reject it)"
 
 
 # --- a pod's effective request: init containers, sidecars and overhead ------------------------------
@@ -531,9 +546,18 @@ def test_each_manifest_that_cannot_be_read_is_its_own_error_in_its_place():
         load_jobs("---\n".join([bad, GANGWAY_JOB]), "jobs.yaml")
 
 
-@pytest.mark.parametrize("value", ["0", "7"])
-def test_a_min_parallelism_outside_1_to_the_parallelism_says_so(value):
+@pytest.mark.parametrize("value", ["0", "3", "7"])
+def test_a_min_parallelism_outside_1_to_below_the_jobs_pods_says_so(value):
+    """Kueue's webhook: 0 < min < the Job's pods (its parallelism, at most its completions). 0 and
+    the Job's own 3 pods were taken as "no partial admission" silently; the rule is said plainly."""
     text = BATCH_JOB.replace('gangway.io/runtime-seconds: "3600"', f'kueue.x-k8s.io/job-min-parallelism: "{value}"')
     with pytest.raises(ManifestError) as caught:
         load_jobs(text, "jobs.yaml")
-    assert caught.value.problem == f"must be between 1 and the Job's parallelism (3), not {value}"
+    assert caught.value.problem == f"must be at least 1 and less than the Job's 3 pods, not {value}"
+    [job] = load_jobs(text.replace(f'min-parallelism: "{value}"', 'min-parallelism: "2"'), "jobs.yaml")
+    assert job.pod_sets[0].min_count == 2
+    one_pod = text.replace("parallelism: 3", "parallelism: 1").replace("completions: 3", "completions: 1")
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(one_pod, "jobs.yaml")
+    assert caught.value.problem == ("must be at least 1 and less than the Job's pods, and it runs 1 pod, so it cannot "
+                                    f"run with fewer: leave the annotation out (not {value})")

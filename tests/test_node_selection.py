@@ -129,6 +129,31 @@ def test_a_gang_no_node_may_ever_take_is_said_so_and_does_not_block_a_strict_que
         "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")
 
 
+def test_labels_only_nodes_of_a_flavor_the_queue_lacks_carry_are_said_to_be_there():
+    """Queue q lists h100 then a100; the gang asks for gpu=T4, which only t0 and t1 carry, and they
+    belong to flavor t4, which another queue lists. It can never run (no node of q's flavors has
+    the label), and the sentence says so rather than that no node has the label (a stranger's case)."""
+    from gangway.events.reasons import C
+    from gangway.read.explain import explain
+    sim = Simulation()
+    labels = {"h100": "H100", "a100": "A100", "t4": "T4"}
+    c = contract(cluster_queue("q").flavor("h100").gpus(32).flavor("a100").gpus(32), cluster_queue("infer").flavor("t4").gpus(8))
+    for flavor, product in labels.items():
+        c = c.flavor_labels(flavor, {"gpu": product})
+    sim.configure(c.obj())
+    sim.add_nodes([tainted(f"{flavor[0]}{i}", gpu=product) for flavor, product in labels.items() for i in range(2)])
+    sim.submit(with_pods(workload("want-t4").queue("q").gpus(1), node_selector={"gpu": "T4"}))
+    sim.submit(with_pods(workload("want-z").queue("q").gpus(1), node_selector={"gpu": "Z"}))
+    sim.submit(with_pods(workload("big-a100").queue("q").gpus(8, pods=3), node_selector={"gpu": "A100"}))
+    sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
+    assert explain(sim.log, "want-t4")[-3] == (
+        f"now pending ({C.NO_MATCHING_NODES}): no node can ever take pod set main: no node of q's flavors (h100, a100) "
+        "has the labels gpu=T4; t0, t1 have them, in flavor t4, which q does not list")
+    assert explain(sim.log, "want-z")[-3].endswith(": no node has the labels gpu=Z")  # none anywhere: as before
+    # a100's nodes have the label but are too few: told its first flavor's reason, which is h100's nodes'
+    assert explain(sim.log, "big-a100")[-3].endswith(": no node of its flavor has the labels gpu=A100")
+
+
 def test_a_flavors_tolerations_let_its_pods_onto_its_tainted_pool():
     """Kueue's ResourceFlavor.spec.tolerations: pods admitted with the flavor tolerate its nodes'
     taint though their templates do not; without them the pool is never placeable, and says why."""

@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 from gangway.adapters.progress import CommittedOffsets, follow_log
 from gangway.console import model
 from gangway.console.metrics import GangwayCollector
+from gangway.read.describe import declares_islands
 
 log = logging.getLogger(__name__)
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
@@ -95,7 +96,8 @@ class Console:
             if version == self._version or not self.listeners:
                 continue
             envs = self.folded.envs
-            fresh = [model.stream_item(e) for e in envs[max(self._sent, len(envs) - STREAM_FIRST):]]
+            islands = declares_islands(self.folded.state.nodes.values())
+            fresh = [model.stream_item(e, islands) for e in envs[max(self._sent, len(envs) - STREAM_FIRST):]]
             self._sent, self._version = len(envs), version
             message = json.dumps({"view": self.view(), "events": fresh})
             for queue in list(self.listeners):

@@ -19,7 +19,7 @@ from gangway.events.gpus import WHOLE, indexes_per_pod, island_ranges, per_pod
 from gangway.events.quota import split_fr
 from gangway.events.resources import GPU, total_request
 from gangway.events.state import EVICT_FROM, HOLDS_NODES, NodeState, State
-from gangway.read.reports import describe
+from gangway.read.describe import declares_islands, describe
 
 BLOCK_LABEL = "cloud.provider.com/topology-block"
 RACK_LABEL = "cloud.provider.com/topology-rack"
@@ -246,11 +246,12 @@ def _lend(rows: list[dict], state: State) -> list[dict]:
     return out
 
 
-def stream_item(env: ev.Envelope) -> dict:
-    """One event of the decision stream, with what the filters look at."""
+def stream_item(env: ev.Envelope, islands: bool = True) -> dict:
+    """One event of the decision stream, with what the filters look at (``islands``: does some node
+    of the cluster declare NVLink islands, for a placement's "largest free island")."""
     name = getattr(env.data, "workload", None) or getattr(env.data, "job_id", None) or ""
     item = {"offset": env.offset, "time_ms": env.time_ms, "kind": type(env.data).__name__,
-            "team": team_of(name), "job": name, "text": describe(env)}
+            "team": team_of(name), "job": name, "text": describe(env, islands=islands)}
     if isinstance(env.data, ev.EvictionOrdered):
         item["preemptor"] = env.data.preemptor
     return item
@@ -259,8 +260,9 @@ def stream_item(env: ev.Envelope) -> dict:
 def stream(folded: Folded, team: str = "", kind: str = "", job: str = "", limit: int = 200) -> list[dict]:
     """The latest events, newest first, filtered by team, kind and job (substring)."""
     out = []
+    islands = declares_islands(folded.state.nodes.values())
     for env in reversed(folded.envs):
-        item = stream_item(env)
+        item = stream_item(env, islands)
         if team and item["team"] != team and team_of(item.get("preemptor", "")) != team:
             continue
         if kind and item["kind"] != kind:
@@ -282,11 +284,13 @@ def job_view(folded: Folded, name: str, explain_lines: list[str]) -> dict | None
     if wl is None:
         return None
     steps = []
+    islands = declares_islands(state.nodes.values())
     for env in folded.envs:
         d = env.data
         if getattr(d, "workload", None) != name and not (isinstance(d, ev.EvictionOrdered) and d.preemptor == name):
             continue
-        step = {"offset": env.offset, "time_ms": env.time_ms, "kind": type(d).__name__, "text": describe(env)}
+        step = {"offset": env.offset, "time_ms": env.time_ms, "kind": type(d).__name__,
+                "text": describe(env, islands=islands)}
         if isinstance(d, ev.EvictionOrdered) and d.workload == name:
             step.update(step="preempted", preemptor=d.preemptor, rule=sentence(d), grace_s=d.grace_ms / 1000,
                         work_lost_s=d.work_lost_ms / 1000)

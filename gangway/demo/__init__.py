@@ -17,6 +17,7 @@ from gangway.events import catalogue as ev
 from gangway.events.quantity import parse_milli
 from gangway.events.resources import GPU, total_request
 from gangway.events.state import State
+from gangway.read.describe import IslandWatch
 from gangway.read.reports import log_line, team_table
 
 #: The canary comes this long after the night fills the cluster: before the night's evals end (15
@@ -134,9 +135,11 @@ def _tell(console: Console, envs: list[ev.Envelope], rows, issued, out: str, sta
     from gangway.read.logfile import write_export
     write_export(envs, out)
     console.rule("timeline (cluster time)")
+    watch = IslandWatch()
     for env in envs:
+        islands = watch.see(env)
         if isinstance(env.data, TIMELINE):
-            print(log_line(env, envs[0].time_ms))
+            print(log_line(env, envs[0].time_ms, islands))
     console.print(team_table(rows))
     _explain_first_eviction(console, envs, out)
     _money(console, envs, issued, out)

@@ -28,8 +28,10 @@ def _terms(d: ev.EvictionOrdered) -> str:
     return f"{_rule(d)}; grace period {d.grace_ms / 1000:g} s; work lost {d.work_lost_ms / 1000:g} s"
 
 
-def _own(d, superseded: str | None) -> str:
-    """What happened to the event's workload, said without its name ('' for other events)."""
+def _own(d, superseded: str | None, islands: bool = True) -> str:
+    """What happened to the event's workload, said without its name ('' for other events). A
+    placement's largest free NVLink island is said only when ``islands`` (some node declares them:
+    on a cluster with none, every node counts as one island and the figure means nothing)."""
     if isinstance(d, ev.WorkloadQueued):
         return (f"queued in {d.cluster_queue} (LocalQueue {d.namespace}/{d.queue}, priority {d.priority}, "
                 f"{gpus(d.pod_sets)} GPUs)")
@@ -42,7 +44,7 @@ def _own(d, superseded: str | None) -> str:
     if isinstance(d, ev.WorkloadAdmitted):
         return f"admitted: {sentence(d)}"
     if isinstance(d, ev.PlacementDecided):
-        after = f"; largest free island {d.fragmentation.largest_island}" if d.fragmentation else ""
+        after = f"; largest free island {d.fragmentation.largest_island}" if d.fragmentation and islands else ""
         return f"placed: {sentence(d)}{after}"
     if isinstance(d, ev.EvictionOrdered) and superseded is not None:
         return f"eviction by {d.preemptor} superseded: {superseded}"
@@ -77,19 +79,41 @@ def idle_reason(flag: ev.WorkloadIdle) -> str:
     return f"{flag.rule}: SM active {flag.sm_active / 10:g} % since {format_time(flag.since_ms)}"
 
 
-def describe(env: ev.Envelope, about: str | None = None, superseded: str | None = None) -> str:
+def declares_islands(nodes) -> bool:
+    """Does some node (``State.nodes``' values) declare NVLink islands (``gangway.io/nvlink-islands``)?"""
+    return any(node.islands for node in nodes)
+
+
+class IslandWatch:
+    """Which nodes declare NVLink islands, for a reader going through the log event by event:
+    ``see(env)`` takes each event in log order and says whether some node declares them now."""
+
+    def __init__(self):
+        self.nodes: set[str] = set()
+
+    def see(self, env: ev.Envelope) -> bool:
+        d = env.data
+        if isinstance(d, ev.NodeObserved):
+            (self.nodes.add if d.islands else self.nodes.discard)(d.node)
+        elif isinstance(d, ev.NodeRemoved):
+            self.nodes.discard(d.node)
+        return bool(self.nodes)
+
+
+def describe(env: ev.Envelope, about: str | None = None, superseded: str | None = None, islands: bool = True) -> str:
     """The event in one line of words; with ``about``, as a line of that workload's story ('' when the
-    event is not part of it). ``superseded``: why the event's decision did not hold, if it did not."""
+    event is not part of it). ``superseded``: why the event's decision did not hold, if it did not.
+    ``islands``: does some node declare NVLink islands (else a placement does not say the largest free one)?"""
     d = env.data
     workload = getattr(d, "workload", None)
     if about is not None:
         if isinstance(d, ev.EvictionOrdered) and d.preemptor == about and workload != about:
             return f"{workload} ordered out to make room for it: {_rule(d)}"
-        return _own(d, superseded) if workload == about else ""
+        return _own(d, superseded, islands) if workload == about else ""
     if isinstance(d, ev.EvictionOrdered) and superseded is None:
         return f"{workload} ordered out for {d.preemptor}: {_terms(d)}"
     if workload is not None:
-        said = _own(d, superseded)
+        said = _own(d, superseded, islands)
         if said:
             return f"{workload} {said}"
     if isinstance(d, ev.NodeObserved):

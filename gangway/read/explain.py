@@ -19,7 +19,7 @@ from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State
-from gangway.read.describe import describe, idle_reason
+from gangway.read.describe import declares_islands, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
 from gangway.sim import Simulation
@@ -140,7 +140,7 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
         superseded = None
         if state.superseded > before and wl is not None and wl.superseded is not None:
             superseded = f"[{wl.superseded_code}] {wl.superseded}" if wl.superseded_code else wl.superseded
-        line = describe(env, about=name, superseded=superseded)
+        line = describe(env, about=name, superseded=superseded, islands=declares_islands(state.nodes.values()))
         if line:
             lines.append(f"[{env.offset}] {line}")
     if not lines:

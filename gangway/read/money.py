@@ -131,9 +131,11 @@ def team_figures(charges: list[Interval], start_ms: int | None = None, end_ms: i
 
 
 def run_figures(charges: list[Interval], state: State | None = None, start_ms: int | None = None,
-                end_ms: int | None = None) -> list[RunFigures]:
+                end_ms: int | None = None, idle_spans: list[list] | None = None) -> list[RunFigures]:
     """Per run (workload), most wasteful first: cost, waste, busy ratio, useful tokens (over a
-    window, as ``team_figures`` counts it: the part of each charge inside it; or everything)."""
+    window, as ``team_figures`` counts it: the part of each charge inside it; or everything).
+    Flagged idle: with ``idle_spans`` (``Books.idle_spans``), a flag in force inside the window;
+    without, any flag the state's workload ever had."""
     runs: dict[str, RunFigures] = {}
     attempts: dict[str, set] = {}
     for c, d in _window(charges, start_ms, end_ms):
@@ -146,7 +148,11 @@ def run_figures(charges: list[Interval], state: State | None = None, start_ms: i
             r.waste_micros += c.waste_micros
             r.useful_tokens += c.useful_tokens
         attempts.setdefault(c.workload, set()).add(c.attempt)
-    flagged = set(idle_workloads_ever(state)) if state is not None else set()
+    if idle_spans is not None:
+        flagged = {name for name, _, since, until in idle_spans
+                   if (end_ms is None or since < end_ms) and (start_ms is None or until is None or until > start_ms)}
+    else:
+        flagged = set(idle_workloads_ever(state)) if state is not None else set()
     for name, r in runs.items():
         r.attempts = len(attempts[name])
         r.idle_flagged = name in flagged
@@ -380,7 +386,7 @@ def showback_html(books: Books, start_ms: int, end_ms: int, step_ms: int, title:
     charges = books.known(end_ms)
     currency = books.state.contract.currency if books.state.contract else ""
     teams = team_figures(charges, start_ms, end_ms)
-    runs = run_figures(charges, books.state, start_ms, end_ms)
+    runs = run_figures(charges, books.state, start_ms, end_ms, books.idle_spans)
     series = spend_over_time(charges, start_ms, end_ms, step_ms)
     charts = []
     fig, ax = plt.subplots(figsize=(7, 3))

@@ -20,8 +20,9 @@ def clock(ms: int) -> str:
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def log_line(env: ev.Envelope, t0_ms: int) -> str:
-    return f"{env.offset:>6}  +{clock(env.time_ms - t0_ms)}  {type(env.data).__name__:<17} {describe(env)}"
+def log_line(env: ev.Envelope, t0_ms: int, islands: bool = True) -> str:
+    """One line of ``gangway log``; ``islands``: does some node declare NVLink islands (``IslandWatch``)?"""
+    return f"{env.offset:>6}  +{clock(env.time_ms - t0_ms)}  {type(env.data).__name__:<17} {describe(env, islands=islands)}"
 
 
 def status_tables(state: State) -> list[Table]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, Toleration
+from gangway.events.contract import WEIGHT_ONE, ClusterQueue, Contract, FlavorQuotas, LabelSelector, Toleration
 from gangway.events.resources import GPU
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
@@ -152,6 +152,7 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     teams = sorted(f"{lq.namespace}/{lq.name}" for lq in contract.local_queues if lq.cluster_queue == cq.name)
     if teams:
         lines.append(f"Jobs arrive through LocalQueue{'s' if len(teams) > 1 else ''} {', '.join(teams)}.")
+    lines.extend(_namespace_words(contract, cq, teams))
     lines.extend(_flavor_words(fq, cq.cohort, cq.preemption.reclaim_within_cohort) for fq in cq.flavors)
     if len(cq.flavors) > 1:
         fung = cq.flavor_fungibility
@@ -169,7 +170,39 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     lines.extend(_preemption_words(cq))
     if contract.fair_sharing.enable:
         lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g}.")
+    elif cq.fair_weight != WEIGHT_ONE:
+        lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g} is set, but has no effect while fair sharing is "
+                     "off (the SchedulingPolicy's fairSharing.enable).")
     return lines
+
+
+def _namespace_words(contract: Contract, cq: ClusterQueue, teams: list[str]) -> list[str]:
+    """Which namespaces the queue admits jobs from (its namespaceSelector), and which of its
+    LocalQueues sit in a namespace it does not admit."""
+    selector = cq.namespace_selector
+    if selector is None:
+        return ["It has no namespaceSelector: jobs from every namespace are admitted (Kueue admits none; "
+                "namespaceSelector: {} says every namespace)."]
+    if not selector.match_labels and not selector.match_expressions:
+        return []
+    lines = [f"Jobs are admitted only from namespaces with {_selector_words(selector)} (its namespaceSelector); "
+             "others are refused [namespace_not_selected]."]
+    shut = [team for team in teams if not contract.selects_namespace(cq, team.partition("/")[0])]
+    if shut:
+        lines.append(f"LocalQueue{'s' if len(shut) > 1 else ''} {', '.join(shut)} {'are' if len(shut) > 1 else 'is'} in "
+                     f"{'namespaces' if len(shut) > 1 else 'a namespace'} it does not select: "
+                     f"{'their' if len(shut) > 1 else 'its'} jobs are refused.")
+    return lines
+
+
+def _selector_words(selector: LabelSelector) -> str:
+    said = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for req in selector.match_expressions:
+        said.append({"In": f"{req.key} in ({', '.join(req.values)})",
+                     "NotIn": f"{req.key} not in ({', '.join(req.values)})",
+                     "Exists": f"the label {req.key}",
+                     "DoesNotExist": f"no label {req.key}"}[req.operator])
+    return ", ".join(said)
 
 
 def _codes(*codes: ReasonCode) -> str:
@@ -213,8 +246,22 @@ def _cohorts(contract: Contract, tree: QuotaStructure) -> list[str]:
         line += f": {', '.join(members) or 'no members'}; shares {pool or 'nothing'}"
         if own:
             line += f", of which {own} is the cohort's own"
+        borrow = _amounts((fr, limit) for fr, limit in sorted(node.borrowing_limit.items()) if limit is not None)
+        if borrow:
+            line += f"; its queues may borrow at most {borrow} from {node.parent} between them"
+        lend = _amounts((fr, limit) for fr, limit in sorted(node.lending_limit.items()) if limit is not None)
+        if lend:
+            line += f"; it lends at most {lend} to {node.parent} (keeping the rest for its queues at all times)"
+        if node.weight != WEIGHT_ONE:
+            line += (f"; fair-sharing weight {node.weight / 1000:g}" if contract.fair_sharing.enable else
+                     f"; fair-sharing weight {node.weight / 1000:g} is set, but has no effect while fair sharing is off")
         lines.append(line + ".")
     return lines
+
+
+def _amounts(limits) -> str:
+    """"6 nvidia.com/gpu (h100), 0 cpu (h100)" from (flavor-resource key, amount) pairs."""
+    return ", ".join(f"{format_resource(fr.partition(':')[2], v)} ({fr.partition(':')[0]})" for fr, v in limits)
 
 
 def _classes(contract: Contract) -> list[str]:

@@ -231,6 +231,11 @@ class Books:
     _capacity: dict[str, int] = field(default_factory=dict)
     _node_parts: dict[str, tuple[str, int]] = field(default_factory=dict)
     _capacity_of: object = None
+    #: Each idle flag's time in force: [workload, attempt, from ms, until ms (None: still in force)],
+    #: so a report over a period says which runs were flagged idle in it.
+    idle_spans: list[list] = field(default_factory=list)
+    #: The spans still in force, by workload.
+    _flagged: dict[str, list] = field(default_factory=dict)
 
     def step(self, env: ev.Envelope, state: State | None = None) -> list[ev.InvoiceIssued]:
         """Fold ``env`` (into ``state`` if given, else the books' own); returns invoices it cuts."""
@@ -245,6 +250,8 @@ class Books:
         """What follows once ``env`` is folded into ``state``: capacity, and the periods to cut."""
         if self.first_ms is None:
             self.first_ms = env.time_ms
+        if isinstance(env.data, ev.WorkloadIdle) or self._flagged:
+            self._idle_spans(state, env)
         if isinstance(env.data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
             cap = self._capacity_after(state, env.data)
             if not self.changes or self.changes[-1][1] != cap:
@@ -268,6 +275,24 @@ class Books:
             self.next_period = period_of(billing.period, end)
         self.issued.extend(cut)
         return cut
+
+    def _idle_spans(self, state: State, env: ev.Envelope) -> None:
+        """A flag the fold took opens a span; one no longer in force (the SMs got busy again —
+        telemetry —, or the attempt ended) is closed at this event's time."""
+        data = env.data
+        if isinstance(data, ev.WorkloadIdle):
+            wl = state.workloads.get(data.workload)
+            if wl is not None and wl.idle is data and data.workload not in self._flagged:
+                span = self._flagged[data.workload] = [data.workload, data.attempt, env.time_ms, None]
+                self.idle_spans.append(span)
+            return
+        if not isinstance(data, ev.GpuTelemetry) and getattr(data, "workload", None) not in self._flagged:
+            return
+        for name, span in list(self._flagged.items()):
+            wl = state.workloads.get(name)
+            if wl is None or wl.idle is None or wl.attempt != span[1] or wl.phase not in ("running", "evicting"):
+                span[3] = env.time_ms
+                del self._flagged[name]
 
     def _capacity_after(self, state: State, data) -> dict[str, int]:
         """``capacity(state)``, kept up to date node by node."""

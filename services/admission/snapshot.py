@@ -28,7 +28,7 @@ from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, free_capacity, keep_smaller, never_placeable, place_gang, reserve_room, room_at_start,
+    Free, copy_free, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
     take_assignments, victims_in_flight,
 )
 
@@ -243,13 +243,21 @@ class Snapshot:
         nodes could take it is one it does not fit now.)"""
         groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
         first: Reason | None = None
+        anywhere: set[str] | None = set()  # the nodes some assignment may use (None: every node)
         for combo in _product(groups):
             flavors = {r: fq.flavor for fq in combo for r in fq.resources}
-            never = never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors), self.state)
+            nodes = self.flavor_nodes(flavors)
+            never = never_placeable(self.free, self.idx.flavored(pod_sets, flavors), nodes, self.state)
             if never is None:
                 _, _, misfit = self.view.fit(cq, by_flavor(request, flavors))
                 return misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq, flavors=", ".join(sorted(set(flavors.values()))))
             first = first or never
+            anywhere = None if anywhere is None or nodes is None else anywhere | nodes
+        if first is not None and first.code == C.NO_MATCHING_NODES:  # nodes of a flavor the queue lacks may match
+            listed = list(dict.fromkeys(fq.flavor for group in groups for fq in group))
+            every = frozenset(self.state.nodes)
+            others = {f: self.idx.flavor_nodes(f, self.state) or every for f in self.idx.flavors if f not in listed}
+            first = no_node_of_queue(self.free, pod_sets, cq, listed, anywhere, others) or first
         return first
 
     def flavor_nodes(self, flavors: dict[str, str]) -> frozenset[str] | None:

@@ -196,8 +196,8 @@ class KubernetesBinder:
         seen = set()
         for obj in self.reflectors["Node"].store.values():
             node = ob.node_observed(obj)
-            if node is None:
-                log.warning("node %s: unreadable allocatable or islands; left out", ob.meta(obj).get("name"))
+            if isinstance(node, str):
+                log.warning("%s; left out", node)
                 continue
             seen.add(node.node)
             if node.unavailable:

@@ -44,13 +44,14 @@ OWNER_LABELS = {
 # --- nodes -----------------------------------------------------------------------------------------
 
 
-def node_observed(node: dict) -> NodeObserved | None:
-    """The NodeObserved of a Node object (None when it cannot be read; the reason is logged by the
-    caller), ``unavailable`` set as a cluster file's (``cluster.node_unavailable``)."""
+def node_observed(node: dict) -> NodeObserved | str:
+    """The NodeObserved of a Node object, ``unavailable`` set as a cluster file's
+    (``cluster.node_unavailable``); when it cannot be read, why, in the cluster file's words
+    ("Node n1: gangway.io/nvlink-islands='a,b': 'a' is not a number …"), for the caller to log."""
     try:
         return _node(node, "cluster")
-    except ClusterFileError:
-        return None
+    except ClusterFileError as exc:
+        return str(exc).removeprefix("cluster: ")
 
 
 # --- job objects -------------------------------------------------------------------------------------

@@ -775,21 +775,59 @@ def _no_island_holds(state: State, ps: PodSet, room: dict[str, int]) -> Reason |
     return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request="required", level=topology.ISLAND, missing=missing)
 
 
+def _labelled(free: Free, ps: PodSet, names: list[str]) -> list[str]:
+    """The nodes among ``names`` with the pod set's nodeSelector labels and required node affinity."""
+    return [n for n in names if admits(free[n].labels, [], ps.node_selector, [], n, ps.node_affinity)]
+
+
+def _wanted(ps: PodSet) -> str:
+    """What the pod set asks of a node's labels, in words ("the labels a=b and its required node affinity")."""
+    wanted = [f"the labels {', '.join(f'{k}={v}' for k, v in sorted(ps.node_selector.items()))}"] \
+        if ps.node_selector else []
+    wanted += ["its required node affinity"] if ps.node_affinity else []
+    return " and ".join(wanted)
+
+
 def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:
     """Why no candidate node may take the pod set's pods ('' when one may)."""
     names = [n for n in _names(free) if nodes is None or n in nodes]
-    labelled = [n for n in names if admits(free[n].labels, [], ps.node_selector, [], n, ps.node_affinity)]
+    labelled = _labelled(free, ps, names)
     if not labelled:
-        wanted = [f"the labels {', '.join(f'{k}={v}' for k, v in sorted(ps.node_selector.items()))}"] \
-            if ps.node_selector else []
-        wanted += ["its required node affinity"] if ps.node_affinity else []
-        return f"no node has {' and '.join(wanted)}"
+        # Nodes outside the flavor may have them: then it is the flavor's nodes that lack them.
+        anywhere = nodes is not None and _labelled(free, ps, [n for n in _names(free) if n not in nodes])
+        return f"no node{' of its flavor' if anywhere else ''} has {_wanted(ps)}"
     if any(admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations, n, ps.node_affinity)
            for n in labelled):
         return ""
     taints = sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for n in labelled
                      for t in free[n].taints if not any(tol.tolerates(t) for tol in ps.tolerations)})
     return f"every node it may use has a taint it does not tolerate ({', '.join(taints[:3])})"
+
+
+def no_node_of_queue(free: Free, pod_sets: list[PodSet], queue: str, flavors: list[str], nodes: Container[str] | None,
+                     other_flavors: Mapping[str, Container[str]]) -> Reason | None:
+    """``no_matching_nodes`` when no node any flavor assignment of the queue may use (``nodes``, the
+    nodes of its ``flavors``; None: every node) has a pod set's labels, but nodes outside them do: the
+    sentence names the queue's flavors and the flavors (``other_flavors``: flavor → its nodes) those
+    nodes belong to, which the queue does not list. None when that is not why."""
+    if nodes is None:
+        return None
+    names = _names(free)
+    for ps in pod_sets:
+        if not (ps.node_selector or ps.node_affinity) or _labelled(free, ps, [n for n in names if n in nodes]):
+            continue
+        elsewhere = _labelled(free, ps, [n for n in names if n not in nodes])
+        if not elsewhere:
+            continue
+        theirs = sorted(f for f, members in other_flavors.items() if f not in flavors and any(n in members for n in elsewhere))
+        said_nodes = ", ".join(elsewhere[:3]) + (f" and {len(elsewhere) - 3} more" if len(elsewhere) > 3 else "")
+        have = "has" if len(elsewhere) == 1 else "have"
+        where = (f"in flavor{'s' if len(theirs) > 1 else ''} {', '.join(theirs)}, which {queue} does not list" if theirs
+                 else f"in no flavor {queue} lists")
+        return reason(C.NO_MATCHING_NODES, pod_set=ps.name,
+                      missing=f"no node of {queue}'s flavor{'s' if len(flavors) > 1 else ''} ({', '.join(flavors)}) "
+                              f"has {_wanted(ps)}; {said_nodes} {have} them, {where}")
+    return None
 
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:

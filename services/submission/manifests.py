@@ -208,7 +208,8 @@ def _check_submittable(where: _Where, job: JobSubmitted) -> None:
     try:
         check_job(job)
     except Invalid as bad:
-        raise where.error("", f"{bad.message} ({bad.reason}, as the submission service would reject it)") from None
+        raise where.error("", f"{bad.message} ({bad.reason}, as the submission service would reject it)",
+                          reason=bad.reason) from None
     size = len(codec.encode_data(job))
     if size > MAX_BYTES:
         raise where.error("", f"its record would be {size} bytes, over the {MAX_BYTES}-byte (1 MiB) limit of a "
@@ -364,8 +365,11 @@ def _min_parallelism(where: _Where, annotations: dict[str, str], count: int) -> 
         value = int(text)
     except ValueError:
         raise where.error(field, f"{text!r} is not a whole number of pods") from None
-    if not 1 <= value <= count:  # (Kueue's webhook: above 0; a Job runs no more pods than its parallelism)
-        raise where.error(field, f"must be between 1 and the Job's parallelism ({count}), not {value}")
+    if not 1 <= value < count:  # Kueue's webhook: above 0 and below the Job's pods (parallelism, at most completions)
+        if count == 1:
+            raise where.error(field, f"must be at least 1 and less than the Job's pods, and it runs 1 pod, so it cannot "
+                                     f"run with fewer: leave the annotation out (not {value})")
+        raise where.error(field, f"must be at least 1 and less than the Job's {count} pods, not {value}")
     return value
 
 

@@ -466,7 +466,13 @@ def _check_totals(pod_sets: list[PodSet]) -> None:
 def _runtime_ms(runtime_seconds: float | None) -> int | None:
     if runtime_seconds is None:
         return None
-    if not (math.isfinite(runtime_seconds) and 0 < runtime_seconds <= RUNTIME_SECONDS_MAX):
+    # A record's JSON cannot carry these (msgspec refuses 1e400 as "Number out of range", an
+    # invalid_field); a file `gangway submit` reads as YAML can: refused alike, not sent as none.
+    if math.isinf(runtime_seconds):
+        raise Invalid("invalid_field", "runtime_seconds: Number out of range")
+    if math.isnan(runtime_seconds):
+        raise Invalid("invalid_field", "runtime_seconds: not a number (NaN)")
+    if not 0 < runtime_seconds <= RUNTIME_SECONDS_MAX:
         raise Invalid(
             "absurd_quantity",
             f"runtime_seconds is {runtime_seconds!r}: it must be over 0 and at most {RUNTIME_SECONDS_MAX} (366 days)",
