@@ -158,3 +158,15 @@ def test_stop_policy_is_read_and_a_wrong_value_is_refused(kind, name, namespace)
     with pytest.raises(Exception, match="stopPolicy.*is not one of None, Hold, HoldAndDrain"):
         contract(stopped(kind, name, "Pause", namespace))
     assert msgspec.json.decode(msgspec.json.encode(c), type=type(c)) == c
+
+
+def test_gangway_rules_says_which_queues_are_stopped_and_what_that_does():
+    from gangway.read import rules
+    text = rules.as_text(rules.sections(contract(stopped("LocalQueue", "default", "Hold", namespace="team-a"))))
+    assert ("LocalQueue team-a/default is stopped (stopPolicy Hold): it admits nothing new [queue_stopped], until a "
+            "contract sets its stopPolicy to None.") in text
+    drained = rules.as_text(rules.sections(contract(stopped("ClusterQueue", "team-b", "HoldAndDrain"))))
+    assert ("It is stopped (stopPolicy HoldAndDrain): it admits nothing new [queue_stopped]; what it admitted is "
+            "ordered out, with its class's grace period [queue_drained], until a contract sets its stopPolicy to "
+            "None.") in drained
+    assert "stopped" not in rules.as_text(rules.sections(contract(TEXT)))

@@ -96,7 +96,8 @@ def _billing(contract: Contract) -> list[str]:
 
 
 def _overview(contract: Contract, digest: str) -> list[str]:
-    lines = [f"{len(contract.cluster_queues)} team queues, {len(contract.flavors)} resource flavors."]
+    queues, flavors = len(contract.cluster_queues), len(contract.flavors)
+    lines = [f"{queues} team queue{'s' * (queues != 1)}, {flavors} resource flavor{'s' * (flavors != 1)}."]
     if digest:
         lines.append(f"Contract version {digest[:12]}: every decision on the log names the version it was taken under.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
@@ -150,8 +151,12 @@ def _flavor_words(fq: FlavorQuotas, cohort: str | None, reclaim: str = "Any") ->
 def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[str]:
     lines = []
     teams = sorted(f"{lq.namespace}/{lq.name}" for lq in contract.local_queues if lq.cluster_queue == cq.name)
+    lines.extend(_stop_words("It", cq.stop_policy))
     if teams:
         lines.append(f"Jobs arrive through LocalQueue{'s' if len(teams) > 1 else ''} {', '.join(teams)}.")
+    for lq in sorted(contract.local_queues, key=lambda lq: (lq.namespace, lq.name)):
+        if lq.cluster_queue == cq.name:
+            lines.extend(_stop_words(f"LocalQueue {lq.namespace}/{lq.name}", lq.stop_policy))
     lines.extend(_namespace_words(contract, cq, teams))
     lines.extend(_flavor_words(fq, cq.cohort, cq.preemption.reclaim_within_cohort) for fq in cq.flavors)
     if len(cq.flavors) > 1:
@@ -174,6 +179,16 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
         lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g} is set, but has no effect while fair sharing is "
                      "off (the SchedulingPolicy's fairSharing.enable).")
     return lines
+
+
+def _stop_words(who: str, policy: str) -> list[str]:
+    """A queue stopped by its stopPolicy, in words ([] when it is not)."""
+    if policy == "None":
+        return []
+    said = f"{who} is stopped (stopPolicy {policy}): it admits nothing new" + _codes(C.QUEUE_STOPPED)
+    if policy == "HoldAndDrain":
+        said += "; what it admitted is ordered out, with its class's grace period" + _codes(C.QUEUE_DRAINED)
+    return [said + ", until a contract sets its stopPolicy to None."]
 
 
 def _namespace_words(contract: Contract, cq: ClusterQueue, teams: list[str]) -> list[str]:
