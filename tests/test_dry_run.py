@@ -335,3 +335,18 @@ def test_explain_on_a_dry_run_s_export_tells_a_rejected_job_s_rejection(tmp_path
     assert gangway("explain", "--log", "log.jsonl", "other/elsewhere", cwd=tmp_path).returncode == 1
     assert gangway("explain", "--log", "log.jsonl", "team/runs", cwd=tmp_path).returncode == 0
     assert_replays(tmp_path / "log.jsonl")  # (the rejections are not the log's)
+
+
+def test_a_job_too_big_for_a_submissions_record_is_refused_by_the_dry_run_as_by_the_service(tmp_path):
+    """The service refuses a record over 1 MiB before reading it (oversized); the dry run ran such a
+    job (a helper's find)."""
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    big = yaml.safe_load(job("huge", 1, 1, 60))
+    big["metadata"]["labels"].update({f"label-{i}": "z" * 63 for i in range(17_000)})
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(big) + "---\n" + job("small", 1, 1, 60))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("team/huge: rejected (oversized): its record would be ") and
+               "over the 1048576-byte (1 MiB) limit" in line for line in lines), result.stdout + result.stderr
+    assert any(line.startswith("team/small: finished on") for line in lines), result.stdout

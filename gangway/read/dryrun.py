@@ -25,7 +25,7 @@ from gangway.events.contract import Contract
 from gangway.read.explain import pending_report, standing_lines
 from gangway.services.binder.cluster import load_nodes
 from gangway.services.submission.manifests import ManifestError, iter_jobs
-from gangway.services.submission.policy import Invalid, queue_job, workload_id
+from gangway.services.submission.policy import Invalid, check_record_size, queue_job, workload_id
 from gangway.sim import Simulation
 
 
@@ -94,6 +94,7 @@ def _submit(run: DryRun, path: str) -> None:
             continue
         name = workload_id(job)
         try:
+            check_record_size(job)  # (the service reads the record before anything else)
             queued = queue_job(job, sim.state, {}, submission)
         except Invalid as bad:
             _refuse(run, name, job.namespace, job.job_id, bad.reason, bad.message, msgspec.json.encode(job), submission)

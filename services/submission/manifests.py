@@ -51,7 +51,7 @@ from gangway.events.catalogue import (
     TopologyRequest, toleration_of,
 )
 from gangway.events.quantity import QuantityError, format_milli, is_extended_resource, parse_milli
-from gangway.services.submission.policy import MAX_BYTES, Invalid, check_job
+from gangway.services.submission.policy import Invalid, check_job, check_record_size
 
 GANGWAY_API = "gangway.io/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -207,13 +207,10 @@ def decode_text(data: bytes, filename: str) -> str:
 def _check_submittable(where: _Where, job: JobSubmitted) -> None:
     try:
         check_job(job)
+        check_record_size(job)
     except Invalid as bad:
         raise where.error("", f"{bad.message} ({bad.reason}, as the submission service would reject it)",
                           reason=bad.reason) from None
-    size = len(codec.encode_data(job))
-    if size > MAX_BYTES:
-        raise where.error("", f"its record would be {size} bytes, over the {MAX_BYTES}-byte (1 MiB) limit of a "
-                          "gangway.submissions record (oversized): make its labels or pod sets smaller")
 
 
 #: The Kueue labels and annotations gangway reads from a manifest; any other ``kueue.x-k8s.io/`` key

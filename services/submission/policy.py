@@ -158,6 +158,17 @@ def read_job(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) 
     return read_submission(value, headers, max_bytes)[0]
 
 
+def check_record_size(job: JobSubmitted, max_bytes: int = MAX_BYTES) -> None:
+    """Would ``job``, sent as a plain JSON record of ``gangway.submissions``, fit its limit (what
+    ``read_submission`` refuses first)? Raises Invalid (``oversized``): for a job read from a file
+    (``gangway submit``, the dry run), which the service would refuse so."""
+    size = len(codec.encode_data(job))
+    if size > max_bytes:
+        raise Invalid("oversized", f"its record would be {size} bytes, over the {max_bytes}-byte "
+                                   f"({max_bytes / MAX_BYTES:g} MiB) limit of a gangway.submissions record: make its "
+                                   "labels or pod sets smaller")
+
+
 def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> tuple[JobSubmitted, str]:
     """The JobSubmitted in a record, and the CloudEvent it came as (``"<source> <id>"``; empty for
     a plain JSON job, which has no identity of its own); raises Invalid."""
