@@ -14,6 +14,7 @@ from gangway.contract import load_contract
 from gangway.events import catalogue as ev
 from gangway.events.reasons import ReasonCode, render
 from gangway.read.explain import explain, pending_report
+from gangway.read.reports import status_tables
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
 from test_contract_stories import FOUR_TEAMS, four_team_jobs, submit
@@ -71,6 +72,8 @@ def test_hold_admits_nothing_new_and_keeps_what_runs_then_resumes():
 
     report = pending_report(sim.state)
     assert report["team-a/a-4"].code == ReasonCode.QUEUE_STOPPED
+    queues = status_tables(sim.state)[0]
+    assert list(queues.columns[0].cells) == ["team-a (stopped: Hold)", "team-b", "team-c", "team-d"]
     assert report["team-a/a-4"].eta_ms is None
     lines = explain(sim.log, "team-a/a-4")
     assert any("ClusterQueue team-a is stopped (stopPolicy Hold)" in line for line in lines)

@@ -10,7 +10,7 @@ from gangway.events import catalogue as ev
 from gangway.events.codec import format_time
 from gangway.events.freeindex import measure
 from gangway.events.quantity import format_milli
-from gangway.events.resources import GPU, by_resource
+from gangway.events.resources import GPU, by_resource, index_of
 from gangway.events.state import State
 from gangway.read.describe import describe, gpus
 
@@ -32,10 +32,12 @@ def status_tables(state: State) -> list[Table]:
     phases: dict[str, Counter] = {cq.name: Counter() for cq in state.contract.cluster_queues} if state.contract else {}
     for wl in state.workloads.values():  # one pass, however many queues the contract has
         phases.setdefault(wl.spec.cluster_queue, Counter())[wl.phase] += 1
+    stopped = index_of(state.contract).stopped if state.contract else {}
     for cq in sorted(phases.keys() | state.usage.keys()):
         seen = phases.get(cq, Counter())
         count = lambda *names: str(sum(seen[name] for name in names))  # noqa: E731
-        queues.add_row(cq, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
+        name = f"{cq} (stopped: {stopped[cq]})" if cq in stopped else cq
+        queues.add_row(name, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
                        format_milli(by_resource(state.usage.get(cq, {})).get(GPU, 0)))
     running = Table(title="Running workloads")
     for column in ("workload", "queue", "priority", "GPUs", "phase", "nodes"):
