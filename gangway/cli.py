@@ -733,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
-    except (stack.NoBrokerError, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
+    except (stack.NoBrokerError, stack.StackRunning, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
             KafkaConfigError, ServiceSettingError) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import logging
 import os
@@ -11,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 
 from gangway.adapters import archive, kafka, processes
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 
 class NoBrokerError(RuntimeError):
     """No Kafka to talk to: neither GANGWAY_KAFKA nor a running `gangway up`."""
+
+
+class StackRunning(RuntimeError):
+    """A `gangway up` already runs from this state directory (two would share its archive)."""
 
 
 def state_dir() -> Path:
@@ -243,6 +249,31 @@ def restore_archive(bootstrap: str, sdir: Path) -> archive.Restored:
     return restored
 
 
+#: Held (flock) by the `gangway up` that runs from a state directory; it names that process.
+LOCK_FILE = "up.lock"
+
+
+def _lock(path: Path) -> IO:
+    """Hold ``path``'s lock for this process (released when the file closes, or the process ends, even
+    killed); StackRunning when another process holds it. A second stack on one state directory would
+    restore and archive the same history twice and corrupt it."""
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise StackRunning(f"a gangway stack is already running from {path.parent} (pid {holder}): stop it first "
+                           "(Ctrl-C where `gangway up` runs), or start another with GANGWAY_STATE_DIR set to another "
+                           "directory") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
 @dataclass
 class Stack:
     """The embedded broker (unless GANGWAY_KAFKA) and the six services as child processes."""
@@ -259,11 +290,21 @@ class Stack:
     restarts: dict[str, int] = field(default_factory=dict)
     #: What was restored from the archive into the fresh embedded broker at start.
     restored: archive.Restored | None = None
+    #: The state directory's lock, held while this stack runs (``_lock``).
+    lock: IO | None = None
 
     def start(self) -> str:
         shell.admission_cycle_s()  # a wrong setting stops here, not in a service's log
         sdir = state_dir()
         (sdir / "logs").mkdir(parents=True, exist_ok=True)
+        self.lock = _lock(sdir / LOCK_FILE)
+        try:
+            return self._start(sdir)
+        except BaseException:
+            self.stop()  # (what did start, and the lock)
+            raise
+
+    def _start(self, sdir: Path) -> str:
         self.clock = ClusterClock.starting_now(self.time_scale)
         self.bootstrap = configured_bootstrap() or ""
         if not self.bootstrap:
@@ -340,6 +381,9 @@ class Stack:
         path = state_dir() / "bootstrap"
         if path.exists() and self.broker is not None:
             path.unlink()
+        if self.lock is not None:
+            self.lock.close()  # (which releases it)
+            self.lock = None
 
     def __enter__(self) -> "Stack":
         self.start()

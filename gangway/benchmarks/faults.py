@@ -89,6 +89,8 @@ def _restart_embedded(run: "Run", during: str = "") -> dict:
     if running.broker is not None and running.broker.proc is not None:
         running.broker.proc.wait()
     running.children.clear()
+    if running.lock is not None:  # (a killed `gangway up` holds it no more: the kernel drops it with the process)
+        running.lock.close()
     run.running = stack.Stack(cluster_file=running.cluster_file, time_scale=running.time_scale)
     run.running.start()
     run.running.wait_ready(timeout_s=RECOVERY_TIMEOUT_S)

@@ -1,0 +1,48 @@
+"""One `gangway up` per state directory: a second one on a live directory started a second broker
+and archiver on the same archive, which corrupted it for every later start (an operator's report)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gangway import stack
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def test_a_second_gangway_up_on_a_live_state_directory_is_refused_in_one_line_before_it_starts_anything(tmp_path):
+    held = stack._lock(tmp_path / stack.LOCK_FILE)  # what a running `gangway up` holds
+    try:
+        env = dict(os.environ, GANGWAY_STATE_DIR=str(tmp_path))
+        env.pop("GANGWAY_KAFKA", None)
+        result = subprocess.run([str(VENV_BIN / "gangway"), "up"], env=env, capture_output=True, text=True,
+                                timeout=60, stdin=subprocess.DEVNULL)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr == (f"gangway: a gangway stack is already running from {tmp_path} (pid {os.getpid()}): "
+                                 "stop it first (Ctrl-C where `gangway up` runs), or start another with "
+                                 "GANGWAY_STATE_DIR set to another directory\n")
+        assert not (tmp_path / "bootstrap").exists() and not (tmp_path / "logs" / "broker.log").exists()
+    finally:
+        held.close()
+    again = stack._lock(tmp_path / stack.LOCK_FILE)  # released: the next start may take it
+    again.close()
+
+
+def test_the_lock_is_released_when_its_holder_dies(tmp_path):
+    """A `gangway up` killed (SIGKILL) leaves no stale lock: the kernel drops it with the process."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from gangway import stack; "
+                               f"held = stack._lock(__import__('pathlib').Path({str(tmp_path / stack.LOCK_FILE)!r})); "
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(stack.StackRunning, match=f"pid {holder.pid}"):
+            stack._lock(tmp_path / stack.LOCK_FILE)
+    finally:
+        holder.kill()
+        holder.wait()
+    stack._lock(tmp_path / stack.LOCK_FILE).close()
