@@ -118,7 +118,7 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         from gangway.services.binder.cluster import load_nodes
         from gangway.services.binder.policy import DEFAULT_RUNTIME_MS
         from gangway.services.binder.service import SimulatedBinder
-        nodes = load_nodes(Path(cluster_file).read_text(), cluster_file) if cluster_file else []
+        nodes = load_nodes(Path(cluster_file).read_text(), cluster_file) if cluster_file else None
         return SimulatedBinder(bootstrap, nodes, sdir, default_runtime_ms=default_runtime_ms or DEFAULT_RUNTIME_MS)
     if name in ("admission", "placement", "preemption"):
         from gangway.services.runtime.shell import DecidingService

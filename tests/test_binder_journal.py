@@ -44,3 +44,14 @@ def test_a_journal_of_another_log_is_not_used(tmp_path):
     Journal(tmp_path / "binder.journal").record([("running/w/0", T0 - 10_000, None)])
     again = binder(tmp_path, T0 + 7)  # w was admitted at T0 on this log: the entry is older
     assert [t for pid, t, _ in again.decide(placed_log().state) if pid == "running/w/0"] == [T0 + 7]
+
+
+def test_without_a_cluster_file_a_restarted_binder_keeps_the_nodes_on_the_log(tmp_path):
+    """`gangway up` started again without --cluster removed every node, sending the running work back
+    to wait for nodes that never come (an operator's report): with no cluster file the nodes stay; with
+    one, the log is brought to it."""
+    state = placed_log().state
+    kept = SimulatedBinder("unused:9092", None, tmp_path, ClusterClock(0.0, T0 + 5, 0.0))
+    assert [type(data).__name__ for _, _, data in kept.decide(state)] == ["WorkloadBound", "WorkloadRunning"]
+    synced = SimulatedBinder("unused:9092", [node("n2").gpus(8).obj()], tmp_path / "other", ClusterClock(0.0, T0 + 5, 0.0))
+    assert sorted(type(data).__name__ for _, _, data in synced.decide(state)) == ["NodeObserved", "NodeRemoved"]

@@ -22,12 +22,14 @@ from gangway.services.runtime.shell import IDLE_WAIT_S, LogService, Proposal
 class SimulatedBinder(LogService):
     name = "binder"
 
-    def __init__(self, bootstrap: str, nodes: list[NodeObserved], state_dir: str | Path = ".gangway",
+    def __init__(self, bootstrap: str, nodes: list[NodeObserved] | None, state_dir: str | Path = ".gangway",
                  clock: ClusterClock | None = None, default_runtime_ms: int = DEFAULT_RUNTIME_MS):
+        """``nodes``: the simulated cluster (a cluster file's), which the log is brought to at start
+        (nodes added, changed, removed); None (no cluster file): the nodes the log has stay as they are."""
         super().__init__(bootstrap, state_dir, clock)
-        self.nodes = nodes
+        self.nodes = nodes or []
         self.default_runtime_ms = default_runtime_ms
-        self.nodes_synced = False
+        self.nodes_synced = nodes is None
         self.journal = Journal(self.state_dir / "binder.journal")
         self._proposed: list[Proposal] = []
 
