@@ -227,3 +227,30 @@ def test_spend_is_allocated_gpu_hours_at_the_flavors_price():
     assert row["spend"] == pytest.approx(hours * 2.10, abs=0.01)
     assert row["spend_series"][-1] == row["spend"]
     assert row["busy_gpu_hours"] < row["allocated_gpu_hours"]  # placed 10 min before it ran
+
+
+async def test_a_fold_that_fails_leaves_the_console_unready_and_says_where(monkeypatch, reclaimed):
+    """The console's follower stopped at an event it could not fold while /readyz still said ready
+    and the view said caught up (an operator's report: a drain's reason code it had no name for)."""
+    from gangway.console import app as console_app
+
+    log = reclaimed.log
+
+    async def follow_log(_bootstrap):
+        yield log[:5], len(log)
+        yield log[5:], len(log)
+
+    broken = log[7]
+    real_add = model.Folded.add
+
+    def add(self, env):
+        if env is broken:
+            raise KeyError("no such reason")
+        real_add(self, env)
+
+    monkeypatch.setattr(console_app, "follow_log", follow_log)
+    monkeypatch.setattr(model.Folded, "add", add)
+    console = console_app.Console("unused:9092")
+    await console.follow()
+    assert not console.caught_up
+    assert console.error == f"following the log failed at offset {broken.offset}: KeyError('no such reason')"

@@ -71,8 +71,9 @@ class Console:
                     self.caught_up = True
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # reported by /healthz; the process stays up to say so
-            self.error = f"following the log failed: {exc!r}"
+        except Exception as exc:  # reported by /healthz and /readyz; the process stays up to say so
+            self.error = f"following the log failed at offset {self.folded.state.offset + 1}: {exc!r}"
+            self.caught_up = False  # (what it shows stopped there: not ready, and /api/view says so)
             log.exception("console: following the log failed")
 
     async def poll_services(self) -> None:
@@ -231,6 +232,8 @@ def create_app(bootstrap: str, log: list | None = None) -> Starlette:
                                  status_code=200 if alive else 503)
 
     async def readyz(request: Request) -> Response:
+        if console.error is not None:
+            return PlainTextResponse(console.error, status_code=503)
         if console.caught_up:
             return PlainTextResponse(f"ready: folded to offset {console.folded.state.offset}")
         return PlainTextResponse(f"catching up: offset {console.folded.state.offset} of {console.end}", status_code=503)
