@@ -114,8 +114,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NO_QUOTA_FOR_RESOURCES: "ClusterQueue {cluster_queue} has no quota for {resources}",
     C.NO_QUOTA_IN_FLAVOR: "ClusterQueue {cluster_queue} has no quota for {resource} in flavor {flavor}",
     C.OVER_NOMINAL_QUOTA: "{resource} ({flavor}): {wanted} in use with it, over nominal quota {nominal} of {cluster_queue}",
-    C.OVER_BORROWING_LIMIT: ("{resource} ({flavor}): {wanted} over nominal {nominal} + borrowing limit {limit} "
-                             "of {cluster_queue}"),
+    C.OVER_BORROWING_LIMIT: ("{resource} ({flavor}): {wanted} in use with it, over nominal {nominal} + borrowing "
+                             "limit {limit} of {cluster_queue}"),
     C.NOMINAL_QUOTA_LENT_OUT: ("{resource} ({flavor}): within the nominal quota of {cluster_queue}, but cohort "
                                "{cohort} lent it to queues that borrow: it comes back as their work ends, or "
                                "sooner where reclaimWithinCohort lets {cluster_queue} preempt them"),

@@ -288,3 +288,24 @@ def test_the_rules_name_the_kubernetes_priority_classes_and_which_is_the_default
     assert "Kubernetes PriorityClasses: batch-high 500, base 7 (the default)." in text
     assert "[unknown_priority_class]" in text
     assert "Kubernetes PriorityClasses" not in rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))
+
+
+def test_a_workload_whose_cluster_queue_a_new_contract_removed_gets_no_forecast_but_what_would_change_it():
+    """It said "estimated start: not within a week" (an operator's report): no cycle can admit it until
+    a contract brings its queue back."""
+    from builders import node
+    from gangway.contract import load_contract
+    from gangway.sim import Simulation
+    from test_contract_stories import FOUR_TEAMS, four_team_jobs, submit
+
+    text = FOUR_TEAMS.read_text()
+    sim = Simulation()
+    sim.configure(load_contract(text, "c.yaml"))
+    sim.add_nodes([node("n0").gpus(8).obj()])
+    submit(sim, four_team_jobs("a", 2))
+    sim.run(until_ms=sim.now_ms + 1_000)
+    without = [doc for doc in text.split("\n---\n") if "name: team-a\n" not in doc and "namespace: team-a\n" not in doc]
+    sim.configure(load_contract("\n---\n".join(without), "c.yaml"))
+    lines = explain(sim.log, "team-a/a-1")
+    assert "now pending (unknown_cluster_queue): ClusterQueue team-a is not in the contract" in lines
+    assert lines[-1] == "estimated start: never, unless a contract brings ClusterQueue team-a back"

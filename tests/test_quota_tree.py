@@ -73,7 +73,7 @@ def test_fit_names_what_is_borrowed_and_why_it_does_not_fit():
     assert not ok and why.code == ReasonCode.OVER_BORROWING_LIMIT
     assert why.params == {"resource": GPU, "flavor": "default", "cluster_queue": "a", "wanted": "11", "nominal": "8",
                           "limit": "2"}
-    assert why.message == "nvidia.com/gpu (default): 11 over nominal 8 + borrowing limit 2 of a"
+    assert why.message == "nvidia.com/gpu (default): 11 in use with it, over nominal 8 + borrowing limit 2 of a"
 
 
 def test_a_view_over_copies_made_on_write_changes_neither_the_usage_it_reads_nor_its_copies():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gangway.events import catalogue as ev, topics
 from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
-from gangway.events.reasons import C, CONFIG_CODES, NEVER_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
+from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import State
 from gangway.read.describe import declares_islands, describe, idle_reason
@@ -81,8 +81,8 @@ def pending_report(state: State, forecast: bool = True) -> dict[str, Pending]:
             if stop is not None and name not in report:
                 why = reason(C.QUEUE_STOPPED, queue_kind=stop[0], queue=stop[1], policy=stop[2])
                 report[name] = _pending(why, lq_pos[name], cq_pos[name])
-    # (a workload no cycle can admit as things stand has no start to forecast)
-    waiting = {name for name, pending in report.items() if pending.code not in (*NEVER_CODES, C.QUEUE_STOPPED)}
+    # (a workload no cycle can admit as things stand has no start to forecast: ``NEVER_STARTS`` says why)
+    waiting = {name for name, pending in report.items() if pending.code not in NEVER_STARTS}
     if forecast and waiting:  # a workload no node or quota can ever take has no start to forecast
         for name, eta in forecast_starts(state, waiting).items():
             report[name].eta_ms = eta
@@ -148,12 +148,17 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     return lines + standing_lines(envs, state, name, forecast=forecast)
 
 
-#: The estimated start of a workload that no cycle can admit, by its reason.
-_NEVER_STARTS = {
+#: The estimated start of a workload that no cycle can admit as things stand, by its reason: only
+#: nodes joining or another contract can change it (no forecast is run for it).
+NEVER_STARTS = {
     C.TOPOLOGY_UNSATISFIABLE: "estimated start: never, unless nodes that meet its topology request join the cluster",
     C.NO_MATCHING_NODES: "estimated start: never, unless nodes it may use join the cluster",
     C.QUOTA_NEVER_ENOUGH: "estimated start: never, unless the contract gives {cluster_queue} more quota",
     C.QUEUE_STOPPED: "estimated start: none while its queue is stopped (a contract with its stopPolicy None resumes it)",
+    C.NO_CONFIG: "estimated start: none until a contract is applied",
+    C.UNKNOWN_CLUSTER_QUEUE: "estimated start: never, unless a contract brings ClusterQueue {cluster_queue} back",
+    C.NO_QUOTA_FOR_RESOURCES: "estimated start: never, unless the contract gives {cluster_queue} quota for what it asks",
+    C.NO_QUOTA_IN_FLAVOR: "estimated start: never, unless the contract gives {cluster_queue} quota for what it asks",
 }
 
 
@@ -173,7 +178,7 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
             if forecast:
-                never = _NEVER_STARTS.get(report.code)
+                never = NEVER_STARTS.get(report.code)
                 lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None
                              else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None and wl.deactivated:
