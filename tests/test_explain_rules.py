@@ -309,3 +309,25 @@ def test_a_workload_whose_cluster_queue_a_new_contract_removed_gets_no_forecast_
     lines = explain(sim.log, "team-a/a-1")
     assert "now pending (unknown_cluster_queue): ClusterQueue team-a is not in the contract" in lines
     assert lines[-1] == "estimated start: never, unless a contract brings ClusterQueue team-a back"
+
+
+def test_explain_says_when_a_node_leaving_the_cluster_sends_the_workload_back_to_its_queue():
+    """It went from "running (attempt 1)" straight to its next admission (an operator's report)."""
+    from builders import node
+    from gangway.contract import load_contract
+    from gangway.events.catalogue import NodeRemoved
+    from gangway.sim import Simulation
+    from test_contract_stories import FOUR_TEAMS, four_team_jobs, submit
+
+    sim = Simulation()
+    sim.configure(load_contract(FOUR_TEAMS.read_text(), "c.yaml"))
+    sim.add_nodes([node("n0").gpus(8).obj(), node("n1").gpus(8).obj()])
+    submit(sim, four_team_jobs("a", 1))
+    sim.run(until_ms=sim.now_ms + 1_000)
+    where = sim.state.workloads["team-a/a-0"].placement.assignments[0].node
+    sim.append("gone", sim.now_ms, NodeRemoved(node=where), "gangway/binder")
+    sim.run(until_ms=sim.now_ms + 1_000)
+    lines = explain(sim.log, "team-a/a-0")
+    gone = next(i for i, line in enumerate(lines) if "left the cluster" in line)
+    assert lines[gone].endswith(f"evicted (attempt 1): node {where} left the cluster under it; back in its queue")
+    assert "admitted" in lines[gone + 1] and lines[gone - 1].endswith("running (attempt 1)")

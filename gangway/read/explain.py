@@ -18,7 +18,7 @@ from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
-from gangway.events.state import State
+from gangway.events.state import HOLDS_NODES, State
 from gangway.read.describe import declares_islands, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
@@ -135,11 +135,18 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     name = _resolve(envs, workload)
     for env in envs:
         before = state.superseded
+        was = state.workloads.get(name)
+        held = was is not None and was.phase in HOLDS_NODES
         apply(state, env)
         wl = state.workloads.get(name)
         superseded = None
         if state.superseded > before and wl is not None and wl.superseded is not None:
             superseded = f"[{wl.superseded_code}] {wl.superseded}" if wl.superseded_code else wl.superseded
+        if held and isinstance(env.data, ev.NodeRemoved) and wl.phase == "pending":
+            # (the node's removal is about the node: said here for the work it held)
+            lines.append(f"[{env.offset}] evicted (attempt {wl.attempt}): node {env.data.node} left the cluster "
+                         "under it; back in its queue")
+            continue
         line = describe(env, about=name, superseded=superseded, islands=declares_islands(state.nodes.values()))
         if line:
             lines.append(f"[{env.offset}] {line}")
