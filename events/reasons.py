@@ -63,6 +63,7 @@ class ReasonCode(enum.StrEnum):
     STRICT_FIFO = "strict_fifo"
     WAITING_FOR_VICTIMS = "waiting_for_victims"
     QUEUE_STOPPED = "queue_stopped"
+    LOCAL_QUEUE_GONE = "local_queue_gone"
     # --- why a decision did not hold where it landed (the fold: superseded) ------------------
     UNKNOWN_WORKLOAD = "unknown_workload"
     WORKLOAD_MOVED_ON = "workload_moved_on"
@@ -131,6 +132,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",
     C.STRICT_FIFO: "StrictFIFO: behind the head of {cluster_queue}",
     C.WAITING_FOR_VICTIMS: "waiting for {victims} preempted workload(s) to exit",
+    C.LOCAL_QUEUE_GONE: ("LocalQueue {local_queue} is not in the contract any more: nothing is admitted from it "
+                         "until a contract brings it back"),
     C.QUEUE_STOPPED: "{queue_kind} {queue} is stopped (stopPolicy {policy}): it admits nothing until its stopPolicy is None again",
     C.UNKNOWN_WORKLOAD: "unknown workload",
     C.WORKLOAD_MOVED_ON: "workload is {phase}",
@@ -186,11 +189,11 @@ BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
 #: A workload no node of the cluster can ever take (until nodes it may use join): never waited for.
 NEVER_PLACEABLE_CODES = (C.TOPOLOGY_UNSATISFIABLE, C.NO_MATCHING_NODES)
 #: The contract itself stands in the way: no queue, or no quota for what is asked, or never enough.
-CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR,
+CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.LOCAL_QUEUE_GONE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR,
                 C.QUOTA_NEVER_ENOUGH)
 #: What no cycle can change (only nodes joining, or a new contract): no start to forecast, and a
 #: StrictFIFO queue does not wait behind it.
-NEVER_CODES = (*NEVER_PLACEABLE_CODES, C.QUOTA_NEVER_ENOUGH)
+NEVER_CODES = (*NEVER_PLACEABLE_CODES, C.QUOTA_NEVER_ENOUGH, C.LOCAL_QUEUE_GONE)
 
 
 def render(code: ReasonCode, params: dict[str, Param]) -> str:

@@ -290,9 +290,9 @@ def test_the_rules_name_the_kubernetes_priority_classes_and_which_is_the_default
     assert "Kubernetes PriorityClasses" not in rules.as_text(rules.sections(load_contract_file(DEMO_CONTRACT)))
 
 
-def test_a_workload_whose_cluster_queue_a_new_contract_removed_gets_no_forecast_but_what_would_change_it():
+def test_a_workload_whose_queues_a_new_contract_removed_gets_no_forecast_but_what_would_change_it():
     """It said "estimated start: not within a week" (an operator's report): no cycle can admit it until
-    a contract brings its queue back."""
+    a contract brings its queue back (its LocalQueue gone, it is not admitted: as in Kueue)."""
     from builders import node
     from gangway.contract import load_contract
     from gangway.sim import Simulation
@@ -307,8 +307,9 @@ def test_a_workload_whose_cluster_queue_a_new_contract_removed_gets_no_forecast_
     without = [doc for doc in text.split("\n---\n") if "name: team-a\n" not in doc and "namespace: team-a\n" not in doc]
     sim.configure(load_contract("\n---\n".join(without), "c.yaml"))
     lines = explain(sim.log, "team-a/a-1")
-    assert "now pending (unknown_cluster_queue): ClusterQueue team-a is not in the contract" in lines
-    assert lines[-1] == "estimated start: never, unless a contract brings ClusterQueue team-a back"
+    assert ("now pending (local_queue_gone): LocalQueue team-a/default is not in the contract any more: nothing is "
+            "admitted from it until a contract brings it back") in lines
+    assert lines[-1] == "estimated start: never, unless a contract brings its LocalQueue back"
 
 
 def test_explain_says_when_a_node_leaving_the_cluster_sends_the_workload_back_to_its_queue():

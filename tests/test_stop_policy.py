@@ -173,3 +173,29 @@ def test_gangway_rules_says_which_queues_are_stopped_and_what_that_does():
             "ordered out, with its class's grace period [queue_drained], until a contract sets its stopPolicy to "
             "None.") in drained
     assert "stopped" not in rules.as_text(rules.sections(contract(TEXT)))
+
+
+def test_a_local_queue_removed_from_the_contract_admits_nothing_until_it_is_back():
+    """Kueue leaves a workload whose LocalQueue is gone inadmissible; gangway admitted it (an
+    operator's report)."""
+    extra = """
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: urgent
+  namespace: team-a
+spec:
+  clusterQueue: team-a
+"""
+    sim = started(4)
+    sim.configure(contract(TEXT + extra))
+    submit(sim, four_team_jobs("a", 1).replace("queue: default", "queue: urgent"))
+    sim.configure(contract(TEXT))  # urgent removed before its job could be admitted
+    sim.run(until_ms=sim.now_ms + 60_000)
+    assert phases(sim, "a") == {"pending": 1}  # the cluster is empty: only the missing queue keeps it out
+    assert pending_report(sim.state)["team-a/a-0"].code == ReasonCode.LOCAL_QUEUE_GONE
+    sim.configure(contract(TEXT + extra))
+    sim.run(until_ms=sim.now_ms + 60_000)
+    assert phases(sim, "a") == {"running": 1}
+    assert verify(sim.log).ok

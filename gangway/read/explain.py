@@ -163,6 +163,7 @@ NEVER_STARTS = {
     C.QUOTA_NEVER_ENOUGH: "estimated start: never, unless the contract gives {cluster_queue} more quota",
     C.QUEUE_STOPPED: "estimated start: none while its queue is stopped (a contract with its stopPolicy None resumes it)",
     C.NO_CONFIG: "estimated start: none until a contract is applied",
+    C.LOCAL_QUEUE_GONE: "estimated start: never, unless a contract brings its LocalQueue back",
     C.UNKNOWN_CLUSTER_QUEUE: "estimated start: never, unless a contract brings ClusterQueue {cluster_queue} back",
     C.NO_QUOTA_FOR_RESOURCES: "estimated start: never, unless the contract gives {cluster_queue} quota for what it asks",
     C.NO_QUOTA_IN_FLAVOR: "estimated start: never, unless the contract gives {cluster_queue} quota for what it asks",

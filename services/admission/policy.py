@@ -268,6 +268,8 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
     cq = wl.spec.cluster_queue
     if cq in blocked:
         return Outcome(wl, None, reason(C.STRICT_FIFO, cluster_queue=cq))
+    if (wl.spec.namespace, wl.spec.queue) not in idx.local_queues:  # (as Kueue: inadmissible while it is gone)
+        return Outcome(wl, None, reason(C.LOCAL_QUEUE_GONE, local_queue=f"{wl.spec.namespace}/{wl.spec.queue}"))
     outcome = snap.try_admit(wl)
     if outcome.admission is not None:
         return outcome
