@@ -257,7 +257,10 @@ class QuotaView:
             return reason(C.OVER_BORROWING_LIMIT, **said, wanted=n(used + amount), nominal=n(nominal), limit=n(limit))
         if used + amount <= nominal:
             return reason(C.NOMINAL_QUOTA_LENT_OUT, **said, cohort=node.parent)
-        return reason(C.COHORT_EXHAUSTED, **said, cohort=node.parent, available=n(max(0, available)), amount=n(amount))
+        # (what it must borrow, beyond what is free of its own guarantee, and what the cohort can lend it)
+        own = max(0, node.guaranteed.get(fr, 0) - used)
+        return reason(C.COHORT_EXHAUSTED, **said, cohort=node.parent, available=n(max(0, available - own)),
+                      amount=n(amount - own))
 
     def borrowing(self, queue: str, frs=None) -> bool:
         """Does the queue use more than its nominal quota of anything (of ``frs``, when given)?"""

@@ -120,7 +120,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NOMINAL_QUOTA_LENT_OUT: ("{resource} ({flavor}): within the nominal quota of {cluster_queue}, but cohort "
                                "{cohort} lent it to queues that borrow: it comes back as their work ends, or "
                                "sooner where reclaimWithinCohort lets {cluster_queue} preempt them"),
-    C.COHORT_EXHAUSTED: "{resource} ({flavor}): cohort {cohort} has {available} left to lend, {cluster_queue} needs {amount}",
+    C.COHORT_EXHAUSTED: ("{resource} ({flavor}): {cluster_queue} needs to borrow {amount} beyond its own free quota, "
+                         "and cohort {cohort} has {available} left to lend it"),
     C.NO_FLAVOR_ROOM: "no flavor of {cluster_queue} ({flavors}) has room for the request",
     C.QUOTA_NEVER_ENOUGH: ("{cluster_queue} can never hold it: it asks {wanted} of {resource} ({flavor}), and the "
                            "most the queue can use, with nothing else running, is {most}"),

@@ -213,7 +213,7 @@ STALE: list[tuple[str, Setup, MakeEvent, str]] = [
     ("an admission when the cohort has nothing left to lend",
      lambda: base().queue(workload("w").queue("a").gpus(2)).running(
          workload("x").queue("a").gpus(8), workload("y").queue("b").gpus(8)),
-     lambda log: msgspec.structs.replace(log.admission("w"), borrowed={GPU: 2000}), "cohort all has 0 left to lend"),
+     lambda log: msgspec.structs.replace(log.admission("w"), borrowed={GPU: 2000}), "a needs to borrow 2 beyond its own free quota, and cohort all has 0 left to lend it"),
     ("an admission of a workload already admitted",
      lambda: base().queue(W4).admit("w"), lambda log: log.admission("w"), "workload is admitted, not pending"),
     ("an admission of a workload that finished",
