@@ -310,6 +310,8 @@ def test_a_workload_whose_queues_a_new_contract_removed_gets_no_forecast_but_wha
     assert ("now pending (local_queue_gone): LocalQueue team-a/default is not in the contract any more: nothing is "
             "admitted from it until a contract brings it back") in lines
     assert lines[-1] == "estimated start: never, unless a contract brings its LocalQueue back"
+    from gangway.read.reports import status_tables
+    assert "team-a (not in the contract)" in list(status_tables(sim.state)[0].columns[0].cells)
 
 
 def test_explain_says_when_a_node_leaving_the_cluster_sends_the_workload_back_to_its_queue():

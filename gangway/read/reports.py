@@ -32,11 +32,15 @@ def status_tables(state: State) -> list[Table]:
     phases: dict[str, Counter] = {cq.name: Counter() for cq in state.contract.cluster_queues} if state.contract else {}
     for wl in state.workloads.values():  # one pass, however many queues the contract has
         phases.setdefault(wl.spec.cluster_queue, Counter())[wl.phase] += 1
-    stopped = index_of(state.contract).stopped if state.contract else {}
+    idx = index_of(state.contract) if state.contract else None
     for cq in sorted(phases.keys() | state.usage.keys()):
         seen = phases.get(cq, Counter())
         count = lambda *names: str(sum(seen[name] for name in names))  # noqa: E731
-        name = f"{cq} (stopped: {stopped[cq]})" if cq in stopped else cq
+        name = cq
+        if idx is not None and cq not in idx.cluster_queues:
+            name = f"{cq} (not in the contract)"
+        elif idx is not None and cq in idx.stopped:
+            name = f"{cq} (stopped: {idx.stopped[cq]})"
         queues.add_row(name, count("pending"), count("admitted", "placed", "bound"), count("running", "evicting"),
                        format_milli(by_resource(state.usage.get(cq, {})).get(GPU, 0)))
     running = Table(title="Running workloads")
