@@ -95,17 +95,19 @@ def _kubernetes(args) -> dict | None:
 def _load_contract(path: str):
     """The contract of a file, its warnings printed (what Kueue would act on and gangway will not,
     or a kind it does not know: a misspelt ClusterQueue is named, not left to look undefined);
-    every problem printed and exit 2 when it cannot be used."""
-    from gangway.contract.kueue import ConfigError, read_contract
+    every problem printed and exit 2 when it cannot be used (a file that is not UTF-8 is one such
+    problem). Every command that reads a contract file reads it here, as `config validate` does
+    (``read_contract_file``); each problem is one line, never wrapped."""
+    from gangway.contract.kueue import ConfigError, read_contract_file
     try:
-        contract, warnings = read_contract(Path(path).read_text(), path)
+        contract, warnings = read_contract_file(path)
     except ConfigError as exc:
         for problem in exc.problems:
-            console.print(f"[red]{problem}[/red]", highlight=False)
+            console.print(f"[red]{escape(str(problem))}[/red]", highlight=False, soft_wrap=True)
         warnings = exc.warnings
         contract = None
     for warning in warnings:
-        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+        console.print(f"[yellow]{escape(str(warning))}[/yellow]", highlight=False, soft_wrap=True)
     if contract is None:
         raise SystemExit(2)
     return contract
@@ -138,9 +140,9 @@ def cmd_config(args) -> int:
         from gangway.contract.kueue import check_file
         problems, warnings = check_file(args.file)
         for line in problems:
-            console.print(f"[red]{line}[/red]", highlight=False)
+            console.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
         for line in warnings:  # what Kueue would act on and gangway will not
-            console.print(f"[yellow]{line}[/yellow]", highlight=False)
+            console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{args.file}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
         return 1 if problems else 0
@@ -168,7 +170,7 @@ def cmd_submit(args) -> int:
         jobs = load_jobs(data, filename, on_generated=lambda prefix, name: generated.__setitem__(name, prefix),
                          on_unread=unread.append, checked=True)
     except ManifestError as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
         return 2
     if not jobs:  # `[]`, `null`, an empty file: nothing to submit is not a success
         console.print(f"[red]{escape(filename)}: no jobs in it[/red]")
@@ -341,12 +343,9 @@ def cmd_explain(args) -> int:
 
 def cmd_rules(args) -> int:
     from gangway.read import rules
-    from gangway.contract import ConfigError, contract_digest, load_contract_file
+    from gangway.contract import contract_digest
     if args.config:
-        try:
-            contract = load_contract_file(args.config)
-        except (ConfigError, OSError) as exc:
-            raise SystemExit(f"gangway: {exc}")
+        contract = _load_contract(args.config)
         digest = contract_digest(contract)
     else:
         from gangway.events.fold import apply

@@ -169,3 +169,28 @@ def test_submit_refuses_a_file_it_cannot_send_whole_with_its_reason_and_exit_2(c
         assert "Traceback" not in out and "cannot reach" not in out, out  # (refused before any broker)
         name = str(path) if stdin is None else "<stdin>"
         assert f"{name}: " in out and expected in out, out
+
+
+#: Every command that reads a contract file (each reads it through one reader), and its exit status
+#: for a contract it cannot use (`config validate` says 1, as for any invalid contract; the others 2).
+CONTRACT_COMMANDS = {
+    "config validate": (["config", "validate", "{f}"], 1),
+    "config apply": (["config", "apply", "{f}"], 2),
+    "rules --config": (["rules", "--config", "{f}"], 2),
+    "dry-run --config": (["dry-run", "--config", "{f}", "--cluster", str(DEMO / "cluster.yaml"),
+                          str(DEMO / "jobs-night.yaml")], 2),
+    "up --config": (["up", "--config", "{f}"], 2),
+}
+
+
+@pytest.mark.parametrize("command", list(CONTRACT_COMMANDS))
+def test_a_contract_file_that_is_not_utf8_is_one_line_the_same_for_every_command(command, tmp_path):
+    path = tmp_path / "contract.yaml"
+    path.write_bytes(b"# the contract\n\xff\xfe")
+    args, status = CONTRACT_COMMANDS[command]
+    result = gangway([a.replace("{f}", str(path)) for a in args], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}",
+                     GANGWAY_STATE_DIR=str(tmp_path / "state"))
+    out = result.stdout + result.stderr
+    assert result.returncode == status and "Traceback" not in out, out  # (refused before any broker or stack)
+    assert out.strip().splitlines() == [
+        f"{path}: not UTF-8 text: invalid start byte at line 2, byte 15 (b'\\xff'); save the file as UTF-8"], out
