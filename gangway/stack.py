@@ -109,10 +109,10 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         from gangway.services.accounting.service import AccountingService
         return AccountingService(bootstrap, default_url(str(sdir)), sdir)
     if name == "binder":
-        from gangway.services.binder.cluster import load_nodes
+        from gangway.services.binder.cluster import read_cluster_file
         from gangway.services.binder.policy import DEFAULT_RUNTIME_MS
         from gangway.services.binder.service import SimulatedBinder
-        nodes = load_nodes(Path(cluster_file).read_text(), cluster_file) if cluster_file else []
+        nodes = read_cluster_file(cluster_file) if cluster_file else []
         return SimulatedBinder(bootstrap, nodes, sdir, default_runtime_ms=default_runtime_ms or DEFAULT_RUNTIME_MS)
     if name in ("admission", "placement", "preemption"):
         from gangway.services.runtime.shell import DecidingService
