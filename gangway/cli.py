@@ -118,6 +118,9 @@ def cmd_up(args) -> int:
     if args.kubernetes and args.cluster:
         console.print("[red]--cluster (a simulated cluster) and --kubernetes (a real one) exclude each other[/red]")
         return 2
+    if args.cluster:  # the binder's file: one it cannot read stops `up` here, before anything starts (as dry-run)
+        from gangway.services.binder.cluster import read_cluster_file
+        read_cluster_file(args.cluster)
     with stack.Stack(cluster_file=args.cluster, kubernetes=_kubernetes(args), time_scale=args.time_scale) as running:
         if contract is not None:
             asyncio.run(stack.publish_config(running.bootstrap, contract, args.config, running.clock.now_ms()))
@@ -727,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from gangway.adapters.archive import ArchiveBehind
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
+    from gangway.services.binder.cluster import ClusterFileError
     from gangway.services.runtime.shell import ServiceSettingError
     try:
         return args.func(args)
@@ -734,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
     except (stack.NoBrokerError, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
             KafkaConfigError, ServiceSettingError) as exc:
+        return _fail(str(exc))
+    except (ClusterFileError, stack.ServiceFailed) as exc:  # (a cluster file `up` or the binder cannot read)
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

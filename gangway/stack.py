@@ -45,6 +45,11 @@ class NoBrokerError(RuntimeError):
     """No Kafka to talk to: neither GANGWAY_KAFKA nor a running `gangway up`."""
 
 
+class ServiceFailed(RuntimeError):
+    """A service of the stack kept dying (more often than RESTARTS_MAX) or was not ready in time: the
+    message names it and its log file."""
+
+
 def state_dir() -> Path:
     return Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway"))
 
@@ -289,7 +294,8 @@ class Stack:
         deadline = time.monotonic() + timeout_s
         while missing := [n for n in names if not (state_dir() / f"{n}.ready").exists()]:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"not ready after {timeout_s} s: {', '.join(missing)}; see {state_dir() / 'logs'}")
+                raise ServiceFailed(f"not ready after {timeout_s:g} s: {', '.join(missing)}; see "
+                                  + ", ".join(str(state_dir() / "logs" / f"{n}.log") for n in missing))
             self.supervise_once()
             time.sleep(0.05)
 
@@ -325,7 +331,7 @@ class Stack:
                 continue
             count = self.restarts.get(name, 0)
             if count >= RESTARTS_MAX:
-                raise RuntimeError(f"service {name} keeps dying (exit {code}); see {state_dir() / 'logs' / (name + '.log')}")
+                raise ServiceFailed(f"service {name} keeps dying (exit {code}); see {state_dir() / 'logs' / (name + '.log')}")
             self.restarts[name] = count + 1
             log.warning("service %s exited with %s; restarting", name, code)
             self._spawn(name)

@@ -194,3 +194,52 @@ def test_a_contract_file_that_is_not_utf8_is_one_line_the_same_for_every_command
     assert result.returncode == status and "Traceback" not in out, out  # (refused before any broker or stack)
     assert out.strip().splitlines() == [
         f"{path}: not UTF-8 text: invalid start byte at line 2, byte 15 (b'\\xff'); save the file as UTF-8"], out
+
+
+NODE = ("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n"
+        "status: {{allocatable: {{cpu: '96', nvidia.com/gpu: '{gpus}'}}}}\n")
+#: Cluster files no command can use, and what `gangway dry-run` and `gangway up` say of each after "FILE: ".
+BAD_CLUSTER_FILES = {
+    "not UTF-8": (b"apiVersion: v1\n\xff", "not UTF-8 text: invalid start byte at line 2, byte 15 (b'\\xff'); "
+                                           "save the file as UTF-8"),
+    "not YAML": (b"items: [\n", "line 2: not YAML: did not find expected node content (column 1)"),
+    "a GPU count no node has": (NODE.format(name="n0", gpus="100000000000").encode(),
+                                "Node n0: status.allocatable.nvidia.com/gpu: '100000000000' GPUs on one node: at most "
+                                "1024 (the largest nodes have 16; gangway keeps each GPU's use apart)"),
+    "a node named twice": ((NODE.format(name="n0", gpus=8) + "---\n" + NODE.format(name="n0", gpus=8)).encode(),
+                           "node name n0 repeats: each Node must be named once"),
+    "no such file": (None, "No such file or directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CLUSTER_FILES))
+def test_a_cluster_file_that_cannot_be_read_stops_dry_run_and_up_in_the_same_one_line(case, tmp_path):
+    """`gangway up --cluster F` reads F before it starts anything (it started the stack, and the binder
+    crash-looped until `up` died with a traceback); a file that is not UTF-8 or names more GPUs than
+    any node has was a traceback in dry-run too (UnicodeDecodeError, MemoryError)."""
+    data, said = BAD_CLUSTER_FILES[case]
+    path = tmp_path / "nodes.yaml"
+    if data is not None:
+        path.write_bytes(data)
+    dry_run = gangway(["dry-run", "--config", str(DEMO / "contract.yaml"), "--cluster", str(path),
+                       str(DEMO / "jobs-night.yaml")], tmp_path)
+    line = assert_one_line_failure(dry_run, f"gangway: {path}: {said}")
+    assert dry_run.returncode == 1
+    state = tmp_path / "state"
+    up = gangway(["up", "--cluster", str(path)], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}",
+                 GANGWAY_STATE_DIR=str(state))
+    assert assert_one_line_failure(up) == line and up.returncode == 1
+    assert not state.exists()  # (nothing started: no broker asked, no service spawned)
+
+
+def test_up_ends_in_one_line_naming_a_service_that_keeps_dying_and_its_log(tmp_path):
+    """A service that dies at every start (here accounting, given a database URL it cannot use): `up`
+    restarts it, then stops the stack and says which service and where its log is (it ended in a
+    RuntimeError traceback)."""
+    state = tmp_path / "state"
+    result = gangway(["up"], tmp_path, GANGWAY_STATE_DIR=str(state), GANGWAY_DB="nosuchdb://x")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in out, out
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"gangway: service accounting keeps dying (exit 1); see {state / 'logs' / 'accounting.log'}")
+    assert "nosuchdb" in (state / "logs" / "accounting.log").read_text()
