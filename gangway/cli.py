@@ -158,6 +158,8 @@ def cmd_config(args) -> int:
 
 #: How much cluster time `gangway dry-run` simulates by default.
 HORIZON_HOURS = 7 * 24
+#: And at most ten years: the run's dates must stay dates (10^10 hours ran past the year 9999: a traceback).
+HORIZON_HOURS_MAX = 10 * 8760
 
 #: How long `gangway submit` keeps sending what a restarting broker did not acknowledge.
 SUBMIT_RETRY_S = 60.0
@@ -190,8 +192,8 @@ def cmd_submit(args) -> int:
 def cmd_dry_run(args) -> int:
     from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
-    if not math.isfinite(args.hours) or args.hours <= 0:
-        return _fail(f"--hours {args.hours:g}: a number of hours above 0")
+    if not math.isfinite(args.hours) or not 0 < args.hours <= HORIZON_HOURS_MAX:
+        return _fail(f"--hours {args.hours:g}: a number of hours above 0 and at most {HORIZON_HOURS_MAX} (ten years)")
     if not args.jobs and not args.later:
         return _fail("no jobs: name job files, or --later SECONDS FILE")
     later = []
@@ -255,11 +257,28 @@ async def _print_log(bootstrap: str, follow: bool, line) -> None:
         print(line(env, t0, watch.see(env)), flush=True)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
+def _bounded(kind: type, low: float, high: float, said: str = "", above: bool = False):
+    """An argparse type: a finite number of ``kind`` from ``low`` (``above``: over it) to ``high``.
+    Anything else is a usage error (exit 2) saying what it must be (``said``, or the bounds)."""
+    def parse(text: str):
+        value = kind(text)  # (not a number: argparse says "invalid float value: 'x'")
+        if not (math.isfinite(value) and (value > low if above else value >= low) and value <= high):
+            must = said or f"must be {'above' if above else 'from'} {low:g} {'and at most' if above else 'to'} {high:g}"
+            raise argparse.ArgumentTypeError(f"{must}, not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+_positive_int = _bounded(int, 1, sys.maxsize, "must be 1 or more")
+#: Cluster seconds per wall second: frozen (0) or backwards (below 0) nothing would ever be admitted;
+#: at most 100,000 (28 cluster hours a wall second), whose clock passes the year 9999 only after a month.
+_time_scale = _bounded(float, 0, 1e5, "must be above 0 and at most 100000 (cluster seconds per wall second)",
+                       above=True)
+#: A wait in seconds, 0 (or, positive, over 0) up to 366 days (the longest runtime a job may declare).
+_seconds = _bounded(float, 0, 366 * 86400, "must be from 0 to 31622400 seconds (366 days)")
+_positive_seconds = _bounded(float, 0, 366 * 86400, "must be above 0 and at most 31622400 seconds (366 days)",
+                             above=True)
 
 
 def cmd_replay(args) -> int:
@@ -605,12 +624,12 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--kubeconfig", help="with --kubernetes: kubeconfig file (default $KUBECONFIG, ~/.kube/config; "
                                         "in a pod: its service account)")
     s.add_argument("--context", help="with --kubernetes: kubeconfig context (default: the current one)")
-    s.add_argument("--bind-backoff", type=float, metavar="SECONDS",
+    s.add_argument("--bind-backoff", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: a gang whose bind failed waits this long before admission tries it "
                         "again, doubling with each failed bind in a row (default 10)")
-    s.add_argument("--bind-backoff-max", type=float, metavar="SECONDS",
+    s.add_argument("--bind-backoff-max", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: the longest such wait (default 3600)")
-    s.add_argument("--bind-backoff-limit", type=int, metavar="N",
+    s.add_argument("--bind-backoff-limit", type=_bounded(int, 0, sys.maxsize, "must be 0 or more"), metavar="N",
                    help="with --kubernetes: after N failed binds in a row the workload is deactivated "
                         "(default 8; 0: never)")
 
@@ -632,13 +651,14 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("service", help="run one service (what `up` starts)")
     s.add_argument("name", choices=stack.SERVICES)
     s.add_argument("--cluster", help="binder: cluster file of Kubernetes Node objects")
-    s.add_argument("--default-runtime", type=float, help="binder: seconds a job without a declared runtime runs")
+    s.add_argument("--default-runtime", type=_positive_seconds, help="binder: seconds a job without a declared runtime runs")
     _kubernetes_flags(s)
     s.set_defaults(func=cmd_service)
     s = sub.add_parser("up", help="broker (unless GANGWAY_KAFKA) and the six services")
     s.add_argument("--config", help="Kueue YAML contract to apply")
     s.add_argument("--cluster", help="cluster file of Kubernetes Node objects (simulated cluster)")
-    s.add_argument("--time-scale", type=float, default=1.0, help="cluster seconds per wall second")
+    s.add_argument("--time-scale", type=_time_scale, default=1.0,
+                   help="cluster seconds per wall second (above 0, at most 100000)")
     _kubernetes_flags(s)
     s.set_defaults(func=cmd_up)
     s = sub.add_parser("config", help="validate or apply a contract")
@@ -684,7 +704,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="write to this file")
     s.set_defaults(func=cmd_rules)
     s = sub.add_parser("demo", help="the whole system on a simulated 64-GPU cluster")
-    s.add_argument("--time-scale", type=float, default=120.0)
+    s.add_argument("--time-scale", type=_time_scale, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.add_argument("--console", action="store_true", help="afterwards keep the stack and the web console running until Ctrl-C")
     s.add_argument("--port", type=int, default=8080, help="the console's port (with --console; 0: any free one)")
@@ -714,7 +734,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("telemetry", help="GPU telemetry in: scrape a dcgm-exporter endpoint onto gangway.telemetry")
     s.add_argument("action", choices=("scrape",))
     s.add_argument("url", help="the exporter's metrics URL, e.g. http://node:9400/metrics")
-    s.add_argument("--interval", type=float, default=30.0, help="seconds between scrapes")
+    s.add_argument("--interval", type=_positive_seconds, default=30.0, help="seconds between scrapes")
     s.add_argument("--once", action="store_true", help="scrape once and exit")
     s.set_defaults(func=cmd_telemetry)
     benchmarks_cli.add_parsers(sub)

@@ -243,3 +243,35 @@ def test_up_ends_in_one_line_naming_a_service_that_keeps_dying_and_its_log(tmp_p
     assert result.stderr.strip().splitlines()[-1] == (
         f"gangway: service accounting keeps dying (exit 1); see {state / 'logs' / 'accounting.log'}")
     assert "nosuchdb" in (state / "logs" / "accounting.log").read_text()
+
+
+#: Numbers no command can use: a usage error (exit 2) naming the option and what it must be, as
+#: `replay --workers 0` is, before anything starts (`up --time-scale 0` started a stack whose clock
+#: never moved; `telemetry --interval -1` was a ValueError traceback).
+BAD_NUMBERS = {
+    "up --time-scale 0": (["up", "--time-scale", "0"], "argument --time-scale: must be above 0 and at most 100000"),
+    "up --time-scale -5": (["up", "--time-scale", "-5"], "argument --time-scale: must be above 0"),
+    "up --time-scale nan": (["up", "--time-scale", "nan"], "argument --time-scale: must be above 0"),
+    "up --time-scale inf": (["up", "--time-scale", "inf"], "argument --time-scale: must be above 0 and at most"),
+    "up --bind-backoff -1": (["up", "--kubernetes", "--bind-backoff", "-1"],
+                             "argument --bind-backoff: must be from 0 to 31622400 seconds (366 days), not -1"),
+    "up --bind-backoff-max nan": (["up", "--kubernetes", "--bind-backoff-max", "nan"],
+                                  "argument --bind-backoff-max: must be from 0 to 31622400 seconds"),
+    "up --bind-backoff-limit -1": (["up", "--kubernetes", "--bind-backoff-limit", "-1"],
+                                   "argument --bind-backoff-limit: must be 0 or more, not -1"),
+    "demo --time-scale 0": (["demo", "--time-scale", "0"], "argument --time-scale: must be above 0"),
+    "telemetry --interval 0": (["telemetry", "scrape", "http://127.0.0.1:1/metrics", "--interval", "0"],
+                               "argument --interval: must be above 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_NUMBERS))
+def test_a_number_an_option_cannot_take_is_a_usage_error_before_anything_starts(case, tmp_path):
+    args, said = BAD_NUMBERS[case]
+    state = tmp_path / "state"
+    result = gangway(args, tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}", GANGWAY_STATE_DIR=str(state))
+    assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr, result.stderr
+    error = result.stderr.strip().splitlines()[-1]  # (after argparse's usage)
+    assert error.startswith(f"gangway {args[0]}: error: {said}") and error.endswith(f", not {args[-1]}"), error
+    assert not state.exists()
+
