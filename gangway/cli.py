@@ -279,6 +279,27 @@ _time_scale = _bounded(float, 0, 1e5, "must be above 0 and at most 100000 (clust
 _seconds = _bounded(float, 0, 366 * 86400, "must be from 0 to 31622400 seconds (366 days)")
 _positive_seconds = _bounded(float, 0, 366 * 86400, "must be above 0 and at most 31622400 seconds (366 days)",
                              above=True)
+_port = _bounded(int, 0, 65535, "must be a port from 1 to 65535 (0: any free one)")
+
+
+def _port_free(host: str, port: int) -> str:
+    """Why nothing can listen on ``host``:``port`` ('' when something can): in use, an address that is
+    not this machine's, a host name that does not resolve. Checked by binding, as the server will."""
+    import errno
+    import socket
+    if port == 0:
+        return ""
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                  flags=socket.AI_PASSIVE):
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as asyncio's servers bind)
+                sock.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"port {port} is in use: pick another with --port"
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return ""
 
 
 def cmd_replay(args) -> int:
@@ -601,12 +622,16 @@ def cmd_telemetry(args) -> int:
 
 def cmd_demo(args) -> int:
     from gangway.demo import run_demo
+    if args.console and (busy := _port_free("127.0.0.1", args.port)):  # (not after the whole demo)
+        return _fail(busy)
     return run_demo(console, time_scale=args.time_scale, out=args.out,
                     console_port=args.port if args.console else None)
 
 
 def cmd_console(args) -> int:
     from gangway.console.app import serve
+    if busy := _port_free(args.host, args.port):
+        return _fail(busy)
     bootstrap = _bootstrap()
     serve(bootstrap, host=args.host, port=args.port,
           announce=lambda url: console.print(f"gangway console at {url}  (metrics at {url}metrics; Ctrl-C stops it)"))
@@ -638,7 +663,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangway", description="GPU batch scheduling for shared Kubernetes clusters")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("broker", help="run a broker on loopback (the embedded one, or Apache Kafka) and create the topics")
-    s.add_argument("--port", type=int, default=0)
+    s.add_argument("--port", type=_port, default=0)
     s.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
                    help="apache: Apache Kafka from Maven Central (needs java, and mvn the first time)")
     s.set_defaults(func=cmd_broker)
@@ -707,10 +732,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-scale", type=_time_scale, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.add_argument("--console", action="store_true", help="afterwards keep the stack and the web console running until Ctrl-C")
-    s.add_argument("--port", type=int, default=8080, help="the console's port (with --console; 0: any free one)")
+    s.add_argument("--port", type=_port, default=8080, help="the console's port (with --console; 0: any free one)")
     s.set_defaults(func=cmd_demo)
     s = sub.add_parser("console", help="the web console and /metrics of the running stack (read-only)")
-    s.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
+    s.add_argument("--port", type=_port, default=8080, help="port to listen on (0: any free one)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     s.set_defaults(func=cmd_console)
     s = sub.add_parser("invoice", help="a billing period's invoices (as issued, or a draft while it runs)")

@@ -5,6 +5,7 @@ the long benchmarks run without their reference data. Each command runs as a use
 from __future__ import annotations
 
 import os
+import socket
 import socketserver
 import subprocess
 import sys
@@ -247,7 +248,7 @@ def test_up_ends_in_one_line_naming_a_service_that_keeps_dying_and_its_log(tmp_p
 
 #: Numbers no command can use: a usage error (exit 2) naming the option and what it must be, as
 #: `replay --workers 0` is, before anything starts (`up --time-scale 0` started a stack whose clock
-#: never moved; `telemetry --interval -1` was a ValueError traceback).
+#: never moved; `console --port 99999` was an OverflowError traceback).
 BAD_NUMBERS = {
     "up --time-scale 0": (["up", "--time-scale", "0"], "argument --time-scale: must be above 0 and at most 100000"),
     "up --time-scale -5": (["up", "--time-scale", "-5"], "argument --time-scale: must be above 0"),
@@ -260,6 +261,10 @@ BAD_NUMBERS = {
     "up --bind-backoff-limit -1": (["up", "--kubernetes", "--bind-backoff-limit", "-1"],
                                    "argument --bind-backoff-limit: must be 0 or more, not -1"),
     "demo --time-scale 0": (["demo", "--time-scale", "0"], "argument --time-scale: must be above 0"),
+    "console --port 99999": (["console", "--port", "99999"],
+                             "argument --port: must be a port from 1 to 65535 (0: any free one), not 99999"),
+    "console --port -1": (["console", "--port", "-1"], "argument --port: must be a port from 1 to 65535"),
+    "demo --console --port 70000": (["demo", "--console", "--port", "70000"], "argument --port: must be a port"),
     "telemetry --interval 0": (["telemetry", "scrape", "http://127.0.0.1:1/metrics", "--interval", "0"],
                                "argument --interval: must be above 0"),
 }
@@ -275,3 +280,15 @@ def test_a_number_an_option_cannot_take_is_a_usage_error_before_anything_starts(
     assert error.startswith(f"gangway {args[0]}: error: {said}") and error.endswith(f", not {args[-1]}"), error
     assert not state.exists()
 
+
+def test_the_console_on_a_port_in_use_or_an_address_not_here_says_so_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = gangway(["console", "--port", str(port)], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
+    assert_one_line_failure(result, f"gangway: port {port} is in use: pick another with --port")
+    assert result.returncode == 1
+    result = gangway(["console", "--host", "192.0.2.1", "--port", str(free_port())], tmp_path,
+                     GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")  # (TEST-NET-1: no machine's own address)
+    assert_one_line_failure(result, "gangway: cannot listen on 192.0.2.1:", "Cannot assign requested address")
