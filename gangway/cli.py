@@ -95,17 +95,19 @@ def _kubernetes(args) -> dict | None:
 def _load_contract(path: str):
     """The contract of a file, its warnings printed (what Kueue would act on and gangway will not,
     or a kind it does not know: a misspelt ClusterQueue is named, not left to look undefined);
-    every problem printed and exit 2 when it cannot be used."""
-    from gangway.contract.kueue import ConfigError, read_contract
+    every problem printed and exit 2 when it cannot be used (a file that is not UTF-8 is one such
+    problem). Every command that reads a contract file reads it here, as `config validate` does
+    (``read_contract_file``); each problem is one line, never wrapped."""
+    from gangway.contract.kueue import ConfigError, read_contract_file
     try:
-        contract, warnings = read_contract(Path(path).read_text(), path)
+        contract, warnings = read_contract_file(path)
     except ConfigError as exc:
         for problem in exc.problems:
-            console.print(f"[red]{problem}[/red]", highlight=False)
+            console.print(f"[red]{escape(str(problem))}[/red]", highlight=False, soft_wrap=True)
         warnings = exc.warnings
         contract = None
     for warning in warnings:
-        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+        console.print(f"[yellow]{escape(str(warning))}[/yellow]", highlight=False, soft_wrap=True)
     if contract is None:
         raise SystemExit(2)
     return contract
@@ -116,6 +118,9 @@ def cmd_up(args) -> int:
     if args.kubernetes and args.cluster:
         console.print("[red]--cluster (a simulated cluster) and --kubernetes (a real one) exclude each other[/red]")
         return 2
+    if args.cluster:  # the binder's file: one it cannot read stops `up` here, before anything starts (as dry-run)
+        from gangway.services.binder.cluster import read_cluster_file
+        read_cluster_file(args.cluster)
     with stack.Stack(cluster_file=args.cluster, kubernetes=_kubernetes(args), time_scale=args.time_scale) as running:
         if contract is not None:
             asyncio.run(stack.publish_config(running.bootstrap, contract, args.config, running.clock.now_ms()))
@@ -138,9 +143,9 @@ def cmd_config(args) -> int:
         from gangway.contract.kueue import check_file
         problems, warnings = check_file(args.file)
         for line in problems:
-            console.print(f"[red]{line}[/red]", highlight=False)
+            console.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
         for line in warnings:  # what Kueue would act on and gangway will not
-            console.print(f"[yellow]{line}[/yellow]", highlight=False)
+            console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{args.file}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
         return 1 if problems else 0
@@ -153,6 +158,8 @@ def cmd_config(args) -> int:
 
 #: How much cluster time `gangway dry-run` simulates by default.
 HORIZON_HOURS = 7 * 24
+#: And at most ten years: the run's dates must stay dates (10^10 hours ran past the year 9999: a traceback).
+HORIZON_HOURS_MAX = 10 * 8760
 
 #: How long `gangway submit` keeps sending what a restarting broker did not acknowledge.
 SUBMIT_RETRY_S = 60.0
@@ -168,7 +175,7 @@ def cmd_submit(args) -> int:
         jobs = load_jobs(data, filename, on_generated=lambda prefix, name: generated.__setitem__(name, prefix),
                          on_unread=unread.append, checked=True)
     except ManifestError as exc:
-        console.print(f"[red]{escape(str(exc))}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]", soft_wrap=True)
         return 2
     if not jobs:  # `[]`, `null`, an empty file: nothing to submit is not a success
         console.print(f"[red]{escape(filename)}: no jobs in it[/red]")
@@ -185,8 +192,8 @@ def cmd_submit(args) -> int:
 def cmd_dry_run(args) -> int:
     from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
-    if not math.isfinite(args.hours) or args.hours <= 0:
-        return _fail(f"--hours {args.hours:g}: a number of hours above 0")
+    if not math.isfinite(args.hours) or not 0 < args.hours <= HORIZON_HOURS_MAX:
+        return _fail(f"--hours {args.hours:g}: a number of hours above 0 and at most {HORIZON_HOURS_MAX} (ten years)")
     if not args.jobs and not args.later:
         return _fail("no jobs: name job files, or --later SECONDS FILE")
     later = []
@@ -250,11 +257,49 @@ async def _print_log(bootstrap: str, follow: bool, line) -> None:
         print(line(env, t0, watch.see(env)), flush=True)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
+def _bounded(kind: type, low: float, high: float, said: str = "", above: bool = False):
+    """An argparse type: a finite number of ``kind`` from ``low`` (``above``: over it) to ``high``.
+    Anything else is a usage error (exit 2) saying what it must be (``said``, or the bounds)."""
+    def parse(text: str):
+        value = kind(text)  # (not a number: argparse says "invalid float value: 'x'")
+        if not (math.isfinite(value) and (value > low if above else value >= low) and value <= high):
+            must = said or f"must be {'above' if above else 'from'} {low:g} {'and at most' if above else 'to'} {high:g}"
+            raise argparse.ArgumentTypeError(f"{must}, not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+_positive_int = _bounded(int, 1, sys.maxsize, "must be 1 or more")
+#: Cluster seconds per wall second: frozen (0) or backwards (below 0) nothing would ever be admitted;
+#: at most 100,000 (28 cluster hours a wall second), whose clock passes the year 9999 only after a month.
+_time_scale = _bounded(float, 0, 1e5, "must be above 0 and at most 100000 (cluster seconds per wall second)",
+                       above=True)
+#: A wait in seconds, 0 (or, positive, over 0) up to 366 days (the longest runtime a job may declare).
+_seconds = _bounded(float, 0, 366 * 86400, "must be from 0 to 31622400 seconds (366 days)")
+_positive_seconds = _bounded(float, 0, 366 * 86400, "must be above 0 and at most 31622400 seconds (366 days)",
+                             above=True)
+_port = _bounded(int, 0, 65535, "must be a port from 1 to 65535 (0: any free one)")
+
+
+def _port_free(host: str, port: int) -> str:
+    """Why nothing can listen on ``host``:``port`` ('' when something can): in use, an address that is
+    not this machine's, a host name that does not resolve. Checked by binding, as the server will."""
+    import errno
+    import socket
+    if port == 0:
+        return ""
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                  flags=socket.AI_PASSIVE):
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as asyncio's servers bind)
+                sock.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"port {port} is in use: pick another with --port"
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return ""
 
 
 def cmd_replay(args) -> int:
@@ -341,12 +386,9 @@ def cmd_explain(args) -> int:
 
 def cmd_rules(args) -> int:
     from gangway.read import rules
-    from gangway.contract import ConfigError, contract_digest, load_contract_file
+    from gangway.contract import contract_digest
     if args.config:
-        try:
-            contract = load_contract_file(args.config)
-        except (ConfigError, OSError) as exc:
-            raise SystemExit(f"gangway: {exc}")
+        contract = _load_contract(args.config)
         digest = contract_digest(contract)
     else:
         from gangway.events.fold import apply
@@ -580,12 +622,16 @@ def cmd_telemetry(args) -> int:
 
 def cmd_demo(args) -> int:
     from gangway.demo import run_demo
+    if args.console and (busy := _port_free("127.0.0.1", args.port)):  # (not after the whole demo)
+        return _fail(busy)
     return run_demo(console, time_scale=args.time_scale, out=args.out,
                     console_port=args.port if args.console else None)
 
 
 def cmd_console(args) -> int:
     from gangway.console.app import serve
+    if busy := _port_free(args.host, args.port):
+        return _fail(busy)
     bootstrap = _bootstrap()
     serve(bootstrap, host=args.host, port=args.port,
           announce=lambda url: console.print(f"gangway console at {url}  (metrics at {url}metrics; Ctrl-C stops it)"))
@@ -603,12 +649,12 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--kubeconfig", help="with --kubernetes: kubeconfig file (default $KUBECONFIG, ~/.kube/config; "
                                         "in a pod: its service account)")
     s.add_argument("--context", help="with --kubernetes: kubeconfig context (default: the current one)")
-    s.add_argument("--bind-backoff", type=float, metavar="SECONDS",
+    s.add_argument("--bind-backoff", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: a gang whose bind failed waits this long before admission tries it "
                         "again, doubling with each failed bind in a row (default 10)")
-    s.add_argument("--bind-backoff-max", type=float, metavar="SECONDS",
+    s.add_argument("--bind-backoff-max", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: the longest such wait (default 3600)")
-    s.add_argument("--bind-backoff-limit", type=int, metavar="N",
+    s.add_argument("--bind-backoff-limit", type=_bounded(int, 0, sys.maxsize, "must be 0 or more"), metavar="N",
                    help="with --kubernetes: after N failed binds in a row the workload is deactivated "
                         "(default 8; 0: never)")
 
@@ -617,7 +663,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangway", description="GPU batch scheduling for shared Kubernetes clusters")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("broker", help="run a broker on loopback (the embedded one, or Apache Kafka) and create the topics")
-    s.add_argument("--port", type=int, default=0)
+    s.add_argument("--port", type=_port, default=0)
     s.add_argument("--kafka", choices=("embedded", "apache"), default="embedded",
                    help="apache: Apache Kafka from Maven Central (needs java, and mvn the first time)")
     s.set_defaults(func=cmd_broker)
@@ -630,13 +676,14 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("service", help="run one service (what `up` starts)")
     s.add_argument("name", choices=stack.SERVICES)
     s.add_argument("--cluster", help="binder: cluster file of Kubernetes Node objects")
-    s.add_argument("--default-runtime", type=float, help="binder: seconds a job without a declared runtime runs")
+    s.add_argument("--default-runtime", type=_positive_seconds, help="binder: seconds a job without a declared runtime runs")
     _kubernetes_flags(s)
     s.set_defaults(func=cmd_service)
     s = sub.add_parser("up", help="broker (unless GANGWAY_KAFKA) and the six services")
     s.add_argument("--config", help="Kueue YAML contract to apply")
     s.add_argument("--cluster", help="cluster file of Kubernetes Node objects (simulated cluster)")
-    s.add_argument("--time-scale", type=float, default=1.0, help="cluster seconds per wall second")
+    s.add_argument("--time-scale", type=_time_scale, default=1.0,
+                   help="cluster seconds per wall second (above 0, at most 100000)")
     _kubernetes_flags(s)
     s.set_defaults(func=cmd_up)
     s = sub.add_parser("config", help="validate or apply a contract")
@@ -682,13 +729,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="write to this file")
     s.set_defaults(func=cmd_rules)
     s = sub.add_parser("demo", help="the whole system on a simulated 64-GPU cluster")
-    s.add_argument("--time-scale", type=float, default=120.0)
+    s.add_argument("--time-scale", type=_time_scale, default=120.0)
     s.add_argument("--out", default="out/demo-log.jsonl")
     s.add_argument("--console", action="store_true", help="afterwards keep the stack and the web console running until Ctrl-C")
-    s.add_argument("--port", type=int, default=8080, help="the console's port (with --console; 0: any free one)")
+    s.add_argument("--port", type=_port, default=8080, help="the console's port (with --console; 0: any free one)")
     s.set_defaults(func=cmd_demo)
     s = sub.add_parser("console", help="the web console and /metrics of the running stack (read-only)")
-    s.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
+    s.add_argument("--port", type=_port, default=8080, help="port to listen on (0: any free one)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     s.set_defaults(func=cmd_console)
     s = sub.add_parser("invoice", help="a billing period's invoices (as issued, or a draft while it runs)")
@@ -712,7 +759,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("telemetry", help="GPU telemetry in: scrape a dcgm-exporter endpoint onto gangway.telemetry")
     s.add_argument("action", choices=("scrape",))
     s.add_argument("url", help="the exporter's metrics URL, e.g. http://node:9400/metrics")
-    s.add_argument("--interval", type=float, default=30.0, help="seconds between scrapes")
+    s.add_argument("--interval", type=_positive_seconds, default=30.0, help="seconds between scrapes")
     s.add_argument("--once", action="store_true", help="scrape once and exit")
     s.set_defaults(func=cmd_telemetry)
     benchmarks_cli.add_parsers(sub)
@@ -728,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from gangway.adapters.archive import ArchiveBehind
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
+    from gangway.services.binder.cluster import ClusterFileError
     from gangway.services.runtime.shell import ServiceSettingError
     try:
         return args.func(args)
@@ -735,6 +783,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
     except (stack.NoBrokerError, stack.StackRunning, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
             KafkaConfigError, ServiceSettingError) as exc:
+        return _fail(str(exc))
+    except (ClusterFileError, stack.ServiceFailed) as exc:  # (a cluster file `up` or the binder cannot read)
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

@@ -51,6 +51,11 @@ class StackRunning(RuntimeError):
     """A `gangway up` already runs from this state directory (two would share its archive)."""
 
 
+class ServiceFailed(RuntimeError):
+    """A service of the stack kept dying (more often than RESTARTS_MAX) or was not ready in time: the
+    message names it and its log file."""
+
+
 def state_dir() -> Path:
     return Path(os.environ.get("GANGWAY_STATE_DIR", ".gangway"))
 
@@ -115,10 +120,10 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         from gangway.services.accounting.service import AccountingService
         return AccountingService(bootstrap, default_url(str(sdir)), sdir)
     if name == "binder":
-        from gangway.services.binder.cluster import load_nodes
+        from gangway.services.binder.cluster import read_cluster_file
         from gangway.services.binder.policy import DEFAULT_RUNTIME_MS
         from gangway.services.binder.service import SimulatedBinder
-        nodes = load_nodes(Path(cluster_file).read_text(), cluster_file) if cluster_file else None
+        nodes = read_cluster_file(cluster_file) if cluster_file else None
         return SimulatedBinder(bootstrap, nodes, sdir, default_runtime_ms=default_runtime_ms or DEFAULT_RUNTIME_MS)
     if name in ("admission", "placement", "preemption"):
         from gangway.services.runtime.shell import DecidingService
@@ -330,7 +335,8 @@ class Stack:
         deadline = time.monotonic() + timeout_s
         while missing := [n for n in names if not (state_dir() / f"{n}.ready").exists()]:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"not ready after {timeout_s} s: {', '.join(missing)}; see {state_dir() / 'logs'}")
+                raise ServiceFailed(f"not ready after {timeout_s:g} s: {', '.join(missing)}; see "
+                                  + ", ".join(str(state_dir() / "logs" / f"{n}.log") for n in missing))
             self.supervise_once()
             time.sleep(0.05)
 
@@ -366,7 +372,7 @@ class Stack:
                 continue
             count = self.restarts.get(name, 0)
             if count >= RESTARTS_MAX:
-                raise RuntimeError(f"service {name} keeps dying (exit {code}); see {state_dir() / 'logs' / (name + '.log')}")
+                raise ServiceFailed(f"service {name} keeps dying (exit {code}); see {state_dir() / 'logs' / (name + '.log')}")
             self.restarts[name] = count + 1
             log.warning("service %s exited with %s; restarting", name, code)
             self._spawn(name)

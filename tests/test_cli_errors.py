@@ -5,6 +5,7 @@ the long benchmarks run without their reference data. Each command runs as a use
 from __future__ import annotations
 
 import os
+import socket
 import socketserver
 import subprocess
 import sys
@@ -169,3 +170,125 @@ def test_submit_refuses_a_file_it_cannot_send_whole_with_its_reason_and_exit_2(c
         assert "Traceback" not in out and "cannot reach" not in out, out  # (refused before any broker)
         name = str(path) if stdin is None else "<stdin>"
         assert f"{name}: " in out and expected in out, out
+
+
+#: Every command that reads a contract file (each reads it through one reader), and its exit status
+#: for a contract it cannot use (`config validate` says 1, as for any invalid contract; the others 2).
+CONTRACT_COMMANDS = {
+    "config validate": (["config", "validate", "{f}"], 1),
+    "config apply": (["config", "apply", "{f}"], 2),
+    "rules --config": (["rules", "--config", "{f}"], 2),
+    "dry-run --config": (["dry-run", "--config", "{f}", "--cluster", str(DEMO / "cluster.yaml"),
+                          str(DEMO / "jobs-night.yaml")], 2),
+    "up --config": (["up", "--config", "{f}"], 2),
+}
+
+
+@pytest.mark.parametrize("command", list(CONTRACT_COMMANDS))
+def test_a_contract_file_that_is_not_utf8_is_one_line_the_same_for_every_command(command, tmp_path):
+    path = tmp_path / "contract.yaml"
+    path.write_bytes(b"# the contract\n\xff\xfe")
+    args, status = CONTRACT_COMMANDS[command]
+    result = gangway([a.replace("{f}", str(path)) for a in args], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}",
+                     GANGWAY_STATE_DIR=str(tmp_path / "state"))
+    out = result.stdout + result.stderr
+    assert result.returncode == status and "Traceback" not in out, out  # (refused before any broker or stack)
+    assert out.strip().splitlines() == [
+        f"{path}: not UTF-8 text: invalid start byte at line 2, byte 15 (b'\\xff'); save the file as UTF-8"], out
+
+
+NODE = ("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n"
+        "status: {{allocatable: {{cpu: '96', nvidia.com/gpu: '{gpus}'}}}}\n")
+#: Cluster files no command can use, and what `gangway dry-run` and `gangway up` say of each after "FILE: ".
+BAD_CLUSTER_FILES = {
+    "not UTF-8": (b"apiVersion: v1\n\xff", "not UTF-8 text: invalid start byte at line 2, byte 15 (b'\\xff'); "
+                                           "save the file as UTF-8"),
+    "not YAML": (b"items: [\n", "line 2: not YAML: did not find expected node content (column 1)"),
+    "a GPU count no node has": (NODE.format(name="n0", gpus="100000000000").encode(),
+                                "Node n0: status.allocatable.nvidia.com/gpu: '100000000000' GPUs on one node: at most "
+                                "1024 (the largest nodes have 16; gangway keeps each GPU's use apart)"),
+    "a node named twice": ((NODE.format(name="n0", gpus=8) + "---\n" + NODE.format(name="n0", gpus=8)).encode(),
+                           "node name n0 repeats: each Node must be named once"),
+    "no such file": (None, "No such file or directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CLUSTER_FILES))
+def test_a_cluster_file_that_cannot_be_read_stops_dry_run_and_up_in_the_same_one_line(case, tmp_path):
+    """`gangway up --cluster F` reads F before it starts anything (it started the stack, and the binder
+    crash-looped until `up` died with a traceback); a file that is not UTF-8 or names more GPUs than
+    any node has was a traceback in dry-run too (UnicodeDecodeError, MemoryError)."""
+    data, said = BAD_CLUSTER_FILES[case]
+    path = tmp_path / "nodes.yaml"
+    if data is not None:
+        path.write_bytes(data)
+    dry_run = gangway(["dry-run", "--config", str(DEMO / "contract.yaml"), "--cluster", str(path),
+                       str(DEMO / "jobs-night.yaml")], tmp_path)
+    line = assert_one_line_failure(dry_run, f"gangway: {path}: {said}")
+    assert dry_run.returncode == 1
+    state = tmp_path / "state"
+    up = gangway(["up", "--cluster", str(path)], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}",
+                 GANGWAY_STATE_DIR=str(state))
+    assert assert_one_line_failure(up) == line and up.returncode == 1
+    assert not state.exists()  # (nothing started: no broker asked, no service spawned)
+
+
+def test_up_ends_in_one_line_naming_a_service_that_keeps_dying_and_its_log(tmp_path):
+    """A service that dies at every start (here accounting, given a database URL it cannot use): `up`
+    restarts it, then stops the stack and says which service and where its log is (it ended in a
+    RuntimeError traceback)."""
+    state = tmp_path / "state"
+    result = gangway(["up"], tmp_path, GANGWAY_STATE_DIR=str(state), GANGWAY_DB="nosuchdb://x")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in out, out
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"gangway: service accounting keeps dying (exit 1); see {state / 'logs' / 'accounting.log'}")
+    assert "nosuchdb" in (state / "logs" / "accounting.log").read_text()
+
+
+#: Numbers no command can use: a usage error (exit 2) naming the option and what it must be, as
+#: `replay --workers 0` is, before anything starts (`up --time-scale 0` started a stack whose clock
+#: never moved; `console --port 99999` was an OverflowError traceback).
+BAD_NUMBERS = {
+    "up --time-scale 0": (["up", "--time-scale", "0"], "argument --time-scale: must be above 0 and at most 100000"),
+    "up --time-scale -5": (["up", "--time-scale", "-5"], "argument --time-scale: must be above 0"),
+    "up --time-scale nan": (["up", "--time-scale", "nan"], "argument --time-scale: must be above 0"),
+    "up --time-scale inf": (["up", "--time-scale", "inf"], "argument --time-scale: must be above 0 and at most"),
+    "up --bind-backoff -1": (["up", "--kubernetes", "--bind-backoff", "-1"],
+                             "argument --bind-backoff: must be from 0 to 31622400 seconds (366 days), not -1"),
+    "up --bind-backoff-max nan": (["up", "--kubernetes", "--bind-backoff-max", "nan"],
+                                  "argument --bind-backoff-max: must be from 0 to 31622400 seconds"),
+    "up --bind-backoff-limit -1": (["up", "--kubernetes", "--bind-backoff-limit", "-1"],
+                                   "argument --bind-backoff-limit: must be 0 or more, not -1"),
+    "demo --time-scale 0": (["demo", "--time-scale", "0"], "argument --time-scale: must be above 0"),
+    "console --port 99999": (["console", "--port", "99999"],
+                             "argument --port: must be a port from 1 to 65535 (0: any free one), not 99999"),
+    "console --port -1": (["console", "--port", "-1"], "argument --port: must be a port from 1 to 65535"),
+    "demo --console --port 70000": (["demo", "--console", "--port", "70000"], "argument --port: must be a port"),
+    "telemetry --interval 0": (["telemetry", "scrape", "http://127.0.0.1:1/metrics", "--interval", "0"],
+                               "argument --interval: must be above 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_NUMBERS))
+def test_a_number_an_option_cannot_take_is_a_usage_error_before_anything_starts(case, tmp_path):
+    args, said = BAD_NUMBERS[case]
+    state = tmp_path / "state"
+    result = gangway(args, tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}", GANGWAY_STATE_DIR=str(state))
+    assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr, result.stderr
+    error = result.stderr.strip().splitlines()[-1]  # (after argparse's usage)
+    assert error.startswith(f"gangway {args[0]}: error: {said}") and error.endswith(f", not {args[-1]}"), error
+    assert not state.exists()
+
+
+def test_the_console_on_a_port_in_use_or_an_address_not_here_says_so_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = gangway(["console", "--port", str(port)], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
+    assert_one_line_failure(result, f"gangway: port {port} is in use: pick another with --port")
+    assert result.returncode == 1
+    result = gangway(["console", "--host", "192.0.2.1", "--port", str(free_port())], tmp_path,
+                     GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")  # (TEST-NET-1: no machine's own address)
+    assert_one_line_failure(result, "gangway: cannot listen on 192.0.2.1:", "Cannot assign requested address")

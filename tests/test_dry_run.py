@@ -198,6 +198,7 @@ def test_a_preemptor_takes_the_flavor_it_preempted_in_not_the_first(tmp_path):
     (["jobs.yaml", "--later", "7201", "jobs.yaml"], "the time must be from 0 to the run's 7200 s"),
     (["jobs.yaml", "--hours", "nan"], "--hours nan: a number of hours above 0"),
     (["jobs.yaml", "--hours", "0"], "--hours 0: a number of hours above 0"),
+    (["jobs.yaml", "--hours", "1e10"], "--hours 1e+10: a number of hours above 0 and at most 87600 (ten years)"),
     ([], "no jobs: name job files, or --later SECONDS FILE"),
 ])
 def test_a_dry_run_refuses_a_time_it_cannot_use(tmp_path, args, said):

@@ -41,6 +41,29 @@ def test_a_node_object_that_cannot_be_read_says_why():
     assert ob.node_observed(negative).startswith("Node n1: status.allocatable.nvidia.com/gpu: '-2' is negative")
 
 
+def test_a_node_object_with_more_gpus_than_any_node_has_is_left_out_with_why(caplog):
+    """Each GPU is an entry of its own in the fold: a Node claiming 10^11 GPUs (a broken device plugin,
+    a hand-made object) is not observed, and the binder logs why, rather than reporting it and
+    building a list of 10^11 GPUs (a MemoryError, in every service that folds the log)."""
+    from gangway.events.state import State
+    from gangway.services.binder.kubernetes import KubernetesBinder, Step
+    huge, fine = node_obj(), node_obj()
+    huge["status"]["allocatable"]["nvidia.com/gpu"] = "100000000000"
+    fine["metadata"]["name"] = "n2"
+    assert ob.node_observed(huge) == ("Node n1: status.allocatable.nvidia.com/gpu: '100000000000' GPUs on one node: "
+                                      "at most 1024 (the largest nodes have 16; gangway keeps each GPU's use apart)")
+    huge["status"]["allocatable"]["nvidia.com/gpu"] = "1024"
+    assert ob.node_observed(huge).allocatable["nvidia.com/gpu"] == 1024_000
+    huge["status"]["allocatable"]["nvidia.com/gpu"] = "1025"
+    binder = KubernetesBinder(None, "test")  # (no API server: only its node pass, on objects it was given)
+    binder.reflectors["Node"].store.update({"n1": huge, "n2": fine})
+    out = Step()
+    binder._nodes(State(), out, 0)
+    assert [report.node for _, _, report in out.reports] == ["n2"]
+    assert "Node n1: status.allocatable.nvidia.com/gpu: '1025' GPUs on one node: at most 1024" in caplog.text
+    assert "left out" in caplog.text
+
+
 def pod(name: str, index: int, rtype: str | None = None) -> dict:
     labels = {"training.kubeflow.org/replica-type": rtype, "training.kubeflow.org/replica-index": str(index)} if rtype \
         else {}

@@ -282,6 +282,8 @@ def test_a_cluster_file_s_cordoned_or_not_ready_node_takes_nothing_new(spec, con
     ("'-2'", "status.allocatable.nvidia.com/gpu: '-2' is negative"),
     ("'1.5'", "status.allocatable.nvidia.com/gpu: '1.5' is not a whole number: GPUs must be a whole non-negative number"),
     ("500m", "status.allocatable.nvidia.com/gpu: '500m' is not a whole number"),
+    ("'100000000000'", "status.allocatable.nvidia.com/gpu: '100000000000' GPUs on one node: at most 1024 "
+                       "(the largest nodes have 16; gangway keeps each GPU's use apart)"),
 ])
 def test_a_cluster_file_refuses_gpu_counts_kubernetes_cannot_have(gpus, said):
     with pytest.raises(ClusterFileError, match=re.escape(f"nodes.yaml: Node n0: {said}")):

@@ -76,6 +76,7 @@ from gangway.events.contract import (
     toleration_of,
 )
 from gangway.events.quantity import QuantityError, parse_milli
+from gangway.events.text import NotUtf8, utf8_text
 
 _log = logging.getLogger(__name__)
 
@@ -228,15 +229,29 @@ def read_contract(text: str, filename: str = "<config>") -> tuple[Contract, list
 
 def load_contract(text: str, filename: str = "<config>") -> Contract:
     """Parse a multi-document Kueue YAML into a Contract; warnings go to the log."""
-    contract, warnings = read_contract(text, filename)
+    return _logged(*read_contract(text, filename))
+
+
+def _logged(contract: Contract, warnings: list[Problem]) -> Contract:
     for warning in warnings:
         _log.warning("%s", warning)
     return contract
 
 
+def read_contract_file(path: str | Path) -> tuple[Contract, list[Problem]]:
+    """Read and parse one contract file, as every command reading one does (see read_contract): a
+    file that is not UTF-8 is a ConfigError whose one problem says where (``text.NotUtf8``'s words,
+    as ``gangway submit`` says them). Raises OSError for a file that cannot be read."""
+    try:
+        text = utf8_text(Path(path).read_bytes())
+    except NotUtf8 as exc:
+        raise ConfigError([Problem(str(path), None, "", "", "", str(exc))]) from None
+    return read_contract(text, str(path))
+
+
 def load_contract_file(path: str | Path) -> Contract:
-    """Read and parse one contract file (see load_contract)."""
-    return load_contract(Path(path).read_text(encoding="utf-8"), str(path))
+    """Read and parse one contract file (see read_contract_file); warnings go to the log."""
+    return _logged(*read_contract_file(path))
 
 
 def contract_digest(contract: Contract) -> str:
@@ -247,11 +262,9 @@ def contract_digest(contract: Contract) -> str:
 def check_file(path: str | Path) -> tuple[list[str], list[str]]:
     """The error lines and the warning lines of one contract file (no errors: it is valid)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        _, warnings = read_contract_file(path)
+    except OSError as exc:
         return [f"{path}: cannot read: {exc}"], []
-    try:
-        _, warnings = read_contract(text, str(path))
     except ConfigError as exc:
         return [str(p) for p in exc.problems], [str(p) for p in exc.warnings]
     return [], [str(w) for w in warnings]

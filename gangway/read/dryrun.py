@@ -23,7 +23,7 @@ from gangway.events.catalogue import ClockTicked, Envelope, JobRejected
 from gangway.events.codec import format_time
 from gangway.events.contract import Contract
 from gangway.read.explain import pending_report, standing_lines
-from gangway.services.binder.cluster import load_nodes
+from gangway.services.binder.cluster import read_cluster_file
 from gangway.services.submission.manifests import ManifestError, iter_jobs
 from gangway.services.submission.policy import Invalid, check_record_size, queue_job, workload_id
 from gangway.sim import Simulation
@@ -60,7 +60,7 @@ def dry_run(contract: Contract, cluster: str, job_files: list[str], horizon_s: f
     for at_s, path in later:
         if not 0 <= at_s <= horizon_s:
             raise DryRunError(f"--later {at_s:g} {path}: the time must be from 0 to the run's {horizon_s:g} s")
-    nodes = load_nodes(Path(cluster).read_text(), cluster)
+    nodes = read_cluster_file(cluster)
     sim = Simulation(start_ms=int(time.time()) * 1000)  # (from now: dates and forecasts read as today's)
     run = DryRun(sim, sim.now_ms)
     sim.configure(contract)

@@ -11,10 +11,15 @@ tolerations. The Kubernetes binder reads the live Node objects through the same 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
+from gangway.events import gpus as gpu_slots
 from gangway.events.catalogue import NodeObserved, Taint
 from gangway.events.quantity import QuantityError, is_extended_resource, parse_milli
+from gangway.events.resources import GPU
+from gangway.events.text import NotUtf8, utf8_text
 from gangway.services.placement.topology import ISLANDS_LABEL, parse_islands
 
 
@@ -34,12 +39,26 @@ def _nodes_in(doc) -> list[dict]:
     return [doc]
 
 
+def read_cluster_file(path: str | Path) -> list[NodeObserved]:
+    """The nodes of a cluster file, read as every command reading one reads it (`gangway dry-run`,
+    `gangway up`, the simulated binder): ClusterFileError, one line, for a file that is not UTF-8
+    (``text.NotUtf8``'s words) or not Kubernetes Nodes; OSError for a file that cannot be read."""
+    try:
+        text = utf8_text(Path(path).read_bytes())
+    except NotUtf8 as exc:
+        raise ClusterFileError(f"{path}: {exc}") from None
+    return load_nodes(text, str(path))
+
+
 def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
     try:
         # libyaml's loader where PyYAML has it: a 2,500-node cluster file took the binder 2 s to read
         docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ClusterFileError(f"{filename}: not YAML: {exc}") from exc
+    except yaml.YAMLError as exc:  # (one line: where, and what)
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        column = f" (column {mark.column + 1})" if mark is not None else ""
+        raise ClusterFileError(f"{filename}: {where}not YAML: {getattr(exc, 'problem', None) or exc}{column}") from None
     nodes: list[NodeObserved] = []
     for doc in docs:
         for item in _nodes_in(doc):
@@ -96,8 +115,11 @@ def _node(item: dict, filename: str) -> NodeObserved:
         if is_extended_resource(str(resource)) and milli % 1000:
             # Kubernetes counts extended resources (GPUs…) in whole devices
             raise ClusterFileError(f"{field}: {quantity!r} is not a whole number: "
-                                   f"{'GPUs' if resource == 'nvidia.com/gpu' else resource} must be a whole "
+                                   f"{'GPUs' if resource == GPU else resource} must be a whole "
                                    "non-negative number")
+        if resource == GPU and milli > gpu_slots.MAX_PER_NODE * gpu_slots.WHOLE:
+            raise ClusterFileError(f"{field}: {quantity!r} GPUs on one node: at most {gpu_slots.MAX_PER_NODE} "
+                                   "(the largest nodes have 16; gangway keeps each GPU's use apart)")
         resources[str(resource)] = milli
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = meta.get("annotations") or {}

@@ -51,6 +51,7 @@ from gangway.events.catalogue import (
     TopologyRequest, toleration_of,
 )
 from gangway.events.quantity import QuantityError, format_milli, is_extended_resource, parse_milli
+from gangway.events.text import NotUtf8, utf8_text
 from gangway.services.submission.policy import Invalid, check_job, check_record_size
 
 GANGWAY_API = "gangway.io/v1alpha1"
@@ -189,19 +190,16 @@ def _jobs_or_errors(where: _Where, doc: Any) -> Iterator[JobSubmitted | Manifest
 
 def decode_text(data: bytes, filename: str) -> str:
     """A file's bytes as text: UTF-8 (as YAML and JSON are), else a ManifestError naming the
-    document, line and byte where it stops being UTF-8."""
+    document, line and byte where it stops being UTF-8 (``text.NotUtf8``'s words)."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        before = data[:exc.start].decode("utf-8")
-        lines = before.split("\n")
+        return utf8_text(data)
+    except NotUtf8 as exc:
+        lines = exc.before.split("\n")
         # the YAML document it is in: one more for each "---" after the first document's content
         separators = [i for i, line in enumerate(lines) if line.startswith("---")]
         content = [i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(("#", "%", "---"))]
         document = 1 + sum(1 for i in separators if content and content[0] < i)
-        bad = data[exc.start:exc.start + 1]
-        raise ManifestError(filename, document, "", "", "", f"not UTF-8 text: {exc.reason} at line {len(lines)}, "
-                            f"byte {exc.start} ({bad!r}); save the file as UTF-8", reason="not_utf8") from None
+        raise ManifestError(filename, document, "", "", "", str(exc), reason="not_utf8") from None
 
 
 def _check_submittable(where: _Where, job: JobSubmitted) -> None:
