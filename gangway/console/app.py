@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from gangway.adapters.kafka import BrokerUnreachable
 from gangway.adapters.progress import CommittedOffsets, follow_log
 from gangway.console import model
 from gangway.console.metrics import GangwayCollector
@@ -71,6 +72,10 @@ class Console:
                     self.caught_up = True
         except asyncio.CancelledError:
             raise
+        except BrokerUnreachable as exc:  # (said in one line: no traceback for what the user can put right)
+            self.error = f"following the log failed: {exc}"
+            self.caught_up = False
+            log.error("console: %s", self.error)
         except Exception as exc:  # reported by /healthz and /readyz; the process stays up to say so
             self.error = f"following the log failed at offset {self.folded.state.offset + 1}: {exc!r}"
             self.caught_up = False  # (what it shows stopped there: not ready, and /api/view says so)
