@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -82,6 +83,8 @@ class Evicting:
     told: bool = False
     retry_at: dict[str, float] = field(default_factory=dict)
     backoff: dict[str, float] = field(default_factory=dict)
+    #: Pods deleted with no grace left (once each).
+    killed: set[str] = field(default_factory=set)
 
 
 class KubernetesBinder:
@@ -274,6 +277,11 @@ class KubernetesBinder:
             if obj is None or ob.meta(obj).get("deletionTimestamp"):
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
                     workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) deleted")))
+                continue
+            ended = ob.finished(obj) if wl.phase in ("pending", "admitted") else None
+            if ended is not None:  # it ended outside gangway (failed or completed while it waited): out of its queue
+                out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
+                    workload=name, reason=f"{ended[2]} while gangway held it {wl.phase}")))
 
     # --- placements: the gang, all or nothing ------------------------------------------------------------
 
@@ -475,6 +483,10 @@ class KubernetesBinder:
         now = time.monotonic()
         ev = self.evicting.setdefault((name, attempt), Evicting(deadline=now + order.grace_ms / 1000))
         if not ev.told:
+            # Suspended first, as Kueue does: the Job controller then takes its pods away without
+            # counting them as failed (evicting the pods of a running Job counted each against its
+            # backoffLimit and had replacements made during the grace period).
+            await self._suspend(obj, "")
             lost = f"; work lost {order.work_lost_ms / 1000:.0f} s" if order.work_lost_ms else ""
             by = order.ordered_by()
             await self.tell(obj, "Warning", "Drained" if order.reason_code == C.QUEUE_DRAINED else "Preempted",
@@ -491,17 +503,23 @@ class KubernetesBinder:
                 workload=name, attempt=attempt, preemptor=order.preemptor,
                 reason=f"{order.ordered_by()}: {order.reason or 'eviction ordered'}; pods gone")))
             return
-        await asyncio.gather(*(self._evict_pod(p, ev, now) for p in on_nodes if not ob.meta(p).get("deletionTimestamp")))
+        await asyncio.gather(*(self._evict_pod(p, ev, now) for p in on_nodes))
 
     async def _evict_pod(self, pod: dict, ev: Evicting, now: float) -> None:
         m = ob.meta(pod)
         pname, ns = m["name"], m.get("namespace")
         if now < ev.retry_at.get(pname, 0):
             return
-        if now >= ev.deadline:  # the grace period is over: PodDisruptionBudgets no longer hold it
-            await self.kube.delete(api.PODS, pname, ns, uid=m.get("uid"))
+        if now >= ev.deadline:  # the grace period is over: PodDisruptionBudgets no longer hold it, nor its own grace
+            if pname not in ev.killed:
+                ev.killed.add(pname)
+                await self.kube.delete(api.PODS, pname, ns, grace_seconds=0, uid=m.get("uid"))
             return
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pname, "namespace": ns}}
+        if m.get("deletionTimestamp"):  # leaving already (the Job controller, once suspended): the deadline ends it
+            return
+        # The contract's grace period, not the pod's own terminationGracePeriodSeconds.
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pname, "namespace": ns},
+                "deleteOptions": {"gracePeriodSeconds": max(0, math.ceil(ev.deadline - now))}}
         try:
             await self.kube.create(api.PODS, body, ns, sub="eviction", name=pname)
         except ApiError as exc:

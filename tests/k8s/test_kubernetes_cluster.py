@@ -37,6 +37,10 @@ async def test_a_pdb_refuses_the_eviction_until_the_grace_period_ends_then_the_p
         log.append("evict/test", ev.EvictionOrdered(workload="team/guarded", preemptor="team/urgent",
                                                     based_on=log.state.offset, grace_ms=grace_ms, reason="test order"))
         ordered = time.monotonic()
+        await log.turn(binder)
+        # Suspended before its pods leave (as Kueue): the Job controller does not count them as failed.
+        assert (await kube.get(api.JOBS, "guarded", "team"))["spec"]["suspend"] is True
+        assert len([p for p in await pods_of(kube, "guarded") if p["spec"].get("nodeName")]) == 2  # (the budget)
         await run_until(log, [binder], lambda: wl.phase == "pending", what="the eviction done")
         took = time.monotonic() - ordered
         [evicted] = log.of_type(ev.WorkloadEvicted)
@@ -236,3 +240,22 @@ async def test_what_reconciling_finds_is_fixed_and_written_onto_the_log(kube, ma
         await log.turn(binder)
     assert len(log.of_type(ev.ClusterReconciled)) == 2
     assert binder.found[-1] == found.reason
+
+
+async def test_a_job_that_fails_while_it_waits_leaves_its_queue(kube, make_binder):
+    """A Job that ended (here: failed) while gangway held it pending was admitted, resumed and rolled
+    back again and again (a stranger's report with a real Job controller): it is withdrawn."""
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("too-big", pods=64, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/too-big" in wl, what="queued")
+        assert wl["team/too-big"].phase == "pending"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        cond = {"status": "True", "reason": "DeadlineExceeded", "message": "too late", "lastTransitionTime": now,
+                "lastProbeTime": now}
+        await kube.patch(api.JOBS, "too-big", {"status": {"startTime": now, "conditions": [
+            {"type": "FailureTarget", **cond}, {"type": "Failed", **cond}]}}, "team", sub="status")
+        await run_until(log, [binder], lambda: wl["team/too-big"].phase == "finished", what="the withdrawal")
+        [w] = log.of_type(ev.WorkloadWithdrawn)
+        assert w.reason == "Job Failed (DeadlineExceeded: too late) while gangway held it pending"
