@@ -539,9 +539,11 @@ class KubernetesBinder:
         for uid, obj in by_uid.items():
             m = ob.meta(obj)
             workload = (m.get("annotations") or {}).get(ob.WORKLOAD_ANNOTATION)
-            if not workload or ob.finished(obj) is not None or m.get("deletionTimestamp"):
-                continue
             wl = uid_wl.get(uid)
+            # (an object never resumed by gangway carries no workload annotation, but one of a workload
+            # on the log is gangway's all the same: resumed by hand while it waits, it is suspended again)
+            if (not workload and wl is None) or ob.finished(obj) is not None or m.get("deletionTimestamp"):
+                continue
             in_force = wl is not None and wl.phase in HOLDS_NODES and \
                 (m.get("annotations") or {}).get(ob.ATTEMPT_ANNOTATION) == str(wl.attempt)
             its = pods.get((ob.kind_of(obj), m.get("namespace"), m.get("name")), [])

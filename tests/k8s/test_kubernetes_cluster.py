@@ -259,3 +259,19 @@ async def test_a_job_that_fails_while_it_waits_leaves_its_queue(kube, make_binde
         await run_until(log, [binder], lambda: wl["team/too-big"].phase == "finished", what="the withdrawal")
         [w] = log.of_type(ev.WorkloadWithdrawn)
         assert w.reason == "Job Failed (DeadlineExceeded: too late) while gangway held it pending"
+
+
+async def test_a_waiting_job_resumed_by_hand_is_suspended_again(kube, make_binder):
+    """kubectl patch spec.suspend=false on a Job gangway held pending left it resumed, its pods made
+    without the scheduling gate (a stranger's report): the reconcile suspends it again."""
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("sneaky", pods=64, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/sneaky" in wl, what="queued")
+        await kube.patch(api.JOBS, "sneaky", {"spec": {"suspend": False}}, "team")
+        await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the resumed Job found")
+        [found] = log.of_type(ev.ClusterReconciled)
+        assert (found.reason_code, found.name, found.workload) == (C.RESUMED_WITHOUT_PLACEMENT, "sneaky", "team/sneaky")
+        assert (await kube.get(api.JOBS, "sneaky", "team"))["spec"]["suspend"] is True
+        assert wl["team/sneaky"].phase == "pending"
