@@ -334,3 +334,13 @@ def test_explain_says_when_a_node_leaving_the_cluster_sends_the_workload_back_to
     gone = next(i for i, line in enumerate(lines) if "left the cluster" in line)
     assert lines[gone].endswith(f"evicted (attempt 1): node {where} left the cluster under it; back in its queue")
     assert "admitted" in lines[gone + 1] and lines[gone - 1].endswith("running (attempt 1)")
+
+
+def test_a_withdrawal_is_said_with_its_reason_in_the_log_and_explain():
+    """`gangway log` printed 'WorkloadWithdrawn WorkloadWithdrawn' and explain left it out (a stranger's report)."""
+    from gangway.events import catalogue as ev
+    from gangway.read.describe import describe
+    env = ev.Envelope(id="withdrawn/team/x/1", source="gangway/binder", time_ms=0, offset=3,
+                      data=ev.WorkloadWithdrawn(workload="team/x", reason="Job team/x (uid 1) deleted"))
+    assert describe(env) == "team/x withdrawn: Job team/x (uid 1) deleted"
+    assert describe(env, about="team/x") == "withdrawn: Job team/x (uid 1) deleted"

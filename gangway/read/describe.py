@@ -70,6 +70,8 @@ def _own(d, superseded: str | None, islands: bool = True) -> str:
         return f"flagged idle{' (superseded: ' + superseded + ')' if superseded else ''}: {idle_reason(d)}"
     if isinstance(d, ev.CheckpointSaved):
         return "checkpoint saved" + (f" at step {d.step}" if d.step is not None else "")
+    if isinstance(d, ev.WorkloadWithdrawn):
+        return "withdrawn" + (f": {d.reason}" if d.reason else "")
     return ""
 
 

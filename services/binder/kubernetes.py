@@ -400,14 +400,13 @@ class KubernetesBinder:
         """The gang did not bind whole: delete its pods, suspend the object, requeue the workload."""
         removed = await self._delete_pods(pods, grace=0)
         await self._suspend(obj, "")
-        said = (f"gang not bound: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again; "
-                f"back in its queue")
+        said = f"gang not bound: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
         report = bind_failed(wl, now_ms, said, self.backoff)
         if report.reason_code == C.BIND_FAILURES_EXCEEDED:
             await self.tell(obj, "Warning", "Deactivated", f"Deactivated by gangway: {report.reason}; delete and "
                             f"create the {ob.kind_of(obj)} again to retry", status="False")
         else:
-            await self.tell(obj, "Warning", "GangRolledBack", f"{said}; {Reason(report.reason_code, report.reason_params).message}",
+            await self.tell(obj, "Warning", "GangRolledBack", f"{said}; back in its queue; {Reason(report.reason_code, report.reason_params).message}",
                             status="False")
         self.gangs.pop((wl.spec.workload, wl.attempt), None)
         out.reports.append((f"rolled-back/{wl.spec.workload}/{wl.attempt}", now_ms, report))
@@ -468,8 +467,8 @@ class KubernetesBinder:
         removed = await self._delete_pods([p for p in pods if not ob.meta(p).get("deletionTimestamp")], grace=None)
         await self._suspend(obj, "")
         action = f"{removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
-        said = f"{why}; {action}; back in its queue"
-        await self.tell(obj, "Warning", "PodLost", said, status="False")
+        said = f"{why}; {action}"
+        await self.tell(obj, "Warning", "PodLost", f"{said}; back in its queue", status="False")
         found = reason(C.PODS_VANISHED, kind=ob.kind_of(obj), object=_name(obj), pods=gone, workload=wl.spec.workload)
         self._found(out, now_ms, obj, found, wl, pods=failed, nodes=sorted({a.node for a in wl.placement.assignments}),
                     action=action + "; the workload requeued")
