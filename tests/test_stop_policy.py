@@ -20,6 +20,17 @@ from gangway.sim import Simulation
 from test_contract_stories import FOUR_TEAMS, four_team_jobs, submit
 
 TEXT = FOUR_TEAMS.read_text()
+#: A second LocalQueue of team-a, to add to the four-teams contract.
+URGENT = """
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: urgent
+  namespace: team-a
+spec:
+  clusterQueue: team-a
+"""
 
 
 def stopped(kind: str, name: str, policy: str, namespace: str = "") -> str:
@@ -123,16 +134,7 @@ def test_hold_and_drain_orders_out_what_the_queue_admitted_and_lends_the_room():
 
 
 def test_a_stopped_local_queue_holds_only_its_own_workloads():
-    text = TEXT + """
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata:
-  name: urgent
-  namespace: team-a
-spec:
-  clusterQueue: team-a
-"""
+    text = TEXT + URGENT
     sim = started(4)
     sim.configure(contract(text))
     submit(sim, four_team_jobs("a", 2))
@@ -178,16 +180,7 @@ def test_gangway_rules_says_which_queues_are_stopped_and_what_that_does():
 def test_a_local_queue_removed_from_the_contract_admits_nothing_until_it_is_back():
     """Kueue leaves a workload whose LocalQueue is gone inadmissible; gangway admitted it (an
     operator's report)."""
-    extra = """
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata:
-  name: urgent
-  namespace: team-a
-spec:
-  clusterQueue: team-a
-"""
+    extra = URGENT
     sim = started(4)
     sim.configure(contract(TEXT + extra))
     submit(sim, four_team_jobs("a", 1).replace("queue: default", "queue: urgent"))
