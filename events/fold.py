@@ -289,7 +289,7 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
     idx = index_of(state.contract)
     if e.cluster_queue not in idx.tree.queues:
         return reason(C.UNKNOWN_CLUSTER_QUEUE, cluster_queue=e.cluster_queue)
-    stop = idx.stop_of(wl.spec) if idx.stopped or idx.stopped_local else None
+    stop = idx.stop_of(wl.spec)
     if stop is not None:  # (stopped after the admission was decided: what the log says first holds)
         return reason(C.QUEUE_STOPPED, queue_kind=stop[0], queue=stop[1], policy=stop[2])
     why = _flavors_invalid(idx, e)

@@ -86,11 +86,13 @@ class ContractIndex:
         """What stops a workload's queue, as (kind, queue, stopPolicy): its ClusterQueue's or its
         LocalQueue's stopPolicy, HoldAndDrain before Hold (the ClusterQueue's first when equal);
         None when neither is stopped. ``spec``: a ``WorkloadSpec``."""
+        if not self.stopped and not self.stopped_local:
+            return None
         found = []
         policy = self.stopped.get(spec.cluster_queue)
         if policy is not None:
             found.append((policy != "HoldAndDrain", "ClusterQueue", spec.cluster_queue, policy))
-        policy = self.stopped_local.get((spec.namespace, spec.queue)) if self.stopped_local else None
+        policy = self.stopped_local.get((spec.namespace, spec.queue))
         if policy is not None:
             found.append((policy != "HoldAndDrain", "LocalQueue", f"{spec.namespace}/{spec.queue}", policy))
         return min(found)[1:] if found else None

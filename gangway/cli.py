@@ -781,10 +781,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
-    except (stack.NoBrokerError, stack.StackRunning, stack.ContractNotRelayed, ArchiveBehind, LogFileError, ReferenceDataMissing,
-            KafkaConfigError, ServiceSettingError) as exc:
-        return _fail(str(exc))
-    except (ClusterFileError, stack.ServiceFailed) as exc:  # (a cluster file `up` or the binder cannot read)
+    except (stack.NoBrokerError, stack.StackRunning, stack.ServiceFailed, stack.ContractNotRelayed, ArchiveBehind,
+            LogFileError, ReferenceDataMissing, KafkaConfigError, ServiceSettingError, ClusterFileError) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

@@ -88,7 +88,8 @@ def declares_islands(nodes) -> bool:
 
 class IslandWatch:
     """Which nodes declare NVLink islands, for a reader going through the log event by event:
-    ``see(env)`` takes each event in log order and says whether some node declares them now."""
+    ``see(env)`` takes each event in log order and says whether some node declares them now — as
+    ``declares_islands`` of the folded state's nodes says (a node taking nothing new is not one)."""
 
     def __init__(self):
         self.nodes: set[str] = set()
@@ -96,7 +97,7 @@ class IslandWatch:
     def see(self, env: ev.Envelope) -> bool:
         d = env.data
         if isinstance(d, ev.NodeObserved):
-            (self.nodes.add if d.islands else self.nodes.discard)(d.node)
+            (self.nodes.add if d.islands and not d.unavailable else self.nodes.discard)(d.node)
         elif isinstance(d, ev.NodeRemoved):
             self.nodes.discard(d.node)
         return bool(self.nodes)

@@ -19,7 +19,7 @@ from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
 from gangway.events.state import HOLDS_NODES, State
-from gangway.read.describe import declares_islands, describe, idle_reason
+from gangway.read.describe import IslandWatch, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
 from gangway.sim import Simulation
@@ -45,8 +45,7 @@ def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
     The cycle's own reason stands, except that a workload which would fit on its own is waiting
     behind others: the gang holding a reservation, or workloads ahead of it in the queue."""
     why = outcome.reason or reason(C.NO_PLACEMENT)
-    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, C.QUEUE_STOPPED, *NEVER_PLACEABLE_CODES,
-                    *CONFIG_CODES):
+    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, *NEVER_PLACEABLE_CODES, *CONFIG_CODES):
         return why
     if fits_alone:
         if snap.reservation:
@@ -133,11 +132,13 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
     state = State()
     lines: list[str] = []
     name = _resolve(envs, workload)
+    watch = IslandWatch()
     for env in envs:
         before = state.superseded
         was = state.workloads.get(name)
         held = was is not None and was.phase in HOLDS_NODES
         apply(state, env)
+        islands = watch.see(env)
         wl = state.workloads.get(name)
         superseded = None
         if state.superseded > before and wl is not None and wl.superseded is not None:
@@ -147,7 +148,7 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
             lines.append(f"[{env.offset}] evicted (attempt {wl.attempt}): node {env.data.node} left the cluster "
                          "under it; back in its queue")
             continue
-        line = describe(env, about=name, superseded=superseded, islands=declares_islands(state.nodes.values()))
+        line = describe(env, about=name, superseded=superseded, islands=islands)
         if line:
             lines.append(f"[{env.offset}] {line}")
     if not lines:

@@ -149,14 +149,13 @@ def _flavor_words(fq: FlavorQuotas, cohort: str | None, reclaim: str = "Any") ->
 
 
 def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[str]:
-    lines = []
-    teams = sorted(f"{lq.namespace}/{lq.name}" for lq in contract.local_queues if lq.cluster_queue == cq.name)
-    lines.extend(_stop_words("It", cq.stop_policy))
+    lines = _stop_words("It", cq.stop_policy)
+    mine = sorted((lq for lq in contract.local_queues if lq.cluster_queue == cq.name), key=lambda lq: (lq.namespace, lq.name))
+    teams = [f"{lq.namespace}/{lq.name}" for lq in mine]
     if teams:
         lines.append(f"Jobs arrive through LocalQueue{'s' if len(teams) > 1 else ''} {', '.join(teams)}.")
-    for lq in sorted(contract.local_queues, key=lambda lq: (lq.namespace, lq.name)):
-        if lq.cluster_queue == cq.name:
-            lines.extend(_stop_words(f"LocalQueue {lq.namespace}/{lq.name}", lq.stop_policy))
+    for lq, team in zip(mine, teams):
+        lines.extend(_stop_words(f"LocalQueue {team}", lq.stop_policy))
     lines.extend(_namespace_words(contract, cq, teams))
     lines.extend(_flavor_words(fq, cq.cohort, cq.preemption.reclaim_within_cohort) for fq in cq.flavors)
     if len(cq.flavors) > 1:

@@ -243,7 +243,7 @@ class Snapshot:
         nodes could take it is one it does not fit now.)"""
         groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
         first: Reason | None = None
-        anywhere: set[str] | None = set()  # the nodes some assignment may use (None: every node)
+        tried: list[frozenset[str] | None] = []  # each assignment's nodes (None: every node)
         for combo in _product(groups):
             flavors = {r: fq.flavor for fq in combo for r in fq.resources}
             nodes = self.flavor_nodes(flavors)
@@ -252,8 +252,9 @@ class Snapshot:
                 _, _, misfit = self.view.fit(cq, by_flavor(request, flavors))
                 return misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq, flavors=", ".join(sorted(set(flavors.values()))))
             first = first or never
-            anywhere = None if anywhere is None or nodes is None else anywhere | nodes
+            tried.append(nodes)
         if first is not None and first.code == C.NO_MATCHING_NODES:  # nodes of a flavor the queue lacks may match
+            anywhere = None if None in tried else frozenset().union(*tried)
             listed = list(dict.fromkeys(fq.flavor for group in groups for fq in group))
             every = frozenset(self.state.nodes)
             others = {f: self.idx.flavor_nodes(f, self.state) or every for f in self.idx.flavors if f not in listed}

@@ -90,14 +90,13 @@ def drained(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
     (``ClusterQueue/<name>``, ``LocalQueue/<namespace>/<name>``: no workload is named so)."""
     if not idx.drains:
         return
-    for name in sorted(state.active):
+    drained = []
+    for name in state.active:
         wl = state.workloads[name]
-        if wl.phase not in ORDER_OUT_FROM or wl.eviction is not None:
-            continue
-        stop = idx.stop_of(wl.spec)
-        if stop is None or stop[2] != "HoldAndDrain":
-            continue
-        kind, queue, _ = stop
+        stop = idx.stop_of(wl.spec) if wl.phase in ORDER_OUT_FROM and wl.eviction is None else None
+        if stop is not None and stop[2] == "HoldAndDrain":
+            drained.append((name, wl, stop))
+    for name, wl, (kind, queue, _) in sorted(drained, key=lambda found: found[0]):
         yield EvictionOrdered(
             workload=name, preemptor=f"{kind}/{queue}", based_on=state.offset,
             grace_ms=idx.grace_ms(wl.spec.priority_class), work_lost_ms=work_lost_ms(wl, state.time_ms),
