@@ -46,3 +46,12 @@ def test_the_lock_is_released_when_its_holder_dies(tmp_path):
         holder.kill()
         holder.wait()
     stack._lock(tmp_path / stack.LOCK_FILE).close()
+
+
+def test_ports_asked_for_together_are_distinct():
+    """Two listeners of one Apache Kafka broker were given the same port (each asked for alone, the
+    first's socket closed before the second was bound): a broker that never started in CI."""
+    from gangway.adapters.broker import free_ports
+    for _ in range(50):
+        ports = free_ports(3)
+        assert len(set(ports)) == 3 and all(0 < p < 65536 for p in ports)

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gangway.adapters.broker import BrokerError, _wait_for_port, free_port
+from gangway.adapters.broker import BrokerError, _wait_for_port, free_ports
 from gangway.adapters.processes import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,10 +201,11 @@ class ApacheKafka:
             self._tmp = tempfile.TemporaryDirectory(prefix="gangway-kafka-")
             self.data_dir = self._tmp.name
         data = Path(self.data_dir)
-        self.port = self.port or free_port()
-        self.controller_port = self.controller_port or free_port()
+        port, controller_port, ssl_port = free_ports(3)
+        self.port = self.port or port
+        self.controller_port = self.controller_port or controller_port
         if self.tls:
-            self.ssl_port = self.ssl_port or free_port()
+            self.ssl_port = self.ssl_port or ssl_port
         (data / "server.properties").write_text(self.properties(str(data / "logs")))
         (data / "log4j2.properties").write_text(
             "status = warn\nappender.out.type = Console\nappender.out.name = out\n"

@@ -6,6 +6,7 @@ names an outside Kafka instead, and then nothing is started here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -21,9 +22,18 @@ class BrokerError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports: each socket is held until all are bound (ports asked
+    for one after another can repeat once the first socket is closed: two listeners of one broker
+    were given the same port)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def _wait_for_port(port: int, proc: processes.Process, timeout_s: float) -> None:
