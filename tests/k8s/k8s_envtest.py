@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -23,6 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+
+from gangway.adapters.broker import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "gangway-test-admin-token"
@@ -48,12 +49,6 @@ def missing() -> str:
     return ""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def kubeconfig(server: str, token: str, user: str = "admin") -> dict:
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": user,
@@ -73,7 +68,7 @@ class ControlPlane:
 
     def start(self, timeout_s: float = 60.0) -> "ControlPlane":
         d = self.dir
-        etcd_client, etcd_peer, api_port = free_port(), free_port(), free_port()
+        etcd_client, etcd_peer, api_port = free_ports(3)
         subprocess.run(["openssl", "genrsa", "-out", str(d / "sa.key"), "2048"], check=True, capture_output=True)
         subprocess.run(["openssl", "rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub")],
                        check=True, capture_output=True)
