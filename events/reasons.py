@@ -59,6 +59,7 @@ class ReasonCode(enum.StrEnum):
     NO_MATCHING_NODES = "no_matching_nodes"
     RESERVATION_HELD = "reservation_held"
     RESERVED_FOR_ANOTHER_GANG = "reserved_for_another_gang"
+    QUOTA_HELD_FOR_ANOTHER = "quota_held_for_another"
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
     STRICT_FIFO = "strict_fifo"
     WAITING_FOR_VICTIMS = "waiting_for_victims"
@@ -130,6 +131,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NO_MATCHING_NODES: "no node can ever take pod set {pod_set}: {missing}",
     C.RESERVATION_HELD: "no placement for the whole gang on free capacity",
     C.RESERVED_FOR_ANOTHER_GANG: "the room it needs is reserved for {gang}, expected to start at {start}",
+    C.QUOTA_HELD_FOR_ANOTHER: ("fits its quota now, but that quota is held for {gang} of {cluster_queue}, expected "
+                               "to start at {start}, and it would still be running then"),
     C.BEHIND_HIGHER_PRIORITY: "fits on its own, but workloads ahead of it (higher priority or older) take the room first",
     C.STRICT_FIFO: "StrictFIFO: behind the head of {cluster_queue}",
     C.WAITING_FOR_VICTIMS: "waiting for {victims} preempted workload(s) to exit",
@@ -169,6 +172,7 @@ CLAUSES: dict[str, str] = {
     "chosen_flavor": "; flavor {chosen_flavor}",
     "of_flavor": " of flavor {of_flavor}",
     "reserved_start": "; nodes reserved for it, free by {reserved_start} if the work on them ends as declared",
+    "held_start": "; quota held for it, free by {held_start} if the admitted work ends as declared",
     "domains": " ({domains})",
     "idle_first": "; {idle_first}",
     "workload_phase": " (workload {workload_phase})",
@@ -187,6 +191,8 @@ DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
 #: Codes of what reconciling found (``ClusterReconciled``), and of a failed bind's requeue (``WorkloadEvicted``).
 RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, C.PODS_VANISHED)
 BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
+#: Quota stands in the way of a workload, for now (the admission cycle keeps quota for the first one).
+QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LENT_OUT, C.COHORT_EXHAUSTED)
 #: A workload no node of the cluster can ever take (until nodes it may use join): never waited for.
 NEVER_PLACEABLE_CODES = (C.TOPOLOGY_UNSATISFIABLE, C.NO_MATCHING_NODES)
 #: The contract itself stands in the way: no queue, or no quota for what is asked, or never enough.

@@ -45,7 +45,8 @@ def classify(outcome: Outcome, snap: Snapshot, fits_alone: bool) -> Reason:
     The cycle's own reason stands, except that a workload which would fit on its own is waiting
     behind others: the gang holding a reservation, or workloads ahead of it in the queue."""
     why = outcome.reason or reason(C.NO_PLACEMENT)
-    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, *NEVER_PLACEABLE_CODES, *CONFIG_CODES):
+    if why.code in (C.STRICT_FIFO, C.WAITING_FOR_VICTIMS, C.RESERVATION_HELD, C.QUOTA_HELD_FOR_ANOTHER,
+                    *NEVER_PLACEABLE_CODES, *CONFIG_CODES):
         return why
     if fits_alone:
         if snap.reservation:

@@ -14,7 +14,8 @@ A scheduling cycle, in Kueue's words but without its one-admission-per-queue lim
 5. under StrictFIFO a head that does not fit blocks its queue; under BestEffortFIFO the next one
    is tried — but the first gang blocked only by capacity gets a *reservation*: the nodes that
    free soonest are kept for it, and only workloads that end before it can start use them (EASY
-   backfill), so a big gang is not starved by a stream of small ones.
+   backfill), so a big gang is not starved by a stream of small ones; likewise the first workload
+   kept out by quota has the quota that frees soonest held for it (``Snapshot.hold_quota``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Container, Iterator
 from gangway.events.catalogue import PlacementDecided, WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
-from gangway.events.reasons import NEVER_CODES, C, Reason, reason, said
+from gangway.events.reasons import NEVER_CODES, QUOTA_CODES, C, Reason, reason, said
 from gangway.events.resources import ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.flavors import BORROW, group_options
@@ -194,7 +195,7 @@ class _Settled:
             self.open[cq] -= 1
 
     def done(self, cq: str) -> bool:
-        return self.snap.reservation is None and self.open.get(cq) == 0
+        return not self.snap.backfilling and self.open.get(cq) == 0
 
 
 def fair_order(snap: Snapshot, idx: ContractIndex, queues: dict[str, Iterator[WorkloadState]]) -> Iterator[WorkloadState]:
@@ -285,6 +286,11 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
+    elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES:
+        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
+        hold = snap.hold_quota(wl, flavors)
+        if hold is not None:
+            outcome.reason = outcome.reason.plus(held_start=format_time(hold.start_ms))
     if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code in NEVER_CODES):
         # a head that can never be placed, or never fit the quota, is set aside, not waited for
         blocked.add(cq)
@@ -364,7 +370,7 @@ def _nothing_left(state: State, snap: Snapshot) -> bool:
     """Has every kind of pending workload failed in this cycle — every shape, or while a reservation
     is held every shape and runtime (``Snapshot.failure_key``)? Room only shrinks within a cycle, so
     none of the rest can be admitted: a deep queue of a few kinds is not walked to its end."""
-    kinds = state.pending_runs if snap.reservation is not None else state.pending_shapes
+    kinds = state.pending_runs if snap.backfilling else state.pending_shapes
     return len(snap.failed) >= len(kinds)
 
 

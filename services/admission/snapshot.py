@@ -16,6 +16,7 @@ from itertools import product
 import msgspec
 
 from gangway.events.catalogue import KeptRoom, PodSet
+from gangway.events.codec import format_time
 from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quantity import format_amount
@@ -28,7 +29,7 @@ from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
+    ASSUMED_RUNTIME_MS, Free, copy_free, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
     take_assignments, victims_in_flight,
 )
 
@@ -63,6 +64,18 @@ class Outcome:
         return self.reason.message if self.reason is not None else ""
 
 
+@dataclass
+class QuotaHold:
+    """The quota kept for one workload blocked by quota alone (``Snapshot.hold_quota``): it can
+    start at ``start_ms``, when the admitted work of its quota tree expected to end soonest has
+    released enough; ``later`` is the usage then, the workload in it."""
+
+    workload: str
+    cluster_queue: str
+    start_ms: int
+    later: QuotaView
+
+
 class Snapshot:
     """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``.
 
@@ -86,6 +99,9 @@ class Snapshot:
         self.free_unreserved: Free | None = None
         #: The nodes kept for one gang blocked by capacity (EASY backfill), once the cycle keeps them.
         self.reservation: KeptRoom | None = None
+        #: Quota tree root (a ClusterQueue outside any cohort is its own) → the quota kept there for
+        #: one workload blocked by quota (backfill on quota, as ``reservation`` on nodes).
+        self.holds: dict[str, QuotaHold] = {}
         #: Shapes that did not fit, and why: room only shrinks within a cycle.
         self.failed: dict[tuple, Outcome] = {}
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
@@ -174,10 +190,15 @@ class Snapshot:
             self._in_flight = victims_in_flight(self.state)
         return self._in_flight
 
+    @property
+    def backfilling(self) -> bool:
+        """Is room kept for a gang (nodes or quota)? Then a workload's runtime decides too."""
+        return self.reservation is not None or bool(self.holds)
+
     def failure_key(self, wl: WorkloadState) -> tuple:
-        """Gangs of one shape fail alike; the runtime matters only while a reservation is held
-        (backfill lets a gang in if it ends in time), and the memo is cleared when one is made."""
-        return (wl.shape or shape_of(wl.spec), wl.spec.runtime_ms if self.reservation is not None else None)
+        """Gangs of one shape fail alike; the runtime matters only while room is kept for a gang
+        (backfill lets a gang in if it ends in time), and the memo is cleared when some is."""
+        return (wl.shape or shape_of(wl.spec), wl.spec.runtime_ms if self.backfilling else None)
 
     def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
         """The most pods (down to each pod set's min_count) that fit: a binary search."""
@@ -222,6 +243,11 @@ class Snapshot:
             if not ok:
                 why = _told(why, misfit)
                 continue
+            hold = self._held_back(wl, cq.name, held, borrowed)
+            if hold is not None:
+                why = _told(why, reason(C.QUOTA_HELD_FOR_ANOTHER, gang=hold.workload, cluster_queue=hold.cluster_queue,
+                                        start=format_time(hold.start_ms)))
+                continue
             nodes, placed = self.flavor_nodes(flavors), self.idx.flavored(pod_sets, flavors)
             if not self._place(wl, placed, nodes, commit):
                 why = _told(why, never_placeable(self.free, placed, nodes, self.state) or reason(
@@ -229,10 +255,13 @@ class Snapshot:
                 continue
             if commit:
                 self.take(cq.name, held)
+                self._keep_after_hold(wl, cq.name, held)
             counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
         if why is not None and why.code in NEVER_PLACEABLE_CODES:
             why = self._placeable_later(cq.name, request, pod_sets) or why
+        if why is not None and why.code == C.QUOTA_HELD_FOR_ANOTHER:
+            return Outcome(wl, None, why)  # it fits now: held back by the contract's order, it preempts nobody
         return Outcome(wl, None, why, _preempt_flavors(preempt))
 
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
@@ -295,6 +324,31 @@ class Snapshot:
             return self.free_unreserved
         return self.free
 
+    def _hold_on(self, wl: WorkloadState, cq: str) -> QuotaHold | None:
+        """The quota hold ``wl`` must respect: one for another workload in its quota tree, unless
+        ``wl`` ends before that one can start."""
+        if not self.holds:
+            return None
+        hold = self.holds.get(self.idx.tree.root_of(cq) or cq)
+        if hold is None or hold.workload == wl.spec.workload or (
+                wl.spec.runtime_ms is not None and self.state.time_ms + wl.spec.runtime_ms <= hold.start_ms):
+            return None
+        return hold
+
+    def _held_back(self, wl: WorkloadState, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> QuotaHold | None:
+        """The hold that keeps ``wl`` out: it would still be running when the held workload can
+        start, and there would be no room for both then. A workload of another ClusterQueue within
+        its own nominal quota is never held back (the quota is its queue's before it is lent)."""
+        hold = self._hold_on(wl, cq)
+        if hold is None or (cq != hold.cluster_queue and not borrowed) or hold.later.fit(cq, held)[0]:
+            return None
+        return hold
+
+    def _keep_after_hold(self, wl: WorkloadState, cq: str, held: dict[str, int]) -> None:
+        hold = self._hold_on(wl, cq)
+        if hold is not None:  # it will still hold its quota when the held workload starts
+            hold.later.add(cq, held)
+
     def _ends_before_reservation(self, wl: WorkloadState) -> bool:
         if self.reservation is None or wl.spec.runtime_ms is None:
             return False
@@ -327,6 +381,36 @@ class Snapshot:
         self.failed.clear()
         reserve_room(self.free, self.idx.flavored(wl.spec.pod_sets, flavors), victims)
 
+    def hold_quota(self, wl: WorkloadState, flavors: dict[str, str]) -> QuotaHold | None:
+        """Keep quota for a workload blocked by quota alone (backfill on quota): the admitted work
+        of its quota tree is released in the order it is expected to end until the workload fits;
+        from then on, until it starts, only work that ends before that time, or that leaves room
+        for it then, is admitted in that tree — a stream of small workloads, each taking what the
+        last one freed, no longer keeps a big one out for good. One hold per tree and cycle, for
+        the first workload the walk finds blocked there (the highest priority, then the oldest)."""
+        cq = wl.spec.cluster_queue
+        if cq not in self.idx.tree.queues:
+            return None
+        root = self.idx.tree.root_of(cq) or cq
+        if root in self.holds:
+            return None
+        held = by_flavor(wl.request, flavors)
+        later = self.view.copy()
+        start = self.state.time_ms
+        fits = later.fit(cq, held)[0]
+        for end, other in quota_ends(self.state, self.idx, root):
+            if fits:
+                break
+            later.add(other.admission.cluster_queue, held_quota(self.state, other.admission), -1)
+            start = max(start, end)
+            fits = later.fit(cq, held)[0]
+        if not fits:
+            return None
+        later.add(cq, held)
+        hold = self.holds[root] = QuotaHold(wl.spec.workload, cq, start, later)
+        self.failed.clear()
+        return hold
+
     def reserve_for_gang(self, wl: WorkloadState, flavors: dict[str, str]) -> tuple[int, list[str]] | None:
         """Keep the nodes that free soonest for a gang blocked by capacity alone (EASY backfill).
 
@@ -345,6 +429,25 @@ class Snapshot:
         self.reservation = KeptRoom(workload=wl.spec.workload, start_ms=start, nodes=nodes, flavors=dict(flavors))
         self.failed.clear()
         return start, nodes
+
+
+def quota_ends(state: State, idx: ContractIndex, root: str) -> list[tuple[int, WorkloadState]]:
+    """The admitted workloads of quota tree ``root``, by the time they are expected to give their
+    quota back (their declared runtime from their start, or from now when not running yet)."""
+    ends = []
+    for name in state.active:
+        wl = state.workloads[name]
+        cq = wl.admission.cluster_queue if wl.admission is not None else None
+        if cq is None or cq not in idx.tree.queues or (idx.tree.root_of(cq) or cq) != root:
+            continue
+        if wl.phase == "evicting" and wl.eviction is not None:
+            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
+        else:
+            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
+            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
+        ends.append((max(end, state.time_ms), name, wl))
+    ends.sort(key=lambda item: item[:2])
+    return [(end, wl) for end, _, wl in ends]
 
 
 def _told(told: Reason | None, failed: Reason | None) -> Reason | None:
