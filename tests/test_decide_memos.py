@@ -35,7 +35,7 @@ def no_memos():
     and no queue left out of the walk."""
     return mock.patch.multiple(admission, _needs_borrowing=admission._borrows, _nothing_left=lambda state, snap: False,
                                counts_hold=lambda state: False), \
-        mock.patch.object(admission.Snapshot, "failure_key", lambda self, wl: (wl.spec.workload,)), \
+        mock.patch.object(admission.Snapshot, "failure_key", lambda self, wl: (wl.spec.workload, None)), \
         mock.patch.object(preemption, "_preemptor_key", lambda idx, wl, *_: (wl.spec.workload,))
 
 

@@ -166,9 +166,9 @@ def _walked(settled: _Settled | None, outcome: Outcome) -> Outcome:
 
 class _Settled:
     """Which ClusterQueues have nothing left in this cycle's walk that could be admitted: every kind
-    of workload (shape) still to come in the queue has failed already (``Snapshot.failed``; room only
-    shrinks within a cycle, so the rest would fail alike). Counted from the fold's pending shapes
-    less those walked; while a reservation is held (kinds are then shapes and runtimes) no queue is."""
+    of workload (shape) still to come in the queue has failed already (``Snapshot.settled``; room
+    only shrinks within a cycle, so the rest would fail alike). Counted from the fold's pending
+    shapes less those walked."""
 
     def __init__(self, state: State, snap: Snapshot, skip: Container[str]):
         self.snap = snap
@@ -176,7 +176,7 @@ class _Settled:
         for name in skip:
             if name in state.pending:
                 self.left[state.workloads[name].shape] -= 1
-        self.failed = {shape for shape, runtime in snap.failed if runtime is None}
+        self.failed = set(snap.settled)
         #: ClusterQueue → kinds with workloads still to walk that have not failed.
         self.open: dict[str, int] = {}
         for shape, n in self.left.items():
@@ -188,14 +188,14 @@ class _Settled:
         shape = outcome.wl.shape
         was_open = self.left[shape] > 0 and shape not in self.failed
         self.left[shape] -= 1
-        if outcome.admission is None and (shape, None) in self.snap.failed:
+        if outcome.admission is None and shape in self.snap.settled:
             self.failed.add(shape)
         if was_open and (self.left[shape] == 0 or shape in self.failed):
             cq = outcome.wl.spec.cluster_queue
             self.open[cq] -= 1
 
     def done(self, cq: str) -> bool:
-        return not self.snap.backfilling and self.open.get(cq) == 0
+        return self.open.get(cq) == 0
 
 
 def fair_order(snap: Snapshot, idx: ContractIndex, queues: dict[str, Iterator[WorkloadState]]) -> Iterator[WorkloadState]:
@@ -359,7 +359,6 @@ def admissions_placed(state: State) -> Iterator[WorkloadAdmitted | PlacementDeci
         if placed is not None:
             yield placed
 
-
 def counts_hold(state: State) -> bool:
     """Does the fold count every pending workload by its shape (``State.pending_shapes``)? Not in a
     state restored from a snapshot older than the counts, or than the shapes."""
@@ -367,11 +366,10 @@ def counts_hold(state: State) -> bool:
 
 
 def _nothing_left(state: State, snap: Snapshot) -> bool:
-    """Has every kind of pending workload failed in this cycle — every shape, or while a reservation
-    is held every shape and runtime (``Snapshot.failure_key``)? Room only shrinks within a cycle, so
-    none of the rest can be admitted: a deep queue of a few kinds is not walked to its end."""
-    kinds = state.pending_runs if snap.backfilling else state.pending_shapes
-    return len(snap.failed) >= len(kinds)
+    """Has every shape of pending workload failed in this cycle (``Snapshot.settled``)? Room only
+    shrinks within a cycle, so none of the rest can be admitted: a deep queue of a few kinds is not
+    walked to its end."""
+    return len(snap.settled) >= len(state.pending_shapes)
 
 
 def _reason(idx: ContractIndex, wl: WorkloadState, a: Admission) -> Reason:

@@ -29,7 +29,7 @@ from gangway.events.state import State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    ASSUMED_RUNTIME_MS, Free, copy_free, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
+    Free, copy_free, expected_end, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
     take_assignments, victims_in_flight,
 )
 
@@ -102,8 +102,13 @@ class Snapshot:
         #: Quota tree root (a ClusterQueue outside any cohort is its own) → the quota kept there for
         #: one workload blocked by quota (backfill on quota, as ``reservation`` on nodes).
         self.holds: dict[str, QuotaHold] = {}
-        #: Shapes that did not fit, and why: room only shrinks within a cycle.
+        #: Kinds that did not fit (``failure_key``), and why: room only shrinks within a cycle.
         self.failed: dict[tuple, Outcome] = {}
+        #: Shapes none of whose pending workloads fits any more this cycle: the shape failed, or
+        #: while room is kept for a gang, its workload that ends soonest did (``_settles``).
+        self.settled: set[str] = set()
+        #: Shape → the shortest declared runtime of its pending workloads (None: none declares one).
+        self._shortest: dict[str, int | None] | None = None
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
         self.borrows: dict[str, bool] = {}
         self._in_flight: dict[str, list[WorkloadState]] | None = None
@@ -164,6 +169,8 @@ class Snapshot:
             outcome = self._partial(wl, outcome)
         if outcome.admission is None:
             self.failed[key] = outcome
+            if self._settles(key):
+                self.settled.add(key[0])
         return outcome
 
     def _may_preempt(self, wl: WorkloadState, option: Option) -> bool:
@@ -196,9 +203,37 @@ class Snapshot:
         return self.reservation is not None or bool(self.holds)
 
     def failure_key(self, wl: WorkloadState) -> tuple:
-        """Gangs of one shape fail alike; the runtime matters only while room is kept for a gang
-        (backfill lets a gang in if it ends in time), and the memo is cleared when some is."""
-        return (wl.shape or shape_of(wl.spec), wl.spec.runtime_ms if self.backfilling else None)
+        """Gangs of one shape fail alike; while room is kept for a gang (backfill lets a workload
+        in if it ends in time) gangs of one shape that end before the same kept room starts do."""
+        shape = wl.shape or shape_of(wl.spec)
+        return shape, self._in_time(wl.spec.cluster_queue, wl.spec.runtime_ms) if self.backfilling else None
+
+    def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, bool]:
+        """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
+        and before the quota held in its tree, are taken?"""
+        if runtime_ms is None:
+            return False, False
+        end = self.state.time_ms + runtime_ms
+        hold = self.holds.get(_root(self.idx, cq)) if self.holds else None
+        return (self.reservation is not None and end <= self.reservation.start_ms,
+                hold is not None and end <= hold.start_ms)
+
+    def _settles(self, key: tuple) -> bool:
+        """Does the failure of ``key`` fail every pending workload of its shape? Ending in time
+        only lets a workload in more easily, so it does when its shape's workload that ends
+        soonest has that key."""
+        shape, in_time = key
+        if in_time is None:
+            return True
+        if self._shortest is None:
+            self._shortest = {}
+            for run, n in self.state.pending_runs.items():
+                kind, _, runtime = run.rpartition("@")
+                runtime = None if runtime == "None" else int(runtime)
+                if kind not in self._shortest or (runtime is not None and (self._shortest[kind] is None
+                                                                           or runtime < self._shortest[kind])):
+                    self._shortest[kind] = runtime
+        return in_time == self._in_time(shape.partition("|")[0], self._shortest.get(shape))
 
     def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
         """The most pods (down to each pod set's min_count) that fit: a binary search."""
@@ -329,7 +364,7 @@ class Snapshot:
         ``wl`` ends before that one can start."""
         if not self.holds:
             return None
-        hold = self.holds.get(self.idx.tree.root_of(cq) or cq)
+        hold = self.holds.get(_root(self.idx, cq))
         if hold is None or hold.workload == wl.spec.workload or (
                 wl.spec.runtime_ms is not None and self.state.time_ms + wl.spec.runtime_ms <= hold.start_ms):
             return None
@@ -389,10 +424,8 @@ class Snapshot:
         last one freed, no longer keeps a big one out for good. One hold per tree and cycle, for
         the first workload the walk finds blocked there (the highest priority, then the oldest)."""
         cq = wl.spec.cluster_queue
-        if cq not in self.idx.tree.queues:
-            return None
-        root = self.idx.tree.root_of(cq) or cq
-        if root in self.holds:
+        root = _root(self.idx, cq)
+        if root is None or root in self.holds:
             return None
         held = by_flavor(wl.request, flavors)
         later = self.view.copy()
@@ -434,20 +467,14 @@ class Snapshot:
 def quota_ends(state: State, idx: ContractIndex, root: str) -> list[tuple[int, WorkloadState]]:
     """The admitted workloads of quota tree ``root``, by the time they are expected to give their
     quota back (their declared runtime from their start, or from now when not running yet)."""
-    ends = []
-    for name in state.active:
-        wl = state.workloads[name]
-        cq = wl.admission.cluster_queue if wl.admission is not None else None
-        if cq is None or cq not in idx.tree.queues or (idx.tree.root_of(cq) or cq) != root:
-            continue
-        if wl.phase == "evicting" and wl.eviction is not None:
-            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
-        else:
-            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
-            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
-        ends.append((max(end, state.time_ms), name, wl))
-    ends.sort(key=lambda item: item[:2])
+    ends = sorted((expected_end(state, wl), name, wl) for name in state.active
+                  if (wl := state.workloads[name]).admission is not None and _root(idx, wl.admission.cluster_queue) == root)
     return [(end, wl) for end, _, wl in ends]
+
+
+def _root(idx: ContractIndex, cq: str) -> str | None:
+    """The root of a ClusterQueue's quota tree (itself outside any cohort; None when not in the contract)."""
+    return (idx.tree.root_of(cq) or cq) if cq in idx.tree.queues else None
 
 
 def _told(told: Reason | None, failed: Reason | None) -> Reason | None:

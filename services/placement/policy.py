@@ -852,19 +852,21 @@ ASSUMED_RUNTIME_MS = 3_600_000
 
 def expected_ends(state: State) -> list[tuple[int, WorkloadState]]:
     """Workloads holding nodes, by the time they are expected to release them."""
-    ends = []
-    for name in state.active:
-        wl = state.workloads[name]
-        if wl.placement is None:
-            continue
-        if wl.phase == "evicting" and wl.eviction is not None:
-            end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
-        else:
-            begun = wl.started_ms if wl.started_ms is not None else state.time_ms
-            end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
-        ends.append((max(end, state.time_ms), name, wl))
-    ends.sort(key=lambda item: item[:2])
+    ends = sorted((expected_end(state, wl), name, wl) for name, wl in
+                  ((name, state.workloads[name]) for name in state.active) if wl.placement is not None)
     return [(end, wl) for end, _, wl in ends]
+
+
+def expected_end(state: State, wl: WorkloadState) -> int:
+    """When an admitted workload is expected to be gone: its grace period after its eviction, or
+    its declared runtime (``ASSUMED_RUNTIME_MS`` without one) from its start, or from now when not
+    running yet; never before now."""
+    if wl.phase == "evicting" and wl.eviction is not None:
+        end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
+    else:
+        begun = wl.started_ms if wl.started_ms is not None else state.time_ms
+        end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
+    return max(end, state.time_ms)
 
 
 def room_at_start(state: State, free: Free, pod_sets: list[PodSet], nodes: Container[str] | None,
