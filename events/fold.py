@@ -26,7 +26,7 @@ from gangway.events.resources import (
 )
 from gangway.events.state import (
     EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, ORDER_OUT_FROM, NodeState, State, WorkloadState, count_pod_shape,
-    pod_shape_key, queue_key, run_key, shape_of,
+    pod_shape_key, queue_key, runtime_key, shape_of,
 )
 
 
@@ -41,7 +41,7 @@ def restored(state: State) -> State:
     computed, and the deciders must see the same shapes as a fold from the log's start."""
     for wl in state.workloads.values():
         wl.shape = shape_of(wl.spec)
-    state.pending_shapes, state.pending_runs = {}, {}
+    state.pending_shapes, state.pending_runtimes = {}, {}
     for name in state.pending:
         _count_pending(state, state.workloads[name])
     return state
@@ -85,8 +85,8 @@ def _enqueue(state: State, wl: WorkloadState) -> None:
 
 
 def _count_pending(state: State, wl: WorkloadState) -> None:
-    for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
-        counts[key] = counts.get(key, 0) + 1
+    state.pending_shapes[wl.shape] = state.pending_shapes.get(wl.shape, 0) + 1
+    bisect.insort(state.pending_runtimes.setdefault(wl.shape, []), runtime_key(wl))
 
 
 def _dequeue(state: State, wl: WorkloadState) -> None:
@@ -98,12 +98,14 @@ def _dequeue(state: State, wl: WorkloadState) -> None:
     key = queue_key(wl)
     i = bisect.bisect_left(queue, key)
     del queue[i]  # (an emptied queue keeps its key, as the other indexes do)
-    for counts, key in ((state.pending_shapes, wl.shape), (state.pending_runs, run_key(wl))):
-        left = counts.get(key, 0) - 1
-        if left > 0:
-            counts[key] = left
-        else:
-            counts.pop(key, None)
+    left = state.pending_shapes.get(wl.shape, 0) - 1
+    if left > 0:
+        state.pending_shapes[wl.shape] = left
+        runtimes = state.pending_runtimes[wl.shape]
+        del runtimes[bisect.bisect_left(runtimes, runtime_key(wl))]
+    else:
+        state.pending_shapes.pop(wl.shape, None)
+        state.pending_runtimes.pop(wl.shape, None)
 
 
 def _supersede(state: State, wl: WorkloadState | None, what: str, env: ev.Envelope, why: Reason) -> None:

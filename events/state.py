@@ -40,9 +40,13 @@ def _topology_text(t) -> str:
     return f"{t.required or ''},{t.preferred or ''},{t.slice_required or ''},{t.slice_size or ''}"
 
 
-def run_key(wl: "WorkloadState") -> str:
-    """A workload's shape and declared runtime (backfill tells gangs of one shape apart by runtime)."""
-    return f"{wl.shape}@{wl.spec.runtime_ms}"
+#: A workload that declares no runtime, in ``State.pending_runtimes``: it never ends in time.
+NO_RUNTIME = 2**63 - 1
+
+
+def runtime_key(wl: "WorkloadState") -> int:
+    """A workload's declared runtime (``NO_RUNTIME`` without one): backfill tells gangs of one shape apart by it."""
+    return wl.spec.runtime_ms if wl.spec.runtime_ms is not None else NO_RUNTIME
 
 
 #: Node label naming a node's GPU model (NVIDIA GPU feature discovery); a ResourceFlavor that
@@ -190,10 +194,11 @@ class State(msgspec.Struct):
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}
-    #: How many pending workloads there are of each shape (``WorkloadState.shape``), and of each
-    #: shape and runtime (``run_key``): a cycle that saw every one of them fail can stop early.
+    #: How many pending workloads there are of each shape (``WorkloadState.shape``), and their
+    #: declared runtimes, sorted (``runtime_key``): a cycle that saw every shape fail — while room
+    #: is kept for a gang, each shape's soonest-ending workload — can stop early.
     pending_shapes: dict[str, int] = {}
-    pending_runs: dict[str, int] = {}
+    pending_runtimes: dict[str, list[int]] = {}
     #: Pending workloads requeued with a backoff after a failed bind → the cluster time before which
     #: admission leaves them alone (kept until they leave the queue; the time may have passed).
     backing_off: dict[str, int] = {}

@@ -27,7 +27,7 @@ from gangway.events import freeindex
 from gangway.events.freeindex import FreeIndex
 from gangway.events.fold import apply, held_quota, quota_view
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, total_request
-from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, run_key
+from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, runtime_key
 from gangway.services.placement.topology import HOSTNAME, ISLAND, RACK
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
@@ -205,11 +205,11 @@ def check_indexes(state: State) -> None:
         shape = state.workloads[name].shape
         shapes[shape] = shapes.get(shape, 0) + 1
     assert state.pending_shapes == shapes, "pending_shapes counts the pending workloads of each shape"
-    runs: dict[str, int] = {}
+    runtimes: dict[str, list[int]] = {}
     for name in state.pending:
-        key = run_key(state.workloads[name])
-        runs[key] = runs.get(key, 0) + 1
-    assert state.pending_runs == runs, "pending_runs counts the pending workloads of each shape and runtime"
+        runtimes.setdefault(state.workloads[name].shape, []).append(runtime_key(state.workloads[name]))
+    assert state.pending_runtimes == {shape: sorted(r) for shape, r in runtimes.items()}, \
+        "pending_runtimes holds the sorted runtimes of the pending workloads of each shape"
 
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:

@@ -4,6 +4,9 @@ big one of higher priority out for good. Pure core (Simulation); every log repla
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gangway.events import catalogue as ev
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
 from gangway.events.reasons import ReasonCode
@@ -11,6 +14,7 @@ from gangway.read.explain import pending_report
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
 from builders import node
+from test_decide_memos import decisions_at_every_offset, no_memos
 
 #: Two teams of 4 CPUs each in one cohort, each may borrow all of the other's; one node of 8 CPUs.
 CONTRACT = Contract(
@@ -100,3 +104,26 @@ def test_another_queue_within_its_nominal_quota_is_not_held_back():
     assert phases["b/own"] != "pending" and phases["a/own"] == "pending"
     sim.run()
     assert verify(sim.log).ok
+
+
+#: (team, CPUs, runtime s or None, high priority, ms until the next one)
+jobs = st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 8), st.one_of(st.none(), st.integers(1, 30)),
+                          st.booleans(), st.integers(0, 3000)), min_size=3, max_size=25)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs)
+def test_memos_and_early_stops_change_nothing_while_quota_is_held(jobs):
+    # While quota is held, failures are remembered by shape and whether a workload ends before the
+    # held start, and a cycle stops once every shape's soonest-ending workload failed: at every
+    # offset admission and preemption decide as with every memo and early stop turned off.
+    sim = started()
+    for i, (team, cpus, runtime_s, high, gap_ms) in enumerate(jobs):
+        submit(sim, team, f"j{i}", cpus, runtime_s * 1000 if runtime_s else None, high)
+        sim.run(until_ms=sim.now_ms + gap_ms)
+    sim.run()
+    assert verify(sim.log).ok
+    with_memos = decisions_at_every_offset(sim.log)
+    borrow, failures, preemptors = no_memos()
+    with borrow, failures, preemptors:
+        assert decisions_at_every_offset(sim.log) == with_memos

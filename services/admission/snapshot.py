@@ -25,7 +25,7 @@ from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
 )
-from gangway.events.state import State, WorkloadState, shape_of
+from gangway.events.state import NO_RUNTIME, State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
@@ -107,8 +107,8 @@ class Snapshot:
         #: Shapes none of whose pending workloads fits any more this cycle: the shape failed, or
         #: while room is kept for a gang, its workload that ends soonest did (``_settles``).
         self.settled: set[str] = set()
-        #: Shape → the shortest declared runtime of its pending workloads (None: none declares one).
-        self._shortest: dict[str, int | None] | None = None
+        #: Quota tree root → its admitted workloads by expected end (``quota_ends``), once asked.
+        self._ends: dict[str, list[tuple[int, WorkloadState]]] | None = None
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
         self.borrows: dict[str, bool] = {}
         self._in_flight: dict[str, list[WorkloadState]] | None = None
@@ -225,15 +225,9 @@ class Snapshot:
         shape, in_time = key
         if in_time is None:
             return True
-        if self._shortest is None:
-            self._shortest = {}
-            for run, n in self.state.pending_runs.items():
-                kind, _, runtime = run.rpartition("@")
-                runtime = None if runtime == "None" else int(runtime)
-                if kind not in self._shortest or (runtime is not None and (self._shortest[kind] is None
-                                                                           or runtime < self._shortest[kind])):
-                    self._shortest[kind] = runtime
-        return in_time == self._in_time(shape.partition("|")[0], self._shortest.get(shape))
+        runtimes = self.state.pending_runtimes.get(shape)
+        shortest = runtimes[0] if runtimes and runtimes[0] != NO_RUNTIME else None
+        return in_time == self._in_time(shape.partition("|")[0], shortest)
 
     def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
         """The most pods (down to each pod set's min_count) that fit: a binary search."""
@@ -431,7 +425,9 @@ class Snapshot:
         later = self.view.copy()
         start = self.state.time_ms
         fits = later.fit(cq, held)[0]
-        for end, other in quota_ends(self.state, self.idx, root):
+        if self._ends is None:
+            self._ends = quota_ends(self.state, self.idx)
+        for end, other in self._ends.get(root, ()):
             if fits:
                 break
             later.add(other.admission.cluster_queue, held_quota(self.state, other.admission), -1)
@@ -464,12 +460,16 @@ class Snapshot:
         return start, nodes
 
 
-def quota_ends(state: State, idx: ContractIndex, root: str) -> list[tuple[int, WorkloadState]]:
-    """The admitted workloads of quota tree ``root``, by the time they are expected to give their
-    quota back (their declared runtime from their start, or from now when not running yet)."""
-    ends = sorted((expected_end(state, wl), name, wl) for name in state.active
-                  if (wl := state.workloads[name]).admission is not None and _root(idx, wl.admission.cluster_queue) == root)
-    return [(end, wl) for end, _, wl in ends]
+def quota_ends(state: State, idx: ContractIndex) -> dict[str, list[tuple[int, WorkloadState]]]:
+    """Quota tree root → its admitted workloads, by the time they are expected to give their quota
+    back (``expected_end``)."""
+    ends: dict[str, list[tuple[int, str, WorkloadState]]] = {}
+    for name in state.active:
+        wl = state.workloads[name]
+        root = _root(idx, wl.admission.cluster_queue) if wl.admission is not None else None
+        if root is not None:
+            ends.setdefault(root, []).append((expected_end(state, wl), name, wl))
+    return {root: [(end, wl) for end, _, wl in sorted(found)] for root, found in ends.items()}
 
 
 def _root(idx: ContractIndex, cq: str) -> str | None:
