@@ -86,7 +86,8 @@ def _enqueue(state: State, wl: WorkloadState) -> None:
 
 def _count_pending(state: State, wl: WorkloadState) -> None:
     state.pending_shapes[wl.shape] = state.pending_shapes.get(wl.shape, 0) + 1
-    bisect.insort(state.pending_runtimes.setdefault(wl.shape, []), runtime_key(wl))
+    runtimes = state.pending_runtimes.setdefault(wl.shape, {})
+    runtimes[runtime_key(wl)] = runtimes.get(runtime_key(wl), 0) + 1
 
 
 def _dequeue(state: State, wl: WorkloadState) -> None:
@@ -101,8 +102,11 @@ def _dequeue(state: State, wl: WorkloadState) -> None:
     left = state.pending_shapes.get(wl.shape, 0) - 1
     if left > 0:
         state.pending_shapes[wl.shape] = left
-        runtimes = state.pending_runtimes[wl.shape]
-        del runtimes[bisect.bisect_left(runtimes, runtime_key(wl))]
+        runtimes, runtime = state.pending_runtimes[wl.shape], runtime_key(wl)
+        if runtimes[runtime] > 1:
+            runtimes[runtime] -= 1
+        else:
+            del runtimes[runtime]
     else:
         state.pending_shapes.pop(wl.shape, None)
         state.pending_runtimes.pop(wl.shape, None)

@@ -194,11 +194,11 @@ class State(msgspec.Struct):
     workloads: dict[str, WorkloadState] = {}
     #: Workloads waiting for admission, in arrival order (values unused).
     pending: dict[str, None] = {}
-    #: How many pending workloads there are of each shape (``WorkloadState.shape``), and their
-    #: declared runtimes, sorted (``runtime_key``): a cycle that saw every shape fail — while room
+    #: How many pending workloads there are of each shape (``WorkloadState.shape``), and of each
+    #: shape by declared runtime (``runtime_key``): a cycle that saw every shape fail — while room
     #: is kept for a gang, each shape's soonest-ending workload — can stop early.
     pending_shapes: dict[str, int] = {}
-    pending_runtimes: dict[str, list[int]] = {}
+    pending_runtimes: dict[str, dict[int, int]] = {}
     #: Pending workloads requeued with a backoff after a failed bind → the cluster time before which
     #: admission leaves them alone (kept until they leave the queue; the time may have passed).
     backing_off: dict[str, int] = {}

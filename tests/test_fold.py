@@ -475,7 +475,7 @@ def test_a_state_restored_from_a_snapshot_gets_its_shapes_and_pending_counts_com
     for wl in old.workloads.values():  # what the older version wrote: both of one shape
         wl.shape = wl.shape.split("^")[0]
     old.pending_shapes = {old.workloads["a"].shape: 2}
-    old.pending_runtimes = {old.workloads["a"].shape: [NO_RUNTIME] * 2}
+    old.pending_runtimes = {old.workloads["a"].shape: {NO_RUNTIME: 2}}
     back = restored(msgspec.msgpack.decode(msgspec.msgpack.encode(old), type=type(old)))
     assert back.workloads["a"].shape != back.workloads["b"].shape
     assert state_bytes(back) == state_bytes(fresh)

@@ -205,11 +205,11 @@ def check_indexes(state: State) -> None:
         shape = state.workloads[name].shape
         shapes[shape] = shapes.get(shape, 0) + 1
     assert state.pending_shapes == shapes, "pending_shapes counts the pending workloads of each shape"
-    runtimes: dict[str, list[int]] = {}
+    runtimes: dict[str, dict[int, int]] = {}
     for name in state.pending:
-        runtimes.setdefault(state.workloads[name].shape, []).append(runtime_key(state.workloads[name]))
-    assert state.pending_runtimes == {shape: sorted(r) for shape, r in runtimes.items()}, \
-        "pending_runtimes holds the sorted runtimes of the pending workloads of each shape"
+        counts = runtimes.setdefault(state.workloads[name].shape, {})
+        counts[runtime_key(state.workloads[name])] = counts.get(runtime_key(state.workloads[name]), 0) + 1
+    assert state.pending_runtimes == runtimes, "pending_runtimes counts each shape's pending workloads by runtime"
 
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:

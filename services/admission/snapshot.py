@@ -225,8 +225,8 @@ class Snapshot:
         shape, in_time = key
         if in_time is None:
             return True
-        runtimes = self.state.pending_runtimes.get(shape)
-        shortest = runtimes[0] if runtimes and runtimes[0] != NO_RUNTIME else None
+        shortest = min(self.state.pending_runtimes.get(shape) or (NO_RUNTIME,))
+        shortest = shortest if shortest != NO_RUNTIME else None
         return in_time == self._in_time(shape.partition("|")[0], shortest)
 
     def _partial(self, wl: WorkloadState, full: Outcome) -> Outcome:
