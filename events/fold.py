@@ -86,8 +86,8 @@ def _enqueue(state: State, wl: WorkloadState) -> None:
 
 def _count_pending(state: State, wl: WorkloadState) -> None:
     state.pending_shapes[wl.shape] = state.pending_shapes.get(wl.shape, 0) + 1
-    runtimes = state.pending_runtimes.setdefault(wl.shape, {})
-    runtimes[runtime_key(wl)] = runtimes.get(runtime_key(wl), 0) + 1
+    runtimes, runtime = state.pending_runtimes.setdefault(wl.shape, {}), runtime_key(wl)
+    runtimes[runtime] = runtimes.get(runtime, 0) + 1
 
 
 def _dequeue(state: State, wl: WorkloadState) -> None:

@@ -207,8 +207,8 @@ def check_indexes(state: State) -> None:
     assert state.pending_shapes == shapes, "pending_shapes counts the pending workloads of each shape"
     runtimes: dict[str, dict[int, int]] = {}
     for name in state.pending:
-        counts = runtimes.setdefault(state.workloads[name].shape, {})
-        counts[runtime_key(state.workloads[name])] = counts.get(runtime_key(state.workloads[name]), 0) + 1
+        counts, runtime = runtimes.setdefault(state.workloads[name].shape, {}), runtime_key(state.workloads[name])
+        counts[runtime] = counts.get(runtime, 0) + 1
     assert state.pending_runtimes == runtimes, "pending_runtimes counts each shape's pending workloads by runtime"
 
 
