@@ -168,7 +168,8 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it (one that can "
                  "never fit is set aside)" + _codes(C.STRICT_FIFO) + "." if cq.queueing_strategy == "StrictFIFO" else
                  "Jobs are admitted by priority, then age; a job that does not fit lets smaller ones pass, "
-                 "but the first job its cohort's quota keeps out has the quota that frees soonest held for it, and "
+                 "but the first job its cohort's quota keeps out has the quota that frees soonest held for it against "
+                 "jobs of lower priority, and "
                  "a gang that fits its quota and waits for busy nodes the nodes that free soonest (only jobs that end "
                  "in time, or leave it room, use them; another queue's jobs within their nominal quota are not held "
                  "back)" + _codes(C.QUOTA_HELD_FOR_ANOTHER, C.RESERVATION_HELD, C.RESERVED_FOR_ANOTHER_GANG) + ".")

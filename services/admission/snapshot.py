@@ -68,10 +68,12 @@ class Outcome:
 class QuotaHold:
     """The quota kept for one workload blocked by quota alone (``Snapshot.hold_quota``): it can
     start at ``start_ms``, when the admitted work of its quota tree expected to end soonest has
-    released enough; ``later`` is the usage then, the workload in it."""
+    released enough; ``later`` is the usage then, the workload in it. Only workloads of lower
+    priority than it are held back."""
 
     workload: str
     cluster_queue: str
+    priority: int
     start_ms: int
     later: QuotaView
 
@@ -206,7 +208,9 @@ class Snapshot:
         """Gangs of one shape fail alike; while room is kept for a gang (backfill lets a workload
         in if it ends in time) gangs of one shape that end before the same kept room starts do."""
         shape = wl.shape or shape_of(wl.spec)
-        return shape, self._in_time(wl.spec.cluster_queue, wl.spec.runtime_ms) if self.backfilling else None
+        if not self.backfilling:
+            return shape, None
+        return shape, self._in_time(wl.spec.cluster_queue, wl.spec.runtime_ms), self._outranks(wl)
 
     def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, bool]:
         """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
@@ -218,11 +222,18 @@ class Snapshot:
         return (self.reservation is not None and end <= self.reservation.start_ms,
                 hold is not None and end <= hold.start_ms)
 
+    def _outranks(self, wl: WorkloadState) -> bool:
+        """Is ``wl`` of no lower priority than the workload quota is held for in its tree (or is
+        none held there)? Then the hold does not keep it out."""
+        hold = self.holds.get(_root(self.idx, wl.spec.cluster_queue)) if self.holds else None
+        return hold is None or wl.spec.priority >= hold.priority
+
     def _settles(self, key: tuple) -> bool:
         """Does the failure of ``key`` fail every pending workload of its shape? Ending in time
         only lets a workload in more easily, so it does when its shape's workload that ends
-        soonest has that key."""
-        shape, in_time = key
+        soonest ends as much in time. (A shape is one ClusterQueue's, walked in priority order:
+        those of it still to come rank no higher.)"""
+        shape, in_time = key[0], key[1]
         if in_time is None:
             return True
         shortest = min(self.state.pending_runtimes.get(shape) or (NO_RUNTIME,))
@@ -354,12 +365,12 @@ class Snapshot:
         return self.free
 
     def _hold_on(self, wl: WorkloadState, cq: str) -> QuotaHold | None:
-        """The quota hold ``wl`` must respect: one for another workload in its quota tree, unless
-        ``wl`` ends before that one can start."""
+        """The quota hold ``wl`` must respect: one for a workload of higher priority in its quota
+        tree, unless ``wl`` ends before that one can start."""
         if not self.holds:
             return None
         hold = self.holds.get(_root(self.idx, cq))
-        if hold is None or hold.workload == wl.spec.workload or (
+        if hold is None or hold.workload == wl.spec.workload or wl.spec.priority >= hold.priority or (
                 wl.spec.runtime_ms is not None and self.state.time_ms + wl.spec.runtime_ms <= hold.start_ms):
             return None
         return hold
@@ -415,8 +426,10 @@ class Snapshot:
         of its quota tree is released in the order it is expected to end until the workload fits;
         from then on, until it starts, only work that ends before that time, or that leaves room
         for it then, is admitted in that tree — a stream of small workloads, each taking what the
-        last one freed, no longer keeps a big one out for good. One hold per tree and cycle, for
-        the first workload the walk finds blocked there (the highest priority, then the oldest)."""
+        last one freed, no longer keeps one of higher priority out for good (among equal
+        priorities Kueue's BestEffortFIFO stands: a later workload that fits passes). One hold
+        per tree and cycle, for the first workload the walk finds blocked there (the highest
+        priority, then the oldest)."""
         cq = wl.spec.cluster_queue
         root = _root(self.idx, cq)
         if root is None or root in self.holds:
@@ -436,7 +449,7 @@ class Snapshot:
         if not fits:
             return None
         later.add(cq, held)
-        hold = self.holds[root] = QuotaHold(wl.spec.workload, cq, start, later)
+        hold = self.holds[root] = QuotaHold(wl.spec.workload, cq, wl.spec.priority, start, later)
         self.failed.clear()
         return hold
 
