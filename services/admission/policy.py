@@ -276,25 +276,29 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         return outcome
     if wl.spec.workload in waiting:
         victims = waiting[wl.spec.workload]
-        flavors = wl.nominated_flavors or (outcome.preempt_flavors[0] if outcome.preempt_flavors
-                                           else idx.default_flavors(cq, wl.request))
+        flavors = wl.nominated_flavors or _first_flavors(idx, outcome)
         snap.reserve_for_preemptor(wl, victims, flavors)
         outcome.reason = reason(C.WAITING_FOR_VICTIMS, victims=len(victims))
     elif outcome.reason is not None and outcome.reason.code == C.NO_PLACEMENT and snap.reservation is None:
-        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
-        outcome.reserved = snap.reserve_for_gang(wl, flavors)
+        outcome.reserved = snap.reserve_for_gang(wl, _first_flavors(idx, outcome))
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
-    elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES:
-        flavors = outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(cq, wl.request)
-        hold = snap.hold_quota(wl, flavors)
+    elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES and snap.hold_of(cq) is None:
+        hold = snap.hold_quota(wl, _first_flavors(idx, outcome))
         if hold is not None:
             outcome.reason = outcome.reason.plus(held_start=format_time(hold.start_ms))
     if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code in NEVER_CODES):
         # a head that can never be placed, or never fit the quota, is set aside, not waited for
         blocked.add(cq)
     return outcome
+
+
+def _first_flavors(idx: ContractIndex, outcome: Outcome) -> dict[str, str]:
+    """The flavors a workload not admitted waits in: the first assignment preemption could make room
+    in, else its queue's first flavors."""
+    wl = outcome.wl
+    return outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(wl.spec.cluster_queue, wl.request)
 
 
 def _strict(idx: ContractIndex, cq: str) -> bool:

@@ -215,18 +215,22 @@ class Snapshot:
     def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, bool]:
         """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
         and before the quota held in its tree, are taken?"""
-        if runtime_ms is None:
-            return False, False
-        end = self.state.time_ms + runtime_ms
-        hold = self.holds.get(_root(self.idx, cq)) if self.holds else None
-        return (self.reservation is not None and end <= self.reservation.start_ms,
-                hold is not None and end <= hold.start_ms)
+        hold = self.hold_of(cq)
+        return (self.reservation is not None and self._ends_by(runtime_ms, self.reservation.start_ms),
+                hold is not None and self._ends_by(runtime_ms, hold.start_ms))
+
+    def _ends_by(self, runtime_ms: int | None, start_ms: int) -> bool:
+        return runtime_ms is not None and self.state.time_ms + runtime_ms <= start_ms
 
     def _outranks(self, wl: WorkloadState) -> bool:
         """Is ``wl`` of no lower priority than the workload quota is held for in its tree (or is
         none held there)? Then the hold does not keep it out."""
-        hold = self.holds.get(_root(self.idx, wl.spec.cluster_queue)) if self.holds else None
+        hold = self.hold_of(wl.spec.cluster_queue)
         return hold is None or wl.spec.priority >= hold.priority
+
+    def hold_of(self, cq: str) -> QuotaHold | None:
+        """The quota held in ``cq``'s quota tree this cycle, if any."""
+        return self.holds.get(_root(self.idx, cq)) if self.holds else None
 
     def _settles(self, key: tuple) -> bool:
         """Does the failure of ``key`` fail every pending workload of its shape? Ending in time
@@ -276,6 +280,7 @@ class Snapshot:
         if reasons:
             return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
+        hold = self._hold_on(wl)
         for combo in _product(per_group):
             flavors = _flavors(combo)
             held = by_flavor(request, flavors)
@@ -283,8 +288,7 @@ class Snapshot:
             if not ok:
                 why = _told(why, misfit)
                 continue
-            hold = self._held_back(wl, cq.name, held, borrowed)
-            if hold is not None:
+            if hold is not None and self._held_back(hold, cq.name, held, borrowed):
                 why = _told(why, reason(C.QUOTA_HELD_FOR_ANOTHER, gang=hold.workload, cluster_queue=hold.cluster_queue,
                                         start=format_time(hold.start_ms)))
                 continue
@@ -295,7 +299,8 @@ class Snapshot:
                 continue
             if commit:
                 self.take(cq.name, held)
-                self._keep_after_hold(wl, cq.name, held)
+                if hold is not None:  # it will still hold its quota when the held workload starts
+                    hold.later.add(cq.name, held)
             counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
         if why is not None and why.code in NEVER_PLACEABLE_CODES:
@@ -364,35 +369,24 @@ class Snapshot:
             return self.free_unreserved
         return self.free
 
-    def _hold_on(self, wl: WorkloadState, cq: str) -> QuotaHold | None:
+    def _hold_on(self, wl: WorkloadState) -> QuotaHold | None:
         """The quota hold ``wl`` must respect: one for a workload of higher priority in its quota
         tree, unless ``wl`` ends before that one can start."""
-        if not self.holds:
-            return None
-        hold = self.holds.get(_root(self.idx, cq))
-        if hold is None or hold.workload == wl.spec.workload or wl.spec.priority >= hold.priority or (
-                wl.spec.runtime_ms is not None and self.state.time_ms + wl.spec.runtime_ms <= hold.start_ms):
+        hold = self.hold_of(wl.spec.cluster_queue)
+        if hold is None or hold.workload == wl.spec.workload or self._outranks(wl) or \
+                self._ends_by(wl.spec.runtime_ms, hold.start_ms):
             return None
         return hold
 
-    def _held_back(self, wl: WorkloadState, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> QuotaHold | None:
-        """The hold that keeps ``wl`` out: it would still be running when the held workload can
-        start, and there would be no room for both then. A workload of another ClusterQueue within
-        its own nominal quota is never held back (the quota is its queue's before it is lent)."""
-        hold = self._hold_on(wl, cq)
-        if hold is None or (cq != hold.cluster_queue and not borrowed) or hold.later.fit(cq, held)[0]:
-            return None
-        return hold
-
-    def _keep_after_hold(self, wl: WorkloadState, cq: str, held: dict[str, int]) -> None:
-        hold = self._hold_on(wl, cq)
-        if hold is not None:  # it will still hold its quota when the held workload starts
-            hold.later.add(cq, held)
+    @staticmethod
+    def _held_back(hold: QuotaHold, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> bool:
+        """Does ``hold`` keep out a workload taking ``held`` of ``cq``: would there be no room for
+        both when the held workload can start? A workload of another ClusterQueue within its own
+        nominal quota is never held back (the quota is its queue's before it is lent)."""
+        return (cq == hold.cluster_queue or bool(borrowed)) and not hold.later.fit(cq, held)[0]
 
     def _ends_before_reservation(self, wl: WorkloadState) -> bool:
-        if self.reservation is None or wl.spec.runtime_ms is None:
-            return False
-        return self.state.time_ms + wl.spec.runtime_ms <= self.reservation.start_ms
+        return self.reservation is not None and self._ends_by(wl.spec.runtime_ms, self.reservation.start_ms)
 
     def kept_from(self, wl: WorkloadState) -> KeptRoom | None:
         """The room ``wl``'s placement must leave alone: the reservation held for another gang,
