@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gangway.benchmarks import fragmentation as fgd
 from gangway.events.state import (
@@ -222,3 +224,38 @@ def test_trace_all_finds_every_openb_trace_in_the_data_folder_family_by_family(t
     assert traces_present(tmp_path) == ["default", "cpu050", "gpuspec10", "gpuspec20"]
     with pytest.raises(ReferenceDataMissing, match="has no alibaba-gpu-v2023"):
         traces_present(tmp_path / "alibaba-gpu-v2023")  # a folder, but not the data folder
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.data())
+def test_the_live_scores_are_the_numpy_scores(data):
+    """``scoring.keys`` (plain integers, GPUs memoized as sorted multisets) gives, node by node, the
+    score ``Scorer.score`` computes with numpy on the nodes as they are (GPUs in their own order),
+    for random mixes with model-restricted shapes, random nodes and a random pod."""
+    from gangway.services.placement import scoring
+    from gangway.services.placement.fragmentation import after_one_pod
+    slots = st.sampled_from([0, 250, 500, 750, WHOLE])
+    gpu_shape = st.tuples(st.sampled_from([1000, 2000, 4000]), st.sampled_from([0, 2 ** 30, 2 ** 32]),
+                          st.sampled_from([250, 500, 1000, 2000, 4000]))
+    mix = {}
+    for cpu, memory, gpu in data.draw(st.lists(gpu_shape, min_size=1, max_size=6)):
+        allowed = data.draw(st.sampled_from([(), ("T4",), ("A100", "T4")]))
+        mix[pod_shape_key({"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpu}, allowed)] = \
+            data.draw(st.integers(1, 50)) * POD_SHAPE_UNIT
+    live = scoring.scorer_of(mix, node_models=["A100", "T4"])
+    pod = scoring.shape_of(*data.draw(gpu_shape))
+    n = data.draw(st.integers(1, 6))
+    cpu = [data.draw(st.integers(pod.cpu, 64_000)) for _ in range(n)]
+    memory = [data.draw(st.integers(pod.memory, 2 ** 38)) for _ in range(n)]
+    gpus = [data.draw(st.lists(slots, min_size=4, max_size=4).filter(
+        lambda g: (g.count(WHOLE) >= pod.gpus) if pod.milli == WHOLE else max(g) >= pod.milli)) for _ in range(n)]
+    models = [data.draw(st.sampled_from(["A100", "T4", ""])) for _ in range(n)]
+    scoring._EFFECTS.clear()
+    got = scoring.keys(live, pod, cpu, memory, gpus, models)
+    scorer = live.scorer
+    before = Nodes(np.array(cpu), np.array([m // scoring.MIB_MILLI for m in memory]), np.array(gpus),
+                   np.array([live.codes.get(m, 0) for m in models]))
+    after = after_one_pod(before, pod)
+    want = scorer.score(before, after, fragmentation(before, scorer.table))
+    assert [k[0] for k in got] == want.tolist()
+    assert [k[1] for k in got] == after.gpu.sum(axis=1).tolist() and [k[2] for k in got] == after.cpu.tolist()

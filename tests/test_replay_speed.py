@@ -127,7 +127,7 @@ def _no_memos():
         return _THRESHOLDS_BUILD(table)
 
     def effects(*args):
-        scoring._EFFECTS[:] = [None, {}]
+        scoring._EFFECTS.clear()
         return _EFFECTS_BUILD(*args)
 
     return [mock.patch.object(policy, "_rooms", rooms), mock.patch.object(scoring, "_effects", effects),

@@ -190,6 +190,21 @@ class Scorer(NamedTuple):
             score += RESTRICTED_WEIGHT * total * (rise @ weights) // max(1, int(weights.sum()))
         return score
 
+    def combine_rows(self, rise: list[list[int]], strand: list[int]) -> list[int]:
+        """``combine`` in plain integers, for a few nodes (the live scorer's kinds of node: a handful,
+        where numpy's fixed cost per operation is most of the work); the same figures."""
+        weights = self.weights.tolist()
+        total = sum(weights)
+        restricted = [w if r else 0 for w, r in zip(weights, self.table.restricted.tolist())]
+        share = max(1, sum(restricted))
+        out = []
+        for row, stranded_by in zip(rise, strand):
+            score = sum(r * w for r, w in zip(row, weights)) + STRANDED_WEIGHT * total * stranded_by
+            if any(restricted):
+                score += RESTRICTED_WEIGHT * total * sum(r * w for r, w in zip(row, restricted)) // share
+            out.append(score)
+        return out
+
 
 class ShapeMix:
     """The shapes seen so far and how often: the weights of the expected fragmentation.

@@ -17,7 +17,7 @@ import numpy as np
 
 from gangway.events.state import GPU_MODEL_LABEL, pod_shape_counts
 from gangway.services.placement.fragmentation import (  # noqa: F401 (Shape: re-exported)
-    WHOLE, Nodes, Scorer, Shape, ShapeMix, after_one_pod, fragmentation, stranded_of,
+    WHOLE, Nodes, Scorer, Shape, ShapeMix, after_one_pod, fragmentation,
 )
 
 MIB_MILLI = 1000 * 2**20
@@ -136,32 +136,43 @@ def keys(live: LiveScorer, shape: Shape, cpu: Sequence[int], memory: Sequence[in
     effects = _effects(scorer.table, shape, cpu, mib, gpus, [live.codes.get(m, 0) for m in models])
     if not effects:
         return []
-    rise = np.array([e[0] for e in effects], dtype=np.int64).reshape(len(effects), -1)
-    left_gpu, left_cpu, left_memory = [e[1] for e in effects], [e[2] for e in effects], [e[3] for e in effects]
-    strand = stranded_of(np.array(left_gpu, dtype=np.int64), np.array(left_cpu, dtype=np.int64),
-                         np.array(left_memory, dtype=np.int64), scorer.cpu_per_gpu, scorer.memory_per_gpu)
-    strand -= stranded_of(np.array([sum(g) for g in gpus], dtype=np.int64), np.array(cpu, dtype=np.int64),
-                          np.array(mib, dtype=np.int64), scorer.cpu_per_gpu, scorer.memory_per_gpu)
-    score = scorer.combine(rise, strand)
-    return list(zip(score.tolist(), left_gpu, left_cpu))
+    # (plain integers, as ``stranded_of`` and ``Scorer.combine`` compute them: a handful of kinds)
+    (cpu_amount, cpu_gpu), (memory_amount, memory_gpu) = scorer.cpu_per_gpu, scorer.memory_per_gpu
+    cpu_amount, memory_amount = max(1, cpu_amount), max(1, memory_amount)
+
+    def stranded(gpu: int, c: int, m: int) -> int:
+        return max(0, gpu - c * cpu_gpu // cpu_amount) + max(0, gpu - m * memory_gpu // memory_amount)
+
+    strand = [stranded(g, c, m) - stranded(sum(before), c0, m0)
+              for (_, g, c, m), before, c0, m0 in zip(effects, gpus, cpu, mib)]
+    score = scorer.combine_rows([e[0] for e in effects], strand)
+    return [(s, e[1], e[2]) for s, e in zip(score, effects)]
 
 
-#: [the shape table, (shape, cpu, memory MiB, GPUs, model code) → (rise in fragmentation per
-#: shape, GPU milli, CPU and memory left)] for the table in use (its shapes seldom change).
-_EFFECTS: list = [None, {}]
+#: id of a shape table → (the table, (shape, cpu, memory MiB, GPUs, model code) → (rise in
+#: fragmentation per shape, GPU milli, CPU and memory left)). Several tables: the scorer's columns
+#: are its heaviest shapes in order of weight, so two shapes of about one weight swap columns (and
+#: tables) back and forth as the mix moves; one memo per table keeps both.
+_EFFECTS: dict[int, tuple[object, dict]] = {}
+_EFFECTS_TABLES_MAX = 32
 
 
 def _effects(table, shape: Shape, cpu: Sequence[int], mib: Sequence[int], gpus: Sequence[Sequence[int]],
              codes: Sequence[int]) -> list[tuple[list[int], int, int, int]]:
     """Each node's (rise in fragmentation per shape of ``table``, GPU milli, CPU and memory left)
-    with one more pod of ``shape``: computed (numpy) for the kinds not seen with this table yet."""
-    if _EFFECTS[0] is not table or len(_EFFECTS[1]) > 65_536:
-        _EFFECTS[:] = [table, {}]
-    memo = _EFFECTS[1]
-    kinds = [(shape, c, m, tuple(g), code) for c, m, g, code in zip(cpu, mib, gpus, codes)]
-    new = [i for i, kind in enumerate(kinds) if kind not in memo]
+    with one more pod of ``shape``: computed (numpy) for the kinds not seen with this table yet. A
+    kind's GPUs count as a sorted multiset: these figures do not depend on which GPU is which (one
+    more pod takes whole free GPUs, or the one that fits a sharing pod best, by their room)."""
+    found = _EFFECTS.get(id(table))
+    if found is None or found[0] is not table or len(found[1]) > 65_536:
+        if len(_EFFECTS) >= _EFFECTS_TABLES_MAX:
+            _EFFECTS.clear()
+        found = _EFFECTS[id(table)] = (table, {})
+    memo = found[1]
+    kinds = [(shape, c, m, tuple(sorted(g)), code) for c, m, g, code in zip(cpu, mib, gpus, codes)]
+    new = list({kind: i for i, kind in enumerate(kinds) if kind not in memo}.values())
     if new:
-        rows = [gpus[i] for i in new]
+        rows = [kinds[i][3] for i in new]
         widths = {len(g) for g in rows}
         width = max(1, max(widths))
         if widths == {width}:  # every node as wide: no padding
