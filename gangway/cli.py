@@ -282,26 +282,6 @@ _positive_seconds = _bounded(float, 0, 366 * 86400, "must be above 0 and at most
 _port = _bounded(int, 0, 65535, "must be a port from 1 to 65535 (0: any free one)")
 
 
-def _port_free(host: str, port: int) -> str:
-    """Why nothing can listen on ``host``:``port`` ('' when something can): in use, an address that is
-    not this machine's, a host name that does not resolve. Checked by binding, as the server will."""
-    import errno
-    import socket
-    if port == 0:
-        return ""
-    try:
-        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                                  flags=socket.AI_PASSIVE):
-            with socket.socket(family, kind, proto) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as asyncio's servers bind)
-                sock.bind(address)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return f"port {port} is in use: pick another with --port"
-        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-    return ""
-
-
 def cmd_replay(args) -> int:
     from rich.progress import Progress
 
@@ -621,19 +601,32 @@ def cmd_telemetry(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from gangway.console.app import ListenError, listen
     from gangway.demo import run_demo
-    if args.console and (busy := _port_free("127.0.0.1", args.port)):  # (not after the whole demo)
-        return _fail(busy)
-    return run_demo(console, time_scale=args.time_scale, out=args.out,
-                    console_port=args.port if args.console else None)
+    sock = None
+    if args.console:  # its port is the demo's from the start: nothing can take it meanwhile
+        try:
+            sock = listen("127.0.0.1", args.port)
+        except ListenError as exc:
+            return _fail(str(exc))
+    try:
+        return run_demo(console, time_scale=args.time_scale, out=args.out, console_socket=sock)
+    finally:
+        if sock is not None:
+            sock.close()
 
 
 def cmd_console(args) -> int:
-    from gangway.console.app import serve
-    if busy := _port_free(args.host, args.port):
-        return _fail(busy)
+    import socket
+
+    from gangway.console.app import ListenError, listen, serve
+    try:
+        # (--fd: a socket the demo bound and handed over)
+        sock = socket.socket(fileno=args.fd) if args.fd is not None else listen(args.host, args.port)
+    except ListenError as exc:
+        return _fail(str(exc))
     bootstrap = _bootstrap()
-    serve(bootstrap, host=args.host, port=args.port,
+    serve(bootstrap, sock, host=args.host,
           announce=lambda url: console.print(f"gangway console at {url}  (metrics at {url}metrics; Ctrl-C stops it)"))
     return 0
 
@@ -737,6 +730,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("console", help="the web console and /metrics of the running stack (read-only)")
     s.add_argument("--port", type=_port, default=8080, help="port to listen on (0: any free one)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    s.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a listening socket handed over (the demo's)
     s.set_defaults(func=cmd_console)
     s = sub.add_parser("invoice", help="a billing period's invoices (as issued, or a draft while it runs)")
     s.add_argument("--period", help="2026-11 (monthly), 2026-W48, 2026-11-30 or 2026-11-30T10 "

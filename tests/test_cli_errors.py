@@ -287,8 +287,12 @@ def test_the_console_on_a_port_in_use_or_an_address_not_here_says_so_in_one_line
         taken.listen()
         port = taken.getsockname()[1]
         result = gangway(["console", "--port", str(port)], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
+        # the demo binds its console's port before its story: taken, it says so before starting anything
+        demo = gangway(["demo", "--console", "--port", str(port)], tmp_path, GANGWAY_STATE_DIR=str(tmp_path / "state"))
     assert_one_line_failure(result, f"gangway: port {port} is in use: pick another with --port")
     assert result.returncode == 1
+    assert_one_line_failure(demo, f"gangway: port {port} is in use: pick another with --port")
+    assert demo.returncode == 1 and not (tmp_path / "state").exists()
     result = gangway(["console", "--host", "192.0.2.1", "--port", str(free_port())], tmp_path,
                      GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")  # (TEST-NET-1: no machine's own address)
     assert_one_line_failure(result, "gangway: cannot listen on 192.0.2.1:", "Cannot assign requested address")

@@ -26,13 +26,15 @@ def die_with_parent() -> None:
 
 
 def spawn(cmd: list[str], log_path: str | Path | None = None, env: dict[str, str] | None = None,
-          new_session: bool = False) -> Process:
+          new_session: bool = False, pass_fds: tuple[int, ...] = ()) -> Process:
     """Start ``cmd`` with no standard input, its output appended to ``log_path`` (else discarded),
-    dying with this process; ``new_session`` keeps terminal signals (Ctrl-C) away from it."""
+    dying with this process; ``new_session`` keeps terminal signals (Ctrl-C) away from it;
+    ``pass_fds``: file descriptors it inherits (a listening socket)."""
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=new_session, preexec_fn=die_with_parent)
+                                start_new_session=new_session, preexec_fn=die_with_parent,
+                                pass_fds=pass_fds)
     finally:
         if out is not subprocess.DEVNULL:
             out.close()

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
+import socket
 import time
 from importlib import resources
 
@@ -263,21 +265,48 @@ def create_app(bootstrap: str, log: list | None = None) -> Starlette:
     return app
 
 
-def serve(bootstrap: str, host: str = "127.0.0.1", port: int = 8080, announce=None) -> None:
-    """Serve the console until SIGINT/SIGTERM (uvicorn). ``announce(url)`` is called once it listens."""
+class ListenError(Exception):
+    """The console cannot listen where it was asked: the sentence says why (port in use, an address
+    that is not this machine's, a host name that does not resolve)."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (0: any free port) for ``serve``: bound here, so that
+    a port taken by another program is a ``ListenError`` now, and one bound once stays the console's
+    (``gangway demo --console`` holds it from its start)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as uvicorn binds)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"port {port} is in use: pick another with --port") from None
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)  # (the demo hands it to its console process)
+    return sock
+
+
+def serve(bootstrap: str, sock: socket.socket, host: str = "127.0.0.1", announce=None) -> None:
+    """Serve the console on ``sock`` (``listen``) until SIGINT/SIGTERM (uvicorn). ``announce(url)``
+    is called once it serves."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(bootstrap), host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(create_app(bootstrap), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
 
     async def main() -> None:
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started and announce is not None:
-            sockets = [s for srv in server.servers for s in srv.sockets]
-            bound = sockets[0].getsockname()[1] if sockets else port
-            announce(f"http://{host}:{bound}/")
+            announce(f"http://{host}:{sock.getsockname()[1]}/")
         await task
 
     started = time.monotonic()

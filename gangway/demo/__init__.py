@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import time
 from importlib import resources
 from pathlib import Path
@@ -77,9 +78,9 @@ def _wait(bootstrap: str, until, deadline: float, what: str, tick=lambda: None) 
 
 
 def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-log.jsonl",
-             console_port: int | None = None) -> int:
-    """The demo's story; with ``console_port``, the stack and the web console then keep running
-    until Ctrl-C (the address is printed)."""
+             console_socket: socket.socket | None = None) -> int:
+    """The demo's story; with ``console_socket`` (listening: ``console.app.listen``), the stack and
+    the web console on it then keep running until Ctrl-C (the address is printed)."""
     from gangway.contract import load_contract_file
     from gangway.services.submission.manifests import load_jobs
 
@@ -125,8 +126,8 @@ def run_demo(console: Console, time_scale: float = 120.0, out: str = "out/demo-l
         issued = _wait_invoices(ledger, log_id, last_period, deadline)
         ledger.close()
         ok = _tell(console, envs, rows, issued, out, started)
-        if console_port is not None:
-            _keep_console(console, running, console_port)
+        if console_socket is not None:
+            _keep_console(console, running, console_socket)
     return 0 if ok else 1
 
 
@@ -155,18 +156,18 @@ def _tell(console: Console, envs: list[ev.Envelope], rows, issued, out: str, sta
     return report.ok
 
 
-def _keep_console(console: Console, running: stack.Stack, port: int) -> None:
-    """Run ``gangway console`` on the demo's stack until Ctrl-C, supervising the stack meanwhile."""
+def _keep_console(console: Console, running: stack.Stack, sock: socket.socket) -> None:
+    """Run ``gangway console`` on the demo's stack and listening socket until Ctrl-C, supervising
+    the stack meanwhile."""
     import signal
     import sys
     import urllib.request
 
     from gangway.adapters import processes
-    from gangway.adapters.broker import free_port
-    port = port or free_port()
+    port = sock.getsockname()[1]
     env = dict(os.environ, GANGWAY_KAFKA=running.bootstrap)
-    proc = processes.spawn([sys.executable, "-m", "gangway", "console", "--port", str(port)],
-                           log_path=stack.state_dir() / "logs" / "console.log", env=env)
+    proc = processes.spawn([sys.executable, "-m", "gangway", "console", "--fd", str(sock.fileno())],
+                           log_path=stack.state_dir() / "logs" / "console.log", env=env, pass_fds=(sock.fileno(),))
     url = f"http://127.0.0.1:{port}/"
     stopped: list[bool] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
