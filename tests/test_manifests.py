@@ -368,6 +368,43 @@ def test_every_kueue_sample_of_an_accepted_kind_loads(name):
     assert len(jobs) == 1 and jobs[0].kind in ("Job", "JobSet", "PyTorchJob") and jobs[0].queue in ("user-queue", "main")
 
 
+def test_a_key_gangway_reads_put_where_it_does_not_read_it_is_named_in_a_warning():
+    """Kueue reads the queue name and priority class as labels, partial admission and topology as
+    annotations (gangway its runtime and profile too): one in the other place is not read, and
+    `gangway submit` says so; a queue name given only as an annotation is refused with the hint."""
+    text = textwrap.dedent("""\
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          name: misplaced
+          namespace: team
+          labels: {kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/job-min-parallelism: "1", gangway.io/runtime-seconds: "60"}
+          annotations: {kueue.x-k8s.io/priority-class: high}
+        spec:
+          parallelism: 2
+          template:
+            metadata:
+              labels: {kueue.x-k8s.io/podset-required-topology: example.com/rack}
+            spec:
+              containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
+        """)
+    unread: list[str] = []
+    [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
+    assert job.runtime_seconds is None and job.priority_class is None and job.pod_sets[0].min_count is None
+    assert job.pod_sets[0].topology is None
+    said = "job.yaml: warning: Job misplaced: {} is {} here; gangway reads it as {}{}: ignored"
+    assert unread == [
+        said.format("kueue.x-k8s.io/job-min-parallelism", "a label", "an annotation", " (as Kueue does)"),
+        said.format("gangway.io/runtime-seconds", "a label", "an annotation", ""),
+        said.format("kueue.x-k8s.io/priority-class", "an annotation", "a label", " (as Kueue does)"),
+        said.format("kueue.x-k8s.io/podset-required-topology", "a label", "an annotation", " (as Kueue does)"),
+    ]
+    only_annotated = text.replace("kueue.x-k8s.io/queue-name: lq, ", "").replace(
+        "annotations: {kueue.x-k8s.io/priority-class: high}", "annotations: {kueue.x-k8s.io/queue-name: lq}")
+    with pytest.raises(ManifestError, match="it is an annotation here: Kueue and gangway read it as a label"):
+        load_jobs(only_annotated, "job.yaml")
+
+
 def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
     """The job is still read (and runs), but `gangway submit` says what Kueue would have acted on."""
     text = textwrap.dedent("""\

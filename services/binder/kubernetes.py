@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
 #: Proposal: (event id, cluster time ms, event).
 Report = tuple[str, int, object]
-#: intake(object, state) → the JobSubmitted it becomes, or why it is refused.
-Intake = Callable[[dict, State], "JobSubmitted | str"]
+#: intake(object, state) → the JobSubmitted it becomes and what of it gangway ignores (sentences), or
+#: why it is refused.
+Intake = Callable[[dict, State], "tuple[JobSubmitted, list[str]] | str"]
 SUBMIT_RETRY_S = 30.0
 #: What a bind of a pod that no longer exists, or is being deleted, returns (not a refusal: the pod is being
 #: re-created, and the next pass binds its replacement).
@@ -264,8 +265,11 @@ class KubernetesBinder:
                 self.rejected[uid] = (m.get("resourceVersion"), state.contract_digest)
                 await self.tell(obj, "Warning", "Rejected", f"Rejected by gangway: {result}", status="False")
                 continue
+            job, ignored = result
+            if ignored:  # it runs, without what those keys ask: the owner hears it once, at intake
+                await self.tell(obj, "Warning", "KeysIgnored", "Ignored by gangway: " + "; ".join(ignored), status="False")
             self.submitting[uid] = now
-            out.submissions.append(result)
+            out.submissions.append(job)
 
     def _withdrawals(self, state: State, objs: dict[str, dict], out: Step, now_ms: int) -> None:
         for name in list(state.pending) + list(state.active):

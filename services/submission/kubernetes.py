@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gangway.events.catalogue import JobSubmitted
 from gangway.events.state import State
-from gangway.services.submission.manifests import ManifestError, job_of_object
+from gangway.services.submission.manifests import ManifestError, job_of_object, unread
 from gangway.services.submission.policy import Invalid, queue_job
 
 UID_LABEL = "gangway.io/uid"
@@ -25,14 +25,16 @@ def _manifest(obj: dict) -> dict:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta, "spec": obj.get("spec")}
 
 
-def job_from_object(obj: dict, state: State) -> JobSubmitted | str:
-    """The JobSubmitted for ``obj``, or the reason it is refused (checked as the submission service
-    will check it, against the contract in ``state``)."""
+def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] | str:
+    """The JobSubmitted for ``obj`` and what of it gangway ignores (a Kueue key it does not read, a
+    key it reads put where it does not read it: ``manifests.unread``), or the reason it is refused
+    (checked as the submission service will check it, against the contract in ``state``)."""
     meta = obj.get("metadata") or {}
     uid = str(meta.get("uid") or "")
     where = f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    manifest = _manifest(obj)
     try:
-        job = job_of_object(_manifest(obj), where)
+        job = job_of_object(manifest, where)
     except ManifestError as exc:
         return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
     known = state.workloads.get(f"{job.namespace}/{job.job_id}")
@@ -43,7 +45,7 @@ def job_from_object(obj: dict, state: State) -> JobSubmitted | str:
         queue_job(job, state, {}, submission="")
     except Invalid as bad:
         return f"{bad.reason}: {bad.message}"
-    return job
+    return job, unread(manifest)
 
 
 def _fields(job: JobSubmitted) -> dict:

@@ -217,23 +217,38 @@ KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MIN_PARALLELISM_ANNOTA
 
 
 def _unread(doc: Any, index: int, filename: str) -> list[str]:
-    """A warning for each Kueue label or annotation of a manifest (on the object or a pod template,
-    at any depth) that gangway does not read, e.g. ``kueue.x-k8s.io/podset-group-name``: the job
-    runs, without what the key asks."""
-    keys: dict[str, None] = {}
-    _kueue_keys(doc, keys)
+    """``unread``'s sentences as warnings naming the file and the object (``index``: its document)."""
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     name = f"{doc.get('kind', '?')} {meta.get('name') or meta.get('generateName') or '?'}" \
         if isinstance(meta, dict) else f"document {index}"
-    return [f"{filename}: warning: {name}: {key} is not read by gangway; ignored" for key in keys
-            if key not in KUEUE_KEYS_READ]
+    return [f"{filename}: warning: {name}: {said}" for said in unread(doc)]
 
 
-def _kueue_keys(node: Any, found: dict[str, None]) -> None:
+def unread(doc: Any) -> list[str]:
+    """What of a manifest gangway ignores, one sentence each: a Kueue label or annotation (on the
+    object or a pod template, at any depth) it does not read, e.g. ``kueue.x-k8s.io/podset-group-name``,
+    and a key it reads put where it does not read it (``job-min-parallelism`` as a label, the queue
+    name as an annotation): the job runs, without what the key asks."""
+    keys: dict[tuple[str, str], None] = {}
+    _kueue_keys(doc, keys)
+    out = []
+    for key, place in keys:
+        if key in READ_AS_LABEL and place == "annotations" or key in READ_AS_ANNOTATION and place == "labels":
+            here, read_as = ("an annotation", "a label") if key in READ_AS_LABEL else ("a label", "an annotation")
+            kueue = " (as Kueue does)" if key.startswith("kueue.x-k8s.io/") else ""
+            out.append(f"{key} is {here} here; gangway reads it as {read_as}{kueue}: ignored")
+        elif key.startswith("kueue.x-k8s.io/") and key not in KUEUE_KEYS_READ:
+            out.append(f"{key} is not read by gangway; ignored")
+    return out
+
+
+def _kueue_keys(node: Any, found: dict[tuple[str, str], None]) -> None:
+    """(key, 'labels' or 'annotations') of every Kueue key, and every key gangway reads, at any depth."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key in ("labels", "annotations") and isinstance(value, dict):
-                found.update((k, None) for k in value if isinstance(k, str) and k.startswith("kueue.x-k8s.io/"))
+                found.update(((k, key), None) for k in value if isinstance(k, str) and (
+                    k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
             else:
                 _kueue_keys(value, found)
     elif isinstance(node, list):
@@ -419,7 +434,8 @@ def _k8s_job(where: _Where, doc: dict, kind: str, pod_sets: list[PodSetRequest])
     labels = _strings(where, meta, "labels", "metadata.labels")
     annotations = _strings(where, meta, "annotations", "metadata.annotations")
     if QUEUE_LABEL not in labels:
-        raise where.error(f"metadata.labels[{QUEUE_LABEL!r}]", "missing: name the LocalQueue to submit to")
+        raise where.error(f"metadata.labels[{QUEUE_LABEL!r}]", "missing: name the LocalQueue to submit to" + (
+            " (it is an annotation here: Kueue and gangway read it as a label)" if QUEUE_LABEL in annotations else ""))
     namespace = meta.get("namespace") or "default"
     if not isinstance(namespace, str):
         raise where.error("metadata.namespace", f"must be a string, not {_type_name(namespace)}")
@@ -440,6 +456,10 @@ PROFILE_ANNOTATIONS = {
     "gangway.io/sm-active": 1.0, "gangway.io/gpu-util": 1.0, "gangway.io/fb-used-mib": 2.0**40,
     "gangway.io/tokens-per-second": 1e12, "gangway.io/checkpoint-seconds": 1e9,
 }
+#: Where gangway reads each key it reads (as Kueue does): one put in the other place is not read.
+READ_AS_LABEL = frozenset({QUEUE_LABEL, PRIORITY_LABEL})
+READ_AS_ANNOTATION = frozenset({MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS, RUNTIME_ANNOTATION,
+                                *PROFILE_ANNOTATIONS})
 
 
 def _profile(where: _Where, annotations: dict[str, str]) -> dict[str, str]:

@@ -167,13 +167,17 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
     log, binder = await setup(kube, make_binder)
     await apply_manifests(kube, job("eager", pods=1, gpus=1, suspend=False))
     await apply_manifests(kube, job("greedy", pods=1, gpus=1).replace("queue-name: default", "queue-name: nowhere"))
+    # Kueue's partial admission is an annotation: as a label it is not read, and the Job's owner is told.
+    await apply_manifests(kube, job("partial", pods=2, gpus=1).replace(
+        "queue-name: default}", 'queue-name: default, kueue.x-k8s.io/job-min-parallelism: "1"}'))
     wl = log.state.workloads
-    await run_until(log, [binder], lambda: "team/eager" in wl, what="the eager Job queued")
+    await run_until(log, [binder], lambda: "team/eager" in wl and "team/partial" in wl, what="the eager Job queued")
     assert (await kube.get(api.JOBS, "eager", "team"))["spec"]["suspend"] is True or wl["team/eager"].phase != "pending"
+    assert wl["team/partial"].spec.pod_sets[0].min_count is None
 
-    async def told():
-        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=greedy")
-        return [e for e in events if e["reason"] == "Rejected"]
+    async def told(name: str = "greedy", reason: str = "Rejected"):
+        events, _ = await kube.list(api.EVENTS, "team", field_selector=f"involvedObject.name={name}")
+        return [e for e in events if e["reason"] == reason]
     for _ in range(100):
         await log.turn(binder)
         if await told():
@@ -181,6 +185,10 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
         await asyncio.sleep(0.05)
     [event] = await told()
     assert event["type"] == "Warning" and "unknown_queue" in event["message"] and "nowhere" in event["message"]
+    [ignored] = await told("partial", "KeysIgnored")
+    assert ignored["type"] == "Warning" and ignored["message"] == (
+        "Ignored by gangway: kueue.x-k8s.io/job-min-parallelism is a label here; gangway reads it as an annotation "
+        "(as Kueue does): ignored")
     greedy = await kube.get(api.JOBS, "greedy", "team")
     cond = [c for c in greedy["status"]["conditions"] if c["type"] == ob.CONDITION_TYPE][0]
     assert cond["status"] == "False" and cond["reason"] == "Rejected"
