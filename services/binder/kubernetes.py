@@ -55,6 +55,9 @@ Report = tuple[str, int, object]
 #: why it is refused.
 Intake = Callable[[dict, State], "tuple[JobSubmitted, list[str]] | str"]
 SUBMIT_RETRY_S = 30.0
+#: Writes of gangway's condition that met a newer object (409 Conflict) before it gives up until
+#: the next change it tells of.
+CONDITION_TRIES = 4
 #: What a bind of a pod that no longer exists, or is being deleted, returns (not a refusal: the pod is being
 #: re-created, and the next pass binds its replacement).
 GONE = "gone"
@@ -637,12 +640,31 @@ class KubernetesBinder:
         kind = ob.kind_of(obj)
         try:
             await self.kube.create(api.EVENTS, event, m.get("namespace"))
-            await self.kube.patch(RESOURCES[kind], m["name"],
-                                  {"status": {"conditions": ob.with_condition(obj, status, reason, message, stamp)}},
-                                  m.get("namespace"), sub="status")
+            await self._set_condition(obj, status, reason, message, stamp)
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("telling %s %s/%s (%s): %s", kind, m.get("namespace"), m["name"], reason, exc)
+
+    async def _set_condition(self, obj: dict, status: str, reason: str, message: str, stamp: str) -> None:
+        """gangway's condition on the object, the others kept as they are now: the patch carries the
+        resourceVersion its conditions were read at, and when the object changed meanwhile (its
+        controller wrote a condition: 409 Conflict) it is read again and the patch made anew."""
+        kind, m = ob.kind_of(obj), ob.meta(obj)
+        for attempt in range(CONDITION_TRIES):
+            patch: dict = {"status": {"conditions": ob.with_condition(obj, status, reason, message, stamp)}}
+            version = ob.meta(obj).get("resourceVersion")
+            if version:
+                patch["metadata"] = {"resourceVersion": version}
+            try:
+                await self.kube.patch(RESOURCES[kind], m["name"], patch, m.get("namespace"), sub="status")
+                return
+            except ApiError as exc:
+                if not exc.conflict or attempt == CONDITION_TRIES - 1:
+                    raise
+            found, _ = await self.kube.list(RESOURCES[kind], m.get("namespace"), field_selector=f"metadata.name={m['name']}")
+            if not found:
+                return  # (deleted meanwhile: nothing to tell)
+            obj = found[0]
 
     def _forget(self, state: State) -> None:
         """Drop progress about attempts the log has moved past."""

@@ -195,6 +195,22 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
     assert "team/greedy" not in wl
 
 
+async def test_gangways_condition_keeps_a_condition_written_after_the_binder_read_the_job(kube, make_binder):
+    """The binder's patch of its condition carries the resourceVersion it read: a condition another
+    controller wrote meanwhile (409 Conflict) is read again and kept, not overwritten."""
+    log, binder = await setup(kube, make_binder)
+    await apply_manifests(kube, job("watched", pods=1, gpus=1))
+    stale = await kube.get(api.JOBS, "watched", "team")
+    stamp = "2026-12-03T10:00:00Z"
+    await kube.patch(api.JOBS, "watched", {"status": {"conditions": [
+        {"type": "Audited", "status": "True", "reason": "Checked", "message": "another controller's",
+         "lastProbeTime": stamp, "lastTransitionTime": stamp}]}}, "team", sub="status")
+    await binder.tell(stale, "Normal", "Told", "the binder's sentence", status="False")
+    conditions = {c["type"]: c for c in (await kube.get(api.JOBS, "watched", "team"))["status"]["conditions"]}
+    assert conditions["Audited"]["message"] == "another controller's"
+    assert conditions[ob.CONDITION_TYPE]["reason"] in ("Told", "Pending")  # (the binder may have told it more since)
+
+
 async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube, make_binder):
     log, binder = await setup(kube, make_binder)
     async with cluster_running(kube, ["team"]):
