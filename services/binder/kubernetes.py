@@ -627,6 +627,9 @@ class KubernetesBinder:
             return
         self.told[uid] = (reason, message)
         self.told_at[uid] = time.monotonic()
+        said = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ob.CONDITION_TYPE), {})
+        if (said.get("status"), said.get("reason"), said.get("message")) == (status, reason, message[:1024]):
+            return  # (told before this binder started: a restart, or another replica that held the lease)
         now = micro_time()
         stamp = now[:19] + "Z"
         name = f"{m['name']}.gangway.{hashlib.sha256(f'{uid}{reason}{message}{now}'.encode()).hexdigest()[:10]}"

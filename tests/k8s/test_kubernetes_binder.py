@@ -209,6 +209,12 @@ async def test_gangways_condition_keeps_a_condition_written_after_the_binder_rea
     conditions = {c["type"]: c for c in (await kube.get(api.JOBS, "watched", "team"))["status"]["conditions"]}
     assert conditions["Audited"]["message"] == "another controller's"
     assert conditions[ob.CONDITION_TYPE]["reason"] in ("Told", "Pending")  # (the binder may have told it more since)
+    # A binder that starts again (nothing told in its memory) tells again only what the condition does not say.
+    await binder.tell(stale, "Normal", "Again", "said once", status="False")
+    binder.told.clear()
+    await binder.tell(await kube.get(api.JOBS, "watched", "team"), "Normal", "Again", "said once", status="False")
+    events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=watched")
+    assert [e["message"] for e in events if e["reason"] == "Again"] == ["said once"]
 
 
 async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube, make_binder):
