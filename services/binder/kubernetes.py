@@ -114,6 +114,8 @@ class KubernetesBinder:
         self.evicting: dict[tuple[str, int], Evicting] = {}
         self.submitting: dict[str, float] = {}
         self.told: dict[str, tuple[str, str]] = {}
+        #: uid → (kind, namespace, name) of each job object seen: its pods are found by these once it is deleted.
+        self.names: dict[str, tuple[str, str, str]] = {}
         self.told_at: dict[str, float] = {}
         self.rejected: dict[str, tuple] = {}
         self.bind_sem = asyncio.Semaphore(bind_concurrency)
@@ -167,7 +169,7 @@ class KubernetesBinder:
         objs, by_uid = self._objects(state)
         pods = self._pods()
         await self._intake(state, by_uid, out)
-        self._withdrawals(state, objs, out, now_ms)
+        self._withdrawals(state, objs, pods, out, now_ms)
         work = []
         for name in list(state.active):
             wl, obj = state.workloads[name], objs.get(name)
@@ -227,8 +229,10 @@ class KubernetesBinder:
         for kind in RESOURCES:
             if kind in self.reflectors:
                 for obj in self.reflectors[kind].store.values():
-                    if ob.QUEUE_LABEL in (ob.meta(obj).get("labels") or {}):
-                        by_uid[ob.meta(obj).get("uid")] = obj
+                    m = ob.meta(obj)
+                    if ob.QUEUE_LABEL in (m.get("labels") or {}):
+                        by_uid[m.get("uid")] = obj
+                        self.names[m.get("uid")] = (kind, m.get("namespace"), m.get("name"))
         objs = {}
         for name in list(state.pending) + list(state.active):
             uid = state.workloads[name].spec.labels.get(ob.UID_LABEL)
@@ -274,7 +278,7 @@ class KubernetesBinder:
             self.submitting[uid] = now
             out.submissions.append(job)
 
-    def _withdrawals(self, state: State, objs: dict[str, dict], out: Step, now_ms: int) -> None:
+    def _withdrawals(self, state: State, objs: dict[str, dict], pods: dict, out: Step, now_ms: int) -> None:
         for name in list(state.pending) + list(state.active):
             wl = state.workloads[name]
             uid = wl.spec.labels.get(ob.UID_LABEL)
@@ -282,6 +286,10 @@ class KubernetesBinder:
                 continue
             obj = objs.get(name)
             if obj is None or ob.meta(obj).get("deletionTimestamp"):
+                if wl.phase in HOLDS_NODES and self._still_on_nodes(wl, pods):
+                    # Its pods terminate for their grace period: their quota and GPUs stay taken on
+                    # the log until they are gone, so no other gang is bound beside them meanwhile.
+                    continue
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
                     workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) deleted")))
                 continue
@@ -289,6 +297,14 @@ class KubernetesBinder:
             if ended is not None:  # it ended outside gangway (failed or completed while it waited): out of its queue
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
                     workload=name, reason=f"{ended[2]} while gangway held it {wl.phase}")))
+
+    def _still_on_nodes(self, wl: WorkloadState, pods: dict[tuple[str, str, str], list[dict]]) -> bool:
+        """Does a pod of ``wl``'s object (deleted: found by the name it had, ``names``) still hold its
+        node: bound and neither succeeded nor failed, terminating included?"""
+        uid = wl.spec.labels.get(ob.UID_LABEL)
+        kind, ns, name = self.names.get(uid) or (wl.spec.kind, wl.spec.namespace, wl.spec.workload.partition("/")[2])
+        return any((p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                   for p in pods.get((kind, ns, name), ()))
 
     # --- placements: the gang, all or nothing ------------------------------------------------------------
 
@@ -675,6 +691,9 @@ class KubernetesBinder:
             del self.gangs[key]
         for key in [k for k in self.evicting if _moved_on(state, *k, "evicting")]:
             del self.evicting[key]
+        if len(self.names) > 2 * (len(state.pending) + len(state.active)) + 1024:  # (seen anew while they exist)
+            waiting = {state.workloads[n].spec.labels.get(ob.UID_LABEL) for n in list(state.pending) + list(state.active)}
+            self.names = {uid: found for uid, found in self.names.items() if uid in waiting}
 
 
 def _moved_on(state: State, name: str, attempt: int, phase: str) -> bool:

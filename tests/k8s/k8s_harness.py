@@ -191,6 +191,10 @@ class FakeCluster:
     kubelet: bool = True
     #: Pods created so far (names), for tests that count them.
     created: list[str] = field(default_factory=list)
+    #: How long a kubelet takes to stop a pod once it is deleted gracefully (its grace period, as the
+    #: containers take it): the pod stays, terminating, that long.
+    terminate_s: float = 0.0
+    _terminating: dict[str, float] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -207,6 +211,7 @@ class FakeCluster:
         for ns in self.namespaces:
             pods, _ = await self.kube.list(api.PODS, ns)
             by_name = {p["metadata"]["name"]: p for p in pods}
+            owners: set[str] = set()
             for kind, res in KINDS.items():
                 try:
                     objs, _ = await self.kube.list(res, ns)
@@ -214,6 +219,8 @@ class FakeCluster:
                     continue
                 for obj in objs:
                     await self._control(obj, by_name)
+                owners.update(obj["metadata"]["uid"] for obj in objs)
+            await self._collect_garbage(pods, owners)
             if self.kubelet:
                 for pod in pods:
                     await self._kubelet(pod)
@@ -249,11 +256,21 @@ class FakeCluster:
                 if not exc.conflict:
                     raise
 
+    async def _collect_garbage(self, pods: list[dict], owners: set[str]) -> None:
+        """The garbage collector: a pod whose owner object is gone is deleted (gracefully)."""
+        for pod in pods:
+            refs = pod["metadata"].get("ownerReferences") or []
+            if refs and not pod["metadata"].get("deletionTimestamp") and not any(r.get("uid") in owners for r in refs):
+                with contextlib.suppress(ApiError):
+                    await self.kube.delete(api.PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+
     async def _kubelet(self, pod: dict) -> None:
         meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
         if meta.get("deletionTimestamp"):
             if meta["name"] not in self.deleted:
                 self.deleted.append(meta["name"])
+            if time.monotonic() < self._terminating.setdefault(meta["uid"], time.monotonic() + self.terminate_s):
+                return  # still stopping its containers
             await self.kube.delete(api.PODS, meta["name"], meta["namespace"], grace_seconds=0)
         elif spec.get("nodeName") and status.get("phase") in (None, "Pending"):
             await self.kube.patch(api.PODS, meta["name"], {"status": {"phase": "Running"}}, meta["namespace"], sub="status")

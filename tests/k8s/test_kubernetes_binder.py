@@ -218,17 +218,28 @@ async def test_gangways_condition_keeps_a_condition_written_after_the_binder_rea
 
 
 async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube, make_binder):
+    """Once its pods are gone: while they terminate (their grace period) their GPUs stay taken on the
+    log, so no other gang is bound beside them."""
     log, binder = await setup(kube, make_binder)
-    async with cluster_running(kube, ["team"]):
+    async with cluster_running(kube, ["team"], terminate_s=3.0) as cluster:
         await apply_manifests(kube, job("big", pods=4, gpus=8))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: "team/big" in wl and wl["team/big"].phase == "running",
                         what="the big Job running")
         assert log.state.usage["team"]
         await kube.delete(api.JOBS, "big", "team", propagation="Background")
+        await run_until(log, [binder], lambda: len(cluster.deleted) == 4, what="the garbage collector at its pods")
+        await apply_manifests(kube, job("next", pods=4, gpus=8))
+        await run_until(log, [binder], lambda: "team/next" in wl, what="the next Job queued")
+        assert wl["team/big"].phase == "running" and wl["team/next"].phase == "pending"
+        assert len(await pods_of(kube, "big")) == 4  # terminating
         await run_until(log, [binder], lambda: wl["team/big"].phase == "finished", what="the withdrawal")
+        assert await pods_of(kube, "big") == []
         [w] = log.of_type(ev.WorkloadWithdrawn)
         assert w.workload == "team/big" and "deleted" in w.reason
+        await run_until(log, [binder], lambda: wl["team/next"].phase == "running", what="the next Job running")
+        await kube.delete(api.JOBS, "next", "team", propagation="Background")
+        await run_until(log, [binder], lambda: wl["team/next"].phase == "finished", what="the second withdrawal")
         assert all(v == 0 for v in log.state.usage["team"].values())
         assert all(n.free == n.allocatable for n in log.state.nodes.values())
 
