@@ -55,6 +55,9 @@ Report = tuple[str, int, object]
 #: why it is refused.
 Intake = Callable[[dict, State], "tuple[JobSubmitted, list[str]] | str"]
 SUBMIT_RETRY_S = 30.0
+#: A gang that lost a pod waits for the rest of its pods this long past their grace period before
+#: deleting what is left at once.
+LOST_GRACE_MARGIN_S = 5.0
 #: Writes of gangway's condition that met a newer object (409 Conflict) before it gives up until
 #: the next change it tells of.
 CONDITION_TRIES = 4
@@ -114,6 +117,9 @@ class KubernetesBinder:
         self.evicting: dict[tuple[str, int], Evicting] = {}
         self.submitting: dict[str, float] = {}
         self.told: dict[str, tuple[str, str]] = {}
+        #: (workload, attempt) → (why, deadline): gangs that lost a pod, requeued once the rest of their
+        #: pods are gone (deleted at once past the deadline: their grace period).
+        self.losing: dict[tuple[str, int], tuple[str, float]] = {}
         #: uid → (kind, namespace, name) of each job object seen: its pods are found by these once it is deleted.
         self.names: dict[str, tuple[str, str, str]] = {}
         self.told_at: dict[str, float] = {}
@@ -303,8 +309,7 @@ class KubernetesBinder:
         node: bound and neither succeeded nor failed, terminating included?"""
         uid = wl.spec.labels.get(ob.UID_LABEL)
         kind, ns, name = self.names.get(uid) or (wl.spec.kind, wl.spec.namespace, wl.spec.workload.partition("/")[2])
-        return any((p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                   for p in pods.get((kind, ns, name), ()))
+        return bool(_holding(pods.get((kind, ns, name), [])))
 
     # --- placements: the gang, all or nothing ------------------------------------------------------------
 
@@ -460,6 +465,9 @@ class KubernetesBinder:
 
     async def _follow(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
         name, attempt = wl.spec.workload, wl.attempt
+        if (name, attempt) in self.losing:
+            await self._requeue_lost(wl, pods, out, now_ms)
+            return
         done = ob.finished(obj)
         if done is not None:
             _, succeeded, said = done
@@ -487,7 +495,11 @@ class KubernetesBinder:
     async def _roll_back_lost(self, wl, obj, pods, out, now_ms, gone: int) -> None:
         failed = [ob.meta(p).get("name") for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
         why = f"{gone} pod(s) of the gang lost" + (f" (failed: {', '.join(sorted(failed))})" if failed else "")
-        removed = await self._delete_pods([p for p in pods if not ob.meta(p).get("deletionTimestamp")], grace=None)
+        leaving = [p for p in pods if not ob.meta(p).get("deletionTimestamp")]
+        started = [p for p in leaving if (p.get("status") or {}).get("phase") == "Running"]
+        # (a pod that never started has nothing to stop: it goes at once, the others take their grace)
+        removed = await self._delete_pods(started, grace=None) + await self._delete_pods(
+            [p for p in leaving if p not in started], grace=0)
         await self._suspend(obj, "")
         action = f"{removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
         said = f"{why}; {action}"
@@ -495,6 +507,21 @@ class KubernetesBinder:
         found = reason(C.PODS_VANISHED, kind=ob.kind_of(obj), object=_name(obj), pods=gone, workload=wl.spec.workload)
         self._found(out, now_ms, obj, found, wl, pods=failed, nodes=sorted({a.node for a in wl.placement.assignments}),
                     action=action + "; the workload requeued")
+        grace = max([_grace_s(p) for p in started], default=0)
+        self.losing[(wl.spec.workload, wl.attempt)] = (said, time.monotonic() + grace + LOST_GRACE_MARGIN_S)
+        await self._requeue_lost(wl, pods, out, now_ms)
+
+    async def _requeue_lost(self, wl: WorkloadState, pods: list[dict], out: Step, now_ms: int) -> None:
+        """A gang that lost a pod goes back to its queue once the rest of its pods are gone: while
+        they terminate (their own grace period) their quota and GPUs stay taken on the log. Pods
+        still there past their grace period (a kubelet that does not answer) are deleted at once."""
+        said, deadline = self.losing[(wl.spec.workload, wl.attempt)]
+        holding = _holding(pods)
+        if holding:
+            if time.monotonic() >= deadline:
+                await self._delete_pods(holding, grace=0)
+            return
+        del self.losing[(wl.spec.workload, wl.attempt)]
         out.reports.append((f"lost/{wl.spec.workload}/{wl.attempt}", now_ms,
                             WorkloadEvicted(workload=wl.spec.workload, attempt=wl.attempt, reason=said)))
 
@@ -515,8 +542,7 @@ class KubernetesBinder:
                             f"{by[0].upper()}{by[1:]}: {order.reason or 'eviction ordered'}{lost}; "
                             f"{order.grace_ms / 1000:g} s grace", status="False")
             ev.told = True
-        on_nodes = [p for p in pods if (p.get("spec") or {}).get("nodeName")
-                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        on_nodes = _holding(pods)
         if not on_nodes:
             await self._suspend(obj, "")
             await self._delete_pods(pods, grace=None)  # what a Job controller would do once suspended
@@ -691,9 +717,23 @@ class KubernetesBinder:
             del self.gangs[key]
         for key in [k for k in self.evicting if _moved_on(state, *k, "evicting")]:
             del self.evicting[key]
+        for key in [k for k in self.losing if _moved_on(state, *k, "bound") and _moved_on(state, *k, "running")]:
+            del self.losing[key]
         if len(self.names) > 2 * (len(state.pending) + len(state.active)) + 1024:  # (seen anew while they exist)
             waiting = {state.workloads[n].spec.labels.get(ob.UID_LABEL) for n in list(state.pending) + list(state.active)}
             self.names = {uid: found for uid, found in self.names.items() if uid in waiting}
+
+
+def _grace_s(pod: dict) -> float:
+    """The pod's own grace period (Kubernetes' default: 30 s)."""
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(value) if isinstance(value, (int, float)) else 30.0
+
+
+def _holding(pods: list[dict]) -> list[dict]:
+    """The pods that hold their node: bound and neither succeeded nor failed (terminating included)."""
+    return [p for p in pods if (p.get("spec") or {}).get("nodeName")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
 
 
 def _moved_on(state: State, name: str, attempt: int, phase: str) -> bool:

@@ -244,6 +244,25 @@ async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube,
         assert all(n.free == n.allocatable for n in log.state.nodes.values())
 
 
+async def test_a_gang_that_loses_a_pod_keeps_its_gpus_until_the_rest_of_its_pods_are_gone(kube, make_binder):
+    """Its other pods are deleted with their grace period; the gang goes back to its queue (and its
+    quota and GPUs to the others) only once they have stopped."""
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"], terminate_s=3.0):
+        await apply_manifests(kube, job("pair", pods=2, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/pair" in wl and wl["team/pair"].phase == "running",
+                        what="the pair running")
+        first = (await pods_of(kube, "pair"))[0]["metadata"]
+        await kube.delete(api.PODS, first["name"], "team", grace_seconds=0)
+        await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the lost pod found")
+        found = next(e for e in log.envelopes if isinstance(e.data, ev.ClusterReconciled))
+        assert wl["team/pair"].phase == "running" and wl["team/pair"].attempt == 0  # the other pod is stopping
+        await run_until(log, [binder], lambda: log.of_type(ev.WorkloadEvicted), what="the gang requeued")
+        requeued = next(e for e in log.envelopes if isinstance(e.data, ev.WorkloadEvicted))
+        assert requeued.data.workload == "team/pair" and requeued.time_ms - found.time_ms >= 2500
+
+
 async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued_after_a_backoff(kube, make_binder):
     log, binder = await setup(kube, make_binder, backoff=RequeueBackoff(base_s=1.0, max_s=5.0, limit=4))
     async with cluster_running(kube, ["team"], kubelet=False):
