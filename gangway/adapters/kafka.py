@@ -558,14 +558,19 @@ def decode_log_record(rec) -> Envelope | None:
         return None
 
 
+#: Who writes ``gangway.rejections``: the submission service (records it refused) and the Kubernetes
+#: binder (objects its intake refused, which never become records).
+REJECTION_WRITERS = frozenset({"gangway/submission", "gangway/binder"})
+
+
 def decode_rejection(rec) -> Envelope | None:
-    """The JobRejected of a ``gangway.rejections`` record (the submission service writes them), or
+    """The JobRejected of a ``gangway.rejections`` record (``REJECTION_WRITERS`` write them), or
     None for anything else there."""
     try:
         env = codec.from_record(rec.value, rec.headers, rec.offset)
     except codec.CodecError:
         return None
-    return env if env.source == "gangway/submission" and isinstance(env.data, JobRejected) else None
+    return env if env.source in REJECTION_WRITERS and isinstance(env.data, JobRejected) else None
 
 
 #: How a reader decodes the records of each topic of gangway's events it may read (``log_fetches``).

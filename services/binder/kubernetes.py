@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import math
 import time
@@ -38,7 +39,7 @@ from gangway.adapters.kubernetes import client as api
 from gangway.adapters.kubernetes.lease import micro_time
 from gangway.events.codec import format_time
 from gangway.events.catalogue import (
-    ClockTicked, ClusterReconciled, JobSubmitted, NodeRemoved, Toleration, WorkloadBound, WorkloadEvicted, WorkloadFinished,
+    ClockTicked, ClusterReconciled, JobRejected, JobSubmitted, NodeRemoved, Toleration, WorkloadBound, WorkloadEvicted, WorkloadFinished,
     WorkloadRunning, WorkloadWithdrawn,
 )
 from gangway.events.reasons import C, Reason, reason
@@ -52,8 +53,8 @@ RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJO
 #: Proposal: (event id, cluster time ms, event).
 Report = tuple[str, int, object]
 #: intake(object, state) → the JobSubmitted it becomes and what of it gangway ignores (sentences), or
-#: why it is refused.
-Intake = Callable[[dict, State], "tuple[JobSubmitted, list[str]] | str"]
+#: its rejection (for gangway.rejections: why, and the object as written).
+Intake = Callable[[dict, State], "tuple[JobSubmitted, list[str]] | JobRejected"]
 SUBMIT_RETRY_S = 30.0
 #: A gang that lost a pod waits for the rest of its pods this long past their grace period before
 #: deleting what is left at once.
@@ -73,6 +74,8 @@ PENDING_EVERY_S = 10.0
 class Step:
     reports: list[Report] = field(default_factory=list)
     submissions: list[JobSubmitted] = field(default_factory=list)
+    #: Objects the intake refused, once per version of the object and of the contract.
+    rejections: list[JobRejected] = field(default_factory=list)
 
 
 @dataclass
@@ -271,12 +274,17 @@ class KubernetesBinder:
                     await self._suspend(obj, "created without spec.suspend: suspended until gangway admits it")
                 continue
             # Refused once, asked again only when the object or the contract changes.
-            if self.rejected.get(uid) == (m.get("resourceVersion"), state.contract_digest):
+            # (by what its owner wrote: gangway's own condition on its status does not make it new)
+            version = hashlib.sha256(json.dumps([m.get("labels"), m.get("annotations"), obj.get("spec")],
+                                                sort_keys=True, default=str).encode()).hexdigest()
+            if self.rejected.get(uid) == (version, state.contract_digest):
                 continue
             result = self.intake(obj, state)
-            if isinstance(result, str):
-                self.rejected[uid] = (m.get("resourceVersion"), state.contract_digest)
-                await self.tell(obj, "Warning", "Rejected", f"Rejected by gangway: {result}", status="False")
+            if isinstance(result, JobRejected):
+                self.rejected[uid] = (version, state.contract_digest)
+                out.rejections.append(result)
+                await self.tell(obj, "Warning", "Rejected", f"Rejected by gangway: {result.reason}: {result.message}",
+                                status="False")
                 continue
             job, ignored = result
             if ignored:  # it runs, without what those keys ask: the owner hears it once, at intake

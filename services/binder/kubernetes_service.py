@@ -59,8 +59,13 @@ class KubernetesBinderService(LogService):
 
     async def _decide_and_append(self, producer) -> float:
         if self.binder is not None and not self.in_flight and not self.outbox:
-            out = await self.binder.step(self.state, max(self.clock.now_ms(), self.state.time_ms))
+            now_ms = max(self.clock.now_ms(), self.state.time_ms)
+            out = await self.binder.step(self.state, now_ms)
             self.outbox.extend(out.reports)
+            # (on gangway.rejections, where `gangway explain` finds a job that never reached the log)
+            version = (self.state.contract_digest or "")[:12]
+            self.outbox.extend(Proposal(f"rejected/{r.submission}/{self.state.offset}/{version}", now_ms, r, topics.REJECTIONS)
+                               for r in out.rejections)
             for job in out.submissions:
                 now = self.clock.now_ms()
                 env = Envelope(id=f"k8s/{job.labels.get('gangway.io/uid', job.job_id)}", source="gangway/binder",

@@ -9,7 +9,9 @@ id is the object's name; an object re-created under the name of a workload still
 
 from __future__ import annotations
 
-from gangway.events.catalogue import JobSubmitted
+import json
+
+from gangway.events.catalogue import JobRejected, JobSubmitted
 from gangway.events.state import State
 from gangway.services.submission.manifests import ManifestError, job_of_object, unread
 from gangway.services.submission.policy import Invalid, queue_job
@@ -25,18 +27,24 @@ def _manifest(obj: dict) -> dict:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta, "spec": obj.get("spec")}
 
 
-def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] | str:
+def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] | JobRejected:
     """The JobSubmitted for ``obj`` and what of it gangway ignores (a Kueue key it does not read, a
-    key it reads put where it does not read it: ``manifests.unread``), or the reason it is refused
-    (checked as the submission service will check it, against the contract in ``state``)."""
+    key it reads put where it does not read it: ``manifests.unread``), or its rejection (checked as
+    the submission service will check it, against the contract in ``state``): the reason, the
+    message and the object as its owner wrote it (JSON), as gangway.rejections keeps bad input."""
     meta = obj.get("metadata") or {}
     uid = str(meta.get("uid") or "")
     where = f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
     manifest = _manifest(obj)
+
+    def refused(reason: str, message: str) -> JobRejected:
+        return JobRejected(job_id=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""),
+                           reason=reason, message=message, original=json.dumps(manifest, sort_keys=True).encode(),
+                           submission=f"{obj.get('kind')}/{uid}")
     try:
         job = job_of_object(manifest, where)
     except ManifestError as exc:
-        return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
+        return refused(exc.reason, f"{exc.field}: {exc.problem}" if exc.field else exc.problem)
     known = state.workloads.get(f"{job.namespace}/{job.job_id}")
     if known is not None and known.spec.labels.get(UID_LABEL) != uid:
         job = JobSubmitted(**{**_fields(job), "job_id": f"{job.job_id}-{uid[:8]}"})
@@ -44,7 +52,7 @@ def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] |
     try:
         queue_job(job, state, {}, submission="")
     except Invalid as bad:
-        return f"{bad.reason}: {bad.message}"
+        return refused(bad.reason, bad.message)
     return job, unread(manifest)
 
 

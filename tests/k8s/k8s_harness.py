@@ -34,6 +34,8 @@ class LocalLog:
         self.state = State()
         self.envelopes: list[Envelope] = []
         self.rejected: list[tuple[JobSubmitted, str]] = []
+        #: What the binder's intake refused (for gangway.rejections).
+        self.refused: list[JobRejected] = []
 
     def append(self, event_id: str, data, source: str = "gangway/test") -> Envelope:
         env = Envelope(id=event_id, source=source, time_ms=max(int(time.time() * 1000), self.state.time_ms),
@@ -71,6 +73,7 @@ class LocalLog:
                 self.append(pid, data, "gangway/binder")
             for job in out.submissions:
                 self.submit(job)
+            self.refused += out.rejections
             added += len(out.reports) + len(out.submissions)
         return added
 

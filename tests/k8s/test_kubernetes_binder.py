@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -185,6 +186,10 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
         await asyncio.sleep(0.05)
     [event] = await told()
     assert event["type"] == "Warning" and "unknown_queue" in event["message"] and "nowhere" in event["message"]
+    # on gangway.rejections too, the object as its owner wrote it kept (where `gangway explain` looks)
+    [refused] = [r for r in log.refused if r.job_id == "greedy"]
+    assert (refused.reason, refused.namespace) == ("unknown_queue", "team") and "nowhere" in refused.message
+    assert json.loads(refused.original)["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "nowhere"}
     [ignored] = await told("partial", "KeysIgnored")
     assert ignored["type"] == "Warning" and ignored["message"] == (
         "Ignored by gangway: kueue.x-k8s.io/job-min-parallelism is a label here; gangway reads it as an annotation "

@@ -4,7 +4,11 @@ binder acting on the real API server as its ServiceAccount."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,5 +49,17 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
             assert state.workloads["team/via-stack"].spec.labels[ob.UID_LABEL]
             current = await kube.get(api.JOBS, "via-stack", "team")
             assert any(c["type"] == ob.CONDITION_TYPE and c["reason"] == "Admitted" for c in current["status"]["conditions"])
+            # A Job the binder refuses at intake never reaches the log: its rejection is on gangway.rejections,
+            # where `gangway explain` finds it.
+            await apply_manifests(kube, job("lost-way", pods=1, gpus=1).replace("queue-name: default", "queue-name: nowhere"))
+            deadline = time.monotonic() + 60
+            while not any(e.data.job_id == "lost-way" for e in await stack.read_rejections(running.bootstrap)):
+                assert time.monotonic() < deadline, "no rejection of the refused Job on gangway.rejections; binder log:\n" + \
+                    (tmp_path / "state" / "logs" / "binder.log").read_text()[-3000:]
+                running.supervise_once()
+                await asyncio.sleep(0.2)
+            said = subprocess.run([str(Path(sys.executable).parent / "gangway"), "explain", "team/lost-way"], capture_output=True, text=True,
+                                  env={**os.environ, "GANGWAY_KAFKA": running.bootstrap}, timeout=60)
+            assert said.returncode == 0 and "unknown_queue" in said.stdout and "nowhere" in said.stdout, said
         finally:
             await asyncio.to_thread(running.stop)
