@@ -12,6 +12,7 @@ from typing import Literal, Union
 
 import msgspec
 
+from gangway.events import gpus
 from gangway.events.contract import Contract, Taint, Toleration, TolerationError, toleration_of  # noqa: F401 (re-exported)
 from gangway.events.reasons import Param, ReasonCode
 
@@ -334,6 +335,9 @@ class ClockTicked(_Event, frozen=True):
     reason: str = ""
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
 class NodeObserved(_Event, frozen=True):
     node: str
     allocatable: dict[str, int]
@@ -345,6 +349,13 @@ class NodeObserved(_Event, frozen=True):
     unavailable: str = ""
     #: Its other NoSchedule/NoExecute taints: only pods that tolerate them all go there.
     taints: list[Taint] = []
+
+    def __post_init__(self) -> None:
+        # Each GPU is an entry of its own in the fold: a count beyond any node's (a crafted log's) is
+        # refused as the record is read, never given a list that long.
+        if self.allocatable.get(GPU_RESOURCE, 0) > gpus.MAX_PER_NODE * gpus.WHOLE:
+            raise ValueError(f"allocatable {GPU_RESOURCE} is {self.allocatable[GPU_RESOURCE]} milli: "
+                             f"at most {gpus.MAX_PER_NODE} GPUs on one node")
 
 
 class NodeRemoved(_Event, frozen=True):

@@ -225,3 +225,19 @@ def test_an_edited_subject_is_refused_on_the_log_and_in_an_export_naming_its_lin
     with pytest.raises(codec.CodecError, match="subject 'research/someone-else' is not its data's") as refused:
         codec.from_log_record(value, edited, at)
     assert refused.value.reason == "malformed_cloudevent"
+
+
+def test_an_absurd_gpu_count_in_an_export_is_refused_by_its_line_not_a_memory_error(tmp_path, capsys):
+    """Each GPU is an entry of its own in the fold: a node of 10^12 GPUs (a crafted export) was a
+    MemoryError traceback; it is refused as the line is read, as a cluster file refuses it."""
+    import re
+    i = first(ev.NodeObserved)
+
+    def edit(lines):
+        lines[i] = re.sub(rb'"nvidia.com/gpu":\d+', b'"nvidia.com/gpu":1000000000000000', lines[i])
+        return lines
+    path = export(tmp_path, edit=edit)
+    assert cli.main(["replay", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (f"gangway: {path}:{i + 1}: io.gangway.node.observed.v1: allocatable nvidia.com/gpu is "
+                           "1000000000000000 milli: at most 1024 GPUs on one node")
