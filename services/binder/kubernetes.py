@@ -484,6 +484,9 @@ class KubernetesBinder:
             await self.tell(obj, "Normal" if succeeded else "Warning", "Finished", f"Finished: {said}",
                             status="False")
             return
+        if ob.successive(obj):
+            await self._follow_successive(wl, obj, pods, out, now_ms)
+            return
         want = sum(self._expected(wl).values())
         alive = [p for p in pods if ob.live(p)]
         unbound = [p for p in alive if not (p.get("spec") or {}).get("nodeName")]
@@ -499,6 +502,48 @@ class KubernetesBinder:
         phases = [(p.get("status") or {}).get("phase") for p in alive]
         if wl.phase == "bound" and not unbound and all(ph in ("Running", "Succeeded") for ph in phases):
             out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
+
+    async def _follow_successive(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
+        """A Job of more completions than parallelism: a pod that succeeds, or fails and is retried by
+        its controller (within the Job's backoffLimit), leaves its place (node and GPUs) to the next
+        pod the controller creates, which is bound there — the gang keeps its placement until the
+        Job ends (``finished``). Its pods are work items, not a gang that fails whole."""
+        name, attempt = wl.spec.workload, wl.attempt
+        active = [p for p in pods if ob.live(p) and (p.get("status") or {}).get("phase") != "Succeeded"]
+        waiting = sorted((p for p in active if not (p.get("spec") or {}).get("nodeName")), key=ob.pod_order)
+        if waiting:
+            plan = self._free_places(wl, obj, [p for p in active if p not in waiting], waiting)
+            results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in plan))
+            refused = [r for r in results if r and r != GONE]
+            if refused:
+                await self._roll_back(wl, obj, pods, out, now_ms, f"{len(refused)} of its next pods' binds refused: {refused[0]}")
+            return
+        if wl.phase == "bound" and all((p.get("status") or {}).get("phase") == "Running" for p in active):
+            out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
+
+    def _free_places(self, wl: WorkloadState, obj: dict, bound: list[dict], waiting: list[dict]) -> list[tuple[dict, str, list[int]]]:
+        """(pod, node, GPU indexes) for the waiting pods, in the placement's places that no bound pod
+        holds (a place: a node and one pod's share of its GPUs), in index order."""
+        places: list[tuple[str, str, list[int]]] = []
+        gpus = wl.placement_gpus
+        for i, a in enumerate(wl.placement.assignments):
+            places += [(a.pod_set, a.node, share) for share in ob.split_gpus(gpus[i] if i < len(gpus) else [], a.count)]
+        pod_sets = list(self._expected(wl))
+        for pod in bound:  # its own place first (same node and GPUs), else any place on its node
+            node, held = pod["spec"]["nodeName"], ob.gpus_of(pod)
+            at = next((k for k, (_, n, g) in enumerate(places) if n == node and g == held), None)
+            at = at if at is not None else next((k for k, (_, n, _) in enumerate(places) if n == node), None)
+            if at is not None:
+                del places[at]
+        plan = []
+        for pod in waiting:
+            pod_set = ob.pod_set_of(ob.kind_of(obj), pod, pod_sets)
+            at = next((k for k, (ps, _, _) in enumerate(places) if ps == pod_set), None)
+            if at is None:
+                break  # (more pods than places: the next pass, once one succeeds)
+            _, node, share = places.pop(at)
+            plan.append((pod, node, share))
+        return plan
 
     async def _roll_back_lost(self, wl, obj, pods, out, now_ms, gone: int) -> None:
         failed = [ob.meta(p).get("name") for p in pods if (p.get("status") or {}).get("phase") == "Failed"]

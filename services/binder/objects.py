@@ -213,6 +213,23 @@ def pod_order(pod: dict) -> tuple:
             str(m.get("name")))
 
 
+def successive(obj: dict) -> bool:
+    """A batch/v1 Job that runs more pods in all than at once (``completions`` > ``parallelism``): as
+    pods succeed its controller creates the next ones, which take the places they leave."""
+    spec = obj.get("spec") or {}
+    if kind_of(obj) != "Job" or spec.get("completionMode") not in (None, "NonIndexed", "Indexed"):
+        return False
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    return isinstance(completions, int) and isinstance(parallelism, int) and completions > parallelism
+
+
+def gpus_of(pod: dict) -> list[int]:
+    """The GPU indexes gangway gave a bound pod (``GPUS_ANNOTATION``; [] when none)."""
+    text = (meta(pod).get("annotations") or {}).get(GPUS_ANNOTATION) or ""
+    return [int(i) for i in text.split(",") if i.strip().isdigit()]
+
+
 def gates(pod: dict) -> list[str]:
     """The names of the pod's scheduling gates (a gated pod is not scheduled, nor can it be bound)."""
     return [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict)]

@@ -176,6 +176,26 @@ def _pods_wanted(obj: dict) -> list[tuple[str, dict, dict, dict]]:
     return out
 
 
+def _next_pods(obj: dict, pods: dict[str, dict]) -> list[tuple[str, dict, dict, dict]]:
+    """An Indexed Job of more completions than parallelism: the pods of the lowest indexes not
+    succeeded, as many as run at once (a succeeded pod stays, a failed one is made again)."""
+    spec, name = obj["spec"], obj["metadata"]["name"]
+    out, running = [], 0
+    for i in range(spec["completions"]):
+        pod = pods.get(f"{name}-{i}")
+        phase = (pod or {}).get("status", {}).get("phase")
+        if phase == "Succeeded":
+            continue
+        if running == spec.get("parallelism", 1):
+            break
+        running += 1
+        if pod is not None and phase == "Failed":
+            continue  # (retried once it is gone)
+        out.append((f"{name}-{i}", {"batch.kubernetes.io/job-name": name},
+                    {"batch.kubernetes.io/job-completion-index": str(i)}, spec["template"]))
+    return out
+
+
 def _suspended(obj: dict) -> bool:
     spec = obj.get("spec") or {}
     return bool((spec.get("runPolicy") or {}).get("suspend") if obj["kind"] == "PyTorchJob" else spec.get("suspend"))
@@ -240,6 +260,8 @@ class FakeCluster:
                         await self.kube.delete(api.PODS, pname, ns, grace_seconds=0)
             return
         limit = len(wanted) - self.hold_back.get(obj["metadata"]["name"], 0)
+        if obj.get("kind") == "Job" and (obj["spec"].get("completions") or 0) > obj["spec"].get("parallelism", 1):
+            wanted, limit = _next_pods(obj, pods), None  # more completions than parallelism: the next ones
         for pname, labels, notes, template in wanted[:limit]:
             if pname in pods:
                 continue

@@ -268,6 +268,38 @@ async def test_a_gang_that_loses_a_pod_keeps_its_gpus_until_the_rest_of_its_pods
         assert requeued.data.workload == "team/pair" and requeued.time_ms - found.time_ms >= 2500
 
 
+async def test_a_job_of_more_completions_than_parallelism_runs_its_next_pods_in_the_places_left(kube, make_binder):
+    """Four completions, two at a time: as a pod succeeds its controller creates the next, which is
+    bound where the finished one ran (node and GPUs); the workload keeps its placement throughout
+    (it was requeued as a lost pod), and finishes with the Job."""
+    log, binder = await setup(kube, make_binder)
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("work", pods=2, gpus=4).replace("completions: 2", "completions: 4"))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/work" in wl and wl["team/work"].phase == "running",
+                        what="the first two pods running")
+        places = {}
+        for done, nxt in (("work-0", "work-2"), ("work-1", "work-3")):
+            pod = next(p for p in await pods_of(kube, "work") if p["metadata"]["name"] == done)
+            places[done] = (pod["spec"]["nodeName"], pod["metadata"]["annotations"].get(ob.GPUS_ANNOTATION))
+            await kube.patch(api.PODS, done, {"status": {"phase": "Succeeded"}}, "team", sub="status")
+
+            async def bound(name=nxt):
+                return [p for p in await pods_of(kube, "work") if p["metadata"]["name"] == name and p["spec"].get("nodeName")]
+            for _ in range(200):
+                await log.turn(binder)
+                if await bound():
+                    break
+                await asyncio.sleep(0.05)
+            [pod] = await bound()
+            assert (pod["spec"]["nodeName"], pod["metadata"]["annotations"].get(ob.GPUS_ANNOTATION)) == places[done]
+        assert (wl["team/work"].phase, wl["team/work"].attempt) == ("running", 0)
+        assert not log.of_type(ev.WorkloadEvicted) and not log.of_type(ev.ClusterReconciled)
+        await complete(kube, await kube.get(api.JOBS, "work", "team"))
+        await run_until(log, [binder], lambda: wl["team/work"].phase == "finished", what="the Job finished")
+        assert all(v == 0 for v in log.state.usage["team"].values())
+
+
 async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued_after_a_backoff(kube, make_binder):
     log, binder = await setup(kube, make_binder, backoff=RequeueBackoff(base_s=1.0, max_s=5.0, limit=4))
     async with cluster_running(kube, ["team"], kubelet=False):
