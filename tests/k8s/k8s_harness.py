@@ -84,6 +84,17 @@ class LocalLog:
         return [e.data for e in self.envelopes if isinstance(e.data, JobRejected)] + self.rejected
 
 
+async def turn_until(log: LocalLog, binders: list[KubernetesBinder], found, what: str, timeout_s: float = 10.0):
+    """Turn the log until ``await found()`` (what the API server shows) is something; return it."""
+    deadline = time.monotonic() + timeout_s
+    while not (result := await found()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not seen in {timeout_s} s")
+        await log.turn(*binders)
+        await asyncio.sleep(0.05)
+    return result
+
+
 async def run_until(log: LocalLog, binders: list[KubernetesBinder], done, timeout_s: float = 30.0,
                     what: str = "the condition") -> None:
     deadline = time.monotonic() + timeout_s

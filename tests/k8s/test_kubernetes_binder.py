@@ -14,7 +14,8 @@ from gangway.events.reasons import C
 from gangway.services.binder.policy import RequeueBackoff
 from gangway.services.binder import objects as ob
 from gangway.services.binder.kubernetes import GONE
-from k8s_harness import cluster_running, LocalLog, apply_manifests, complete, create_node, ensure_namespace, node_object, run_until
+from k8s_harness import (cluster_running, LocalLog, apply_manifests, complete, create_node, ensure_namespace, node_object,
+                         run_until, turn_until)
 
 pytestmark = pytest.mark.kubernetes
 
@@ -179,12 +180,7 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
     async def told(name: str = "greedy", reason: str = "Rejected"):
         events, _ = await kube.list(api.EVENTS, "team", field_selector=f"involvedObject.name={name}")
         return [e for e in events if e["reason"] == reason]
-    for _ in range(100):
-        await log.turn(binder)
-        if await told():
-            break
-        await asyncio.sleep(0.05)
-    [event] = await told()
+    [event] = await turn_until(log, [binder], told, "the refused Job told")
     assert event["type"] == "Warning" and "unknown_queue" in event["message"] and "nowhere" in event["message"]
     # on gangway.rejections too, the object as its owner wrote it kept (where `gangway explain` looks)
     [refused] = [r for r in log.refused if r.job_id == "greedy"]
@@ -286,12 +282,7 @@ async def test_a_job_of_more_completions_than_parallelism_runs_its_next_pods_in_
 
             async def bound(name=nxt):
                 return [p for p in await pods_of(kube, "work") if p["metadata"]["name"] == name and p["spec"].get("nodeName")]
-            for _ in range(200):
-                await log.turn(binder)
-                if await bound():
-                    break
-                await asyncio.sleep(0.05)
-            [pod] = await bound()
+            [pod] = await turn_until(log, [binder], bound, f"{nxt} bound")
             assert (pod["spec"]["nodeName"], pod["metadata"]["annotations"].get(ob.GPUS_ANNOTATION)) == places[done]
         assert (wl["team/work"].phase, wl["team/work"].attempt) == ("running", 0)
         assert not log.of_type(ev.WorkloadEvicted) and not log.of_type(ev.ClusterReconciled)
