@@ -335,9 +335,6 @@ class ClockTicked(_Event, frozen=True):
     reason: str = ""
 
 
-GPU_RESOURCE = "nvidia.com/gpu"
-
-
 class NodeObserved(_Event, frozen=True):
     node: str
     allocatable: dict[str, int]
@@ -353,8 +350,8 @@ class NodeObserved(_Event, frozen=True):
     def __post_init__(self) -> None:
         # Each GPU is an entry of its own in the fold: a count beyond any node's (a crafted log's) is
         # refused as the record is read, never given a list that long.
-        if self.allocatable.get(GPU_RESOURCE, 0) > gpus.MAX_PER_NODE * gpus.WHOLE:
-            raise ValueError(f"allocatable {GPU_RESOURCE} is {self.allocatable[GPU_RESOURCE]} milli: "
+        if self.allocatable.get(gpus.RESOURCE, 0) > gpus.MAX_PER_NODE * gpus.WHOLE:
+            raise ValueError(f"allocatable {gpus.RESOURCE} is {self.allocatable[gpus.RESOURCE]} milli: "
                              f"at most {gpus.MAX_PER_NODE} GPUs on one node")
 
 

@@ -15,10 +15,12 @@ Choices are best fit and deterministic, shared by the placement service (which n
 
 from __future__ import annotations
 
+#: The extended resource GPUs are counted in (milli: ``WHOLE`` a GPU).
+RESOURCE = "nvidia.com/gpu"
 WHOLE = 1000
 #: The most GPUs a node may have. The largest nodes have 16 (8 is usual); each GPU is an entry of
 #: its own here (what each GPU holds), so a count far beyond any node's is refused where nodes are
-#: read (``services/binder/cluster.py``), never given a list that long.
+#: read (``NodeObserved``, and a cluster file naming the field), never given a list that long.
 MAX_PER_NODE = 1024
 
 

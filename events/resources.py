@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import msgspec
 
+from gangway.events import gpus
 from gangway.events.catalogue import PodAssignment, PodSet
 from gangway.events.contract import Contract, FlavorQuotas, Quota, Toleration
 from gangway.events.quota import QuotaStructure, fr_key, split_fr
 
-GPU = "nvidia.com/gpu"
+GPU = gpus.RESOURCE
 Resources = dict[str, int]
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import math
 import time
@@ -274,9 +273,9 @@ class KubernetesBinder:
                     await self._suspend(obj, "created without spec.suspend: suspended until gangway admits it")
                 continue
             # Refused once, asked again only when the object or the contract changes.
-            # (by what its owner wrote: gangway's own condition on its status does not make it new)
-            version = hashlib.sha256(json.dumps([m.get("labels"), m.get("annotations"), obj.get("spec")],
-                                                sort_keys=True, default=str).encode()).hexdigest()
+            # (by what its owner wrote — the spec's generation, labels and annotations: gangway's own
+            # condition on its status does not make it new)
+            version = (m.get("generation"), _frozen(m.get("labels")), _frozen(m.get("annotations")))
             if self.rejected.get(uid) == (version, state.contract_digest):
                 continue
             result = self.intake(obj, state)
@@ -510,9 +509,11 @@ class KubernetesBinder:
         Job ends (``finished``). Its pods are work items, not a gang that fails whole."""
         name, attempt = wl.spec.workload, wl.attempt
         active = [p for p in pods if ob.live(p) and (p.get("status") or {}).get("phase") != "Succeeded"]
-        waiting = sorted((p for p in active if not (p.get("spec") or {}).get("nodeName")), key=ob.pod_order)
+        bound, waiting = [], []
+        for p in active:
+            (bound if (p.get("spec") or {}).get("nodeName") else waiting).append(p)
         if waiting:
-            plan = self._free_places(wl, obj, [p for p in active if p not in waiting], waiting)
+            plan = self._free_places(wl, obj, bound, sorted(waiting, key=ob.pod_order))
             results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in plan))
             refused = [r for r in results if r and r != GONE]
             if refused:
@@ -548,11 +549,12 @@ class KubernetesBinder:
     async def _roll_back_lost(self, wl, obj, pods, out, now_ms, gone: int) -> None:
         failed = [ob.meta(p).get("name") for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
         why = f"{gone} pod(s) of the gang lost" + (f" (failed: {', '.join(sorted(failed))})" if failed else "")
-        leaving = [p for p in pods if not ob.meta(p).get("deletionTimestamp")]
-        started = [p for p in leaving if (p.get("status") or {}).get("phase") == "Running"]
+        started, unstarted = [], []
+        for p in pods:
+            if not ob.meta(p).get("deletionTimestamp"):
+                (started if (p.get("status") or {}).get("phase") == "Running" else unstarted).append(p)
         # (a pod that never started has nothing to stop: it goes at once, the others take their grace)
-        removed = await self._delete_pods(started, grace=None) + await self._delete_pods(
-            [p for p in leaving if p not in started], grace=0)
+        removed = await self._delete_pods(started, grace=None) + await self._delete_pods(unstarted, grace=0)
         await self._suspend(obj, "")
         action = f"{removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
         said = f"{why}; {action}"
@@ -775,6 +777,10 @@ class KubernetesBinder:
         if len(self.names) > 2 * (len(state.pending) + len(state.active)) + 1024:  # (seen anew while they exist)
             waiting = {state.workloads[n].spec.labels.get(ob.UID_LABEL) for n in list(state.pending) + list(state.active)}
             self.names = {uid: found for uid, found in self.names.items() if uid in waiting}
+
+
+def _frozen(strings: dict | None) -> frozenset:
+    return frozenset((strings or {}).items())
 
 
 def _grace_s(pod: dict) -> float:

@@ -217,7 +217,7 @@ def successive(obj: dict) -> bool:
     """A batch/v1 Job that runs more pods in all than at once (``completions`` > ``parallelism``): as
     pods succeed its controller creates the next ones, which take the places they leave."""
     spec = obj.get("spec") or {}
-    if kind_of(obj) != "Job" or spec.get("completionMode") not in (None, "NonIndexed", "Indexed"):
+    if kind_of(obj) != "Job":
         return False
     parallelism = spec.get("parallelism", 1)
     completions = spec.get("completions")
