@@ -165,9 +165,7 @@ def _pods_wanted(obj: dict) -> list[tuple[str, dict, dict, dict]]:
     out = []
     if kind == "Job":
         n = min(spec.get("parallelism", 1), spec.get("completions") or spec.get("parallelism", 1))
-        for i in range(n):
-            out.append((f"{name}-{i}", {"batch.kubernetes.io/job-name": name},
-                        {"batch.kubernetes.io/job-completion-index": str(i)}, spec["template"]))
+        out = [_job_pod(name, i, spec["template"]) for i in range(n)]
     elif kind == "JobSet":
         for rj in spec.get("replicatedJobs") or []:
             job_spec = rj["template"]["spec"]
@@ -202,9 +200,14 @@ def _next_pods(obj: dict, pods: dict[str, dict]) -> list[tuple[str, dict, dict, 
         running += 1
         if pod is not None and phase == "Failed":
             continue  # (retried once it is gone)
-        out.append((f"{name}-{i}", {"batch.kubernetes.io/job-name": name},
-                    {"batch.kubernetes.io/job-completion-index": str(i)}, spec["template"]))
+        out.append(_job_pod(name, i, spec["template"]))
     return out
+
+
+def _job_pod(name: str, index: int, template: dict) -> tuple[str, dict, dict, dict]:
+    """An Indexed Job's pod of ``index``: (name, labels, annotations, template)."""
+    return (f"{name}-{index}", {"batch.kubernetes.io/job-name": name},
+            {"batch.kubernetes.io/job-completion-index": str(index)}, template)
 
 
 def _suspended(obj: dict) -> bool:
