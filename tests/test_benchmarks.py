@@ -143,3 +143,15 @@ def test_the_durability_benches_run_small_restore_every_offset_and_measure_a_los
     from gangway.benchmarks import durability
     loss = durability.bench_loss(rate=500, runs=1, run_s=1.0)
     assert loss["restored_equals_archived"] and loss["runs"][0]["acked"] > 0
+
+
+def test_a_kueue_scenario_simulated_in_process_gives_the_policys_own_figures(tmp_path, capsys):
+    out = tmp_path / "kueue.json"
+    assert main(["bench", "kueue", "--scenario", "baseline", "--shrink", "0.05", "--data", str(REFERENCE),
+                 "--simulated", "0", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["simulated_cycle_ms"] == 0 and len(result["runs_wall_ms"]) == 1
+    assert result["wall_ms"] >= result["lower_bound_ms"]
+    assert set(result["avg_time_to_admission_ms"]) == {"large", "medium", "small"}
+    assert result["quota_held_before_running_pct"] == 0  # no round trips between admission and running
+    assert "in-process simulation, 0 ms a deciding round" in capsys.readouterr().out

@@ -55,7 +55,8 @@ def cmd_bench(args) -> int:
     if args.what == "kueue":
         from gangway.benchmarks import kueue_scenarios
         return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data,
-                                    runs=args.repeat or (1 if args.quick else 3), provenance=_provenance)
+                                    runs=args.repeat or (1 if args.quick else 3), provenance=_provenance,
+                                    simulated=args.simulated)
     from gangway.benchmarks import pipeline
     if args.what == "pipeline":
         brokers = pipeline.BROKERS if args.broker == "both" else (args.broker,)
@@ -162,6 +163,9 @@ def add_parsers(sub) -> None:
     s.add_argument("--load", type=float, default=0.85, help="replay --events: offered GPU load of the generated log")
     s.add_argument("--quick", action="store_true", help="core: a small grid only; kueue: one run")
     s.add_argument("--scenario", default="baseline", help="kueue: baseline, large-scale or tas")
+    s.add_argument("--simulated", type=int, metavar="MS",
+                   help="kueue: run the scenario on the in-process simulation, MS ms of cluster time a deciding "
+                        "round (0: the policy alone, without the pipeline's round trips); one run, deterministic")
     s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too; "
                                                 "faults: of workloads only (default 0.1)")
     s.add_argument("--data", help="kueue, fgd, money, faults: the full reference data folder (default: $GANGWAY_DATA)")

@@ -300,6 +300,32 @@ def run(sc: Scenario, deadline_s: float | None = None) -> dict:
     return result
 
 
+def simulate(sc: Scenario, cycle_ms: int) -> dict:
+    """The scenario on the in-process simulation (``gangway.sim``) instead of the broker and six
+    processes: the same submission checks and decide functions on the same nodes, the log a list,
+    the clock simulated, each round that decided something ``cycle_ms`` of cluster time. At 0 the
+    figures are the scheduling policy's alone, without the pipeline's round trips: what the real
+    run's figures come down to as its overhead goes (``--simulated``)."""
+    from gangway.services.binder.cluster import load_nodes
+    from gangway.services.submission.policy import queue_job
+    from gangway.sim import Simulation
+    sim = Simulation(cycle_ms=cycle_ms)
+    sim.configure(sc.contract)
+    sim.add_nodes(load_nodes(nodes_yaml(sc)))
+    start = sim.now_ms
+    sent: dict[str, int] = {}
+    for i, s in enumerate(sc.specs):  # (in creation order)
+        if start + s.create_ms > sim.now_ms:
+            sim.run(until_ms=start + s.create_ms)
+        queued = queue_job(job(s), sim.state, {}, f"bench-kueue#{i}")
+        sim.submit(queued)
+        sent[queued.workload] = sim.now_ms
+    sim.run()
+    result = figures(sc, sent, times_of(sim.log), sim.log)
+    result["simulated_cycle_ms"] = cycle_ms
+    return result
+
+
 async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float) -> dict[str, int]:
     watcher = asyncio.create_task(_wait_finished(bootstrap, {f"{s.namespace}/{s.name}" for s in sc.specs}, deadline_s))
     # Every job at its creation time (half a second from now, to let the watcher start).
@@ -311,8 +337,10 @@ async def _run_async(bootstrap: str, sc: Scenario, deadline_s: float) -> dict[st
 
 def report(result: dict) -> str:
     pub = result.get("kueue_published") or {}
+    how = ("real broker and six services, time scale 1" if result.get("simulated_cycle_ms") is None else
+           f"in-process simulation, {result['simulated_cycle_ms']} ms a deciding round (no broker)")
     lines = [f"Kueue scenario {result['scenario']}: {result['workloads']} workloads on "
-             f"{result['cluster_queues']} ClusterQueues, real broker and six services, time scale 1"]
+             f"{result['cluster_queues']} ClusterQueues, {how}"]
     lines.append(f"{'figure':<34} {'gangway':>12} {'Kueue':>12} {'ratio':>7}")
     bound = result["lower_bound_ms"]
     lines.append(f"{'wall ms':<34} {result['wall_ms']:>12,.0f} {pub.get('wall_ms', float('nan')):>12,.0f} "
@@ -330,8 +358,9 @@ def report(result: dict) -> str:
         lines.append(f"{'  avg ms to running ' + cls:<34} {avg:>12,.0f}")
     lines.append(f"quota held before running (placement and binding round trips): "
                  f"{result['quota_held_before_running_pct']:.1f} % of the quota held")
-    lines.append(f"evictions {result['evictions']}; log {result['log_events']} events; replay "
-                 f"{result['replay']['verified']}/{result['replay']['decisions']} decisions reproduced")
+    replayed = (f"; replay {result['replay']['verified']}/{result['replay']['decisions']} decisions reproduced"
+                if "replay" in result else "")
+    lines.append(f"evictions {result['evictions']}; log {result['log_events']} events{replayed}")
     lines.append(f"targets: {result['targets']}")
     return "\n".join(lines)
 
@@ -355,7 +384,7 @@ def median_run(results: list[dict]) -> dict:
 
 
 def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: str | None = None,
-         runs: int = 3, provenance=lambda result: result) -> int:
+         runs: int = 3, provenance=lambda result: result, simulated: int | None = None) -> int:
     if not re.fullmatch(r"[a-z-]+", scenario):
         raise SystemExit(f"gangway: bad scenario name {scenario!r}")
     needs = f"kueue-perf/{scenario}/generator.yaml"
@@ -365,8 +394,10 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
         print(f"note: {scenario} has a topology ({sc.topology['name']}): its nodes carry the level labels and "
               f"the pod sets Kueue's TAS constraints; placement honours what the code of this branch supports")
     done = []
+    if simulated is not None:  # deterministic: one run says it all
+        runs = 1
     for i in range(runs):
-        result = run(sc)
+        result = run(sc) if simulated is None else simulate(sc, simulated)
         result["shrink"] = shrink
         print(f"--- run {i + 1} of {runs}\n{report(result)}", flush=True)
         done.append(result)
@@ -375,5 +406,6 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
         print(f"median of {runs} runs by wall: {result['wall_ms'] / 1000:.1f} s (runs: "
               f"{', '.join(f'{w / 1000:.1f}' for w in result['runs_wall_ms'])} s), "
               f"{result['wall_vs_lower_bound']:.2f} × the lower bound")
-    write_json(result, out or f"bench/results/kueue-{scenario}{'-shrunk' if shrink else ''}.json")
+    kind = "-shrunk" * bool(shrink) + (f"-simulated-{simulated}ms" if simulated is not None else "")
+    write_json(result, out or f"bench/results/kueue-{scenario}{kind}.json")
     return 0

@@ -129,9 +129,22 @@ def pipeline_burst_text(result: dict) -> str:
             f"{', load ' + result['uptime'] if result.get('uptime') else ''}).")
 
 
+def kueue_simulated_text(result: dict) -> str:
+    """``bench kueue --simulated MS`` (kueue-<scenario>-simulated-<MS>ms.json): the policy's figures
+    without the pipeline's round trips, each class beside Kueue's."""
+    classes = ", ".join(f"{c} {v / 1000:.1f} s = {result['admission_vs_kueue'][c]:.3f}"
+                        for c, v in result["avg_time_to_admission_ms"].items())
+    return (f"{result['simulated_cycle_ms']} ms a deciding round: wall {result['wall_ms'] / 1000:.1f} s "
+            f"({result['wall_vs_lower_bound']:.3f} × the bound), average time to admission {classes} of Kueue's, "
+            f"{result['quota_held_before_running_pct']:.1f} % of the quota-time held before running "
+            f"(`{result.get('command', 'gangway bench kueue --simulated')}`)")
+
+
 _BLOCKS = {"kueue-tas": ("kueue-tas.json", kueue_tas_text), "replay": ("replay-1m.json", replay_text),
            "replay-one-process": ("replay-1m-one-process.json", replay_text),
-           "core-depth": ("core.json", core_depth_text), "pipeline-burst": ("pipeline-burst.json", pipeline_burst_text)}
+           "core-depth": ("core.json", core_depth_text), "pipeline-burst": ("pipeline-burst.json", pipeline_burst_text),
+           "kueue-baseline-simulated-0ms": ("kueue-baseline-simulated-0ms.json", kueue_simulated_text),
+           "kueue-baseline-simulated-10ms": ("kueue-baseline-simulated-10ms.json", kueue_simulated_text)}
 
 
 def readme_with_figures(text: str, results_dir: Path) -> str:
