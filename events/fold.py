@@ -79,6 +79,10 @@ def _set_phase(state: State, wl: WorkloadState, phase: str) -> None:
 
 
 def _enqueue(state: State, wl: WorkloadState) -> None:
+    cq = _pointed_at(state, wl)
+    if cq is not None:
+        wl.spec = msgspec.structs.replace(wl.spec, cluster_queue=cq)
+        wl.shape = shape_of(wl.spec)
     state.pending[wl.spec.workload] = None
     bisect.insort(state.pending_order.setdefault(wl.spec.cluster_queue, []), queue_key(wl))
     _count_pending(state, wl)
@@ -202,7 +206,7 @@ def _queued(state: State, env: ev.Envelope, e: ev.WorkloadQueued) -> None:
         shape=shape_of(e),
     )
     _enqueue(state, wl)
-    models = gpu_models_of(state.contract, e.cluster_queue)
+    models = gpu_models_of(state.contract, wl.spec.cluster_queue)
     for ps in e.pod_sets:
         count_pod_shape(state, pod_shape_key(ps.resources, models if ps.resources.get(GPU) else ()), ps.count,
                         env.time_ms)
@@ -552,6 +556,7 @@ def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
         wl.charged_from_ms, wl.segment = env.time_ms, wl.segment + 1
     state.contract = e.contract
     state.contract_digest = e.digest
+    _follow_local_queues(state)
     # Cohort usage depends on the tree and the lending limits: derive it again under the new one.
     state.cohort_usage = {}
     view, usage = quota_view(state), state.usage
@@ -561,6 +566,29 @@ def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
             view.add(cq, amounts)
         else:
             state.usage[cq] = amounts
+
+
+def _pointed_at(state: State, wl: WorkloadState) -> str | None:
+    """The ClusterQueue ``wl``'s LocalQueue points at, where that is not the one it is queued for
+    (None: the same, or the LocalQueue is gone — it then waits as ``local_queue_gone``)."""
+    if state.contract is None:
+        return None
+    lq = index_of(state.contract).local_queues.get((wl.spec.namespace, wl.spec.queue))
+    return lq.cluster_queue if lq is not None and lq.cluster_queue != wl.spec.cluster_queue else None
+
+
+def _follow_local_queues(state: State) -> None:
+    """A waiting workload goes where its LocalQueue points (``_enqueue``): a contract that points
+    the LocalQueue at another ClusterQueue takes the workloads waiting in it there, in the place
+    their priority and age give them — as Kueue does with a LocalQueue created again pointing
+    elsewhere (its ``clusterQueue`` cannot be changed in place). An admitted workload keeps the
+    ClusterQueue of its admission until it waits again."""
+    for wl in [state.workloads[name] for name in state.pending if _pointed_at(state, state.workloads[name])]:
+        backoff = state.backing_off.get(wl.spec.workload)
+        _dequeue(state, wl)
+        _enqueue(state, wl)
+        if backoff is not None:  # (a failed bind's backoff goes with it)
+            state.backing_off[wl.spec.workload] = backoff
 
 
 def _checkpoint(state: State, env: ev.Envelope, e: ev.CheckpointSaved) -> None:

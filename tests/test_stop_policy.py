@@ -192,3 +192,24 @@ def test_a_local_queue_removed_from_the_contract_admits_nothing_until_it_is_back
     sim.run(until_ms=sim.now_ms + 60_000)
     assert phases(sim, "a") == {"running": 1}
     assert verify(sim.log).ok
+
+
+def test_a_local_queue_pointed_at_another_cluster_queue_takes_its_waiting_jobs_there():
+    """Kueue's LocalQueue ``clusterQueue`` is immutable: pointing it elsewhere is creating it again,
+    which takes its pending workloads to the new ClusterQueue; gangway's contract does the same in
+    one step. What was admitted keeps the ClusterQueue it was admitted to."""
+    sim = started(4)
+    sim.configure(contract(TEXT + URGENT))
+    submit(sim, four_team_jobs("a", 5).replace("queue: default", "queue: urgent"))
+    sim.run(until_ms=sim.now_ms + 60_000)
+    assert phases(sim, "a") == {"running": 4, "pending": 1}  # 4 nodes of 8 GPUs
+    sim.configure(contract(TEXT + URGENT.replace("clusterQueue: team-a", "clusterQueue: team-b")))
+    waiting = sim.state.workloads["team-a/a-4"]
+    assert waiting.spec.cluster_queue == "team-b" and waiting.shape.startswith("team-b|")
+    assert [key[3] for key in sim.state.pending_order["team-b"]] == ["team-a/a-4"]
+    assert not sim.state.pending_order["team-a"]
+    assert {sim.state.workloads[f"team-a/a-{i}"].admission.cluster_queue for i in range(4)} == {"team-a"}
+    sim.run(until_ms=sim.now_ms + 11 * 3600_000)  # the first four end: the fifth is admitted to team-b
+    admitted = [e.data for e in sim.log if isinstance(e.data, ev.WorkloadAdmitted) and e.data.workload == "team-a/a-4"]
+    assert [a.cluster_queue for a in admitted] == ["team-b"]
+    assert verify(sim.log).ok
