@@ -391,7 +391,26 @@ def cmd_rules(args) -> int:
 
 def _books(args):
     from gangway.services.accounting.billing import books_of
-    return books_of(_log_of(args))
+    return books_of(_checked_log(args) if args.log else _log_of(args))
+
+
+def _checked_log(args) -> list:
+    """The exported log ``--log`` names, if it passes the audit's checks of the file itself
+    (``file_findings``: numbering, a partial export, the contract's digests); else exit saying
+    what is wrong — money is not read off a log with lines missing, repeated or edited
+    (``--unchecked``: read it anyway, saying so)."""
+    from gangway.read.logfile import read_log_file
+    from gangway.services.audit.replay import file_findings
+    log = read_log_file(args.log)
+    found = file_findings(log.envs, log.lines, log.quarantined, log.end)
+    if found:
+        said = "; ".join(str(f) for f in found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        if not args.unchecked:
+            raise SystemExit(f"gangway: {args.log} does not pass the audit's checks of the log itself ({said}): "
+                             f"no money is read off it (`gangway replay {args.log}` says more; --unchecked reads it anyway)")
+        print(f"gangway: warning: {args.log} does not pass the audit's checks of the log itself ({said}); "
+              "read anyway (--unchecked)", file=sys.stderr)
+    return log.envs
 
 
 def _period_invoices(books, period: str, team: str | None):
@@ -737,18 +756,24 @@ def parser() -> argparse.ArgumentParser:
                    "(without it: the periods invoiced, and the one running)")
     s.add_argument("--team")
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
+                   "repeated, out of order or its contract edited")
+    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
     s.set_defaults(func=cmd_invoice)
     s = sub.add_parser("export", help="export billing data (FinOps FOCUS 1.0 CSV)")
     s.add_argument("format", choices=("focus",))
     s.add_argument("--period", required=True)
     s.add_argument("--out", help="write to this file (default: standard output)")
-    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
+                   "repeated, out of order or its contract edited")
+    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
     s.set_defaults(func=cmd_export)
     s = sub.add_parser("showback", help="spend per team, allocated vs busy GPU-hours, idle GPUs, wasteful runs")
     s.add_argument("--period", help="a billing period (default: the whole log)")
     s.add_argument("--html", metavar="FILE", help="also write an HTML report with charts")
-    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
+                   "repeated, out of order or its contract edited")
+    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
     s.set_defaults(func=cmd_showback)
     s = sub.add_parser("telemetry", help="GPU telemetry in: scrape a dcgm-exporter endpoint onto gangway.telemetry")
     s.add_argument("action", choices=("scrape",))

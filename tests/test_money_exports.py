@@ -196,3 +196,26 @@ def test_a_bad_period_is_one_line_in_showback_as_in_invoice(night_log, capsys) -
 def test_printed_money_rounds_half_up_as_the_invoices_amounts_do() -> None:
     from gangway.read.money import money
     assert str(money(4_225_000)) == "4.23" and str(money(16_825_000)) == "16.83" and str(money(-4_225_000)) == "-4.23"
+
+
+def test_money_is_not_read_off_a_log_with_lines_missing_or_its_contract_edited(night_log, tmp_path, capsys) -> None:
+    path, books = night_log
+    lines = path.read_text().splitlines(keepends=True)
+    gap = tmp_path / "gap.jsonl"
+    gap.write_text("".join(lines[:40] + lines[41:]))
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(lines[40:]))
+    edited = tmp_path / "edited.jsonl"
+    head = json.loads(lines[0])
+    assert head["type"] == "io.gangway.config.applied.v1"
+    head["data"]["contract"]["currency"] = "XXX" if head["data"]["contract"].get("currency") != "XXX" else "EUR"
+    edited.write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    period = books.issued[0].period
+    for log, why in ((gap, "missing"), (partial, "a partial export"), (edited, "the contract was changed")):
+        for command in (["invoice", "--period", period], ["export", "focus", "--period", period], ["showback"]):
+            with pytest.raises(SystemExit) as exc:
+                main([*command, "--log", str(log)])
+            assert "does not pass the audit's checks of the log itself" in str(exc.value) and why in str(exc.value)
+    assert main(["invoice", "--period", period, "--log", str(gap), "--unchecked", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert "read anyway (--unchecked)" in out.err and json.loads(out.out)

@@ -99,7 +99,8 @@ def _overview(contract: Contract, digest: str) -> list[str]:
     queues, flavors = len(contract.cluster_queues), len(contract.flavors)
     lines = [f"{queues} team queue{'s' * (queues != 1)}, {flavors} resource flavor{'s' * (flavors != 1)}."]
     if digest:
-        lines.append(f"Contract version {digest[:12]}: every decision on the log names the version it was taken under.")
+        lines.append(f"Contract version {digest[:12]}: every decision on the log names the offset of the state it "
+                     "was decided on, and so the contract version in force there.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
     fs = contract.fair_sharing
     if fs.enable:

@@ -281,6 +281,36 @@ def structure(envs: list[Envelope], lines: list[int] | None = None,
     return findings
 
 
+def file_findings(envs: list[Envelope], lines: list[int] | None = None, quarantined: list[tuple] = (),
+                  end: int | None = None) -> list[Finding]:
+    """The checks of a log that need no fold: its numbering (``structure``), a start past offset 0
+    (a partial export: no state to read it from) and each ConfigApplied's digest. What a reader of
+    the log's money (invoices, FOCUS, showback) asks of a file before it believes it; ``verify``
+    checks all of this and re-derives every decision besides."""
+    found = structure(envs, lines, quarantined, end)
+    if not envs:
+        return found or [Finding("no events")]
+    first = min(e.offset for e in envs)
+    if first > 0:
+        found.insert(0, Finding(f"the log starts at offset {first}, not 0: a partial export (or its first lines "
+                                "deleted), without the state before it", first, lines[0] if lines else None))
+    for i, env in enumerate(envs):
+        edited = contract_edited(env.data) if isinstance(env.data, ev.ConfigApplied) else ""
+        if edited:
+            line = lines[i] if lines else None
+            found.append(Finding(f"{_where(env.offset, line)}: {edited}", env.offset, line))
+    return found
+
+
+def contract_edited(applied: ev.ConfigApplied) -> str:
+    """Why a ConfigApplied's contract is not the one it was applied as ('' when it is)."""
+    digest = contract_digest(applied.contract)
+    if applied.digest == digest:
+        return ""
+    return (f"ConfigApplied's digest {applied.digest[:12]}… is not its contract's ({digest[:12]}…): the contract "
+            "was changed after it was applied")
+
+
 def _disorder(offsets: list[int], lines: list[int] | None) -> list[Finding]:
     """The gaps, repeats and lines out of order of offsets that do not go up by one."""
     def line(i: int) -> int | None:
@@ -390,10 +420,9 @@ class _Facts:
         data = env.data
         kind = type(data)
         if kind is ev.ConfigApplied:
-            digest = contract_digest(data.contract)
-            if data.digest != digest:
-                self._found(env, position, f"ConfigApplied's digest {data.digest[:12]}… is not its contract's "
-                                           f"({digest[:12]}…): the contract was changed after it was applied")
+            edited = contract_edited(data)
+            if edited:
+                self._found(env, position, edited)
         elif kind in _CODED_FACTS and data.reason_code is not None:
             try:
                 said = render(data.reason_code, data.reason_params)
