@@ -24,6 +24,12 @@ from gangway.read.logfile import LogFileError, read_export, write_export
 console = Console(highlight=False)
 
 
+def _warn(line: str) -> None:
+    """A warning line, whole (never wrapped: one line to grep), in yellow on a terminal."""
+    console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
+
+
+
 def _bootstrap() -> str:
     return stack.bootstrap_of_running_stack()
 
@@ -107,7 +113,7 @@ def _load_contract(path: str):
         warnings = exc.warnings
         contract = None
     for warning in warnings:
-        console.print(f"[yellow]{escape(str(warning))}[/yellow]", highlight=False, soft_wrap=True)
+        _warn(str(warning))
     if contract is None:
         raise SystemExit(2)
     return contract
@@ -145,7 +151,7 @@ def cmd_config(args) -> int:
         for line in problems:
             console.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
         for line in warnings:  # what Kueue would act on and gangway will not
-            console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
+            _warn(line)
         if not problems:
             console.print(f"{args.file}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
         return 1 if problems else 0
@@ -181,7 +187,7 @@ def cmd_submit(args) -> int:
         console.print(f"[red]{escape(filename)}: no jobs in it[/red]")
         return 2
     for warning in unread:  # what Kueue would act on and gangway will not
-        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+        _warn(warning)
     asyncio.run(stack.publish_jobs(_bootstrap(), jobs, retry_s=SUBMIT_RETRY_S))
     for job in jobs:
         named = f" (name generated from generateName {generated[job.job_id]!r})" if job.job_id in generated else ""
@@ -214,7 +220,7 @@ def cmd_dry_run(args) -> int:
         _fail(f"no jobs in {', '.join(dict.fromkeys(run.empty))}: nothing to run")
         return 2
     for warning in run.unread:  # what Kueue would act on and gangway will not
-        console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+        _warn(warning)
     for line in report(run):
         print(line)
     if args.export:

@@ -405,6 +405,45 @@ def test_a_key_gangway_reads_put_where_it_does_not_read_it_is_named_in_a_warning
         load_jobs(only_annotated, "job.yaml")
 
 
+def test_an_annotation_on_the_wrong_object_is_named_in_a_warning():
+    """Topology is read from each pod template's annotations (Kueue's podset-* keys), partial
+    admission and the runtime from the object's own: one on the other is not read."""
+    text = textwrap.dedent("""\
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          name: misplaced
+          namespace: team
+          labels: {kueue.x-k8s.io/queue-name: lq}
+          annotations: {kueue.x-k8s.io/podset-required-topology: example.com/rack}
+        spec:
+          parallelism: 2
+          template:
+            metadata:
+              annotations: {kueue.x-k8s.io/job-min-parallelism: "1", gangway.io/runtime-seconds: "60"}
+            spec:
+              containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
+        """)
+    unread: list[str] = []
+    [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
+    assert job.pod_sets[0].topology is None and job.pod_sets[0].min_count is None and job.runtime_seconds is None
+    assert unread == [
+        "job.yaml: warning: Job misplaced: kueue.x-k8s.io/podset-required-topology is on the object's metadata; "
+        "gangway reads it from each pod template's annotations (as Kueue does): ignored",
+        "job.yaml: warning: Job misplaced: kueue.x-k8s.io/job-min-parallelism is on a pod template; gangway reads it "
+        "from the object's own annotations (as Kueue does): ignored",
+        "job.yaml: warning: Job misplaced: gangway.io/runtime-seconds is on a pod template; gangway reads it from "
+        "the object's own annotations: ignored",
+    ]
+    unread.clear()
+    fixed = text.replace("annotations: {kueue.x-k8s.io/podset-required-topology: example.com/rack}",
+                         "annotations: {kueue.x-k8s.io/job-min-parallelism: '1', gangway.io/runtime-seconds: '60'}")
+    fixed = fixed.replace('annotations: {kueue.x-k8s.io/job-min-parallelism: "1", gangway.io/runtime-seconds: "60"}',
+                          "annotations: {kueue.x-k8s.io/podset-required-topology: example.com/rack}")
+    [job] = load_jobs(fixed, "job.yaml", on_unread=unread.append)
+    assert unread == [] and job.pod_sets[0].topology.required == "example.com/rack" and job.runtime_seconds == 60
+
+
 def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
     """The job is still read (and runs), but `gangway submit` says what Kueue would have acted on."""
     text = textwrap.dedent("""\
@@ -566,6 +605,18 @@ def test_an_extended_resource_whose_request_differs_from_its_limit_is_refused():
     - {name: d, image: x, resources: {requests: {nvidia.com/gpu: "1", cpu: 1}, limits: {nvidia.com/gpu: 1000m, cpu: 2}}}
     """), "job.yaml")
     assert job.pod_sets[0].resources == {"nvidia.com/gpu": "3", "cpu": 1}
+
+
+@pytest.mark.parametrize("amount", ["100m", "0.5", "1500m", 2.5])
+def test_a_fraction_of_an_extended_resource_is_refused_as_the_api_server_refuses_it(amount):
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(pod_job(f"containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: {amount!r}, cpu: 500m}}}}}}]"),
+                  "job.yaml")
+    assert caught.value.field == "spec.template.spec.containers[0].resources.limits['nvidia.com/gpu']"
+    assert "is not a whole number" in caught.value.problem
+    [job] = load_jobs(pod_job("containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 2000m, cpu: 500m}}}]"),
+                      "job.yaml")  # whole, however written; CPU in fractions
+    assert job.pod_sets[0].resources == {"nvidia.com/gpu": "2000m", "cpu": "500m"}
 
 
 def test_each_manifest_that_cannot_be_read_is_its_own_error_in_its_place():

@@ -50,7 +50,7 @@ from gangway.events.catalogue import (
     Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
-from gangway.events.quantity import QuantityError, format_milli, is_extended_resource, parse_milli
+from gangway.events.quantity import MILLI, QuantityError, format_milli, is_extended_resource, parse_milli
 from gangway.events.text import NotUtf8, utf8_text
 from gangway.services.submission.policy import Invalid, check_job, check_record_size
 
@@ -229,31 +229,46 @@ def unread(doc: Any) -> list[str]:
     object or a pod template, at any depth) it does not read, e.g. ``kueue.x-k8s.io/podset-group-name``,
     and a key it reads put where it does not read it (``job-min-parallelism`` as a label, the queue
     name as an annotation): the job runs, without what the key asks."""
-    keys: dict[tuple[str, str], None] = {}
-    _kueue_keys(doc, keys)
+    keys: dict[tuple[str, str, str], None] = {}
+    _kueue_keys(doc, keys, True)
     out = []
-    for key, place in keys:
+    for key, place, level in keys:
+        kueue = " (as Kueue does)" if key.startswith("kueue.x-k8s.io/") else ""
         if key in READ_AS_LABEL and place == "annotations" or key in READ_AS_ANNOTATION and place == "labels":
             here, read_as = ("an annotation", "a label") if key in READ_AS_LABEL else ("a label", "an annotation")
-            kueue = " (as Kueue does)" if key.startswith("kueue.x-k8s.io/") else ""
             out.append(f"{key} is {here} here; gangway reads it as {read_as}{kueue}: ignored")
+        elif key in TOPOLOGY_ANNOTATIONS and level != "pod":
+            out.append(f"{key} is on the {'object' if level == 'object' else 'Job template'}'s metadata; gangway reads "
+                       f"it from each pod template's annotations{kueue}: ignored")
+        elif key in OBJECT_ANNOTATIONS and level != "object":
+            out.append(f"{key} is on a {'pod' if level == 'pod' else 'Job'} template; gangway reads it from the "
+                       f"object's own annotations{kueue}: ignored")
         elif key.startswith("kueue.x-k8s.io/") and key not in KUEUE_KEYS_READ:
             out.append(f"{key} is not read by gangway; ignored")
     return out
 
 
-def _kueue_keys(node: Any, found: dict[tuple[str, str], None]) -> None:
-    """(key, 'labels' or 'annotations') of every Kueue key, and every key gangway reads, at any depth."""
+def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -> None:
+    """(key, 'labels' or 'annotations', level) of every Kueue key, and every key gangway reads, at
+    any depth; level: the object's own metadata ('object'), a pod template's ('pod'), or another
+    template's ('template': a JobSet's Job template)."""
     if isinstance(node, dict):
+        if top and node.get("kind") == "List":
+            _kueue_keys(node.get("items"), found, True)
+            return
+        spec = node.get("spec")
+        level = "object" if top else "pod" if isinstance(spec, dict) and "containers" in spec else "template"
         for key, value in node.items():
-            if key in ("labels", "annotations") and isinstance(value, dict):
-                found.update(((k, key), None) for k in value if isinstance(k, str) and (
-                    k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
+            if key == "metadata" and isinstance(value, dict):
+                for place in ("labels", "annotations"):
+                    if isinstance(value.get(place), dict):
+                        found.update(((k, place, level), None) for k in value[place] if isinstance(k, str) and (
+                            k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
             else:
-                _kueue_keys(value, found)
+                _kueue_keys(value, found, False)
     elif isinstance(node, list):
         for item in node:
-            _kueue_keys(item, found)
+            _kueue_keys(item, found, top)
 
 
 def job_of_object(obj: dict, where: str) -> JobSubmitted:
@@ -458,6 +473,8 @@ PROFILE_ANNOTATIONS = {
 }
 #: Where gangway reads each key it reads (as Kueue does): one put in the other place is not read.
 READ_AS_LABEL = frozenset({QUEUE_LABEL, PRIORITY_LABEL})
+#: Annotations read from the object's own metadata (the others, topology, from each pod template's).
+OBJECT_ANNOTATIONS = frozenset({MIN_PARALLELISM_ANNOTATION, RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS})
 READ_AS_ANNOTATION = frozenset({MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS, RUNTIME_ANNOTATION,
                                 *PROFILE_ANNOTATIONS})
 
@@ -657,6 +674,10 @@ def _container_requests(where: _Where, container: Any, field: str) -> dict[str, 
             amount_field = f"{field}.resources.{part}[{resource!r}]"
             if isinstance(amount, bool) or not isinstance(amount, (str, int, float)):
                 raise where.error(amount_field, f"must be a Kubernetes quantity, not {_type_name(amount)}")
+            if is_extended_resource(str(resource)) and _whole(amount) is False:
+                raise where.error(amount_field, f"{amount!r} is not a whole number: Kubernetes counts an extended "
+                                  f"resource such as {resource} in whole units (a pod asking for a fraction is refused "
+                                  "by the API server)")
             if part == "requests" and str(resource) in merged and is_extended_resource(str(resource)):
                 limit = merged[str(resource)][1]
                 if _same_quantity(amount, limit) is False:
@@ -666,6 +687,14 @@ def _container_requests(where: _Where, container: Any, field: str) -> dict[str, 
             merged[str(resource)] = (amount_field, amount)
     return merged
 
+
+
+def _whole(amount: Quantity) -> bool | None:
+    """Is a quantity a whole number of units (None when it is not a quantity: said elsewhere)?"""
+    try:
+        return parse_milli(amount) % MILLI == 0
+    except QuantityError:
+        return None
 
 
 def _same_quantity(a: Quantity, b: Quantity) -> bool | None:
