@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Literal, get_args
 import msgspec
 import yaml
 
+from gangway.contract.yamldocs import documents
 from gangway.events.contract import (
     WEIGHT_ONE,
     Billing,
@@ -295,17 +296,12 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _documents(report: _Report, text: str) -> list[tuple[int, Any]]:
     """The file's YAML documents with their 1-based index; none at all on a syntax error."""
-    loader = _StrictLoader(text)
-    documents: list[tuple[int, Any]] = []
     try:
-        while loader.check_data():
-            documents.append((len(documents) + 1, loader.get_data()))
+        found = list(enumerate(documents(text, _StrictLoader), start=1))
     except yaml.YAMLError as exc:
         report.problems.append(_syntax_problem(report.file, exc))
         return []
-    finally:
-        loader.dispose()
-    return [(index, doc) for index, doc in documents if doc is not None]
+    return [(index, doc) for index, doc in found if doc is not None]
 
 
 def _syntax_problem(file: str, exc: yaml.YAMLError) -> Problem:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from gangway.contract.yamldocs import documents
 from gangway.events import gpus as gpu_slots
 from gangway.events.catalogue import NodeObserved, Taint
 from gangway.events.quantity import QuantityError, is_extended_resource, parse_milli
@@ -53,7 +54,7 @@ def read_cluster_file(path: str | Path) -> list[NodeObserved]:
 def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
     try:
         # libyaml's loader where PyYAML has it: a 2,500-node cluster file took the binder 2 s to read
-        docs = [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d is not None]
+        docs = [d for d in documents(text, getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d is not None]
     except yaml.YAMLError as exc:  # (one line: where, and what)
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

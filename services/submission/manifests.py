@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 import msgspec
 import yaml
 
+from gangway.contract.yamldocs import documents
 from gangway.events import codec
 from gangway.events.catalogue import (
     Envelope, JobSubmitted, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
@@ -304,7 +305,7 @@ def _documents(text: str, filename: str) -> Iterator[Any]:
             pass  # not JSON after all: YAML's flow style, read below
     index = 0
     try:
-        for index, doc in enumerate(yaml.safe_load_all(text), start=1):
+        for index, doc in enumerate(documents(text), start=1):
             yield doc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
