@@ -210,6 +210,10 @@ BAD_CLUSTER_FILES = {
     "a node named twice": ((NODE.format(name="n0", gpus=8) + "---\n" + NODE.format(name="n0", gpus=8)).encode(),
                            "node name n0 repeats: each Node must be named once"),
     "no such file": (None, "No such file or directory"),
+    "no Node in it": (b"# nodes to come\n", "no Node in it: a cluster file holds the cluster's Kubernetes Nodes (kind: "
+                                            "Node, or a List of them, as `kubectl get nodes -o yaml` writes)"),
+    "a Pod among the Nodes": ((NODE.format(name="n0", gpus=8) + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n").encode(),
+                              "item 1 (p) is not a Node: kind 'Pod'"),
 }
 
 

@@ -765,3 +765,25 @@ def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_defaul
     assert read_contract(docs(classes, policy), "config.yaml")[0].default_priority == 3  # gangway's own wins
     assert problems_of(classes.replace("value: 500", "value: high")) == [
         "config.yaml: PriorityClass batch-high: value: \"high\" is not an integer"]
+
+
+def test_a_local_queue_in_a_namespace_its_cluster_queue_does_not_select_is_said():
+    """Valid (Kueue takes it), but every job sent to it is refused: `config validate` says so, as
+    `gangway rules` does; a Namespace object with the selected label makes it take jobs."""
+    selecting = cluster_queue().replace("namespaceSelector: {}", "namespaceSelector: {matchLabels: {team: a}}")
+    queue = y("""
+        apiVersion: kueue.x-k8s.io/v1beta1
+        kind: LocalQueue
+        metadata: {name: q, namespace: team-a}
+        spec: {clusterQueue: team-a}
+        """)
+    assert warnings_of(docs(FLAVOR, selecting, queue)) == [
+        'config.yaml: warning: LocalQueue team-a/q: spec.clusterQueue: ClusterQueue "team-a"\'s namespaceSelector does '
+        'not select namespace "team-a": every job sent to this LocalQueue is refused (namespace_not_selected; a '
+        "namespace's labels are those of its v1 Namespace object in the contract)"]
+    labelled = y("""
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: team-a, labels: {team: a}}
+        """)
+    assert warnings_of(docs(FLAVOR, selecting, queue, labelled)) == []

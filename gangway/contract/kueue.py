@@ -222,10 +222,12 @@ def read_contract(text: str, filename: str = "<config>") -> tuple[Contract, list
         report.problems.append(Problem(filename, None, "", "", "", _NO_CONTRACT))
     _check_references(parsed)
     _check_prices(parsed)
-    errors, warnings = report.of("error"), report.of("warning")
+    errors = report.of("error")
     if errors:
-        raise ConfigError(errors, warnings)
-    return _assemble(parsed), warnings
+        raise ConfigError(errors, report.of("warning"))
+    contract = _assemble(parsed)
+    _check_selected(parsed, contract)
+    return contract, report.of("warning")
 
 
 def load_contract(text: str, filename: str = "<config>") -> Contract:
@@ -455,6 +457,18 @@ def _check_references(parsed: _Parsed) -> None:
                     f"WorkloadPriorityClasses (a job names one with the label kueue.x-k8s.io/priority-class)"
                     if pod_class else ""))
     _check_cohort_tree(parsed)
+
+
+def _check_selected(parsed: _Parsed, contract: Contract) -> None:
+    """A LocalQueue in a namespace its ClusterQueue's namespaceSelector does not select takes no
+    job (each is refused, ``namespace_not_selected``): valid, but said."""
+    for (namespace, name), entry in sorted(parsed.local_queues.items()):
+        cq = contract.cluster_queue(entry.value.cluster_queue) if entry.value is not None else None
+        if cq is not None and not contract.selects_namespace(cq, namespace):
+            entry.at.warn("spec.clusterQueue", f"ClusterQueue {_show(cq.name)}'s namespaceSelector does not select "
+                                               f"namespace {_show(namespace)}: every job sent to this LocalQueue is "
+                                               "refused (namespace_not_selected; a namespace's labels are "
+                                               "those of its v1 Namespace object in the contract)")
 
 
 def _check_cohort_tree(parsed: _Parsed) -> None:

@@ -32,9 +32,10 @@ class ClusterFileError(ValueError):
     """A cluster file that is not a list of Kubernetes Nodes."""
 
 
-def _nodes_in(doc) -> list[dict]:
+def _nodes_in(doc, filename: str) -> list[dict]:
     if not isinstance(doc, dict):
-        raise ClusterFileError("a document is not a mapping")
+        raise ClusterFileError(f"{filename}: a document is not a mapping but {type(doc).__name__}: a cluster file "
+                               "holds Kubernetes Nodes (kind: Node, or a List of them)")
     if doc.get("kind") in ("List", "NodeList"):
         return [item for item in doc.get("items") or []]
     return [doc]
@@ -62,8 +63,11 @@ def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
         raise ClusterFileError(f"{filename}: {where}not YAML: {getattr(exc, 'problem', None) or exc}{column}") from None
     nodes: list[NodeObserved] = []
     for doc in docs:
-        for item in _nodes_in(doc):
-            nodes.append(_node(item, filename))
+        for i, item in enumerate(_nodes_in(doc, filename)):
+            nodes.append(_node(item, filename, i))
+    if not nodes:
+        raise ClusterFileError(f"{filename}: no Node in it: a cluster file holds the cluster's Kubernetes Nodes "
+                               "(kind: Node, or a List of them, as `kubectl get nodes -o yaml` writes)")
     seen: set[str] = set()
     repeated = sorted({n.node for n in nodes if n.node in seen or seen.add(n.node)})
     if repeated:
@@ -93,9 +97,11 @@ def node_unavailable(node: dict) -> str:
 
 
 
-def _node(item: dict, filename: str) -> NodeObserved:
+def _node(item: dict, filename: str, index: int = 0) -> NodeObserved:
     if not isinstance(item, dict) or item.get("kind", "Node") != "Node":
-        raise ClusterFileError(f"{filename}: an item is not a Node")
+        what = f"kind {item.get('kind')!r}" if isinstance(item, dict) else type(item).__name__
+        name = item.get("metadata", {}).get("name") if isinstance(item, dict) and isinstance(item.get("metadata"), dict) else None
+        raise ClusterFileError(f"{filename}: item {index + 1}{f' ({name})' if name else ''} is not a Node: {what}")
     meta = item.get("metadata") or {}
     name = meta.get("name")
     if not isinstance(name, str) or not name:
