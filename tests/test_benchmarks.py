@@ -95,6 +95,42 @@ def test_a_philly_prefix_runs_under_three_policies_and_every_job_finishes(tmp_pa
     assert "average queueing delay per team" in capsys.readouterr().out
 
 
+def philly(tmp_path, *jobs: str) -> Path:
+    """A Philly trace folder of these job lines (timestamp,duration,num_gpus,gpu_time,cluster), one team of 2 nodes."""
+    folder = tmp_path / "data" / "philly"
+    folder.mkdir(parents=True)
+    (folder / "philly_vc.csv").write_text("vc,node num\nteam,2\n")
+    (folder / "philly.csv").write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(j + "\n" for j in jobs))
+    return folder.parent
+
+
+@pytest.mark.parametrize("line, said", [
+    ("2017-13-09 07:01:55,66.0,1,66.0,team", "philly.csv:2: timestamp '2017-13-09 07:01:55' is not a time"),
+    ("2017-10-09 07:01:55,nan,1,66.0,team", "philly.csv:2: duration 'nan' is not a number of at least 0"),
+    ("2017-10-09 07:01:55,-5,1,66.0,team", "philly.csv:2: duration '-5' is not a number of at least 0"),
+    ("2017-10-09 07:01:55,66.0,1.5,66.0,team", "philly.csv:2: num_gpus '1.5' is not a whole number of at least 1"),
+    ("2017-10-09 07:01:55,66.0,0,66.0,team", "philly.csv:2: num_gpus '0' is not a whole number of at least 1"),
+    (None, "philly.csv: no jobs in it"),
+])
+def test_a_trace_line_that_is_not_a_job_stops_simulate_in_one_line(tmp_path, line, said):
+    data = philly(tmp_path, *([line] if line else []))
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--data", str(data), "--out", str(tmp_path / "out")])
+    assert str(exc.value).startswith("gangway: ") and said in str(exc.value)
+
+
+def test_a_job_bigger_than_the_cluster_is_left_out_and_said(tmp_path, capsys):
+    data = philly(tmp_path, "2017-10-09 07:01:55,60,1,60,team", "2017-10-09 07:02:00,60,64,3840,team")
+    assert main(["simulate", "--data", str(data), "--out", str(tmp_path / "out")]) == 0
+    assert "left out: 1 job(s) asking more GPUs than the whole cluster has (16; the largest team/j00001, 64)" in \
+        capsys.readouterr().out
+    result = json.loads((tmp_path / "out" / "philly.json").read_text())
+    assert [r["jobs"] for r in result["results"]] == [1, 1, 1]
+    for option in (["--jobs", "-3"], ["--jobs", "0"], ["--capacity", "nan"], ["--capacity", "0"]):
+        with pytest.raises(SystemExit):
+            main(["simulate", "--data", str(data), *option])
+
+
 def test_kueue_like_admits_at_most_one_workload_per_cluster_queue_per_cycle():
     from gangway.benchmarks.trace_simulation import first_admission_per_queue
 

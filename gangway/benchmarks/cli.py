@@ -6,6 +6,7 @@ They are commands, never timed unit tests; their results and notes are in ``benc
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from gangway.benchmarks import results
@@ -108,6 +109,26 @@ def cmd_simulate(args) -> int:
                                  capacity=args.capacity)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
+    return value
+
+
 def _seeds(text: str) -> list[int]:
     first, _, last = text.partition("-")
     return list(range(int(first), int(last or first) + 1))
@@ -178,8 +199,9 @@ def add_parsers(sub) -> None:
     s.set_defaults(func=cmd_bench)
     s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
     s.add_argument("--trace", choices=("philly",), default="philly")
-    s.add_argument("--jobs", type=int, help="only the first N jobs of the trace")
-    s.add_argument("--capacity", type=float, default=1.0, help="nodes per team: this fraction of philly_vc.csv's")
+    s.add_argument("--jobs", type=_positive_int, help="only the first N jobs of the trace")
+    s.add_argument("--capacity", type=_positive_float, default=1.0,
+                   help="nodes per team: this fraction of philly_vc.csv's (at least one node a team)")
     s.add_argument("--data", help="the full reference data folder (default: $GANGWAY_DATA)")
     s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
     s.set_defaults(func=cmd_simulate)

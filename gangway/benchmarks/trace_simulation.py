@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -49,23 +50,60 @@ class Job:
     gpus: int
 
 
+class TraceError(ValueError):
+    """A trace file gangway cannot simulate: the file, the line and the field, in one sentence."""
+
+
 def load_trace(data: Path, jobs: int | None = None, capacity: float = 1.0) -> tuple[list[Job], dict[str, int]]:
     """Jobs in submission order (the first ``jobs`` of them) and nodes per team (``capacity``
-    times philly_vc.csv's node counts, at least one node a team)."""
-    with open(data / "philly" / "philly_vc.csv") as f:
-        nodes = {row["vc"]: max(1, round(int(row["node num"]) * capacity)) for row in csv.DictReader(f)}
+    times philly_vc.csv's node counts, at least one node a team). Raises TraceError for a line
+    that is not a job (a bad time, duration or GPU count), or a trace without jobs."""
+    vc_file, trace_file = data / "philly" / "philly_vc.csv", data / "philly" / "philly.csv"
+    nodes = {}
+    for line, row in _rows(vc_file, ("vc", "node num")):
+        nodes[row["vc"]] = max(1, round(_number(vc_file, line, "node num", row, int, 0) * capacity))
     rows = []
-    with open(data / "philly" / "philly.csv") as f:
-        for i, row in enumerate(csv.DictReader(f)):
+    for line, row in _rows(trace_file, ("timestamp", "duration", "num_gpus", "cluster")):
+        try:
             moment = dt.datetime.fromisoformat(row["timestamp"]).replace(tzinfo=dt.timezone.utc)
-            rows.append((int(moment.timestamp() * 1000), i, row))
+        except ValueError as exc:
+            raise TraceError(f"{trace_file}:{line}: timestamp {row['timestamp']!r} is not a time ({exc})") from None
+        duration = _number(trace_file, line, "duration", row, float, 0)
+        gpus = _number(trace_file, line, "num_gpus", row, int, 1)
+        rows.append((int(moment.timestamp() * 1000), line, row, duration, gpus))
+    if not rows:
+        raise TraceError(f"{trace_file}: no jobs in it (a header line, then one job a line)")
     rows.sort(key=lambda r: (r[0], r[1]))
     if jobs is not None:
         rows = rows[:jobs]
     result = [Job(name=f"{row['cluster']}/j{i:05d}", team=row["cluster"], submit_ms=t,
-                  duration_ms=max(1, round(float(row["duration"]) * 1000)), gpus=int(row["num_gpus"]))
-              for t, i, row in rows]
+                  duration_ms=max(1, round(duration * 1000)), gpus=gpus)
+              for i, (t, _, row, duration, gpus) in enumerate(rows)]
     return result, nodes
+
+
+def _rows(path: Path, columns: tuple[str, ...]):
+    """(file line, row) of a CSV file with these columns."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or ())]
+        if missing:
+            raise TraceError(f"{path}: no column {', '.join(missing)} (the header has {', '.join(reader.fieldnames or ()) or 'nothing'})")
+        for row in reader:
+            yield reader.line_num, row
+
+
+def _number(path: Path, line: int, column: str, row: dict, kind: type, least: float):
+    """A column's number: a whole one for ``int``, finite, at least ``least``."""
+    text = row[column]
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not math.isfinite(value) or value < least:
+        what = "a whole number" if kind is int else "a number"
+        raise TraceError(f"{path}:{line}: {column} {text!r} is not {what} of at least {least:g}")
+    return value
 
 
 def pod_set(gpus: int) -> PodSet:
@@ -266,7 +304,19 @@ def main(trace: str, jobs: int | None = None, out_dir: str = "bench/results", da
          policies: tuple[str, ...] = POLICIES, capacity: float = 1.0) -> int:
     if trace != "philly":
         raise SystemExit(f"gangway: unknown trace {trace!r}")
-    trace_jobs, nodes = load_trace(reference_data(data_dir, "philly/philly.csv"), jobs, capacity)
+    try:
+        trace_jobs, nodes = load_trace(reference_data(data_dir, "philly/philly.csv"), jobs, capacity)
+    except TraceError as exc:
+        raise SystemExit(f"gangway: {exc}") from None
+    cluster_gpus = sum(nodes.values()) * GPUS_PER_NODE
+    too_big = [j for j in trace_jobs if j.gpus > cluster_gpus]
+    if too_big:
+        biggest = max(too_big, key=lambda j: j.gpus)
+        print(f"left out: {len(too_big)} job(s) asking more GPUs than the whole cluster has ({cluster_gpus}; "
+              f"the largest {biggest.name}, {biggest.gpus}): no policy can ever run them", flush=True)
+        trace_jobs = [j for j in trace_jobs if j.gpus <= cluster_gpus]
+        if not trace_jobs:
+            raise SystemExit("gangway: no job of the trace fits the cluster: nothing to simulate")
     print(f"Philly: {len(trace_jobs)} jobs, {sum(nodes.values())} nodes ({sum(nodes.values()) * GPUS_PER_NODE} GPUs, "
           f"{capacity:g} × philly_vc.csv), a scheduling cycle every {CYCLE_MS} ms", flush=True)
     results = []
