@@ -475,6 +475,18 @@ def _invoice_periods(books) -> int:
     return 0
 
 
+def _refuse_uncut(books, period: str) -> None:
+    """Exit saying so when the contract never cuts ``period`` (a month of hourly billing): invoices
+    of it would carry ids no invoice ever has."""
+    from gangway.events.money import period_kind, period_of
+    contract = books.state.contract
+    if contract is not None and period_kind(period) != contract.billing.period:
+        kind = contract.billing.period
+        raise SystemExit(f"gangway: the contract cuts {kind} periods (like {period_of(kind, books.state.time_ms)}), "
+                         f"and {period} is not one: no invoice is ever issued for it (`gangway showback --period "
+                         f"{period}` gives its figures)")
+
+
 def _billing_notes(books, period: str) -> tuple[bool, list[str]]:
     """(is ``period`` of the kind the contract cuts?, why its invoices may be empty: the contract
     sets no prices, prices only resources no queue uses, or cuts another kind of period)."""
@@ -522,6 +534,7 @@ def cmd_invoice(args) -> int:
     if args.period is None:
         return _invoice_periods(books)
     period, start, end = _period(args.period)
+    _refuse_uncut(books, period)
     found, draft = _period_invoices(books, period, args.team)
     if args.format == "json":
         print(money.invoices_json(found))
@@ -545,6 +558,7 @@ def cmd_export(args) -> int:
     from gangway.read import money
     books = _books(args)
     period, _, _ = _period(args.period)
+    _refuse_uncut(books, period)
     found, draft = _period_invoices(books, period, None)
     for note in _billing_notes(books, period)[1]:
         print(f"gangway: {note}", file=sys.stderr)
