@@ -455,13 +455,13 @@ def _known_team(books, team: str | None) -> None:
 
 def _invoice_periods(books) -> int:
     """Without --period: the periods invoiced on the log, and the one running now (a draft)."""
-    from gangway.events.money import period_of
+    from gangway.events.money import minor_digits, period_of
     from gangway.read.money import money
     by_period: dict[str, list] = {}
     for inv in books.issued:
         by_period.setdefault(inv.period, []).append(inv)
     for period, issued in sorted(by_period.items()):
-        billed = money(sum(inv.billed_cost_micros for inv in issued))
+        billed = money(sum(inv.billed_cost_micros for inv in issued), minor_digits(issued[0].currency))
         console.print(f"{period}: {len(issued)} invoice(s), {billed} {issued[0].currency} billed")
     if not by_period:
         console.print("no invoices issued on the log yet")

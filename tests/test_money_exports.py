@@ -221,3 +221,19 @@ def test_money_is_not_read_off_a_log_with_lines_missing_or_its_contract_edited(n
     assert main(["invoice", "--period", period, "--log", str(gap), "--unchecked", "--format", "json"]) == 0
     out = capsys.readouterr()
     assert "read anyway (--unchecked)" in out.err and json.loads(out.out)
+
+
+def test_amounts_are_printed_in_their_currencys_minor_unit(night_log) -> None:
+    """3 decimals for BHD, none for JPY, 2 for EUR: list − credits + idle = billed as printed."""
+    import msgspec
+    from rich.console import Console
+    _, books = night_log
+    invoice = next(i for i in books.issued if i.credits_micros)
+    for currency, places in (("BHD", 3), ("JPY", 0), ("EUR", 2)):
+        console = Console(width=200, record=True)
+        console.print(money.invoices_table([msgspec.structs.replace(invoice, currency=currency)]))
+        row = next(line for line in console.export_text().splitlines() if invoice.team in line).split()
+        figures = [str(money.money(m, places)) for m in (invoice.list_cost_micros, -invoice.credits_micros,
+                                                         invoice.idle_cost_micros, invoice.billed_cost_micros)]
+        assert row[row.index(invoice.team) + 4:row.index(invoice.team) + 11:2] == figures, (currency, row)
+        assert all(len(f.partition(".")[2]) == places for f in figures)

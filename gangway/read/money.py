@@ -21,7 +21,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import msgspec
 
 from gangway.events import catalogue as ev
-from gangway.events.money import unit_hours, unit_of
+from gangway.events.money import minor_digits, unit_hours, unit_of
 from gangway.events.state import State
 from gangway.services.accounting.billing import MILLI_GPU_MS_PER_HOUR, Books, clipped, idle_cost
 from gangway.services.accounting.policy import Interval
@@ -261,9 +261,10 @@ def invoices_table(invoices: list[ev.InvoiceIssued]):
     from rich.table import Table
     currency = invoices[0].currency if invoices else ""
     table = Table(title=f"invoices ({currency})" if currency else "invoices", show_edge=False, pad_edge=False)
-    rows = [[inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros)),
-             _credit(money(inv.credits_micros)), str(money(inv.idle_cost_micros)), str(money(inv.billed_cost_micros)),
-             "…" + inv.invoice_id[-8:]] for inv in invoices]
+    places = minor_digits(currency)  # (the currency's minor unit: 3 decimals for BHD, none for JPY)
+    rows = [[inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros, places)),
+             _credit(money(inv.credits_micros, places)), str(money(inv.idle_cost_micros, places)),
+             str(money(inv.billed_cost_micros, places)), "…" + inv.invoice_id[-8:]] for inv in invoices]
     # Figures, periods and teams never shrink (hour 03 and hour 04 stay apart at 80 columns); the
     # id, whose period and team are in their own columns, shows the end of its digest, folded if need be.
     for i, col in enumerate(("period", "team", "lines", "list", "credits", "idle", "billed", "invoice id")):
@@ -284,6 +285,7 @@ def _credit(amount: Decimal) -> str:
 def figures_table(figures: list[TeamFigures], currency: str):
     from rich.table import Table
     table = Table(title=f"money per team (list prices, {currency})")
+    places = minor_digits(currency)
     for col in ("team", "GPU-h", "busy GPU-h", "busy", "cost", "per busy GPU-h", "preempt. waste", "per M tokens"):
         table.add_column(col, justify="left" if col == "team" else "right")
     for f in figures:
@@ -291,8 +293,8 @@ def figures_table(figures: list[TeamFigures], currency: str):
         per_busy = f.cost_per_busy_gpu_hour_micros
         per_tok = f.cost_per_million_tokens_micros
         table.add_row(f.team, f"{f.allocated_gpu_milli_ms / MILLI_GPU_MS_PER_HOUR:.2f}",
-                      f"{f.busy_gpu_milli_ms / MILLI_GPU_MS_PER_HOUR:.2f}", ratio, str(money(f.list_cost_micros)),
-                      "—" if per_busy is None else str(money(per_busy)), str(money(f.waste_micros)),
+                      f"{f.busy_gpu_milli_ms / MILLI_GPU_MS_PER_HOUR:.2f}", ratio, str(money(f.list_cost_micros, places)),
+                      "—" if per_busy is None else str(money(per_busy, places)), str(money(f.waste_micros, places)),
                       "—" if per_tok is None else str(money(per_tok, 4)))
     return table
 
