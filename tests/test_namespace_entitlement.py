@@ -48,9 +48,12 @@ def namespace(name: str, labels: dict[str, str]) -> str:
     return f"\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {msgspec.json.encode(labels).decode()}}}\n"
 
 
-def contract_of(*docs: str):
+def contract_of(*docs: str, refused: tuple[str, ...] = ()):
+    """The contract of these documents; ``refused``: its LocalQueues (namespace/name) whose
+    ClusterQueue does not select their namespace, which ``config validate`` warns of."""
     contract, warnings = read_contract("---".join([FLAVOR, *docs]), "contract.yaml")
-    assert warnings == []
+    assert [(w.kind, w.name) for w in warnings] == [("LocalQueue", lq) for lq in refused]
+    assert all("namespace_not_selected" in w.why for w in warnings)
     return contract
 
 
@@ -82,6 +85,7 @@ SELECTED = contract_of(
     cluster_queue("anyone", "{}"),
     cluster_queue("unset", None),
     *(local_queue(ns, cq) for ns, cq in [("research", "ml"), ("batch", "ml"), ("serving", "not-batch")]),
+    refused=("batch/default",),
 )
 
 

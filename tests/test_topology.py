@@ -69,6 +69,10 @@ CASES: list[tuple[str, Setup, dict]] = [
     ("a preferred rack falls back to anywhere when no block holds it either",
      lambda: racks(("b1", "r1", 1), ("b2", "r2", 1)).admitted(gang("w", 2, 8, preferred=RACK)),
      {"w": [("main", "n1", 1, ALL8), ("main", "n2", 1, ALL8)]}),
+    ("a preferred rack no block holds spans as few blocks as hold it, the roomiest first",
+     lambda: racks(("b1", "r1", 1), ("b2", "r2", 2), ("b3", "r3", 2), ("b4", "r4", 1))
+     .admitted(gang("w", 4, 8, preferred=RACK)),
+     {"w": [("main", "n2", 1, ALL8), ("main", "n3", 1, ALL8), ("main", "n4", 1, ALL8), ("main", "n5", 1, ALL8)]}),
     ("best fit on domains: the rack with the least room that holds the pod set",
      lambda: racks(("b1", "r1", 3), ("b1", "r2", 2)).admitted(gang("w", 2, 8, required=RACK)),
      {"w": [("main", "n4", 1, ALL8), ("main", "n5", 1, ALL8)]}),
@@ -143,6 +147,12 @@ def test_the_placement_reason_names_the_domain():
     log = racks(("b1", "r1", 1), ("b1", "r2", 2)).admitted(gang("w", 2, 8, required=RACK))
     [d] = decide_pure(decide_placement, log.state)
     assert d.reason == "best fit on 2 node(s): n2, n3 (main in cloud.provider.com/topology-rack=r2)"
+
+
+def test_the_placement_reason_names_the_domains_a_preferred_level_spans():
+    log = racks(("b1", "r1", 1), ("b2", "r2", 2), ("b3", "r3", 2)).admitted(gang("w", 4, 8, preferred=RACK))
+    [d] = decide_pure(decide_placement, log.state)
+    assert d.reason.endswith("(main over 2 domains of cloud.provider.com/topology-block (b2, b3))")
 
 
 def test_place_gang_uses_only_the_nodes_it_is_given():

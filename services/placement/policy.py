@@ -398,11 +398,40 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
         levels = topology.fallbacks(t.preferred, topology.common_levels(allowed, trial.levels))
     else:
         levels = [None]
+    # A preferred level falls back to anywhere (None) last; before that, over as few domains of
+    # the coarsest level it tried as hold it.
+    coarsest = levels[-2] if len(levels) > 1 and levels[-1] is None else None
     for level in levels:
         got = _in_one_domain(trial, ps, allowed, level)
         if got is not None:
             return got
+        if level is not None and level == coarsest and level != topology.ISLAND:
+            got = _in_fewest_domains(trial, ps, allowed, level)
+            if got is not None:
+                return got
     return None
+
+
+def _in_fewest_domains(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[list[PodAssignment], str] | None:
+    """The pod set over as few domains of ``level`` as hold it: the roomiest first (a preferred
+    topology too big for any one domain spans two racks, not whichever nodes come first)."""
+    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
+    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
+    ranked = sorted(groups.items(), key=lambda kv: (-sum(fit[n] for n in kv[1]), kv[0]))
+    chosen, room = [], 0
+    for key, members in ranked:
+        if room >= ps.count:
+            break
+        chosen.append(key)
+        room += sum(fit[n] for n in members)
+    if room < ps.count or len(chosen) < 2:
+        return None
+    child = _Trial(trial)
+    got = _sliced(child, ps, [n for key in chosen for n in groups[key]])
+    if got is None:
+        return None
+    child.commit()
+    return got, f" over {len(chosen)} domains of {level} ({', '.join(key[-1] for key in chosen)})"
 
 
 def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | None) -> tuple[list[PodAssignment], str] | None:
