@@ -255,6 +255,8 @@ def from_record(value: bytes | None, headers: Headers | None, offset: int = -1) 
 
 
 def from_structured(obj: dict[str, Any], offset: int = -1) -> Envelope:
+    if not isinstance(obj, dict):
+        raise CodecError("malformed_cloudevent", f"a structured CloudEvent is a JSON object, not {_json_type(obj)}")
     attrs = {k: v for k, v in obj.items() if k not in ("data", "data_base64")}
     if "data" not in obj:
         raise CodecError("malformed_cloudevent", "structured CloudEvent has no data")
@@ -263,6 +265,11 @@ def from_structured(obj: dict[str, Any], offset: int = -1) -> Envelope:
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise CodecError("malformed_cloudevent", f"{OFFSET_EXT} is not an integer")
     return _envelope(attrs, _ENCODER.encode(obj["data"]), offset)
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 class _Line(msgspec.Struct):

@@ -453,13 +453,15 @@ def _known_team(books, team: str | None) -> None:
         raise SystemExit(f"gangway: unknown team {team!r}; the teams on this log: {', '.join(sorted(teams)) or 'none'}")
 
 
-def _invoice_periods(books) -> int:
-    """Without --period: the periods invoiced on the log, and the one running now (a draft)."""
+def _invoice_periods(books, team: str | None = None) -> int:
+    """Without --period: the periods invoiced on the log (``team``'s invoices only, if given), and
+    the one running now (a draft)."""
     from gangway.events.money import minor_digits, period_of
     from gangway.read.money import money
     by_period: dict[str, list] = {}
     for inv in books.issued:
-        by_period.setdefault(inv.period, []).append(inv)
+        if team is None or inv.team == team:
+            by_period.setdefault(inv.period, []).append(inv)
     for period, issued in sorted(by_period.items()):
         billed = money(sum(inv.billed_cost_micros for inv in issued), minor_digits(issued[0].currency))
         console.print(f"{period}: {len(issued)} invoice(s), {billed} {issued[0].currency} billed")
@@ -532,7 +534,7 @@ def cmd_invoice(args) -> int:
     books = _books(args)
     _known_team(books, args.team)
     if args.period is None:
-        return _invoice_periods(books)
+        return _invoice_periods(books, args.team)
     period, start, end = _period(args.period)
     _refuse_uncut(books, period)
     found, draft = _period_invoices(books, period, args.team)
@@ -557,10 +559,13 @@ def cmd_invoice(args) -> int:
 def cmd_export(args) -> int:
     from gangway.read import money
     books = _books(args)
-    period, _, _ = _period(args.period)
+    period, start, end = _period(args.period)
     _refuse_uncut(books, period)
     found, draft = _period_invoices(books, period, None)
-    for note in _billing_notes(books, period)[1]:
+    notes = _billing_notes(books, period)[1]
+    if not any(inv.lines for inv in found):  # (a header alone: say why)
+        notes.insert(0, _draft_status(books, period, start, end))
+    for note in notes:
         print(f"gangway: {note}", file=sys.stderr)
     text = money.focus_csv(found)
     if args.out:
@@ -578,7 +583,13 @@ def cmd_showback(args) -> int:
     if not books.state.time_ms:
         raise SystemExit("gangway: the log is empty")
     if args.period:
-        _, start, end = _period(args.period)
+        period, start, end = _period(args.period)
+        first = books.first_ms if books.first_ms is not None else books.state.time_ms
+        if end <= first or start >= books.state.time_ms:
+            from gangway.events.codec import format_time
+            console.print(f"period {period} is outside the log ({format_time(first)} to "
+                          f"{format_time(books.state.time_ms)}): nothing to show")
+            return 0
         end = min(end, books.state.time_ms)
     else:
         start = min((c.start_ms for c in books.known()), default=books.state.time_ms)
@@ -755,8 +766,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-forecast", action="store_true", help="skip the estimated start time")
     s.set_defaults(func=cmd_explain)
     s = sub.add_parser("rules", help="the published contract, in words (from a config file or the log)")
-    s.add_argument("--config", help="a Kueue YAML contract (default: the contract in force on the log)")
-    s.add_argument("--log", help="an exported log (default: the broker's log)")
+    source = s.add_mutually_exclusive_group()
+    source.add_argument("--config", help="a Kueue YAML contract (default: the contract in force on the log)")
+    source.add_argument("--log", help="an exported log (default: the broker's log)")
     s.add_argument("--html", action="store_true")
     s.add_argument("--out", help="write to this file")
     s.set_defaults(func=cmd_rules)

@@ -767,6 +767,15 @@ def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_defaul
         "config.yaml: PriorityClass batch-high: value: \"high\" is not an integer"]
 
 
+def test_a_kind_kueue_does_not_define_is_an_error_and_one_it_does_but_gangway_does_not_read_a_warning():
+    assert problems_of(docs(FLAVOR, cluster_queue().replace("kind: ClusterQueue", "kind: clusterqueue"))) == [
+        'config.yaml: clusterqueue team-a: kind: "clusterqueue" is no kind of kueue.x-k8s.io; did you mean ClusterQueue?']
+    assert "(it defines AdmissionCheck, ClusterQueue, Cohort," in problems_of(docs(FLAVOR, cluster_queue().replace(
+        "kind: ClusterQueue", "kind: Gizmo")))[0]
+    assert warnings_of(docs(FLAVOR, "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\n")) == [
+        "config.yaml: warning: Workload w: Workload is not part of the contract; ignored"]
+
+
 def test_a_local_queue_in_a_namespace_its_cluster_queue_does_not_select_is_said():
     """Valid (Kueue takes it), but every job sent to it is refused: `config validate` says so, as
     `gangway rules` does; a Namespace object with the selected label makes it take jobs."""

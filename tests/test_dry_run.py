@@ -219,7 +219,7 @@ def test_a_dry_run_names_a_misspelt_kind_not_only_what_it_left_undefined(tmp_pat
     out = " ".join((result.stdout + result.stderr).split())
     assert result.returncode == 2
     assert 'ClusterQueue "cq" is not defined' in out
-    assert "ClusterQeue is not part of the contract; ignored (did you mean ClusterQueue?)" in out
+    assert '"ClusterQeue" is no kind of kueue.x-k8s.io; did you mean ClusterQueue?' in out  # (kubectl fails on it too)
 
 
 def test_what_still_waits_at_the_end_is_forecast_from_the_end_of_the_run(tmp_path):

@@ -237,3 +237,21 @@ def test_amounts_are_printed_in_their_currencys_minor_unit(night_log) -> None:
                                                          invoice.idle_cost_micros, invoice.billed_cost_micros)]
         assert row[row.index(invoice.team) + 4:row.index(invoice.team) + 11:2] == figures, (currency, row)
         assert all(len(f.partition(".")[2]) == places for f in figures)
+
+
+def test_a_period_outside_the_log_is_said_by_showback_and_export_and_invoice_lists_one_teams_periods(
+        night_log, capsys) -> None:
+    path, books = night_log
+    assert main(["showback", "--log", str(path), "--period", "2030-01"]) == 0
+    assert "period 2030-01 is outside the log (2026-11-30T21:00:00.000Z to " in capsys.readouterr().out
+    assert main(["export", "focus", "--period", "2026-10", "--log", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and "ended before this log began" in err  # (the header alone, and why)
+    team = books.issued[0].team
+    assert main(["invoice", "--log", str(path), "--team", team]) == 0
+    listed = capsys.readouterr().out
+    periods = sorted({i.period for i in books.issued})
+    counts = {p: sum(i.period == p and i.team == team for i in books.issued) for p in periods}
+    assert 0 in counts.values()  # (a period only other teams were invoiced for: not listed for this one)
+    for period, count in counts.items():
+        assert (f"{period}: {count} invoice(s), " in listed) == (count > 0), listed

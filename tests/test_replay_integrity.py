@@ -241,3 +241,32 @@ def test_an_absurd_gpu_count_in_an_export_is_refused_by_its_line_not_a_memory_er
     err = capsys.readouterr().err
     assert err.strip() == (f"gangway: {path}:{i + 1}: io.gangway.node.observed.v1: allocatable nvidia.com/gpu is "
                            "1000000000000000 milli: at most 1024 GPUs on one node")
+
+
+def test_a_line_that_is_no_cloudevent_object_or_has_no_offset_and_a_gzip_file_are_named_a_bom_is_read(tmp_path):
+    import gzip
+
+    import pytest
+    from gangway.read.logfile import LogFileError
+
+    lines = export(tmp_path).read_bytes().splitlines(keepends=True)
+    cases = {"[1, 2]\n": ":3: a structured CloudEvent is a JSON object, not an array",
+             "null\n": ":3: a structured CloudEvent is a JSON object, not null"}
+    for bad, said in cases.items():
+        path = tmp_path / "bad.jsonl"
+        path.write_bytes(b"".join([*lines[:2], bad.encode(), *lines[2:]]))
+        with pytest.raises(LogFileError, match=said):
+            read_log_file(str(path))
+    unnumbered = tmp_path / "unnumbered.jsonl"
+    line = msgspec.json.decode(lines[1])
+    del line["logoffset"]
+    unnumbered.write_bytes(b"".join([lines[0], msgspec.json.encode(line) + b"\n", *lines[2:]]))
+    with pytest.raises(LogFileError, match=":2: no logoffset: every event of an export carries its offset"):
+        read_log_file(str(unnumbered))
+    zipped = tmp_path / "log.jsonl"
+    zipped.write_bytes(gzip.compress(b"".join(lines)))
+    with pytest.raises(LogFileError, match="a gzip file: decompress it first"):
+        read_log_file(str(zipped))
+    marked = tmp_path / "bom.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
+    assert read_log_file(str(marked)).envs == read_log_file(str(export(tmp_path))).envs

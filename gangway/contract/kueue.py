@@ -347,13 +347,21 @@ def _read_object(at: _At, obj: dict, parsed: _Parsed) -> None:
         reader(at, obj, parsed)
 
 
+#: Kueue's kinds that are not part of gangway's contract (ignored, with a warning).
+KUEUE_OTHER_KINDS = ("AdmissionCheck", "MultiKueueCluster", "MultiKueueConfig", "ProvisioningRequestConfig",
+                     "Workload")
+
+
 def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parsed], None] | None:
     """The function reading this kind of object, or None (ignored with a warning, or an error)."""
     group, _, version = api_version.rpartition("/")
     if group == KUEUE_GROUP and version in _ANY_KUEUE_VERSION:
-        if kind not in _READERS:
-            close = difflib.get_close_matches(str(kind), list(_READERS), n=1, cutoff=0.8)
-            at.warn("", f"{kind} is not part of the contract; ignored" + (f" (did you mean {close[0]}?)" if close else ""))
+        if kind not in _READERS and kind in KUEUE_OTHER_KINDS:
+            at.warn("", f"{kind} is not part of the contract; ignored")
+        elif kind not in _READERS:  # (kubectl apply fails on it: no such kind in the API group)
+            close = difflib.get_close_matches(str(kind), [*_READERS, *KUEUE_OTHER_KINDS], n=1, cutoff=0.6)
+            at.error("kind", f"{_show(kind)} is no kind of {KUEUE_GROUP}" + (f"; did you mean {close[0]}?" if close else
+                     f" (it defines {', '.join(sorted([*_READERS, *KUEUE_OTHER_KINDS]))})"))
         elif version not in KUEUE_VERSIONS[kind]:
             at.error("apiVersion", f"{api_version} does not serve {kind}; use {_versions(kind)}")
         else:

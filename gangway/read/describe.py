@@ -19,6 +19,11 @@ def gpus(pod_sets) -> str:
     return format_milli(total_request(pod_sets).get(GPU, 0))
 
 
+def gpus_said(milli: int) -> str:
+    """GPUs in words: "1 GPU", "8 GPUs", "500m GPU"."""
+    return f"{format_milli(milli)} GPU{'s' if milli > 1000 or milli == 0 else ''}"
+
+
 def _rule(d: ev.EvictionOrdered) -> str:
     """The eviction's rule: its sentence, then its code when the event has one."""
     return f"{sentence(d)} [{d.reason_code}]" if d.reason_code is not None else d.reason
@@ -34,7 +39,7 @@ def _own(d, superseded: str | None, islands: bool = True) -> str:
     on a cluster with none, every node counts as one island and the figure means nothing)."""
     if isinstance(d, ev.WorkloadQueued):
         return (f"queued in {d.cluster_queue} (LocalQueue {d.namespace}/{d.queue}, priority {d.priority}, "
-                f"{gpus(d.pod_sets)} GPUs)")
+                f"{gpus_said(total_request(d.pod_sets).get(GPU, 0))})")
     if isinstance(d, (ev.WorkloadAdmitted, ev.PlacementDecided)) and superseded is not None:
         return f"{'admission' if isinstance(d, ev.WorkloadAdmitted) else 'placement'} superseded: {superseded}"
     if isinstance(d, ev.WorkloadAdmitted) and d.kept is not None:
@@ -120,7 +125,7 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
         if said:
             return f"{workload} {said}"
     if isinstance(d, ev.NodeObserved):
-        return f"node {d.node} observed: {format_milli(d.allocatable.get(GPU, 0))} GPUs"
+        return f"node {d.node} observed: {gpus_said(d.allocatable.get(GPU, 0))}"
     if isinstance(d, ev.NodeRemoved):
         return f"node {d.node} removed"
     if isinstance(d, ev.ConfigApplied):

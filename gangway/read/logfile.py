@@ -77,6 +77,10 @@ class _End(msgspec.Struct):
     logend: int = -1
 
 
+_GZIP = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+
+
 def read_log_file(path: str) -> LogFile:
     """Every line of an export, decoded (``LogFileError`` names the first line that is not one of
     gangway's CloudEvents)."""
@@ -84,12 +88,20 @@ def read_log_file(path: str) -> LogFile:
     envs, lines, last = log.envs, log.lines, b""
     with open(path, "rb") as src:
         for number, raw in enumerate(src, 1):
+            if number == 1 and raw.startswith(_GZIP):
+                raise LogFileError(f"{path}: a gzip file: decompress it first (gunzip), an export is one JSON "
+                                   "CloudEvent a line")
+            if number == 1 and raw.startswith(_BOM):  # (an editor's byte-order mark: not part of the line)
+                raw = raw[len(_BOM):]
             if not raw.strip():
                 continue
             try:
                 env = codec.from_structured_line(raw)
             except (msgspec.DecodeError, codec.CodecError, AttributeError) as exc:
                 raise LogFileError(f"{path}:{number}: {exc}") from exc
+            if env.offset < 0 and not isinstance(env.data, JobRejected):
+                raise LogFileError(f"{path}:{number}: no {codec.OFFSET_EXT}: every event of an export carries "
+                                   "its offset in the log")
             if isinstance(env.data, JobRejected):
                 log.rejections.append(env)
                 continue

@@ -76,9 +76,10 @@ def _topology(contract: Contract) -> list[str]:
     lines.append("A job may require (kueue.x-k8s.io/podset-required-topology) or prefer "
                  "(-preferred-topology) that each pod set's pods share one domain of a level, or come in slices "
                  "that do (-slice-required-topology, -slice-size); a preferred level falls back to coarser "
-                 "levels, then anywhere.")
-    lines.append("A requirement no domain could ever meet, even with nothing running (a label no node carries, "
-                 "or domains too small), is named as such, never forecast a start, and holds no queue back"
+                 "levels, then to as few domains of the coarsest as hold it, then anywhere.")
+    lines.append("A job requiring a label no node of the cluster carries is refused when it is submitted; a "
+                 "requirement no domain could meet even with nothing running (the domains of its flavor's nodes "
+                 "too small, say) is named as such while it waits, never forecast a start, and holds no queue back"
                  f"{_codes(C.TOPOLOGY_UNSATISFIABLE)}.")
     return lines
 
