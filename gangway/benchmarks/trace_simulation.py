@@ -63,14 +63,14 @@ def load_trace(data: Path, jobs: int | None = None, capacity: float = 1.0) -> tu
     for line, row in _rows(vc_file, ("vc", "node num")):
         nodes[row["vc"]] = max(1, round(_number(vc_file, line, "node num", row, int, 0) * capacity))
     rows = []
-    for line, row in _rows(trace_file, ("timestamp", "duration", "num_gpus", "cluster")):
+    for i, (line, row) in enumerate(_rows(trace_file, ("timestamp", "duration", "num_gpus", "cluster"))):
         try:
             moment = dt.datetime.fromisoformat(row["timestamp"]).replace(tzinfo=dt.timezone.utc)
         except ValueError as exc:
             raise TraceError(f"{trace_file}:{line}: timestamp {row['timestamp']!r} is not a time ({exc})") from None
         duration = _number(trace_file, line, "duration", row, float, 0)
         gpus = _number(trace_file, line, "num_gpus", row, int, 1)
-        rows.append((int(moment.timestamp() * 1000), line, row, duration, gpus))
+        rows.append((int(moment.timestamp() * 1000), i, row, duration, gpus))
     if not rows:
         raise TraceError(f"{trace_file}: no jobs in it (a header line, then one job a line)")
     rows.sort(key=lambda r: (r[0], r[1]))
@@ -78,7 +78,7 @@ def load_trace(data: Path, jobs: int | None = None, capacity: float = 1.0) -> tu
         rows = rows[:jobs]
     result = [Job(name=f"{row['cluster']}/j{i:05d}", team=row["cluster"], submit_ms=t,
                   duration_ms=max(1, round(duration * 1000)), gpus=gpus)
-              for i, (t, _, row, duration, gpus) in enumerate(rows)]
+              for t, i, row, duration, gpus in rows]
     return result, nodes
 
 

@@ -4,9 +4,9 @@ YAML's aliases let a few hundred bytes stand for a billion nodes (the "billion l
 aliases of nine aliases of …). PyYAML builds such a document as a small graph of shared objects,
 but whatever then walks it as a tree — a manifest's keys, a contract's fields — walks every
 expanded node, for minutes. Each document's node graph is sized as a tree before it is built, and
-refused past ``EXPANDED_NODES_MAX`` (a 25,000-queue contract is about 1.5 million nodes as text
-without aliases, and is never refused: only expansion is counted against the limit). A text with
-no anchor (``&``) has no alias, and is read as it is.
+refused when its aliases add more than ``EXPANDED_NODES_MAX`` nodes (a document of any size
+without aliases is never refused: only what aliases add is counted). A text with no anchor (``&``)
+has no alias, and is read as it is.
 """
 
 from __future__ import annotations
