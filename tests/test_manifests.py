@@ -649,3 +649,10 @@ def test_a_min_parallelism_outside_1_to_below_the_jobs_pods_says_so(value):
         load_jobs(one_pod, "jobs.yaml")
     assert caught.value.problem == ("must be at least 1 and less than the Job's pods, and it runs 1 pod, so it cannot "
                                     f"run with fewer: leave the annotation out (not {value})")
+
+
+def test_a_kueue_label_on_gangways_own_job_format_is_named_too():
+    unread: list[str] = []
+    load_jobs("job_id: n1\nnamespace: team\nqueue: q\nlabels: {kueue.x-k8s.io/podset-group-name: g}\n"
+              "pod_sets: [{name: main, count: 1, resources: {nvidia.com/gpu: 1}}]\n", "n.yaml", on_unread=unread.append)
+    assert unread == ["n.yaml: warning: document 1: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored"]

@@ -260,10 +260,12 @@ def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -
         spec = node.get("spec")
         level = "object" if top else "pod" if isinstance(spec, dict) and "containers" in spec else "template"
         for key, value in node.items():
-            if key == "metadata" and isinstance(value, dict):
-                for place in ("labels", "annotations"):
-                    if isinstance(value.get(place), dict):
-                        found.update(((k, place, level), None) for k in value[place] if isinstance(k, str) and (
+            # (a Kubernetes object's metadata; gangway's own JobSubmitted has its labels at the top)
+            meta = value if key == "metadata" else node if top and key in ("labels", "annotations") else None
+            if isinstance(meta, dict):
+                for place in ("labels", "annotations") if key == "metadata" else (key,):
+                    if isinstance(meta.get(place), dict):
+                        found.update(((k, place, level), None) for k in meta[place] if isinstance(k, str) and (
                             k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
             else:
                 _kueue_keys(value, found, False)
