@@ -240,14 +240,6 @@ class State(msgspec.Struct):
                 q.sort()
 
 
-def gone_at(wl: WorkloadState, now_ms: int) -> int:
-    """When a workload ordered out (``evicting``) is gone: its grace period after the order — at
-    once if it never started (placed or bound, nothing of it runs: nothing to stop). ``now_ms``
-    stands for an order not timed."""
-    ordered = wl.eviction_ms if wl.eviction_ms is not None else now_ms
-    return ordered if wl.started_ms is None else ordered + wl.eviction.grace_ms
-
-
 def queue_key(wl: WorkloadState) -> tuple[int, int, int, str]:
     """A pending workload's place in its queue: highest priority first, then oldest (``seq``, the
     offset at which it entered, breaks ties: keys are unique)."""

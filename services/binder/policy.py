@@ -2,8 +2,7 @@
 
 The simulated cluster binds a placed gang at once (WorkloadBound, then WorkloadRunning), runs it
 for its declared runtime (``runtime_ms``; ``default_runtime_ms`` when it declares none), and lets an
-evicted pod use its whole grace period before it is gone (WorkloadEvicted) — a gang that never
-started is gone at once: nothing of it runs. Reports about the end
+evicted pod use its whole grace period before it is gone (WorkloadEvicted). Reports about the end
 of something carry the moment it happened in cluster time — start + runtime, or order + grace —
 so accounting and replays are exact whatever the binder's wake-up jitter.
 """
@@ -23,7 +22,7 @@ from gangway.events.catalogue import (
 from gangway.events.codec import format_time
 from gangway.events.reasons import C, reason
 from gangway.events.resources import index_of
-from gangway.events.state import State, WorkloadState, gone_at
+from gangway.events.state import State, WorkloadState
 
 DEFAULT_RUNTIME_MS = 600_000
 #: A job's utilisation profile (annotations copied to its labels): its GPUs' SM activity (0-1),
@@ -84,7 +83,7 @@ def finish_at(wl: WorkloadState, default_runtime_ms: int) -> int | None:
 def evict_at(wl: WorkloadState) -> int | None:
     if wl.phase != "evicting" or wl.eviction is None or wl.eviction_ms is None:
         return None
-    return gone_at(wl, wl.eviction_ms)
+    return wl.eviction_ms + wl.eviction.grace_ms
 
 
 def rule_deadlines(state: State) -> list[tuple[int, str]]:
@@ -139,8 +138,7 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
         elif gone is not None and gone <= now_ms:
             reports.append((f"evicted/{key}", gone, WorkloadEvicted(
                 workload=name, attempt=wl.attempt, preemptor=wl.eviction.preemptor,
-                reason=(f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period"
-                        if wl.started_ms is not None else f"{wl.eviction.ordered_by()} before it started: nothing to stop"),
+                reason=f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period",
             )))
     return reports
 

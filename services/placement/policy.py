@@ -29,7 +29,7 @@ from gangway.events.catalogue import (
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
-from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState, gone_at
+from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
 from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -891,7 +891,7 @@ def expected_end(state: State, wl: WorkloadState) -> int:
     its declared runtime (``ASSUMED_RUNTIME_MS`` without one) from its start, or from now when not
     running yet; never before now."""
     if wl.phase == "evicting" and wl.eviction is not None:
-        end = gone_at(wl, state.time_ms)
+        end = (wl.eviction_ms or state.time_ms) + wl.eviction.grace_ms
     else:
         begun = wl.started_ms if wl.started_ms is not None else state.time_ms
         end = begun + (wl.spec.runtime_ms if wl.spec.runtime_ms is not None else ASSUMED_RUNTIME_MS)
