@@ -616,6 +616,8 @@ def test_the_scheduling_policy_sets_runtimes_fair_sharing_checkpoints_and_prices
     ("fairSharing", "{preemptionStrategies: [Fairest]}",
      'spec.fairSharing.preemptionStrategies[0]: "Fairest" is not one of LessThanOrEqualToFinalShare, '
      'LessThanInitialShare'),
+    ("fairSharing", "{preemptionStrategies: [LessThanInitialShare, LessThanInitialShare]}",
+     'spec.fairSharing.preemptionStrategies[1]: "LessThanInitialShare" is listed twice (a set in Kueue\'s API)'),
     ("fairSharing", "{flavorWeights: {gold: {cpu: 2}}}", 'spec.fairSharing.flavorWeights.gold: ResourceFlavor "gold" is not defined'),
     ("priorityClasses", "[{name: research}]",
      "spec.priorityClasses[0]: says nothing: give gracePeriodSeconds, minRuntimeSeconds or both"),
@@ -796,3 +798,15 @@ def test_a_local_queue_in_a_namespace_its_cluster_queue_does_not_select_is_said(
         metadata: {name: team-a, labels: {team: a}}
         """)
     assert warnings_of(docs(FLAVOR, selecting, queue, labelled)) == []
+
+
+def test_a_cluster_queues_lists_are_within_kueues_bounds():
+    many = "".join(f"\n          - name: r{i}\n            nominalQuota: 1" for i in range(17))
+    wide = cluster_queue(resources=many).replace('coveredResources: ["cpu", "memory"]',
+                                                 f"coveredResources: [{', '.join(f'r{i}' for i in range(17))}]")
+    assert "spec.resourceGroups[0].coveredResources: lists 17 items: Kueue takes 1 to 16" in " ".join(
+        problems_of(docs(FLAVOR, wide)))
+    empty = cluster_queue().replace("  resourceGroups:\n", "  resourceGroups:\n  - {coveredResources: [], flavors: []}\n")
+    said = " ".join(problems_of(docs(FLAVOR, empty)))
+    assert "spec.resourceGroups[0].coveredResources: lists 0 items: Kueue takes 1 to 16" in said
+    assert "spec.resourceGroups[0].flavors: lists 0 items: Kueue takes 1 to 16" in said

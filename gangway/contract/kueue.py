@@ -785,7 +785,10 @@ def _policy_fair_sharing(at: _At, path: str, value: Any, policy: _Policy) -> lis
         enable = False
     strategies = []
     for i, item in enumerate(_list(at, f"{path}.preemptionStrategies", spec.get("preemptionStrategies")) or []):
-        strategies.append(_choice(at, f"{path}.preemptionStrategies[{i}]", item, _FAIR_STRATEGIES, _FAIR_STRATEGIES[0]))
+        strategy = _choice(at, f"{path}.preemptionStrategies[{i}]", item, _FAIR_STRATEGIES, _FAIR_STRATEGIES[0])
+        if strategy in strategies:
+            at.error(f"{path}.preemptionStrategies[{i}]", f"{_show(strategy)} is listed twice (a set in Kueue's API)")
+        strategies.append(strategy)
     half_life = _int(at, f"{path}.usageHalfLifeSeconds", spec.get("usageHalfLifeSeconds"), (1, 2**31 - 1))
     refs: list[_Ref] = []
     weights = _dict(at, f"{path}.flavorWeights", spec.get("flavorWeights")) or {}
@@ -954,14 +957,16 @@ def _resource_groups(
     flavors: list[FlavorQuotas] = []
     refs: list[_Ref] = []
     covered_at: dict[str, str] = {}
-    for g, group in enumerate(_list(at, path, value) or []):
+    for g, group in enumerate(_counted(at, path, _list(at, path, value), least=0) or []):
         group_path = f"{path}[{g}]"
         group = _dict(at, group_path, group)
         if group is None:
             continue
         _check_fields(at, group_path, group, {"coveredResources", "flavors"})
         covered = _covered(at, f"{group_path}.coveredResources", group.get("coveredResources"), covered_at)
-        for f, flavor in enumerate(_list(at, f"{group_path}.flavors", group.get("flavors"), required=True) or []):
+        group_flavors = _counted(at, f"{group_path}.flavors", _list(at, f"{group_path}.flavors", group.get("flavors"),
+                                                                    required=True))
+        for f, flavor in enumerate(group_flavors or []):
             quotas = _flavor_quotas(at, f"{group_path}.flavors[{f}]", flavor, covered, no_sharing)
             if quotas is not None:
                 flavors.append(quotas)
@@ -970,9 +975,22 @@ def _resource_groups(
     return flavors, refs
 
 
+#: Kueue's bounds on a ClusterQueue's lists (resource groups, covered resources, flavors a group).
+LIST_ITEMS_MAX = 16
+
+
+def _counted(at: _At, path: str, items: list | None, least: int = 1) -> list | None:
+    """``items``, if there are from ``least`` to ``LIST_ITEMS_MAX`` of them as Kueue's API asks
+    (else an error; the items are still read, for their own errors)."""
+    if items is not None and not least <= len(items) <= LIST_ITEMS_MAX:
+        at.error(path, f"lists {len(items)} item{'s' * (len(items) != 1)}: Kueue takes "
+                       f"{f'{least} to ' if least else 'at most '}{LIST_ITEMS_MAX}")
+    return items
+
+
 def _covered(at: _At, path: str, value: Any, covered_at: dict[str, str]) -> set[str] | None:
     """The group's resources (None when the list itself is unusable); each in one group only."""
-    names = _list(at, path, value, required=True)
+    names = _counted(at, path, _list(at, path, value, required=True))
     if names is None:
         return None
     covered: set[str] = set()
