@@ -351,3 +351,13 @@ def test_a_job_too_big_for_a_submissions_record_is_refused_by_the_dry_run_as_by_
     assert any(line.startswith("team/huge: rejected (oversized): its record would be ") and
                "over the 1048576-byte (1 MiB) limit" in line for line in lines), result.stdout + result.stderr
     assert any(line.startswith("team/small: finished on") for line in lines), result.stdout
+
+
+def test_a_job_admitted_smaller_says_so_in_the_summary(tmp_path):
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "jobs.yaml").write_text(
+        with_metadata(job("elastic", 4, 8, 60), annotations={"kueue.x-k8s.io/job-min-parallelism": "2"}))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "team/elastic: finished on n0, n1 (2 of 4 pods of main; admitted at +0 s;" in result.stdout

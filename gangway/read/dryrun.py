@@ -130,6 +130,9 @@ def report(run: DryRun) -> list[str]:
         course += [f"evicted {wl.attempt} time{'s' if wl.attempt > 1 else ''}"] if wl.attempt else []
         course += [f"{what} at {_since(run, at)}" for what, at in (
             ("admitted", wl.admitted_ms), ("started", wl.started_ms), ("finished", wl.finished_ms)) if at is not None]
+        if wl.admission is not None and wl.admission.counts:  # admitted smaller (job-min-parallelism)
+            sizes = {ps.name: ps.count for ps in wl.spec.pod_sets}
+            course.insert(0, "; ".join(f"{n} of {sizes.get(ps, n)} pods of {ps}" for ps, n in sorted(wl.admission.counts.items())))
         nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement is not None else []
         where = f" on {', '.join(nodes)}" if nodes else ""
         lines.append(f"{name}: {wl.phase}{where}" + (f" ({'; '.join(course)})" if course else ""))
