@@ -212,6 +212,9 @@ BAD_CLUSTER_FILES = {
     "no such file": (None, "No such file or directory"),
     "no Node in it": (b"# nodes to come\n", "no Node in it: a cluster file holds the cluster's Kubernetes Nodes (kind: "
                                             "Node, or a List of them, as `kubectl get nodes -o yaml` writes)"),
+    "a node name Kubernetes refuses": (NODE.format(name="Bad_Name", gpus=8).encode(),
+                                       "Node metadata.name: \"Bad_Name\" is not a valid name (lowercase letters, "
+                                       "digits, '-' and '.', starting and ending with a letter or digit)"),
     "a Pod among the Nodes": ((NODE.format(name="n0", gpus=8) + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n").encode(),
                               "item 1 (p) is not a Node: kind 'Pod'"),
 }

@@ -810,3 +810,8 @@ def test_a_cluster_queues_lists_are_within_kueues_bounds():
     said = " ".join(problems_of(docs(FLAVOR, empty)))
     assert "spec.resourceGroups[0].coveredResources: lists 0 items: Kueue takes 1 to 16" in said
     assert "spec.resourceGroups[0].flavors: lists 0 items: Kueue takes 1 to 16" in said
+
+
+def test_a_name_too_long_says_its_length():
+    [problem] = problems_of(docs(FLAVOR.replace("default-flavor", "f" * 300)))
+    assert problem.endswith("is 300 characters long: a name has at most 253")

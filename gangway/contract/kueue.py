@@ -1204,10 +1204,21 @@ def _name(at: _At, path: str, value: Any, required: bool = True) -> str | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and _SUBDOMAIN.fullmatch(str(value)):
         at.error(path, f"{_show(value)} is a number as YAML reads it: quote it (\"{value}\") to make it a name")
         return None
-    if not isinstance(value, str) or len(value) > 253 or not _SUBDOMAIN.fullmatch(value):
-        at.error(path, f"{_show(value)} is not a valid name ({_NAME_RULE})")
+    problem = name_problem(value)
+    if problem:
+        at.error(path, problem)
         return None
     return value
+
+
+def name_problem(value: Any) -> str:
+    """Why ``value`` is no Kubernetes object name (a DNS subdomain: at most 253 characters of
+    lowercase letters, digits, '-' and '.'); '' when it is one."""
+    if isinstance(value, str) and len(value) > 253:
+        return f"{_show(value[:40])}… is {len(value)} characters long: a name has at most 253"
+    if not isinstance(value, str) or not _SUBDOMAIN.fullmatch(value):
+        return f"{_show(value)} is not a valid name ({_NAME_RULE})"
+    return ""
 
 
 def _resource_name(at: _At, path: str, value: Any, required: bool = False) -> str | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from gangway.contract.kueue import name_problem
 from gangway.contract.yamldocs import documents
 from gangway.events import gpus as gpu_slots
 from gangway.events.catalogue import NodeObserved, Taint
@@ -106,6 +107,8 @@ def _node(item: dict, filename: str, index: int = 0) -> NodeObserved:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ClusterFileError(f"{filename}: a Node has no metadata.name")
+    if problem := name_problem(name):
+        raise ClusterFileError(f"{filename}: Node metadata.name: {problem}")
     where = f"{filename}: Node {name}"
     status = item.get("status") or {}
     part = "allocatable" if status.get("allocatable") else "capacity"
