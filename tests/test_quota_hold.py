@@ -127,3 +127,20 @@ def test_memos_and_early_stops_change_nothing_while_quota_is_held(jobs):
     borrow, failures, preemptors = no_memos()
     with borrow, failures, preemptors:
         assert decisions_at_every_offset(sim.log) == with_memos
+
+
+def test_no_quota_is_held_for_a_job_no_node_could_ever_take():
+    """A one-pod 8-CPU job on nodes of 4 CPUs fits the quota it may borrow, but no node: it is told
+    so while quota keeps it out too, and holds nothing — the work that fits runs beside it."""
+    sim = Simulation()
+    sim.configure(CONTRACT)
+    sim.add_nodes([node("n0").cpu(4).obj(), node("n1").cpu(4).obj()])
+    submit(sim, "b", "long", 4, 10_000)
+    sim.run(until_ms=sim.now_ms + 1)
+    submit(sim, "a", "huge", 8, 1000, high=True)
+    submit(sim, "b", "late", 1, 20_000)  # lower priority, runs long past when quota would free
+    sim.step()
+    report = pending_report(sim.state, forecast=False)
+    assert report["a/huge"].code == ReasonCode.NO_MATCHING_NODES and "quota held" not in report["a/huge"].reason
+    assert sim.state.workloads["b/late"].phase != "pending"
+    assert verify(sim.log).ok

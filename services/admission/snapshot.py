@@ -21,7 +21,7 @@ from gangway.events.decay import averages
 from gangway.events.fold import held_quota
 from gangway.events.quantity import format_amount
 from gangway.events.quota import QuotaView, fr_key
-from gangway.events.reasons import NEVER_PLACEABLE_CODES, C, Reason, reason
+from gangway.events.reasons import NEVER_PLACEABLE_CODES, QUOTA_CODES, C, Reason, reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
 )
@@ -278,6 +278,9 @@ class Snapshot:
                 reasons.append(_never_enough(self.idx, cq, group, request)
                                or (pre[0].why if pre else _no_fit_why(self.view, cq, group, request)))
         if reasons:
+            never = self._never_anywhere(cq.name, request, pod_sets) if reasons[0].code in QUOTA_CODES else None
+            if never is not None:
+                return Outcome(wl, None, never)
             return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
         hold = self._hold_on(wl)
@@ -305,9 +308,25 @@ class Snapshot:
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
         if why is not None and why.code in NEVER_PLACEABLE_CODES:
             why = self._placeable_later(cq.name, request, pod_sets) or why
+        elif why is not None and why.code in QUOTA_CODES and (never := self._never_anywhere(cq.name, request, pod_sets)):
+            return Outcome(wl, None, never)
         if why is not None and why.code == C.QUOTA_HELD_FOR_ANOTHER:
             return Outcome(wl, None, why)  # it fits now: held back by the contract's order, it preempts nobody
         return Outcome(wl, None, why, _preempt_flavors(preempt))
+
+    def _never_anywhere(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason | None:
+        """Why a gang kept out by quota could never be placed under any of its queue's flavor
+        assignments, even on empty nodes (None: some assignment's nodes could take it). Then that is
+        what it is told, not the quota: it is set aside, no quota is held for it and no queue waits
+        behind it (a 16-GPU pod where the largest node has 8 had quota held for it, ahead of work
+        that fitted)."""
+        groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
+        for combo in _product(groups):
+            flavors = {r: fq.flavor for fq in combo for r in fq.resources}
+            if never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors),
+                               self.state) is None:
+                return None
+        return self._placeable_later(cq, request, pod_sets)  # (none could: in its words)
 
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
         """Why a gang that no flavor assignment it fits now could ever take waits: the quota of the
