@@ -257,8 +257,9 @@ class QuotaView:
             return reason(C.OVER_BORROWING_LIMIT, **said, wanted=n(used + amount), nominal=n(nominal), limit=n(limit))
         if used + amount <= nominal:
             return reason(C.NOMINAL_QUOTA_LENT_OUT, **said, cohort=node.parent)
-        # (what it must borrow, beyond what is free of its own guarantee, and what the cohort can lend it)
-        own = max(0, node.guaranteed.get(fr, 0) - used)
+        # (what it must borrow, beyond what is free of its own nominal quota, and what the cohort can
+        # lend it beyond that: ``available`` counts the queue's own free quota too)
+        own = max(0, nominal - used)
         return reason(C.COHORT_EXHAUSTED, **said, cohort=node.parent, available=n(max(0, available - own)),
                       amount=n(amount - own))
 

@@ -245,3 +245,17 @@ def test_admissions_beside_a_preemptor_waiting_for_its_victims_hold_when_folded(
     for d in decisions:
         log.add(d)
     assert log.state.superseded == 0, [wl.superseded for wl in log.state.workloads.values() if wl.superseded]
+
+
+def test_a_cohort_exhausted_reason_counts_the_queues_own_free_quota_apart():
+    """a (8 GPUs, 5 of them in use) asks for 8 more; b uses all of its 8: a must borrow 5 beyond the 3
+    of its own still free, and the cohort has none left to lend (it said 8 to borrow, and a's own 3
+    as the cohort's to lend)."""
+    from gangway.read.explain import pending_report
+    log = with_nodes(two_teams(), 8, 8, 8)
+    log.running(wl("mine", "a", 5), on=[("main", "n1", 1)]).running(wl("theirs", "b", 8), on=[("main", "n2", 1)])
+    log.queue(wl("more", "a", 8))
+    report = pending_report(log.state, forecast=False)["more"]
+    assert report.code == ReasonCode.COHORT_EXHAUSTED
+    assert report.reason.startswith("nvidia.com/gpu (default): a needs to borrow 5 beyond its own free quota, "
+                                    "and cohort all has 0 left to lend it"), report.reason
