@@ -361,3 +361,15 @@ def test_a_job_admitted_smaller_says_so_in_the_summary(tmp_path):
     result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "team/elastic: finished on n0, n1 (2 of 4 pods of main; admitted at +0 s;" in result.stdout
+
+
+def test_explain_tells_of_a_job_sent_again_and_refused(tmp_path):
+    (tmp_path / "contract.yaml").write_text(CONTRACT)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60) + "---\n" + job("one", 1, 2, 60))
+    result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
+                     "--export", "log.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    explained = gangway("explain", "team/one", "--log", "log.jsonl", cwd=tmp_path)
+    out = explained.stdout
+    assert "queued in" in out and "submitted again and refused:" in out and "duplicate_job" in out, out
