@@ -734,8 +734,11 @@ def parser() -> argparse.ArgumentParser:
     _kubernetes_flags(s)
     s.set_defaults(func=cmd_up)
     s = sub.add_parser("config", help="validate or apply a contract")
-    s.add_argument("action", choices=("validate", "apply"))
-    s.add_argument("file")
+    s.add_argument("action", choices=("validate", "apply"),
+                   help="validate: check the file and say what gangway ignores in it (no broker); apply: publish "
+                        "it to the running stack's log (ConfigApplied), what every decision after it follows")
+    s.add_argument("file", help="Kueue YAML: ResourceFlavors, ClusterQueues, LocalQueues, Cohorts, Topologies, "
+                                "WorkloadPriorityClasses, gangway's SchedulingPolicy")
     s.set_defaults(func=cmd_config)
     s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, PyTorchJob)")
     s.add_argument("file", help="a file, or - for standard input")
