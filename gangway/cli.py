@@ -157,9 +157,30 @@ def cmd_config(args) -> int:
         return 1 if problems else 0
     contract = _load_contract(args.file)
     from gangway.services.runtime.clock import ClusterClock
-    appended = asyncio.run(stack.publish_config(_bootstrap(), contract, args.file, ClusterClock.from_env().now_ms()))
+    bootstrap = _bootstrap()
+    _keeps_flavors_in_use(asyncio.run(stack.read_state(bootstrap))[0], contract, args.file)
+    appended = asyncio.run(stack.publish_config(bootstrap, contract, args.file, ClusterClock.from_env().now_ms()))
     console.print("contract applied" if appended else "that contract is already in force")
     return 0
+
+
+def _keeps_flavors_in_use(state, contract, file: str) -> None:
+    """Exit saying so when ``contract`` leaves out a ResourceFlavor that admitted work still uses:
+    as Kueue's finalizer keeps such a flavor until its workloads end (that work's charge stopped at
+    the change, its quota counted nowhere)."""
+    kept = {f.name for f in contract.flavors}
+    using: dict[str, list[str]] = {}
+    for name in state.active:
+        wl = state.workloads[name]
+        for flavor in set(wl.admission.flavors.values()) if wl.admission is not None else ():
+            if flavor not in kept:
+                using.setdefault(flavor, []).append(name)
+    if using:
+        said = "; ".join(f"ResourceFlavor {flavor} by {len(names)} admitted workload(s) ({', '.join(sorted(names)[:3])}"
+                         f"{', …' if len(names) > 3 else ''})" for flavor, names in sorted(using.items()))
+        raise SystemExit(f"gangway: {file} leaves out flavors still in use — {said}: as Kueue keeps a flavor in use "
+                         "until its workloads end, apply a contract that keeps them, and drop them once that work has "
+                         "ended (a rename: add the new flavor beside the old one first)")
 
 
 #: How much cluster time `gangway dry-run` simulates by default.

@@ -130,3 +130,10 @@ def test_four_teams_a_queue_drained_by_its_stop_policy_waits_and_comes_back_when
     assert resumed.returncode == 0, resumed.stderr
     gw.wait_until("team d admitted again", lambda s, _e: all(
         s.workloads[n].phase in ("admitted", "placed", "bound", "running") for n in names), 90, about=names)
+    # A contract renaming the flavor that work runs on is refused while it does (Kueue's finalizer)
+    flavor = next(iter(gw.state.workloads[names[0]].admission.flavors.values()))
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(text.replace(f"name: {flavor}\n", f"name: {flavor}-new\n"))
+    refused = gw.cli("config", "apply", str(renamed))
+    assert refused.returncode != 0 and f"leaves out flavors still in use — ResourceFlavor {flavor} by " in refused.stderr, \
+        refused.stderr
