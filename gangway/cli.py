@@ -24,10 +24,16 @@ from gangway.read.logfile import LogFileError, read_export, write_export
 console = Console(highlight=False)
 
 
+def _money_log_options(s) -> None:
+    """--log and --unchecked of the commands that read money off a log (invoice, export, showback)."""
+    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
+                   "repeated, out of order or its contract edited")
+    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
+
+
 def _warn(line: str) -> None:
     """A warning line, whole (never wrapped: one line to grep), in yellow on a terminal."""
     console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
-
 
 
 def _bootstrap() -> str:
@@ -816,24 +822,18 @@ def parser() -> argparse.ArgumentParser:
                    "(without it: the periods invoiced, and the one running)")
     s.add_argument("--team")
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
-                   "repeated, out of order or its contract edited")
-    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
+    _money_log_options(s)
     s.set_defaults(func=cmd_invoice)
     s = sub.add_parser("export", help="export billing data (FinOps FOCUS 1.0 CSV)")
     s.add_argument("format", choices=("focus",))
     s.add_argument("--period", required=True)
     s.add_argument("--out", help="write to this file (default: standard output)")
-    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
-                   "repeated, out of order or its contract edited")
-    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
+    _money_log_options(s)
     s.set_defaults(func=cmd_export)
     s = sub.add_parser("showback", help="spend per team, allocated vs busy GPU-hours, idle GPUs, wasteful runs")
     s.add_argument("--period", help="a billing period (default: the whole log)")
     s.add_argument("--html", metavar="FILE", help="also write an HTML report with charts")
-    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
-                   "repeated, out of order or its contract edited")
-    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
+    _money_log_options(s)
     s.set_defaults(func=cmd_showback)
     s = sub.add_parser("telemetry", help="GPU telemetry in: scrape a dcgm-exporter endpoint onto gangway.telemetry")
     s.add_argument("action", choices=("scrape",))
