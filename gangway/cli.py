@@ -164,8 +164,10 @@ def cmd_config(args) -> int:
     contract = _load_contract(args.file)
     from gangway.services.runtime.clock import ClusterClock
     bootstrap = _bootstrap()
-    _keeps_flavors_in_use(asyncio.run(stack.read_state(bootstrap))[0], contract, args.file)
-    appended = asyncio.run(stack.publish_config(bootstrap, contract, args.file, ClusterClock.from_env().now_ms()))
+    state = asyncio.run(stack.read_state(bootstrap))[0]
+    _keeps_flavors_in_use(state, contract, args.file)
+    appended = asyncio.run(stack.publish_config(bootstrap, contract, args.file, ClusterClock.from_env().now_ms(),
+                                                state=state))
     console.print("contract applied" if appended else "that contract is already in force")
     return 0
 

@@ -169,11 +169,14 @@ CONFIG_RELAY_TIMEOUT_S = 120.0
 
 
 async def publish_config(bootstrap: str, contract: Contract, source: str, now_ms: int,
-                         timeout_s: float = CONFIG_RELAY_TIMEOUT_S) -> bool:
+                         timeout_s: float = CONFIG_RELAY_TIMEOUT_S, state: State | None = None) -> bool:
     """Write the contract to gangway.config (only the admin principal may) unless it is already in
-    force, and wait until the submission service has copied it onto the log. True if it was applied."""
+    force, and wait until the submission service has copied it onto the log. True if it was applied.
+    ``state``: the log as the caller just folded it (the contract in force is read from it, not
+    from the log again)."""
     digest = contract_digest(contract)
-    in_force, end = await _contract_in_force(bootstrap)
+    in_force, end = ((state.contract_digest or "", state.offset + 1) if state is not None
+                     else await _contract_in_force(bootstrap))
     if in_force == digest:
         return False
     env = Envelope(id=f"config/{digest[:16]}/{now_ms}", source=CONFIG_SOURCE, time_ms=now_ms,

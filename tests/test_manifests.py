@@ -368,26 +368,33 @@ def test_every_kueue_sample_of_an_accepted_kind_loads(name):
     assert len(jobs) == 1 and jobs[0].kind in ("Job", "JobSet", "PyTorchJob") and jobs[0].queue in ("user-queue", "main")
 
 
-def test_a_key_gangway_reads_put_where_it_does_not_read_it_is_named_in_a_warning():
-    """Kueue reads the queue name and priority class as labels, partial admission and topology as
-    annotations (gangway its runtime and profile too): one in the other place is not read, and
-    `gangway submit` says so; a queue name given only as an annotation is refused with the hint."""
-    text = textwrap.dedent("""\
+def misplaced(metadata: str, template_metadata: str) -> str:
+    """A 2-pod Job named misplaced in namespace team, with these lines (flow-style YAML) in its
+    metadata and its pod template's."""
+    return textwrap.dedent(f"""\
         apiVersion: batch/v1
         kind: Job
         metadata:
           name: misplaced
           namespace: team
-          labels: {kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/job-min-parallelism: "1", gangway.io/runtime-seconds: "60"}
-          annotations: {kueue.x-k8s.io/priority-class: high}
+          {metadata}
         spec:
           parallelism: 2
           template:
             metadata:
-              labels: {kueue.x-k8s.io/podset-required-topology: example.com/rack}
+              {template_metadata}
             spec:
-              containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
+              containers: [{{name: c, image: x, resources: {{requests: {{nvidia.com/gpu: "1"}}}}}}]
         """)
+
+
+def test_a_key_gangway_reads_put_where_it_does_not_read_it_is_named_in_a_warning():
+    """Kueue reads the queue name and priority class as labels, partial admission and topology as
+    annotations (gangway its runtime and profile too): one in the other place is not read, and
+    `gangway submit` says so; a queue name given only as an annotation is refused with the hint."""
+    text = misplaced('labels: {kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/job-min-parallelism: "1", '
+                     'gangway.io/runtime-seconds: "60"}\n          annotations: {kueue.x-k8s.io/priority-class: high}',
+                     "labels: {kueue.x-k8s.io/podset-required-topology: example.com/rack}")
     unread: list[str] = []
     [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
     assert job.runtime_seconds is None and job.priority_class is None and job.pod_sets[0].min_count is None
@@ -408,22 +415,9 @@ def test_a_key_gangway_reads_put_where_it_does_not_read_it_is_named_in_a_warning
 def test_an_annotation_on_the_wrong_object_is_named_in_a_warning():
     """Topology is read from each pod template's annotations (Kueue's podset-* keys), partial
     admission and the runtime from the object's own: one on the other is not read."""
-    text = textwrap.dedent("""\
-        apiVersion: batch/v1
-        kind: Job
-        metadata:
-          name: misplaced
-          namespace: team
-          labels: {kueue.x-k8s.io/queue-name: lq}
-          annotations: {kueue.x-k8s.io/podset-required-topology: example.com/rack}
-        spec:
-          parallelism: 2
-          template:
-            metadata:
-              annotations: {kueue.x-k8s.io/job-min-parallelism: "1", gangway.io/runtime-seconds: "60"}
-            spec:
-              containers: [{name: c, image: x, resources: {requests: {nvidia.com/gpu: "1"}}}]
-        """)
+    text = misplaced("labels: {kueue.x-k8s.io/queue-name: lq}\n"
+                     "          annotations: {kueue.x-k8s.io/podset-required-topology: example.com/rack}",
+                     'annotations: {kueue.x-k8s.io/job-min-parallelism: "1", gangway.io/runtime-seconds: "60"}')
     unread: list[str] = []
     [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
     assert job.pod_sets[0].topology is None and job.pod_sets[0].min_count is None and job.runtime_seconds is None

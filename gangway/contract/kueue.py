@@ -470,8 +470,9 @@ def _check_references(parsed: _Parsed) -> None:
 def _check_selected(parsed: _Parsed, contract: Contract) -> None:
     """A LocalQueue in a namespace its ClusterQueue's namespaceSelector does not select takes no
     job (each is refused, ``namespace_not_selected``): valid, but said."""
+    queues = {cq.name: cq for cq in contract.cluster_queues}
     for (namespace, name), entry in sorted(parsed.local_queues.items()):
-        cq = contract.cluster_queue(entry.value.cluster_queue) if entry.value is not None else None
+        cq = queues.get(entry.value.cluster_queue) if entry.value is not None else None
         if cq is not None and not contract.selects_namespace(cq, namespace):
             entry.at.warn("spec.clusterQueue", f"ClusterQueue {_show(cq.name)}'s namespaceSelector does not select "
                                                f"namespace {_show(namespace)}: every job sent to this LocalQueue is "

@@ -10,6 +10,7 @@ placed, the room preemptors wait for, and the nodes reserved for one gang blocke
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -320,13 +321,15 @@ class Snapshot:
         what it is told, not the quota: it is set aside, no quota is held for it and no queue waits
         behind it (a 16-GPU pod where the largest node has 8 had quota held for it, ahead of work
         that fitted)."""
-        groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
-        for combo in _product(groups):
-            flavors = {r: fq.flavor for fq in combo for r in fq.resources}
+        for flavors in _assignments(self._groups_asked(cq, request)):
             if never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors),
                                self.state) is None:
                 return None
         return self._placeable_later(cq, request, pod_sets)  # (none could: in its words)
+
+    def _groups_asked(self, cq: str, request: dict[str, int]) -> list:
+        """``cq``'s resource groups that ``request`` asks something of."""
+        return [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
 
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
         """Why a gang that no flavor assignment it fits now could ever take waits: the quota of the
@@ -334,11 +337,10 @@ class Snapshot:
         placeable reason of the queue's first assignment (its preferred flavors). (Every assignment
         it was tried under is never placeable, or it would have been told another reason: one whose
         nodes could take it is one it does not fit now.)"""
-        groups = [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
+        groups = self._groups_asked(cq, request)
         first: Reason | None = None
         tried: list[frozenset[str] | None] = []  # each assignment's nodes (None: every node)
-        for combo in _product(groups):
-            flavors = {r: fq.flavor for fq in combo for r in fq.resources}
+        for flavors in _assignments(groups):
             nodes = self.flavor_nodes(flavors)
             never = never_placeable(self.free, self.idx.flavored(pod_sets, flavors), nodes, self.state)
             if never is None:
@@ -543,6 +545,12 @@ def _flavors(combo) -> dict[str, str]:
 
 def _borrowed(combo) -> dict[str, int]:
     return {fr: v for o in combo for fr, v in o.borrowed}
+
+
+def _assignments(groups: list) -> Iterator[dict[str, str]]:
+    """Each flavor assignment (resource → flavor) of these resource groups, in the queue's order."""
+    for combo in _product(groups):
+        yield {r: fq.flavor for fq in combo for r in fq.resources}
 
 
 def _product(groups: list[list[Option]]):

@@ -412,18 +412,24 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
     return None
 
 
+def _domain_rooms(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[dict, dict]:
+    """The domains of ``level`` among ``names`` that hold at least one of the pod set's pods (key →
+    nodes), and how many of its pods each holds now (key → pods)."""
+    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
+    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
+    return groups, {key: sum(fit[n] for n in members) for key, members in groups.items()}
+
+
 def _in_fewest_domains(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[list[PodAssignment], str] | None:
     """The pod set over as few domains of ``level`` as hold it: the roomiest first (a preferred
     topology too big for any one domain spans two racks, not whichever nodes come first)."""
-    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
-    ranked = sorted(groups.items(), key=lambda kv: (-sum(fit[n] for n in kv[1]), kv[0]))
+    groups, rooms = _domain_rooms(trial, ps, names, level)
     chosen, room = [], 0
-    for key, members in ranked:
+    for key in sorted(rooms, key=lambda key: (-rooms[key], key)):
         if room >= ps.count:
             break
         chosen.append(key)
-        room += sum(fit[n] for n in members)
+        room += rooms[key]
     if room < ps.count or len(chosen) < 2:
         return None
     child = _Trial(trial)
@@ -446,10 +452,8 @@ def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | Non
         return None if got is None else (got, "")
     if level == topology.ISLAND:
         return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
-    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
-    ranked = sorted((room, key) for key, members in groups.items()
-                    if (room := sum(fit[n] for n in members)) >= ps.count)
+    groups, rooms = _domain_rooms(trial, ps, names, level)
+    ranked = sorted((room, key) for key, room in rooms.items() if room >= ps.count)
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
         child = _Trial(trial)
         got = _sliced(child, ps, groups[key])

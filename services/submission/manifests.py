@@ -259,15 +259,15 @@ def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -
             return
         spec = node.get("spec")
         level = "object" if top else "pod" if isinstance(spec, dict) and "containers" in spec else "template"
+        # (a Kubernetes object's metadata; gangway's own JobSubmitted has its labels at the top)
+        for meta in (node.get("metadata"), node if top else None):
+            for place in ("labels", "annotations"):
+                keys = meta.get(place) if isinstance(meta, dict) else None
+                if isinstance(keys, dict):
+                    found.update(((k, place, level), None) for k in keys if isinstance(k, str) and (
+                        k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
         for key, value in node.items():
-            # (a Kubernetes object's metadata; gangway's own JobSubmitted has its labels at the top)
-            meta = value if key == "metadata" else node if top and key in ("labels", "annotations") else None
-            if isinstance(meta, dict):
-                for place in ("labels", "annotations") if key == "metadata" else (key,):
-                    if isinstance(meta.get(place), dict):
-                        found.update(((k, place, level), None) for k in meta[place] if isinstance(k, str) and (
-                            k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
-            else:
+            if key != "metadata":
                 _kueue_keys(value, found, False)
     elif isinstance(node, list):
         for item in node:
