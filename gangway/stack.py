@@ -16,7 +16,7 @@ from typing import IO
 
 
 from gangway.adapters import archive, kafka, processes
-from gangway.adapters.broker import EmbeddedBroker, configured_bootstrap
+from gangway.adapters.broker import BrokerError, EmbeddedBroker, configured_bootstrap, port_free
 from gangway.events import topics
 from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted
 from gangway.contract import contract_digest
@@ -261,6 +261,32 @@ def restore_archive(bootstrap: str, sdir: Path) -> archive.Restored:
 LOCK_FILE = "up.lock"
 
 
+#: The embedded broker's port, kept after the stack stops: started again, it listens there if it
+#: can, so a console or ``log --follow`` left running finds the log again where it was.
+BROKER_PORT_FILE = "broker-port"
+
+
+def _port_again(path: Path) -> int:
+    """The port the last embedded broker of this state directory listened on, once it is free (a
+    broker just killed lets go of it in a moment), or 0: none recorded, or still taken after
+    ``PORT_AGAIN_WAIT_S`` — any free port then."""
+    try:
+        port = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+    if not 0 < port < 65536:
+        return 0
+    deadline = time.monotonic() + PORT_AGAIN_WAIT_S
+    while not port_free(port):
+        if time.monotonic() > deadline:
+            return 0
+        time.sleep(0.1)
+    return port
+
+
+PORT_AGAIN_WAIT_S = 3.0
+
+
 def _lock(path: Path) -> IO:
     """Hold ``path``'s lock for this process (released when the file closes, or the process ends, even
     killed); StackRunning when another process holds it. A second stack on one state directory would
@@ -316,8 +342,17 @@ class Stack:
         self.clock = ClusterClock.starting_now(self.time_scale)
         self.bootstrap = configured_bootstrap() or ""
         if not self.bootstrap:
-            self.broker = EmbeddedBroker(log_path=str(sdir / "logs" / "broker.log")).start()
+            port, logs = _port_again(sdir / BROKER_PORT_FILE), str(sdir / "logs" / "broker.log")
+            self.broker = EmbeddedBroker(port=port, log_path=logs)
+            try:
+                self.broker.start()
+            except BrokerError:
+                self.broker.stop()
+                if not port:
+                    raise
+                self.broker = EmbeddedBroker(log_path=logs).start()  # (taken meanwhile: any free port)
             self.bootstrap = self.broker.bootstrap
+            (sdir / BROKER_PORT_FILE).write_text(f"{self.broker.port}\n")
         wait_s = EMBEDDED_KAFKA_WAIT_S if self.broker is not None else OUTSIDE_KAFKA_WAIT_S
         asyncio.run(kafka.ensure_topics(self.bootstrap, timeout_s=wait_s))
         if self.broker is not None:

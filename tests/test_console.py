@@ -254,3 +254,48 @@ async def test_a_fold_that_fails_leaves_the_console_unready_and_says_where(monke
     await console.follow()
     assert not console.caught_up
     assert console.error == f"following the log failed at offset {broken.offset}: KeyError('no such reason')"
+
+
+async def test_a_broker_that_stops_answering_leaves_the_console_unready_and_says_so(monkeypatch):
+    """A console left running while `gangway up` was stopped served the log as it was and said it
+    was ready; now /readyz and the view say the broker has not answered (the process itself is
+    alive: /healthz stays ok), and both are back once it answers again."""
+    import asyncio
+
+    from gangway.console import app as console_app
+
+    answers = [False, False, True]
+
+    class Offsets:
+        def __init__(self, _bootstrap):
+            self.answered = True
+
+        async def read(self, groups):
+            self.answered = answers.pop(0) if answers else True
+            return {g: None for g in groups}
+
+        async def close(self):
+            pass
+
+    monkeypatch.setattr(console_app, "CommittedOffsets", Offsets)
+    monkeypatch.setattr(console_app, "SERVICES_EVERY_S", 0.01)
+    monkeypatch.setattr(console_app, "SILENT_MAX_S", 0.0)
+    console = console_app.Console("127.0.0.1:9")
+    console.caught_up = True
+    seen = []
+    polling = asyncio.create_task(console.poll_services())
+    while answers:
+        seen.append(console.problem())
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
+    polling.cancel()
+    said = [p for p in seen if p]
+    assert said and said[0].startswith("the broker at 127.0.0.1:9 has not answered for 0 s (is `gangway up` running?): "
+                                       "showing the log as it was at offset -1")
+    assert console.problem() is None and console.view()["summary"]["problem"] is None
+    console.silent_since = 0.0  # (long ago)
+    assert console.view()["summary"]["problem"].startswith("the broker at 127.0.0.1:9 has not answered")
+    monkeypatch.setattr(console_app.Console, "problem", lambda self: "the broker at … has not answered")
+    with TestClient(create_app("127.0.0.1:9", log=[])) as client:
+        assert (client.get("/readyz").status_code, client.get("/readyz").text) == (503, "the broker at … has not answered")
+        assert client.get("/healthz").status_code == 200

@@ -55,3 +55,48 @@ def test_ports_asked_for_together_are_distinct():
     for _ in range(50):
         ports = free_ports(3)
         assert len(set(ports)) == 3 and all(0 < p < 65536 for p in ports)
+
+
+def test_the_embedded_broker_is_started_again_on_the_port_it_last_listened_on_when_that_port_is_free(tmp_path, monkeypatch):
+    """So a `gangway log --follow` or console left running across a restart of `gangway up` finds
+    the log again (tests/integration/test_durability.py follows one across a kill -9)."""
+    import socket
+
+    from gangway.adapters.broker import free_port
+    monkeypatch.setattr(stack, "PORT_AGAIN_WAIT_S", 0.2)
+    path = tmp_path / stack.BROKER_PORT_FILE
+    assert stack._port_again(path) == 0  # none recorded
+    port = free_port()
+    path.write_text(f"{port}\n")
+    assert stack._port_again(path) == port
+    with socket.socket() as taken:  # something else listens there now: any free port
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        assert stack._port_again(path) == 0
+    for junk in ("", "x", "0", "70000"):
+        path.write_text(junk)
+        assert stack._port_again(path) == 0, junk
+
+
+def test_a_lost_broker_is_said_once_in_a_while_not_at_every_retry():
+    import logging
+
+    from gangway.adapters.kafka import _Repeats
+    clock = [100.0]
+    repeats, passed = _Repeats(every_s=30, clock=lambda: clock[0]), []
+
+    def log(msg: str, level=logging.ERROR) -> None:
+        record = logging.LogRecord("aiokafka", level, __file__, 1, msg, ("111",), None)
+        if repeats.filter(record):
+            passed.append(record.msg)
+    for _ in range(50):  # a retry loop, several times a second
+        log("Unable connect to node with id %s")
+        clock[0] += 0.2
+    log("Unable to update metadata from [%s]")
+    log("Fetched %s records", logging.DEBUG)  # (below warnings: never held back)
+    log("Fetched %s records", logging.DEBUG)
+    clock[0] += 30
+    log("Unable connect to node with id %s")
+    assert passed == ["Unable connect to node with id %s", "Unable to update metadata from [%s]",
+                      "Fetched %s records", "Fetched %s records",
+                      "Unable connect to node with id %s (and 49 more like it in the last 40 s)"]

@@ -36,6 +36,18 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
+def port_free(port: int) -> bool:
+    """Can a loopback listener bind ``port`` now? (As the broker binds it: with SO_REUSEADDR, so a
+    port its last process left in TIME_WAIT counts as free.)"""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _wait_for_port(port: int, proc: processes.Process, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

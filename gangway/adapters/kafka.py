@@ -256,7 +256,35 @@ class _QuietBootstrap(logging.Filter):
         return not str(record.msg).startswith("Unable connect to \"")
 
 
+class _Repeats(logging.Filter):
+    """aiokafka logs a lost broker several times a second while it retries (a `log --follow` or a
+    console waiting out a restart of `gangway up` printed hundreds of lines): each kind of message
+    passes once every ``every_s``, saying how many like it were left out meanwhile."""
+
+    def __init__(self, every_s: float = 30.0, clock=time.monotonic):
+        super().__init__()
+        self.every_s, self.clock = every_s, clock
+        #: message template → (when it last passed, how many were left out since)
+        self.seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key, now = str(record.msg), self.clock()
+        last = self.seen.get(key)
+        if last is not None and now - last[0] < self.every_s:
+            self.seen[key] = (last[0], last[1] + 1)
+            return False
+        if last is not None and last[1]:
+            record.msg = f"{record.msg} (and {last[1]} more like it in the last {now - last[0]:.0f} s)"
+        self.seen[key] = (now, 0)
+        return True
+
+
 logging.getLogger("aiokafka").addFilter(_QuietBootstrap())
+_REPEATS = _Repeats()
+for _name in ("aiokafka", "aiokafka.consumer.fetcher", "aiokafka.conn"):  # (a logger's filters are its own)
+    logging.getLogger(_name).addFilter(_REPEATS)
 
 
 class _Connects:

@@ -13,9 +13,13 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, RequestTimedOutError
+
 from gangway.adapters.kafka import LOG_PARTITION, admin_client, log_fetches
 
 log = logging.getLogger(__name__)
+#: What aiokafka raises when nothing answers at the address (the broker is gone, or restarting).
+_NO_ANSWER = (KafkaConnectionError, NodeNotReadyError, KafkaTimeoutError, RequestTimedOutError)
 
 
 async def follow_log(bootstrap: str, start: int = 0, idle_ms: int = 500):
@@ -35,6 +39,9 @@ class CommittedOffsets:
     def __init__(self, bootstrap: str):
         self.admin = admin_client(bootstrap)  # the connection settings (TLS, SASL) of every client
         self.started = False
+        #: Did the broker answer the last ``read`` (for one group at least)? A reader left running
+        #: while the broker is gone (`gangway up` stopped) learns it here: its fetches just wait.
+        self.answered = True
 
     async def read(self, groups: list[str]) -> dict[str, int | None]:
         """Group → committed offset on the log (the next offset it will fold), None if it has none
@@ -43,6 +50,7 @@ class CommittedOffsets:
             await self.admin.start()
             self.started = True
         out: dict[str, int | None] = {}
+        lost = 0
         for group in groups:
             try:
                 offsets = await self.admin.list_consumer_group_offsets(group, partitions=[LOG_PARTITION])
@@ -51,6 +59,8 @@ class CommittedOffsets:
             except Exception as exc:  # a broker without the group (or restarting): no figure
                 log.debug("committed offset of %s not read: %s", group, exc)
                 out[group] = None
+                lost += isinstance(exc, _NO_ANSWER)
+        self.answered = lost < len(groups) or not groups
         return out
 
     async def close(self) -> None:

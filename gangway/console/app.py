@@ -7,7 +7,8 @@ updates go to the browser as server-sent events (``/api/live``), at most ``PUSH_
 Routes: ``/`` the page; ``/static/…`` its files (Chart.js vendored, no CDN); ``/api/view`` (map,
 queues, money, summary), ``/api/stream`` (filtered decision stream), ``/api/job?name=`` (one job),
 ``/api/live`` (SSE); ``/rules`` (``gangway rules --html`` of the contract in force); ``/metrics``;
-``/healthz`` (the follower runs) and ``/readyz`` (it has folded the log up to its end once).
+``/healthz`` (the follower runs) and ``/readyz`` (it has folded the log up to its end once, and the
+broker answers: ``Console.problem``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 PUSH_EVERY_S = 0.5
 SERVICES_EVERY_S = 1.0
+#: A broker silent this long makes /healthz and /readyz fail (a restart of `gangway up` takes less).
+SILENT_MAX_S = 10.0
 #: Above this many pending workloads the queue page shows reasons without the forecast start.
 FORECAST_PENDING_MAX = 200
 STREAM_FIRST = 300
@@ -61,6 +64,8 @@ class Console:
         self._sent = 0
         self._version: tuple = ()
         self.error: str | None = None
+        #: Since when the broker has not answered (``CommittedOffsets.answered``), if it does not.
+        self.silent_since: float | None = None
 
     # --- following the log ---------------------------------------------------------------
 
@@ -83,6 +88,16 @@ class Console:
             self.caught_up = False  # (what it shows stopped there: not ready, and /api/view says so)
             log.exception("console: following the log failed")
 
+    def problem(self) -> str | None:
+        """What keeps the console from serving the log as it is: following it failed, or the broker
+        has not answered for ``SILENT_MAX_S`` (the view stands where the log was then)."""
+        if self.error is not None:
+            return self.error
+        if self.silent_since is not None and time.monotonic() - self.silent_since >= SILENT_MAX_S:
+            return (f"the broker at {self.bootstrap} has not answered for {time.monotonic() - self.silent_since:.0f} s "
+                    f"(is `gangway up` running?): showing the log as it was at offset {self.folded.state.offset}")
+        return None
+
     async def poll_services(self) -> None:
         offsets = CommittedOffsets(self.bootstrap)
         try:
@@ -91,6 +106,10 @@ class Console:
                 found = await offsets.read([f"gangway-{s}" for s in SERVICES])
                 self.services = {name.removeprefix("gangway-"): off for name, off in found.items()}
                 self.services_end = end
+                if offsets.answered:
+                    self.silent_since = None
+                elif self.silent_since is None:
+                    self.silent_since = time.monotonic()
                 await asyncio.sleep(SERVICES_EVERY_S)
         finally:
             await offsets.close()
@@ -100,7 +119,7 @@ class Console:
         while True:
             await asyncio.sleep(PUSH_EVERY_S)
             offset = self.folded.state.offset
-            version = (offset, self.end, tuple(sorted(self.services.items())))
+            version = (offset, self.end, tuple(sorted(self.services.items())), self.problem() is None)
             if version == self._version or not self.listeners:
                 continue
             envs = self.folded.envs
@@ -137,7 +156,7 @@ class Console:
     def view(self) -> dict:
         folded = self.folded
         summary = folded.summary()
-        summary.update(end=self.end, caught_up=self.caught_up, services=self.health_of_services())
+        summary.update(end=self.end, caught_up=self.caught_up, services=self.health_of_services(), problem=self.problem())
         return {"summary": summary, "map": model.gpu_map(folded), "queues": model.queues_view(folded, self.pending()),
                 "money": model.money(folded)}
 
@@ -239,8 +258,9 @@ def create_app(bootstrap: str, log: list | None = None) -> Starlette:
                                  status_code=200 if alive else 503)
 
     async def readyz(request: Request) -> Response:
-        if console.error is not None:
-            return PlainTextResponse(console.error, status_code=503)
+        problem = console.problem()
+        if problem is not None:
+            return PlainTextResponse(problem, status_code=503)
         if console.caught_up:
             return PlainTextResponse(f"ready: folded to offset {console.folded.state.offset}")
         return PlainTextResponse(f"catching up: offset {console.folded.state.offset} of {console.end}", status_code=503)

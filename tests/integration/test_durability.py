@@ -57,7 +57,7 @@ def up(env: dict, *extra: str) -> subprocess.Popen:
 
 def kill_everything(proc: subprocess.Popen, state: Path) -> None:
     """kill -9 of the process group of `gangway up`, and of the broker (its own session)."""
-    bootstrap = (state / "bootstrap").read_text().strip()
+    bootstrap = (state / "bootstrap").read_text().split()[0]  # ("<address> embedded")
     broker = subprocess.run(["pgrep", "-f", f"listener-url tcp://{bootstrap}"], capture_output=True, text=True)
     os.killpg(proc.pid, signal.SIGKILL)
     for pid in broker.stdout.split():
@@ -97,6 +97,18 @@ def assert_same_history(before: list[dict], after: list[dict]) -> None:
     assert [(e["logoffset"], e["id"]) for e in after[:len(before)]] == [(e["logoffset"], e["id"]) for e in before]
 
 
+def follow_to(path: Path, offset: int, timeout_s: float = 30) -> tuple[list[int], list[str]]:
+    """The offsets `gangway log --follow` printed to ``path`` once it printed ``offset`` (or in
+    ``timeout_s``), and its other lines."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = path.read_text().splitlines()
+        offsets = [int(line.split()[0]) for line in lines if line.split() and line.split()[0].isdigit()]
+        if offset in offsets or time.monotonic() > deadline:
+            return offsets, [line for line in lines if not (line.split() and line.split()[0].isdigit())]
+        time.sleep(0.5)
+
+
 SHORT_S, LONG_S = 600, 9000  # cluster seconds (the stack runs 600 of them a second)
 
 
@@ -113,6 +125,10 @@ def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
     except BaseException:
         os.killpg(first.pid, signal.SIGKILL)
         raise
+    address = (state / "bootstrap").read_text()
+    follower = subprocess.Popen(GANGWAY + ["log", "--follow"], env=env, stdout=(tmp_path / "follow.txt").open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    follow_to(tmp_path / "follow.txt", before[-1]["logoffset"])  # (it follows before the kill)
     kill_everything(first, state)
     groups = json.loads((state / "archive" / "groups.json").read_text())
     assert groups["gangway-submission"]["gangway.submissions"] == 32, "the submission service's input offset"
@@ -124,9 +140,15 @@ def test_the_log_survives_kill_9_and_a_clean_stop(env, tmp_path):
         assert_same_history(before, restored)
         after = wait_for(env, tmp_path / "c.jsonl", lambda evs: len(finished(evs)) == 32, timeout_s=180)
         assert len(finished(after)) == 32, "jobs lost after the restore"
+        assert (state / "bootstrap").read_text() == address, "the broker listens where it did"
+        followed = follow_to(tmp_path / "follow.txt", after[-1]["logoffset"])
     finally:
+        follower.kill()
         second.send_signal(signal.SIGINT)
         assert second.wait(timeout=60) == 0
+    # the follower left running went on across the restart, without a wall of connection errors
+    assert followed[0] == list(range(after[-1]["logoffset"] + 1)), "log --follow lost or repeated events"
+    assert len(followed[1]) < 20, followed[1]
     assert not (state / "bootstrap").exists()
 
     third = up(env)  # after a clean stop: the services resume from their snapshots

@@ -84,7 +84,8 @@ function renderSummary() {
   const s = VIEW.summary;
   $("#summary").innerHTML = `cluster time <b>${esc(day(s.time_ms))}</b> · <b>${s.offset + 1}</b>${s.end != null ? ` of ${s.end}` : ""} log events folded`
     + ` · <b>${s.active}</b> holding quota · <b>${s.pending}</b> pending · <b>${s.decisions}</b> decisions (${s.superseded} superseded)`
-    + (s.contract ? ` · contract ${esc(s.contract)}` : " · no contract yet");
+    + (s.contract ? ` · contract ${esc(s.contract)}` : " · no contract yet")
+    + (s.problem ? `<div class="problem">${esc(s.problem)}</div>` : "");
   $("#services").innerHTML = (s.services || []).map((x) => {
     const cls = x.lag == null ? "unknown" : (x.lag > 0 ? "lag" : "");
     const what = x.lag == null ? "?" : (x.lag > 0 ? `lag ${x.lag}` : "caught up");
