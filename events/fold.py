@@ -294,9 +294,10 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
     why = _counts_invalid(wl, e.counts) if e.counts else None
     if why:
         return why
-    if e.usage != (total_request(admitted_pod_sets(wl.spec.pod_sets, e.counts)) if e.counts else wl.request):
-        return reason(C.USAGE_DIFFERS)
     idx = index_of(state.contract)
+    if e.usage != (idx.quota_request(e.cluster_queue, admitted_pod_sets(wl.spec.pod_sets, e.counts)) if e.counts
+                   else idx.asked(wl)):
+        return reason(C.USAGE_DIFFERS)
     if e.cluster_queue not in idx.tree.queues:
         return reason(C.UNKNOWN_CLUSTER_QUEUE, cluster_queue=e.cluster_queue)
     stop = idx.stop_of(wl.spec)

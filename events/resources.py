@@ -10,6 +10,7 @@ import msgspec
 from gangway.events import gpus
 from gangway.events.catalogue import PodAssignment, PodSet
 from gangway.events.contract import Contract, FlavorQuotas, Quota, Toleration
+from gangway.events.quantity import MILLI
 from gangway.events.quota import QuotaStructure, fr_key, split_fr
 
 GPU = gpus.RESOURCE
@@ -49,6 +50,10 @@ def pods_that_fit(free: Resources, per_pod: Resources) -> int:
     return fit or 0
 
 
+#: Kueue's count of pods as a quota resource (``ClusterQueue`` ``coveredResources: [pods]``).
+PODS = "pods"
+
+
 class ContractIndex:
     """Look-ups derived from one contract (built once per contract version, never mutated)."""
 
@@ -73,6 +78,8 @@ class ContractIndex:
             for fq in cq.flavors:
                 groups.setdefault(frozenset(fq.resources), []).append(fq)
             self.groups[cq.name] = list(groups.values())
+        #: The queues that cover Kueue's ``pods``: a workload there asks for one of it per pod.
+        self.counting_pods = {cq for cq, quotas in self.quotas.items() if PODS in quotas}
         #: Value of one unit of each flavor-resource in fair shares (thousandths).
         self.weights = {fr_key(f.name, r): w for f in contract.flavors for r, w in f.resource_weights.items()}
         #: The queues stopped by their stopPolicy (Hold, HoldAndDrain): ClusterQueues by name,
@@ -107,6 +114,21 @@ class ContractIndex:
     def min_runtime_ms(self, priority_class: str | None) -> int:
         pc = self.priority_classes.get(priority_class or "")
         return pc.min_runtime_ms or 0 if pc is not None else 0
+
+    def quota_request(self, cq_name: str, pod_sets: list[PodSet]) -> Resources:
+        """What pod sets ask of ``cq_name``'s quota: what their containers request, and, where the
+        queue covers ``pods``, one pod each (as Kueue counts them: containers cannot ask for it)."""
+        total = total_request(pod_sets)
+        if cq_name in self.counting_pods:
+            total[PODS] = sum(ps.count for ps in pod_sets) * MILLI
+        return total
+
+    def asked(self, wl) -> Resources:
+        """``quota_request`` of a whole workload in its ClusterQueue (its ``request`` as it is where
+        the queue does not count pods)."""
+        if wl.spec.cluster_queue not in self.counting_pods:
+            return wl.request
+        return self.quota_request(wl.spec.cluster_queue, wl.spec.pod_sets)
 
     def default_flavors(self, cq_name: str, request: Resources) -> dict[str, str]:
         """The first flavor covering each requested resource (decisions written before flavors)."""

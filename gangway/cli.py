@@ -256,6 +256,10 @@ def cmd_dry_run(args) -> int:
         write_export(run.sim.log, args.export, run.rejections)
         print(f"log written to {args.export}: `gangway explain --log {args.export} NAMESPACE/JOB`, "
               f"`gangway replay {args.export}`")
+    if run.rejections:  # (a gate before publishing fails on what would be refused; the rest still ran)
+        count = len(run.rejections)
+        print(f"gangway: {count} job{'s' * (count != 1)} would be refused (rejected above)", file=sys.stderr)
+        return 2
     return 0
 
 

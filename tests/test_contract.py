@@ -180,7 +180,8 @@ LOADS = [
             - apiVersion: kueue.x-k8s.io/v1beta1
               kind: ClusterQueue
               metadata: {name: exported}
-              spec: {cohort: org, stopPolicy: None, flavorFungibility: {whenCanBorrow: Borrow, whenCanPreempt: TryNextFlavor}}
+              spec: {cohort: org, namespaceSelector: {}, stopPolicy: None,
+                     flavorFungibility: {whenCanBorrow: Borrow, whenCanPreempt: TryNextFlavor}}
               status: {pendingWorkloads: 3}
             """),
         {"exported": "org"},
@@ -225,6 +226,26 @@ WARNINGS = [
         docs(FLAVOR, cluster_queue(extra="  admissionChecks: [prov]\n")),
         "config.yaml: warning: ClusterQueue team-a: spec.admissionChecks: not supported by gangway yet; ignored",
         id="a Kueue field gangway does not enforce is ignored with a warning",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(extra="  flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: "
+                                         "TryNextFlavor, preference: PreemptionOverBorrowing}\n")),
+        "config.yaml: warning: ClusterQueue team-a: spec.flavorFungibility.preference: not supported by gangway yet; "
+        "ignored",
+        id="flavorFungibility's preference (Kueue v1beta2) is not enforced: a warning, not an unknown field",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue().replace("  namespaceSelector: {}\n", "")),
+        "config.yaml: warning: ClusterQueue team-a: spec.namespaceSelector: absent: gangway admits jobs of every "
+        "namespace here, where Kueue admits none; write `namespaceSelector: {}` to say every namespace, or a selector",
+        id="a ClusterQueue without namespaceSelector (Kueue: no namespace) is said",
+    ),
+    pytest.param(
+        docs(FLAVOR, "apiVersion: kueue.x-k8s.io/v1alpha1\nkind: DynamicResourceAllocationConfig\n"
+                     "metadata: {name: default}\n"),
+        "config.yaml: warning: DynamicResourceAllocationConfig default: DynamicResourceAllocationConfig is not part "
+        "of the contract; ignored",
+        id="Kueue's DRA configuration is a Kueue kind gangway does not read: a warning",
     ),
 ]
 
@@ -815,3 +836,61 @@ def test_a_cluster_queues_lists_are_within_kueues_bounds():
 def test_a_name_too_long_says_its_length():
     [problem] = problems_of(docs(FLAVOR.replace("default-flavor", "f" * 300)))
     assert problem.endswith("is 300 characters long: a name has at most 253")
+
+
+def test_a_cohort_may_lend_more_than_its_own_nominal_quota_a_cluster_queue_may_not():
+    """A Cohort's lendingLimit caps what its whole subtree lends (its queues' quota with its own):
+    Kueue's cohort webhook does not hold it to the Cohort's nominalQuota (Kueue's hierarchical
+    cohort example: nominalQuota 0, lendingLimit 2)."""
+    cohort = y("""
+        apiVersion: kueue.x-k8s.io/v1beta1
+        kind: Cohort
+        metadata: {name: team-ab}
+        spec:
+          parent: root
+          resourceGroups:
+          - coveredResources: [cpu, memory]
+            flavors:
+            - name: default-flavor
+              resources:
+              - {name: cpu, nominalQuota: 0, lendingLimit: 2}
+              - {name: memory, nominalQuota: 0}
+        """)
+    contract, _ = read_contract(docs(FLAVOR, cluster_queue(), cohort), "config.yaml")
+    assert contract.cohorts[0].flavors[0].resources["cpu"].lending_limit == 2_000
+    assert problems_of(docs(FLAVOR, cluster_queue(resources="""
+        - name: cpu
+          nominalQuota: 1
+          lendingLimit: 2
+        - name: memory
+          nominalQuota: 36Gi"""))) == [
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: 2 is more "
+        "than nominalQuota 1"]
+
+
+def test_v1beta2_flavor_fungibility_takes_only_its_own_names():
+    """v1beta2 dropped Borrow and Preempt (MayStopSearch says both); v1beta1 still takes them."""
+    def fungibility(version: str, borrow: str) -> list[str]:
+        queue = cluster_queue(extra=f"  flavorFungibility: {{whenCanBorrow: {borrow}}}\n")
+        if version == "v1beta2":
+            queue = queue.replace("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2").replace("cohort:", "cohortName:")
+        try:
+            read_contract(docs(FLAVOR, queue), "config.yaml")
+        except ConfigError as refused:
+            return [str(p) for p in refused.problems]
+        return []
+    assert fungibility("v1beta1", "Borrow") == [] and fungibility("v1beta2", "MayStopSearch") == []
+    assert fungibility("v1beta2", "Borrow") == [
+        'config.yaml: ClusterQueue team-a: spec.flavorFungibility.whenCanBorrow: "Borrow" is not one of '
+        "MayStopSearch, TryNextFlavor"]
+
+
+def test_a_flavor_s_node_labels_must_be_kubernetes_labels():
+    flavor = FLAVOR.replace("name: default-flavor", "name: default-flavor\nspec:\n  nodeLabels: {'bad key!': x, "
+                            "example.com/pool: 'not ok', cloud.google.com/gke-accelerator: nvidia-h100-80gb}")
+    assert problems_of(docs(flavor, cluster_queue())) == [
+        'config.yaml: ResourceFlavor default-flavor: spec.nodeLabels.bad key!: "bad key!" is no Kubernetes label key: '
+        "an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.', starting and "
+        "ending with a letter or digit",
+        'config.yaml: ResourceFlavor default-flavor: spec.nodeLabels.example.com/pool: "not ok" is no Kubernetes '
+        "label value: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"]

@@ -85,7 +85,7 @@ def test_a_dry_run_says_where_each_job_goes_which_waits_and_why_and_its_log_repl
     ]))
     result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
                      "--export", "log.jsonl", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr  # (uneven is refused)
     lines = result.stdout.splitlines()
     assert lines[0] == "team/never: pending"
     assert lines[1].startswith("    now pending (topology_unsatisfiable):") and "the largest, on n0, has 4 GPUs" in lines[1]
@@ -297,7 +297,9 @@ def test_a_manifest_that_cannot_be_read_is_refused_alone_and_the_dry_run_goes_on
     (tmp_path / "broken.yaml").write_text(job("lost", 1, 1, 60) + "---\nkey: [unclosed\n")
     result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml", "empty.yaml",
                      "broken.yaml", "--export", "log.jsonl", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # (the others ran, and the log was written; a refused job fails the run, as a gate before publishing)
+    assert result.returncode == 2 and result.stderr.endswith("gangway: 7 jobs would be refused (rejected above)\n"), \
+        result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "no jobs in empty.yaml"
     refused = {line.split(":")[0]: line for line in lines if ": rejected (" in line}
@@ -328,6 +330,7 @@ def test_explain_on_a_dry_run_s_export_tells_a_rejected_job_s_rejection(tmp_path
     result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
                      "--export", "log.jsonl", cwd=tmp_path)
     assert "team/elsewhere: rejected (unknown_queue)" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 2 and "1 job would be refused" in result.stderr
     explained = gangway("explain", "--log", "log.jsonl", "team/elsewhere", cwd=tmp_path)
     assert explained.returncode == 0, explained.stdout + explained.stderr
     assert explained.stdout.startswith("[gangway.rejections 0] team/elsewhere rejected (unknown_queue): queue: no "
@@ -369,7 +372,7 @@ def test_explain_tells_of_a_job_sent_again_and_refused(tmp_path):
     (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60) + "---\n" + job("one", 1, 2, 60))
     result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "jobs.yaml",
                      "--export", "log.jsonl", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2, result.stderr  # (one job refused)
     explained = gangway("explain", "team/one", "--log", "log.jsonl", cwd=tmp_path)
     out = explained.stdout
     assert "queued in" in out and "submitted again and refused:" in out and "duplicate_job" in out, out

@@ -48,12 +48,14 @@ def namespace(name: str, labels: dict[str, str]) -> str:
     return f"\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {msgspec.json.encode(labels).decode()}}}\n"
 
 
-def contract_of(*docs: str, refused: tuple[str, ...] = ()):
+def contract_of(*docs: str, refused: tuple[str, ...] = (), open_to_all: tuple[str, ...] = ()):
     """The contract of these documents; ``refused``: its LocalQueues (namespace/name) whose
-    ClusterQueue does not select their namespace, which ``config validate`` warns of."""
+    ClusterQueue does not select their namespace, and ``open_to_all``: its ClusterQueues without a
+    namespaceSelector (where Kueue admits no namespace), which ``config validate`` warns of."""
     contract, warnings = read_contract("---".join([FLAVOR, *docs]), "contract.yaml")
-    assert [(w.kind, w.name) for w in warnings] == [("LocalQueue", lq) for lq in refused]
-    assert all("namespace_not_selected" in w.why for w in warnings)
+    assert sorted((w.kind, w.name) for w in warnings) == sorted(
+        [*(("LocalQueue", lq) for lq in refused), *(("ClusterQueue", cq) for cq in open_to_all)])
+    assert all("namespace_not_selected" in w.why or "where Kueue admits none" in w.why for w in warnings)
     return contract
 
 
@@ -85,7 +87,7 @@ SELECTED = contract_of(
     cluster_queue("anyone", "{}"),
     cluster_queue("unset", None),
     *(local_queue(ns, cq) for ns, cq in [("research", "ml"), ("batch", "ml"), ("serving", "not-batch")]),
-    refused=("batch/default",),
+    refused=("batch/default",), open_to_all=("unset",),
 )
 
 

@@ -326,3 +326,56 @@ def test_a_level_only_nodes_outside_its_flavor_carry_is_said_of_the_flavors_node
     report = pending_report(sim.state)[name]
     assert (report.code, report.eta_ms) == ("topology_unsatisfiable", None)
     assert report.reason.endswith("no node of its flavor carries the label example.com/rack"), report.reason
+
+
+def test_a_level_its_flavors_topology_does_not_list_is_never_placeable_though_the_nodes_carry_it():
+    """Kueue: "no requested topology level". The nodes carry a zone label the Topology does not
+    list: gangway placed the gang by zone anyway (a stranger test on Kueue's TAS samples); the
+    node level too, when the Topology stops above it."""
+    labels = lambda i: {**zones_and_pods(i), "topology.kubernetes.io/zone": f"z{i // 4}"}  # noqa: E731
+    sim = cluster(TAS + QUEUES, nodes_yaml(8, labels))
+    zone = submit(sim, job_yaml("by-zone", 2, {"kueue.x-k8s.io/podset-required-topology": "topology.kubernetes.io/zone"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert phase(sim, zone) == "pending"
+    report = pending_report(sim.state)[zone]
+    assert report.code == "topology_unsatisfiable" and report.eta_ms is None
+    assert report.reason.endswith("but it is no level of its nodes' Topology (example.com/zone, example.com/pod, "
+                                  "kubernetes.io/hostname)")
+    without_nodes = TAS.replace("  - nodeLabel: kubernetes.io/hostname\n", "")
+    sim = cluster(without_nodes + QUEUES, nodes_yaml(8, zones_and_pods))
+    node = submit(sim, job_yaml("one-node", 1, {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}))
+    pod = submit(sim, job_yaml("one-pod", 2, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert phase(sim, node) == "pending" and pending_report(sim.state)[node].code == "topology_unsatisfiable"
+    assert phase(sim, pod) == "running"
+
+
+def test_a_topology_request_goes_to_the_flavor_that_names_a_topology_not_the_plain_one_before_it():
+    """Kueue's TAS skips a flavor without topologyName for a pod set that asks for a level ("does not
+    support TopologyAwareScheduling"): gangway charged the first, plain, flavor and placed the gang
+    on its nodes, which carry the same labels (a stranger test)."""
+    two_flavors = (TAS.replace("metadata: {name: gpus}\nspec: {topologyName: dc}",
+                               "metadata: {name: tas}\nspec: {topologyName: dc, nodeLabels: {pool: tas}}")
+                   + "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: plain}\n"
+                     "spec: {nodeLabels: {pool: plain}}\n---\n")
+    queues = QUEUES.replace("""    - name: gpus
+      resources:
+      - {name: cpu, nominalQuota: 10000}
+      - {name: memory, nominalQuota: 100000Gi}
+      - {name: nvidia.com/gpu, nominalQuota: 1024}""", """    - name: plain
+      resources:
+      - {name: cpu, nominalQuota: 10000}
+      - {name: memory, nominalQuota: 100000Gi}
+      - {name: nvidia.com/gpu, nominalQuota: 1024}
+    - name: tas
+      resources:
+      - {name: cpu, nominalQuota: 10000}
+      - {name: memory, nominalQuota: 100000Gi}
+      - {name: nvidia.com/gpu, nominalQuota: 1024}""")
+    sim = cluster(two_flavors + queues, nodes_yaml(8, lambda i: {**zones_and_pods(i), "pool": "plain" if i < 4 else "tas"}))
+    asks = submit(sim, job_yaml("asks", 2, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    plain = submit(sim, job_yaml("plain", 2, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert sim.state.workloads[asks].admission.flavors["nvidia.com/gpu"] == "tas"
+    assert where(sim, asks, "pool") == {("tas",)}
+    assert sim.state.workloads[plain].admission.flavors["nvidia.com/gpu"] == "plain"

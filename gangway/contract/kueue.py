@@ -348,8 +348,8 @@ def _read_object(at: _At, obj: dict, parsed: _Parsed) -> None:
 
 
 #: Kueue's kinds that are not part of gangway's contract (ignored, with a warning).
-KUEUE_OTHER_KINDS = ("AdmissionCheck", "MultiKueueCluster", "MultiKueueConfig", "ProvisioningRequestConfig",
-                     "Workload")
+KUEUE_OTHER_KINDS = ("AdmissionCheck", "DynamicResourceAllocationConfig", "MultiKueueCluster", "MultiKueueConfig",
+                     "ProvisioningRequestConfig", "Workload")
 
 
 def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parsed], None] | None:
@@ -628,6 +628,9 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
                          fair_weight=_fair_weight(at, "spec.fairSharing", spec.get("fairSharing")),
                          namespace_selector=_selector(at, "spec.namespaceSelector", spec.get("namespaceSelector")),
                          stop_policy=_choice(at, "spec.stopPolicy", spec.get("stopPolicy"), _STOP_POLICIES, "None"))
+    if "namespaceSelector" not in spec:
+        at.warn("spec.namespaceSelector", "absent: gangway admits jobs of every namespace here, where Kueue admits "
+                "none; write `namespaceSelector: {}` to say every namespace, or a selector")
     _register(at, parsed.cluster_queues, at.name, queue, refs)
 
 
@@ -1042,7 +1045,9 @@ def _resource_quota(at: _At, path: str, value: Any, no_sharing: str | None) -> t
     nominal = _quantity(at, f"{path}.nominalQuota", entry.get("nominalQuota"), required=True)
     borrowing = _limit(at, path, "borrowingLimit", entry.get("borrowingLimit"), no_sharing)
     lending = _limit(at, path, "lendingLimit", entry.get("lendingLimit"), no_sharing)
-    if nominal is not None and lending is not None and lending > nominal:
+    # (A Cohort's lendingLimit caps what its whole subtree lends, its ClusterQueues' quota with its
+    # own: Kueue checks it against nominalQuota for ClusterQueues only.)
+    if nominal is not None and lending is not None and lending > nominal and at.kind != "Cohort":
         at.error(f"{path}.lendingLimit",
                  f"{_show(entry['lendingLimit'])} is more than nominalQuota {_show(entry['nominalQuota'])}")
     if nominal is None:
@@ -1095,10 +1100,13 @@ def _fungibility(at: _At, path: str, value: Any) -> FlavorFungibility:
     spec = _dict(at, path, value)
     if not spec:
         return FlavorFungibility()
-    _check_fields(at, path, spec, {"whenCanBorrow", "whenCanPreempt"})
-    borrow = _choice(at, f"{path}.whenCanBorrow", spec.get("whenCanBorrow"), tuple(_WHEN_CAN_BORROW), "Borrow")
-    preempt = _choice(at, f"{path}.whenCanPreempt", spec.get("whenCanPreempt"), tuple(_WHEN_CAN_PREEMPT),
-                      "TryNextFlavor")
+    _check_fields(at, path, spec, {"whenCanBorrow", "whenCanPreempt"}, {"preference": ()})
+    # (v1beta2 took the old names Borrow and Preempt out: MayStopSearch says both)
+    dropped = {"Borrow", "Preempt"} if at.version == "v1beta2" else set()
+    borrow = _choice(at, f"{path}.whenCanBorrow", spec.get("whenCanBorrow"),
+                     tuple(k for k in _WHEN_CAN_BORROW if k not in dropped), "MayStopSearch")
+    preempt = _choice(at, f"{path}.whenCanPreempt", spec.get("whenCanPreempt"),
+                      tuple(k for k in _WHEN_CAN_PREEMPT if k not in dropped), "TryNextFlavor")
     return FlavorFungibility(when_can_borrow=_WHEN_CAN_BORROW[borrow], when_can_preempt=_WHEN_CAN_PREEMPT[preempt])
 
 
@@ -1239,7 +1247,25 @@ def _labels(at: _At, path: str, value: Any) -> dict[str, str]:
             at.error(f"{path}.{key}", f"a label key must be a string, not {_type_name(key)}")
         elif not isinstance(label, str):
             at.error(f"{path}.{key}", f"a label value must be a string, not {_type_name(label)}")
+        elif not _label_key(key):
+            at.error(f"{path}.{key}", f"{_show(key)} is no Kubernetes label key: an optional DNS subdomain prefix "
+                     "and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter "
+                     "or digit")
+        elif label and (len(label) > 63 or not _LABEL_NAME.fullmatch(label)):
+            at.error(f"{path}.{key}", f"{_show(label)} is no Kubernetes label value: at most 63 letters, digits, "
+                     "'-', '_' and '.', starting and ending with a letter or digit")
     return dict(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _label_key(key: str) -> bool:
+    """Is ``key`` a Kubernetes label key (``[prefix/]name``)?"""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.fullmatch(name))
 
 
 def _quantity(at: _At, path: str, value: Any, required: bool = False) -> int | None:

@@ -225,7 +225,8 @@ def _share_key(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> tuple[i
     cq = wl.spec.cluster_queue
     if cq not in idx.tree.queues:
         return ()
-    extra = by_flavor(wl.request, idx.default_flavors(cq, wl.request))
+    asked = idx.asked(wl)
+    extra = by_flavor(asked, idx.default_flavors(cq, asked))
     path = idx.tree.path(cq)
     return tuple(snap.view.share(node, extra if node.name == cq else {}, idx.weights)
                  for node in reversed(path[:-1]))
@@ -252,7 +253,7 @@ def _borrows(snap: Snapshot, wl: WorkloadState) -> bool:
     cq = snap.idx.cluster_queues.get(wl.spec.cluster_queue)
     if cq is None or cq.name not in snap.idx.tree.queues:
         return False
-    request = wl.request
+    request = snap.idx.asked(wl)
     borrows = False
     for group in snap.idx.groups[cq.name]:
         if not any(request.get(r, 0) > 0 for r in group[0].resources):
@@ -298,7 +299,7 @@ def _first_flavors(idx: ContractIndex, outcome: Outcome) -> dict[str, str]:
     """The flavors a workload not admitted waits in: the first assignment preemption could make room
     in, else its queue's first flavors."""
     wl = outcome.wl
-    return outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(wl.spec.cluster_queue, wl.request)
+    return outcome.preempt_flavors[0] if outcome.preempt_flavors else idx.default_flavors(wl.spec.cluster_queue, idx.asked(wl))
 
 
 def _strict(idx: ContractIndex, cq: str) -> bool:

@@ -24,7 +24,7 @@ from gangway.events.quantity import format_amount
 from gangway.events.quota import QuotaView, fr_key
 from gangway.events.reasons import NEVER_PLACEABLE_CODES, QUOTA_CODES, C, Reason, reason
 from gangway.events.resources import (
-    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource, total_request,
+    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource,
 )
 from gangway.events.state import NO_RUNTIME, State, WorkloadState, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
@@ -33,6 +33,7 @@ from gangway.services.placement.policy import (
     Free, copy_free, expected_end, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
     take_assignments, victims_in_flight,
 )
+from gangway.services.placement.topology import ISLAND
 
 
 @dataclass
@@ -162,7 +163,7 @@ class Snapshot:
         cq = self.idx.cluster_queues.get(wl.spec.cluster_queue)
         if cq is None:
             return Outcome(wl, None, reason(C.UNKNOWN_CLUSTER_QUEUE, cluster_queue=wl.spec.cluster_queue))
-        missing = uncovered(self.idx, cq.name, wl.request)
+        missing = uncovered(self.idx, cq.name, self.idx.asked(wl))
         if missing:
             return Outcome(wl, None, reason(C.NO_QUOTA_FOR_RESOURCES, cluster_queue=cq.name, resources=", ".join(missing)))
         outcome = self._assign(wl, wl.spec.pod_sets)
@@ -179,7 +180,7 @@ class Snapshot:
     def _may_preempt(self, wl: WorkloadState, option: Option) -> bool:
         """Could preemption make room for ``wl`` in ``option``'s flavor (the queue's first flavors
         for its other resources)?"""
-        flavors = self.idx.default_flavors(wl.spec.cluster_queue, wl.request)
+        flavors = self.idx.default_flavors(wl.spec.cluster_queue, self.idx.asked(wl))
         flavors.update((r, option.flavor) for r in option.resources)
         return self._preemption_possible(wl, flavors)
 
@@ -189,7 +190,7 @@ class Snapshot:
         nobody left to preempt there, would send it elsewhere while they leave)."""
         victims = self.in_flight().get(wl.spec.workload)
         if victims:
-            wanted = by_flavor(wl.request, flavors)
+            wanted = by_flavor(self.idx.asked(wl), flavors)
             if any(fr in wanted for victim in victims for fr in held_quota(self.state, victim.admission)):
                 return True
         return preemption_possible(self, wl, flavors)
@@ -262,7 +263,7 @@ class Snapshot:
 
     def _assign(self, wl: WorkloadState, pod_sets: list[PodSet], commit: bool = True) -> Outcome:
         cq = self.idx.cluster_queues[wl.spec.cluster_queue]
-        request = total_request(pod_sets)
+        request = self.idx.quota_request(cq.name, pod_sets)
         per_group: list[list[Option]] = []
         preempt: list[tuple[list, list[Option], list[Option]]] = []
         reasons: list[Reason] = []
@@ -295,6 +296,10 @@ class Snapshot:
             if hold is not None and self._held_back(hold, cq.name, held, borrowed):
                 why = _told(why, reason(C.QUOTA_HELD_FOR_ANOTHER, gang=hold.workload, cluster_queue=hold.cluster_queue,
                                         start=format_time(hold.start_ms)))
+                continue
+            untopological = not_topology_aware(self.idx, pod_sets, flavors)
+            if untopological is not None:
+                why = _told(why, untopological)
                 continue
             nodes, placed = self.flavor_nodes(flavors), self.idx.flavored(pod_sets, flavors)
             if not self._place(wl, placed, nodes, commit):
@@ -431,7 +436,7 @@ class Snapshot:
         """Hold the room a preemptor waits for: its victims' quota and nodes will be its own."""
         for victim in victims:
             add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
-        add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(wl.request, flavors))
+        add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(self.idx.asked(wl), flavors))
         self._bound = self._later = None
         self.failed.clear()
         reserve_room(self.free, self.idx.flavored(wl.spec.pod_sets, flavors), victims)
@@ -449,7 +454,7 @@ class Snapshot:
         root = _root(self.idx, cq)
         if root is None or root in self.holds:
             return None
-        held = by_flavor(wl.request, flavors)
+        held = by_flavor(self.idx.asked(wl), flavors)
         later = self.view.copy()
         start = self.state.time_ms
         fits = later.fit(cq, held)[0]
@@ -503,6 +508,28 @@ def quota_ends(state: State, idx: ContractIndex) -> dict[str, list[tuple[int, Wo
 def _root(idx: ContractIndex, cq: str) -> str | None:
     """The root of a ClusterQueue's quota tree (itself outside any cohort; None when not in the contract)."""
     return (idx.tree.root_of(cq) or cq) if cq in idx.tree.queues else None
+
+
+def not_topology_aware(idx: ContractIndex, pod_sets: list[PodSet], flavors: dict[str, str]) -> Reason | None:
+    """Why a flavor assignment cannot take a gang asking for a topology level: where the contract
+    defines Topologies, Kueue places such a pod set only in flavors that name one (``topologyName``;
+    its TAS skips the others). None when it can (or no pod set asks, or only for an NVLink island,
+    gangway's own level; without any Topology a level is a node label, on any flavor)."""
+    if not idx.contract.topologies:
+        return None
+    plain = sorted(f for f in set(flavors.values()) if f not in idx.flavors or idx.flavors[f].topology_name is None)
+    if not plain:
+        return None
+    for ps in pod_sets:
+        t = ps.topology
+        if t is None:
+            continue
+        for field, level in (("required", t.required), ("preferred", t.preferred), ("slice-required", t.slice_required)):
+            if level is not None and level != ISLAND:
+                return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level,
+                              missing=f"flavor {plain[0]} names no Topology (topologyName): Kueue places a topology "
+                                      "request only in flavors that do")
+    return None
 
 
 def _told(told: Reason | None, failed: Reason | None) -> Reason | None:

@@ -87,7 +87,7 @@ class _Trial:
 
     def __init__(self, state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str]):
         self.state, self.idx, self.snap, self.wl = state, idx, snap, wl
-        self.held = by_flavor(wl.request, flavors)
+        self.held = by_flavor(idx.asked(wl), flavors)
         self.nodes = snap.flavor_nodes(flavors)
         self.pod_sets = idx.flavored(wl.spec.pod_sets, flavors)
 

@@ -695,7 +695,7 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
         if t is None:
             continue
         for field, level in (("required", t.required), ("slice-required", t.slice_required)):
-            if level is None or level == topology.HOSTNAME:
+            if level is None or (level == topology.HOSTNAME and not free.levels):  # (every node is one)
                 continue
             if candidates is None:
                 candidates = [(n, room.labels, len(room.islands)) for n, room in free.items()
@@ -1013,7 +1013,7 @@ class Placer:
             if wl is not None and wl.phase == "pending" and preemptor not in admitted:
                 # Its room is kept in the flavors its victims were ordered out for (records written
                 # before they were named: its queue's first ones).
-                flavors = wl.nominated_flavors or idx.default_flavors(wl.spec.cluster_queue, wl.request)
+                flavors = wl.nominated_flavors or idx.default_flavors(wl.spec.cluster_queue, idx.asked(wl))
                 reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims)
         self.measure = _Measure(state)
         #: Rooms kept for gangs blocked by capacity (``KeptRoom``, named by admissions): the room

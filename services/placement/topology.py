@@ -6,13 +6,14 @@ Levels are node label keys, coarsest first. Where they come from:
   gives the levels of the nodes of that flavor (``node_levels``). A domain of one of its levels is
   the set of nodes sharing the values of that level *and of every coarser one*, so rack ``r1`` of
   block ``b1`` and rack ``r1`` of block ``b2`` are two domains; a node lacking one of those labels
-  is in no domain of that level (Kueue assumes every node of a TAS flavor carries them all);
+  is in no domain of that level (Kueue assumes every node of a TAS flavor carries them all), and
+  a level the Topology does not list, the node level included, has no domain among its nodes;
 - without a Topology, a request names a label and the nodes that carry it are its domains, one per
   value. Kueue's default block and rack keys still nest (a rack domain is the rack *within its
   block* when the node carries a block label), so racks reused across blocks stay apart.
 
-The node level (``kubernetes.io/hostname``) needs only the node: every node is a domain of it,
-whatever else it carries (the label, when missing, is the node's name). Below the node, ``ISLAND``
+The node level (``kubernetes.io/hostname``) needs only the node (unless its Topology leaves it
+out): every node is a domain of it, whatever else it carries (the label, when missing, is the node's name). Below the node, ``ISLAND``
 asks for one NVLink island (nodes declaring ``gangway.io/nvlink-islands``).
 A request for a level no candidate node carries can never be met: ``never_placeable`` says so in a
 sentence naming the missing label, and admission reports it with its own reason.
@@ -46,10 +47,14 @@ def domain_key(labels: Mapping[str, str], node: str, level: str,
                levels: Levels | None = None) -> tuple[str, ...] | None:
     """The domain of ``level`` a node belongs to (None: it belongs to none).
 
-    ``levels``: the node's Topology levels (None: no Topology applies to the node)."""
+    ``levels``: the node's Topology levels (None: no Topology applies to the node). A level its
+    Topology does not list is none of the node's, the node level too (Kueue: "no requested
+    topology level")."""
+    if levels is not None and level not in levels:
+        return None
     if level == HOSTNAME:
         return ("", node)
-    if levels is not None and level in levels:
+    if levels is not None:
         keys = levels[: levels.index(level) + 1]
         values = tuple(labels.get(k) for k in keys if k != HOSTNAME)
         return None if any(v is None for v in values) else values
@@ -131,22 +136,28 @@ def missing_label(nodes: Iterable[tuple[str, Mapping[str, str], int]], level: st
     """Why no node of ``nodes`` (name, labels, NVLink island count) can be a domain of ``level``,
     naming the label none of them carries; None when at least one can. ``none`` names the nodes
     in the sentence: "no node of its flavor" when they are a flavor's."""
-    if level == HOSTNAME:
-        return None
     absent: dict[str, None] = {}
+    not_listed: dict[Levels, None] = {}
     for name, labels, islands in nodes:
         if level == ISLAND:
             if islands:
                 return None
             continue
         own = levels.get(name)
-        keys = own[: own.index(level) + 1] if own is not None and level in own else (level,)
+        if own is not None and level not in own:
+            not_listed[own] = None
+            continue
+        if level == HOSTNAME:
+            return None
+        keys = own[: own.index(level) + 1] if own is not None else (level,)
         lacking = [k for k in keys if k != HOSTNAME and k not in labels]
         if not lacking:
             return None
         absent.update(dict.fromkeys(lacking))
     if level == ISLAND:
         return f"{none} declares NVLink islands (label or annotation {ISLANDS_LABEL})"
+    if not absent and not_listed:
+        return f"it is no level of its nodes' Topology ({'; '.join(', '.join(levels) for levels in not_listed)})"
     if not absent:
         return "there are no nodes to place it on"
     names = [k for k in absent if k == level] or list(absent)
