@@ -26,9 +26,9 @@ console = Console(highlight=False)
 
 def _money_log_options(s) -> None:
     """--log and --unchecked of the commands that read money off a log (invoice, export, showback)."""
-    s.add_argument("--log", help="an exported log (default: the broker's log); refused when its lines are missing, "
-                   "repeated, out of order or its contract edited")
-    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails those checks (a warning says so)")
+    s.add_argument("--log", help="an exported log (default: the broker's log); audited first (as `gangway replay`), "
+                   "refused when it does not pass")
+    s.add_argument("--unchecked", action="store_true", help="read --log even if it fails the audit (a warning says so)")
 
 
 def _warn(line: str) -> None:
@@ -326,10 +326,11 @@ def cmd_replay(args) -> int:
 
     from gangway.read.logfile import read_log_file
     from gangway.services.audit.replay import verify
-    lines, quarantined, end = None, [], None
+    lines, quarantined, end, misplaced = None, [], None, []
     if args.file:
         log = read_log_file(args.file)
         envs, lines, quarantined, end, what = log.envs, log.lines, log.quarantined, log.end, args.file
+        misplaced = log.misplaced
     else:
         envs, what = asyncio.run(stack.read_state(_bootstrap()))[1], "the broker's log"
     if not envs and not quarantined:
@@ -338,7 +339,7 @@ def cmd_replay(args) -> int:
         task = progress.add_task("replaying", total=len(envs))
         started = time.perf_counter()
         report = verify(envs, progress=lambda n: progress.advance(task, n), workers=args.workers,
-                        lines=lines, quarantined=quarantined, end=end)
+                        lines=lines, quarantined=quarantined, end=end, misplaced=misplaced)
         elapsed = time.perf_counter() - started
     for finding in report.integrity:
         print(f"INTEGRITY {finding}")
@@ -438,22 +439,30 @@ def _books(args):
 
 
 def _checked_log(args) -> list:
-    """The exported log ``--log`` names, if it passes the audit's checks of the file itself
-    (``file_findings``: numbering, a partial export, the contract's digests); else exit saying
-    what is wrong — money is not read off a log with lines missing, repeated or edited
-    (``--unchecked``: read it anyway, saying so)."""
+    """The exported log ``--log`` names, if it passes the audit (``verify``: its lines, its contract's
+    digests, every decision re-derived, the facts' order); else exit saying what is wrong — money
+    is not read off a log with lines missing, repeated or edited, nor one whose decisions do not
+    come out again (a deleted order, an edited fact) (``--unchecked``: read it anyway, saying so)."""
     from gangway.read.logfile import read_log_file
-    from gangway.services.audit.replay import file_findings
+    from gangway.services.audit.replay import verify
     log = read_log_file(args.log)
-    found = file_findings(log.envs, log.lines, log.quarantined, log.end)
+    found = _audit_findings(verify(log.envs, workers=2, lines=log.lines, quarantined=log.quarantined, end=log.end,
+                                   misplaced=log.misplaced))
     if found:
-        said = "; ".join(str(f) for f in found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        said = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
         if not args.unchecked:
-            raise SystemExit(f"gangway: {args.log} does not pass the audit's checks of the log itself ({said}): "
-                             f"no money is read off it (`gangway replay {args.log}` says more; --unchecked reads it anyway)")
-        print(f"gangway: warning: {args.log} does not pass the audit's checks of the log itself ({said}); "
-              "read anyway (--unchecked)", file=sys.stderr)
+            raise SystemExit(f"gangway: {args.log} does not pass the audit ({said}): no money is read off it "
+                             f"(`gangway replay {args.log}` says more; --unchecked reads it anyway)")
+        print(f"gangway: warning: {args.log} does not pass the audit ({said}); read anyway (--unchecked)",
+              file=sys.stderr)
     return log.envs
+
+
+def _audit_findings(report) -> list[str]:
+    """What keeps a log from passing the audit, one line each: its integrity, then its decisions."""
+    if report.partial or not report.events:
+        return [str(f) for f in report.integrity] or ["no events"]
+    return [*(str(f) for f in report.integrity), *(f"not reproduced: {m}" for m in report.mismatches)]
 
 
 def _period_invoices(books, period: str, team: str | None):
@@ -860,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from gangway.adapters.archive import ArchiveBehind
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
+    from gangway.services.accounting.billing import ClockJump
     from gangway.services.binder.cluster import ClusterFileError
     from gangway.services.runtime.shell import ServiceSettingError
     try:
@@ -867,7 +877,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokerUnreachable as exc:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
     except (stack.NoBrokerError, stack.StackRunning, stack.ServiceFailed, stack.ContractNotRelayed, ArchiveBehind,
-            LogFileError, ReferenceDataMissing, KafkaConfigError, ServiceSettingError, ClusterFileError) as exc:
+            LogFileError, ReferenceDataMissing, KafkaConfigError, ServiceSettingError, ClusterFileError,
+            ClockJump) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

@@ -212,12 +212,19 @@ def test_money_is_not_read_off_a_log_with_lines_missing_or_its_contract_edited(n
     assert head["type"] == "io.gangway.config.applied.v1"
     head["data"]["contract"]["currency"] = "XXX" if head["data"]["contract"].get("currency") != "XXX" else "EUR"
     edited.write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    # A decision's reason rewritten: the whole audit runs first (the file's own checks alone let it by).
+    decided = tmp_path / "decided.jsonl"
+    at = next(i for i, line in enumerate(lines) if '"io.gangway.workload.admitted.v1"' in line)
+    admitted = json.loads(lines[at])
+    admitted["data"]["reason"] = "fits, trust me"
+    decided.write_text("".join(lines[:at]) + json.dumps(admitted) + "\n" + "".join(lines[at + 1:]))
     period = books.issued[0].period
-    for log, why in ((gap, "missing"), (partial, "a partial export"), (edited, "the contract was changed")):
+    for log, why in ((gap, "missing"), (partial, "a partial export"), (edited, "the contract was changed"),
+                     (decided, "reason text is not its code's")):
         for command in (["invoice", "--period", period], ["export", "focus", "--period", period], ["showback"]):
             with pytest.raises(SystemExit) as exc:
                 main([*command, "--log", str(log)])
-            assert "does not pass the audit's checks of the log itself" in str(exc.value) and why in str(exc.value)
+            assert f"{log} does not pass the audit (" in str(exc.value) and why in str(exc.value)
     assert main(["invoice", "--period", period, "--log", str(gap), "--unchecked", "--format", "json"]) == 0
     out = capsys.readouterr()
     assert "read anyway (--unchecked)" in out.err and json.loads(out.out)

@@ -30,7 +30,7 @@ def export(tmp_path: Path, envs=LOG, edit=None) -> Path:
 
 def audit(path: Path):
     log = read_log_file(str(path))
-    return verify(log.envs, lines=log.lines, quarantined=log.quarantined, end=log.end)
+    return verify(log.envs, lines=log.lines, quarantined=log.quarantined, end=log.end, misplaced=log.misplaced)
 
 
 def said(report) -> list[str]:
@@ -56,7 +56,11 @@ def test_a_deleted_decision_is_an_offset_missing(tmp_path):
     gone = first(ev.EvictionOrdered)
     report = audit(export(tmp_path, edit=lambda lines: lines[:gone] + lines[gone + 1:]))
     assert not report.ok
-    assert said(report) == [f"offset {gone} missing (before line {gone + 1})"]
+    evicted = next(e for e in LOG if isinstance(e.data, ev.WorkloadEvicted) and e.data.workload == LOG[gone].data.workload)
+    assert said(report) == [f"offset {gone} missing (before line {gone + 1})",
+                            f"offset {evicted.offset}, line {evicted.offset} {evicted.id}: WorkloadEvicted of "
+                            f"{evicted.data.workload} for preemptor {evicted.data.preemptor}, but no EvictionOrdered in "
+                            f"force ordered it out for {evicted.data.preemptor}"]  # (the order it carried out is gone)
 
 
 def test_a_repeated_line_is_an_offset_twice(tmp_path):
@@ -106,7 +110,8 @@ def test_an_export_whose_last_line_is_not_the_end_it_marks_fails(tmp_path):
         lines[-1] = lines[-1].replace(f'"logend":{LOG[-1].offset + 1}'.encode(), b'"logend":99999')
         return lines
     report = audit(export(tmp_path, edit=edit))
-    assert said(report) == [f"the export marks its end at offset 99999, but its last line has offset {LOG[-1].offset}"]
+    assert said(report) == [f"the export marks its end at offset 99999 (after its last line's 99998), but its last "
+                            f"line has offset {LOG[-1].offset}"]
 
 
 # --- 2: the reason's sentence -----------------------------------------------------------------------------
@@ -149,8 +154,9 @@ def test_a_record_from_a_writer_that_does_not_write_it_is_skipped_and_reported(t
         assert [e.offset for e in read_export(str(path))] == [e.offset for e in LOG if e.offset != i]
         report = audit(path)
         assert not report.ok and report.decisions == sum(isinstance(e.data, ev.DECISION_TYPES) for e in LOG) - 1
-        [finding] = said(report)  # its offset is not missing: it is on the file, skipped
+        finding, unordered = said(report)  # its offset is not missing: it is on the file, skipped
         assert finding.startswith(f"offset {i}, line {i + 1}: skipped, never folded: event '{LOG[i].id}'")
+        assert "but no EvictionOrdered in force ordered it out" in unordered
 
 
 # --- 15: an empty file ------------------------------------------------------------------------------------
@@ -270,3 +276,81 @@ def test_a_line_that_is_no_cloudevent_object_or_has_no_offset_and_a_gzip_file_ar
     marked = tmp_path / "bom.jsonl"
     marked.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
     assert read_log_file(str(marked)).envs == read_log_file(str(export(tmp_path))).envs
+
+
+# --- lines where no line of an export stands, and records no reader can take (a stranger's tampering) ------
+
+
+def test_lines_appended_after_the_end_marker_and_a_rejection_pasted_among_the_log_s_lines_are_said(tmp_path):
+    rejection = write_rejection(tmp_path)
+    appended = audit(export(tmp_path, LOG[:-5], edit=lambda lines: lines + [
+        export(tmp_path / "x", LOG).read_bytes().splitlines(keepends=True)[-5]]))
+    assert f"line {len(LOG) - 4}: line {len(LOG) - 4} and those after it come after line {len(LOG) - 5}, which " \
+           "marks the export's end (lines appended to the export?)" in said(appended)
+    pasted = audit(export(tmp_path, edit=lambda lines: lines[:10] + [rejection] + lines[10:]))
+    assert said(pasted) == ["line 11: a JobRejected among the log's lines (a dry run's rejections come after the "
+                            "line that marks the log's end)"]
+    after = audit(export(tmp_path, edit=lambda lines: lines + [rejection]))  # where a dry run writes them
+    assert after.ok
+
+
+def write_rejection(tmp_path: Path) -> bytes:
+    path = tmp_path / "rejected.jsonl"
+    write_export([], str(path), [ev.Envelope(id="reject/x", source="gangway/submission", time_ms=0, offset=0,
+                                             data=ev.JobRejected(job_id="x", reason="bad_quantity", message="no",
+                                                                 original=b"x"))])
+    return path.read_bytes()
+
+
+def test_an_offset_in_the_billions_is_one_gap_not_a_hang_and_a_byte_that_is_not_utf8_is_named(tmp_path, capsys):
+    def huge(lines):
+        lines[-1] = lines[-1].replace(f'"logoffset":{LOG[-1].offset}'.encode(), f'"logoffset":{2**63 - 1}'.encode())
+        return lines
+    report = audit(export(tmp_path, edit=huge))
+    assert said(report)[0] == f"offsets {LOG[-1].offset}–{2**63 - 2} missing (before line {len(LOG)})"
+
+    def latin1(lines):
+        lines[3] = lines[3].replace(b'"source":"', b'"source":"\xe9')
+        return lines
+    assert cli.main(["replay", str(export(tmp_path, edit=latin1))]) == 1
+    assert capsys.readouterr().err == f"gangway: {tmp_path / 'log.jsonl'}:4: not UTF-8 text (invalid continuation " \
+                                      "byte at byte 0 of the line's field)\n"
+
+
+def test_a_clock_leaping_past_a_hundred_thousand_billing_periods_is_refused_not_billed_for_minutes(tmp_path, capsys):
+    def far(lines):
+        lines[-1] = lines[-1].replace(b'"time":"', b'"time":"9999-12-31T23:59:59.999Z","x-was":"', 1)
+        return lines
+    path = export(tmp_path, edit=far)
+    assert cli.main(["invoice", "--log", str(path), "--unchecked"]) == 1
+    assert "the log's clock jumps to 9999-12-31T23:59:59.999Z, past more than 100,000 billing periods" in \
+        capsys.readouterr().err
+
+
+# --- decisions taken out (a stranger's tampering, the file renumbered after) ----------------------------------
+
+
+def test_a_decision_taken_out_from_between_others_of_its_offset_is_said():
+    """A service writes what it decides at an offset in order, all of it or up to where its cycle
+    stopped: one missing before the last recorded there was taken out (the insider renumbering the
+    file leaves no gap; the gap is said here too, the file not being renumbered)."""
+    by_offset: dict[int, list[int]] = {}
+    for i, e in enumerate(LOG):
+        if isinstance(e.data, ev.WorkloadAdmitted):
+            by_offset.setdefault(e.data.based_on, []).append(i)
+    based_on, (gone, *_) = next((o, ids) for o, ids in by_offset.items() if len(ids) > 1)
+    report = verify([e for i, e in enumerate(LOG) if i not in (gone, gone + 1)])  # the admission and its placement
+    missed = [m for m in report.mismatches if m.offset == based_on]  # (later ones follow from it: it never ran)
+    assert {m.id for m in missed} == {LOG[gone].id, LOG[gone + 1].id}
+    assert all(m.why == f"decide on state[{based_on}] makes this decision before ones recorded there, and it is "
+               "not on the log: deleted?" for m in missed)
+
+
+def test_a_reason_code_taken_out_of_a_decision_is_not_read_as_an_old_record():
+    """Decisions recorded before reasons were codes are checked without one; a decision with its code
+    taken out, on a log whose decisions carry codes, is not (its sentence could then say anything)."""
+    offset = first(ev.EvictionOrdered)
+    report = verify(tampered(offset, data(reason_code=None, reason_params={}, reason="it had to go")))
+    [mismatch] = report.mismatches
+    assert mismatch.offset == offset and mismatch.why.startswith("its reason has no code, as decisions recorded "
+                                                                "before reasons were codes, but the decision at offset")

@@ -55,6 +55,9 @@ class LogFile:
     end: int | None = None
     #: A dry run's rejections, written after the log (not the log's events).
     rejections: list[Envelope] = field(default_factory=list)
+    #: Lines where no line of an export stands, as (line, why): a rejection among the log's lines,
+    #: log lines after the one marking the end (an export edited or pasted together).
+    misplaced: list[tuple[int, str]] = field(default_factory=list)
 
 
 def write_export(envs: list[Envelope], path: str, rejections: list[Envelope] = ()) -> None:
@@ -85,7 +88,9 @@ def read_log_file(path: str) -> LogFile:
     """Every line of an export, decoded (``LogFileError`` names the first line that is not one of
     gangway's CloudEvents)."""
     log = LogFile(path)
-    envs, lines, last = log.envs, log.lines, b""
+    envs, lines = log.envs, log.lines
+    marked: int | None = None  # the line marking the end, if one does
+    rejected_at: int | None = None  # the first rejection's line
     with open(path, "rb") as src:
         for number, raw in enumerate(src, 1):
             if number == 1 and raw.startswith(_GZIP):
@@ -97,6 +102,9 @@ def read_log_file(path: str) -> LogFile:
                 continue
             try:
                 env = codec.from_structured_line(raw)
+            except UnicodeDecodeError as exc:  # (a byte edited in a string: JSON text is UTF-8)
+                raise LogFileError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start} of the "
+                                   "line's field)") from exc
             except (msgspec.DecodeError, codec.CodecError, AttributeError) as exc:
                 raise LogFileError(f"{path}:{number}: {exc}") from exc
             if env.offset < 0 and not isinstance(env.data, JobRejected):
@@ -104,21 +112,38 @@ def read_log_file(path: str) -> LogFile:
                                    "its offset in the log")
             if isinstance(env.data, JobRejected):
                 log.rejections.append(env)
+                rejected_at = number if rejected_at is None else rejected_at
                 continue
-            last = raw
+            if rejected_at is not None:
+                log.misplaced.append((rejected_at, "a JobRejected among the log's lines (a dry run's rejections "
+                                                   "come after the line that marks the log's end)"))
+                rejected_at = None
+            if marked is not None:
+                log.misplaced.append((number, f"line {number} and those after it come after line {marked}, which "
+                                              "marks the export's end (lines appended to the export?)"))
+                marked = None
+            end = _end_of(raw) if _END_KEY in raw else None
+            if end is not None:
+                marked, log.end = number, end
             refused = codec.writer_refusal(env)
             if refused is not None:
                 log.quarantined.append(Quarantined(number, env.offset, str(refused), refused.reason))
                 continue
             envs.append(env)
             lines.append(number)
-    if END_EXT.encode() in last:
-        try:
-            end = msgspec.json.decode(last, type=_End).logend
-        except msgspec.MsgspecError:
-            end = -1
-        log.end = end if end >= 0 else None
     return log
+
+
+_END_KEY = f'"{END_EXT}"'.encode()
+
+
+def _end_of(raw: bytes) -> int | None:
+    """The end a line marks (its top-level ``logend``), if it marks one."""
+    try:
+        end = msgspec.json.decode(raw, type=_End).logend
+    except msgspec.MsgspecError:
+        return None
+    return end if end >= 0 else None
 
 
 def read_export(path: str, rejections: list[Envelope] | None = None) -> list[Envelope]:

@@ -18,7 +18,7 @@ import msgspec
 from gangway.events import catalogue as ev
 from gangway.events import money
 from gangway.events.money import period_bounds, period_of
-from gangway.events.codec import structured_line
+from gangway.events.codec import format_time, structured_line
 from gangway.events.contract import Billing, Contract
 from gangway.events.fold import apply
 from gangway.events.resources import GPU
@@ -265,6 +265,10 @@ class Books:
             self._bounds = (self.next_period, period_bounds(self.next_period)[1])
         if state.time_ms < self._bounds[1] + billing.settle_ms:
             return []
+        if state.time_ms - self._bounds[1] > PERIODS_AT_ONCE_MAX * _SHORTEST_MS[billing.period]:
+            raise ClockJump(f"offset {env.offset}: the log's clock jumps to {format_time(state.time_ms)}, past more "
+                            f"than {PERIODS_AT_ONCE_MAX:,} billing periods from {self.next_period}: a record's time "
+                            "edited? (nothing is billed over such a jump)")
         cut = []
         while True:
             start, end = period_bounds(self.next_period)
@@ -316,6 +320,19 @@ class Books:
     def known(self, now_ms: int | None = None) -> list[Interval]:
         """Every charge so far, the open ones accrued up to ``now_ms`` (default: the log's time)."""
         return self.charges + open_allocations(self.state, self.state.time_ms if now_ms is None else now_ms)
+
+
+#: The most billing periods one event may close (a year of hours is 8,760): a clock that leaps past
+#: more is a record's time gone wrong (year 9999 on one line cut periods for minutes on end).
+PERIODS_AT_ONCE_MAX = 100_000
+
+
+#: The shortest period of each kind, in ms (a month: 28 days).
+_SHORTEST_MS = {"hourly": 3_600_000, "daily": 86_400_000, "weekly": 7 * 86_400_000, "monthly": 28 * 86_400_000}
+
+
+class ClockJump(ValueError):
+    """An event moves the log's clock past more billing periods than any stack runs through at once."""
 
 
 def books_of(envelopes, log_id: str | None = None) -> Books:

@@ -105,14 +105,24 @@ def _wanted(envelopes: list[Envelope]) -> dict[int, dict[str, set[str]]]:
     return wanted
 
 
-def _derive(state: State, services: dict[str, set[str]]) -> dict[str, tuple[int, object]]:
+def _derive(state: State, services: dict[str, set[str]]) -> tuple[dict[str, tuple[int, object]], list[tuple[str, str]]]:
     """What each service decides on ``state``, up to the last of the decisions recorded there (a
-    decide is a walk in order: what comes after them cannot change them, so it is not derived)."""
+    decide is a walk in order: what comes after them cannot change them, so it is not derived);
+    and, as (service, id), the decisions it makes before that last one which are not recorded.
+
+    A service writes a prefix of what it decides (all of it, or up to where its cycle's time ran
+    out): one missing from the middle of it was deleted from the log. (Once every recorded one has
+    come out; otherwise their mismatches say more.)"""
     derived: dict[str, tuple[int, object]] = {}
+    unrecorded: list[tuple[str, str]] = []
     for service in sorted(services):
+        made = []
         for pid, time_ms, decision in propose_until(service, state, services[service]):
             derived[pid] = (time_ms, decision)
-    return derived
+            made.append(pid)
+        if services[service].issubset(made):
+            unrecorded += [(service, pid) for pid in made if pid not in services[service]]
+    return derived, unrecorded
 
 
 def _check(env: Envelope, derived: dict[str, tuple[int, object]] | None) -> tuple[str, str]:
@@ -204,13 +214,15 @@ DERIVE_COST_IN_FOLDS = 26
 
 def verify(envelopes: Iterable[Envelope], progress: Callable[[int], None] | None = None,
            workers: int = 1, lines: list[int] | None = None,
-           quarantined: Iterable[tuple] = (), end: int | None = None) -> AuditReport:
+           quarantined: Iterable[tuple] = (), end: int | None = None,
+           misplaced: Iterable[tuple[int, str]] = ()) -> AuditReport:
     """Fold the log and check every decision on it, and the log itself (``AuditReport.integrity``).
 
     ``lines``: the file line of each event, for a log read from a file (mismatches and findings
     name them); ``quarantined``: the records the reader skipped as no reader folds them, as (line,
     offset, why, …) (``logfile.Quarantined``), each reported; ``end``: the offset after the last
-    event, where the export marks it (``logend``). A log that starts past offset 0 is a partial
+    event, where the export marks it (``logend``); ``misplaced``: lines standing where no line of an
+    export does, as (line, why) (``LogFile.misplaced``), each reported. A log that starts past offset 0 is a partial
     one: the state before it is not there to decide on, so only its structure is checked, and it
     does not pass. An empty log does not pass either.
 
@@ -221,7 +233,8 @@ def verify(envelopes: Iterable[Envelope], progress: Callable[[int], None] | None
     mismatches in log order."""
     envs = list(envelopes)
     quarantined = list(quarantined)
-    findings = structure(envs, lines, quarantined, end)
+    findings = [Finding(f"line {line}: {why}", None, line) for line, why in misplaced]
+    findings += structure(envs, lines, quarantined, end)
     if not envs:
         return AuditReport(integrity=findings or [Finding("no events: nothing was checked")])
     first = min([min(e.offset for e in envs), *(q[1] for q in quarantined)])
@@ -276,30 +289,9 @@ def structure(envs: list[Envelope], lines: list[int] | None = None,
     if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
         findings += _disorder(offsets, lines)
     if end is not None and offsets and end != offsets[-1] + 1:
-        findings.append(Finding(f"the export marks its end at offset {end}, but its last line has offset "
-                                f"{offsets[-1]}", end, lines[-1] if lines else None))
+        findings.append(Finding(f"the export marks its end at offset {end} (after its last line's {end - 1}), but "
+                                f"its last line has offset {offsets[-1]}", end, lines[-1] if lines else None))
     return findings
-
-
-def file_findings(envs: list[Envelope], lines: list[int] | None = None, quarantined: list[tuple] = (),
-                  end: int | None = None) -> list[Finding]:
-    """The checks of a log that need no fold: its numbering (``structure``), a start past offset 0
-    (a partial export: no state to read it from) and each ConfigApplied's digest. What a reader of
-    the log's money (invoices, FOCUS, showback) asks of a file before it believes it; ``verify``
-    checks all of this and re-derives every decision besides."""
-    found = structure(envs, lines, quarantined, end)
-    if not envs:
-        return found or [Finding("no events")]
-    first = min(e.offset for e in envs)
-    if first > 0:
-        found.insert(0, Finding(f"the log starts at offset {first}, not 0: a partial export (or its first lines "
-                                "deleted), without the state before it", first, lines[0] if lines else None))
-    for i, env in enumerate(envs):
-        edited = contract_edited(env.data) if isinstance(env.data, ev.ConfigApplied) else ""
-        if edited:
-            line = lines[i] if lines else None
-            found.append(Finding(f"{_where(env.offset, line)}: {edited}", env.offset, line))
-    return found
 
 
 def contract_edited(applied: ev.ConfigApplied) -> str:
@@ -346,17 +338,16 @@ def _disorder(offsets: list[int], lines: list[int] | None) -> list[Finding]:
         else:
             disorder += 1
             found.append((i, _out_of_order(offset, last, line(i))))
-    gap_start = None
-    for offset in range(offsets[0], top + 2):
-        if offset not in at and offset <= top:
-            gap_start = offset if gap_start is None else gap_start
-        elif gap_start is not None:
+    # The gaps: between the offsets present from the first to the top of the numbering (walked
+    # present by present, not offset by offset: one line with offset 2**63 is one gap, not a hang).
+    present = sorted(o for o in at if offsets[0] <= o <= top)
+    for before, offset in zip(present, present[1:]):
+        if offset > before + 1:
+            gap_start, position = before + 1, at[offset][0]
             said = f"offset {gap_start} missing" if gap_start == offset - 1 else f"offsets {gap_start}–{offset - 1} missing"
-            position = at[offset][0] if offset in at else len(offsets)
-            if offset in at and lines:
+            if lines:
                 said += f" (before line {line(position)})"
             found.append((position, Finding(said, gap_start, None)))
-            gap_start = None
     said = [f for _, f in sorted(found, key=lambda pf: pf[0])]
     if len(said) > _SAID_MAX:  # a log shuffled whole: the first of it says enough
         said = [*said[:_SAID_MAX], Finding(f"and {len(said) - _SAID_MAX} more gaps, repeats and lines out of order "
@@ -409,7 +400,8 @@ _CHECKED = _LIFECYCLE | _CODED_FACTS | {ev.ConfigApplied}
 
 class _Facts:
     """The checks of what the auditor does not re-derive, made as the events are folded: a
-    ConfigApplied's digest, a coded fact's sentence, a workload's lifecycle in time order."""
+    ConfigApplied's digest, a coded fact's sentence, a workload's lifecycle in time order, an
+    eviction for a preemptor carrying out an order for that preemptor."""
 
     def __init__(self, lines: list[int] | None, found: list[Finding]):
         self.lines, self.found = lines, found
@@ -437,6 +429,12 @@ class _Facts:
         name = data.workload
         wl = state.workloads.get(name)
         before = (wl.phase, wl.attempt) if wl is not None else None
+        if kind is ev.WorkloadEvicted and data.preemptor is not None:
+            order = wl.eviction if wl is not None and wl.phase == "evicting" else None
+            if order is None or order.preemptor != data.preemptor:
+                self._found(env, position, f"WorkloadEvicted of {name} for preemptor {data.preemptor}, but no "
+                            f"EvictionOrdered in force ordered it out for {data.preemptor}"
+                            + (f" (the order in force names {order.preemptor})" if order is not None else ""))
         apply(state, env)
         wl = state.workloads.get(name)
         if wl is None or (wl.phase, wl.attempt) == before:
@@ -459,18 +457,36 @@ def _verify_part(envs: list[Envelope], wanted: dict[int, dict[str, set[str]]], l
     empty state included when lo is below it), and the facts when it folds the whole log (hi is
     infinite); returns the state."""
     last_use = {env.data.based_on: env.offset for env in envs if isinstance(env.data, DECISION_TYPES)}
+    # The kinds of decision each service wrote on this log: one it makes now but never wrote then
+    # (an admission's placement, on a log from before admission placed) is not missed when absent.
+    wrote = {(service_of(env.data), type(env.data)) for env in envs if isinstance(env.data, DECISION_TYPES)}
     state = State()
     derived: dict[int, dict[str, tuple[int, object]]] = {}
+    #: based_on offset → the decisions derived there before its last recorded one, not recorded
+    unrecorded: dict[int, list[tuple[str, str]]] = {}
     facts = _Facts(lines, part.integrity) if hi == _INF else None
+
+    def derive(offset: int) -> None:
+        derived[offset], missed = _derive(state, wanted[offset])
+        missed = [(service, pid) for service, pid in missed if (service, type(derived[offset][pid][1])) in wrote]
+        if missed:
+            unrecorded[offset] = missed
+
     if -1 in wanted and lo <= -1 < hi:
-        derived[-1] = _derive(state, wanted[-1])
+        derive(-1)
+    coded_at = None  # the first decision whose reason is a code: none after it is recorded without one
     for position in range(stop):
         env = envs[position]
         data = env.data
+        if coded_at is None and getattr(data, "reason_code", None) is not None and isinstance(data, DECISION_TYPES):
+            coded_at = env.offset
         if isinstance(data, DECISION_TYPES) and lo <= data.based_on < hi:
             part.decisions += 1
             based_on = data.based_on
             why, detail = _check(env, derived.get(based_on) if based_on < env.offset else None)
+            if not why and coded_at is not None and getattr(data, "reason_code", 0) is None:
+                why = (f"its reason has no code, as decisions recorded before reasons were codes, but the decision "
+                       f"at offset {coded_at} carries one: a code taken out?")
             if why:
                 part.mismatches.append((position, Mismatch(env.offset, env.id, service_of(data), why,
                                                            lines[position] if lines else None, detail)))
@@ -478,13 +494,17 @@ def _verify_part(envs: list[Envelope], wanted: dict[int, dict[str, set[str]]], l
                 part.verified += 1
             if last_use.get(based_on) == env.offset:
                 derived.pop(based_on, None)
+                for service, pid in unrecorded.pop(based_on, ()):  # (said after the last recorded there)
+                    part.mismatches.append((position, Mismatch(
+                        based_on, pid, service, f"decide on state[{based_on}] makes this decision before ones "
+                        "recorded there, and it is not on the log: deleted?", lines[position] if lines else None)))
         if facts is not None and type(data) in _CHECKED:
             facts.fold(state, env, position)
         else:
             apply(state, env)
         part.events += 1
         if env.offset in wanted and lo <= env.offset < hi:
-            derived[env.offset] = _derive(state, wanted[env.offset])
+            derive(env.offset)
         if progress is not None:
             progress(1)
     return state
