@@ -266,6 +266,10 @@ LOCK_FILE = "up.lock"
 BROKER_PORT_FILE = "broker-port"
 
 
+#: How long a restarted stack waits for its broker's last port to be let go of.
+PORT_AGAIN_WAIT_S = 3.0
+
+
 def _port_again(path: Path) -> int:
     """The port the last embedded broker of this state directory listened on, once it is free (a
     broker just killed lets go of it in a moment), or 0: none recorded, or still taken after
@@ -282,9 +286,6 @@ def _port_again(path: Path) -> int:
             return 0
         time.sleep(0.1)
     return port
-
-
-PORT_AGAIN_WAIT_S = 3.0
 
 
 def _lock(path: Path) -> IO:

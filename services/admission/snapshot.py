@@ -524,9 +524,9 @@ def not_topology_aware(idx: ContractIndex, pod_sets: list[PodSet], flavors: dict
         t = ps.topology
         if t is None:
             continue
-        for field, level in (("required", t.required), ("preferred", t.preferred), ("slice-required", t.slice_required)):
+        for asked, level in (("required", t.required), ("preferred", t.preferred), ("slice-required", t.slice_required)):
             if level is not None and level != ISLAND:
-                return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=field, level=level,
+                return reason(C.TOPOLOGY_UNSATISFIABLE, pod_set=ps.name, request=asked, level=level,
                               missing=f"flavor {plain[0]} names no Topology (topologyName): Kueue places a topology "
                                       "request only in flavors that do")
     return None

@@ -13,8 +13,11 @@ sentence: its content is checked without the reason.
 Besides the decisions, the log itself is checked (``AuditReport.integrity``): its offsets go up by
 one from 0 (a gap, a repeat or a line out of order is reported with its file line), a record no
 reader folds (its writer does not write its type) is reported as skipped, a ConfigApplied must carry
-its contract's digest, a fact's reason sentence must be its code's, and a workload's lifecycle
-(queued, admitted, placed, bound, running, finished or evicted) must not go back in time. These
+its contract's digest, a fact's reason sentence must be its code's, a workload's lifecycle
+(queued, admitted, placed, bound, running, finished or evicted) must not go back in time, and an
+eviction for a preemptor must carry out an order for it. A decision derived before others recorded
+at its offset but not recorded is reported (a service writes a prefix of what it decides: it was
+taken out), and so is one without a reason code on a log whose decisions carry codes. These
 cost one cheap look per event: the structure one comparison of the offsets with a range, the rest
 a type lookup in the fold's loop.
 """
@@ -222,9 +225,9 @@ def verify(envelopes: Iterable[Envelope], progress: Callable[[int], None] | None
     name them); ``quarantined``: the records the reader skipped as no reader folds them, as (line,
     offset, why, …) (``logfile.Quarantined``), each reported; ``end``: the offset after the last
     event, where the export marks it (``logend``); ``misplaced``: lines standing where no line of an
-    export does, as (line, why) (``LogFile.misplaced``), each reported. A log that starts past offset 0 is a partial
-    one: the state before it is not there to decide on, so only its structure is checked, and it
-    does not pass. An empty log does not pass either.
+    export does, as (line, why) (``LogFile.misplaced``), each reported. A log that starts past
+    offset 0 is a partial one: the state before it is not there to decide on, so only its structure
+    is checked, and it does not pass. An empty log does not pass either.
 
     ``workers`` > 1 splits the checking between that many processes (forked, where the platform
     can): each folds the log from its start, but derives only the decisions based on its own
