@@ -195,8 +195,13 @@ def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
     text = rules.as_text(rules.sections(c.obj()))
     for said in ("may borrow at most 4 nvidia.com/gpu", "lends at most 2 nvidia.com/gpu",
                  "Fair sharing is on", "halving every 1 h", "Fair-sharing weight 2.",
-                 "may preempt lower-priority jobs of priority at most 10", "never preempted in its first 600 s"):
+                 "Across cohort all, fair sharing decides whose jobs it may preempt", "never preempted in its first 600 s"):
         assert said in text, said
+    # (borrowWithinCohort is Kueue's classical preemption: fair sharing decides instead, as preemption does)
+    assert "may preempt lower-priority jobs of priority at most 10" not in text
+    mixed = rules.as_text(rules.sections(contract(cluster_queue("a").cohort("all").gpus(8, borrowing=0).cpu(64),
+                                                  cluster_queue("b").cohort("all").gpus(8)).obj()))
+    assert "never borrows nvidia.com/gpu; may borrow whatever cohort all leaves unused of cpu" in mixed
 
 
 def test_the_rules_say_a_namespace_selector_a_cohorts_limits_and_a_weight_fair_sharing_ignores():

@@ -447,9 +447,11 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
           name: grouped
           namespace: team
           labels: {kueue.x-k8s.io/queue-name: lq, kueue.x-k8s.io/priority-class: high}
-          annotations: {kueue.x-k8s.io/job-min-parallelism: "1", kueue.x-k8s.io/pod-group-total-count: "2"}
+          annotations: {kueue.x-k8s.io/job-min-parallelism: "1", kueue.x-k8s.io/pod-group-total-count: "2",
+                        provreq.kueue.x-k8s.io/maxRunDurationSeconds: "600", example.com/kueue.x-k8s.io: "x"}
         spec:
           parallelism: 2
+          managedBy: kueue.x-k8s.io/multikueue
           template:
             metadata:
               annotations:
@@ -463,7 +465,10 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
     [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
     assert job.job_id == "grouped" and job.pod_sets[0].priority_class_name == "high-priority"  # read, not warned of
     assert unread == [
+        "job.yaml: warning: Job grouped: spec.managedBy is kueue.x-k8s.io/multikueue: Kueue leaves such an object to "
+        "MultiKueue, which runs it on another cluster; gangway runs it here",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/pod-group-total-count is not read by gangway; ignored",
+        "job.yaml: warning: Job grouped: provreq.kueue.x-k8s.io/maxRunDurationSeconds is not read by gangway; ignored",
         "job.yaml: warning: Job grouped: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored",
     ]
 

@@ -140,7 +140,7 @@ def _flavor_words(fq: FlavorQuotas, cohort: str | None, reclaim: str = "Any") ->
             r = format_resource(r, q.borrowing_limit)
         borrow.setdefault(key, []).append(r)
     for key, what in borrow.items():
-        said += f"; {key}" + ("" if key == "never borrows" else f" {', '.join(what)}")
+        said += f"; {key}" + ("" if key == "never borrows" and len(borrow) == 1 else f" {', '.join(what)}")
     limited = [(r, q) for r, q in items if q.lending_limit is not None]
     if limited:
         said += "; lends at most " + ", ".join(format_resource(r, q.lending_limit) for r, q in limited)
@@ -175,7 +175,7 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
                  "a gang that fits its quota and waits for busy nodes the nodes that free soonest (only jobs that end "
                  "in time, or leave it room, use them; another queue's jobs within their nominal quota are not held "
                  "back)" + _codes(C.QUOTA_HELD_FOR_ANOTHER, C.RESERVATION_HELD, C.RESERVED_FOR_ANOTHER_GANG) + ".")
-    lines.extend(_preemption_words(cq))
+    lines.extend(_preemption_words(cq, contract.fair_sharing.enable))
     if contract.fair_sharing.enable:
         lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g}.")
     elif cq.fair_weight != WEIGHT_ONE:
@@ -228,7 +228,9 @@ def _codes(*codes: ReasonCode) -> str:
     return " [" + ", ".join(codes) + "]"
 
 
-def _preemption_words(cq: ClusterQueue) -> list[str]:
+def _preemption_words(cq: ClusterQueue, fair: bool = False) -> list[str]:
+    """Whom its jobs may preempt; ``fair``: fair sharing is on, and decides across the cohort in place
+    of reclaimWithinCohort and borrowWithinCohort (Kueue's classical preemption)."""
     p = cq.preemption
     lines = []
     within = {"Never": "never preempts its own jobs",
@@ -236,7 +238,11 @@ def _preemption_words(cq: ClusterQueue) -> list[str]:
               "LowerOrNewerEqualPriority": "preempts its own lower-priority jobs, and newer ones of equal priority"
                                            + _codes(C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY)}
     lines.append(f"Within the queue, a waiting job {within[p.within_cluster_queue]}.")
-    if cq.cohort:
+    if cq.cohort and fair:
+        lines.append(f"Across cohort {cq.cohort}, fair sharing decides whose jobs it may preempt (the queues furthest "
+                     f"above their share first){_codes(C.FAIR_SHARING)}; reclaimWithinCohort and borrowWithinCohort "
+                     "are Kueue's classical preemption and do not apply.")
+    elif cq.cohort:
         reclaim = {"Never": "does not take back",
                    "LowerPriority": "takes back, by preempting lower-priority jobs,",
                    "Any": "takes back, by preempting any of their jobs,"}

@@ -233,8 +233,13 @@ def unread(doc: Any) -> list[str]:
     keys: dict[tuple[str, str, str], None] = {}
     _kueue_keys(doc, keys, True)
     out = []
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    managed = spec.get("managedBy") if isinstance(spec, dict) else None
+    if isinstance(managed, str) and _is_kueue_key(managed):
+        out.append(f"spec.managedBy is {managed}: Kueue leaves such an object to MultiKueue, which runs it on "
+                   "another cluster; gangway runs it here")
     for key, place, level in keys:
-        kueue = " (as Kueue does)" if key.startswith("kueue.x-k8s.io/") else ""
+        kueue = " (as Kueue does)" if _is_kueue_key(key) else ""
         if key in READ_AS_LABEL and place == "annotations" or key in READ_AS_ANNOTATION and place == "labels":
             here, read_as = ("an annotation", "a label") if key in READ_AS_LABEL else ("a label", "an annotation")
             out.append(f"{key} is {here} here; gangway reads it as {read_as}{kueue}: ignored")
@@ -244,9 +249,16 @@ def unread(doc: Any) -> list[str]:
         elif key in OBJECT_ANNOTATIONS and level != "object":
             out.append(f"{key} is on a {'pod' if level == 'pod' else 'Job'} template; gangway reads it from the "
                        f"object's own annotations{kueue}: ignored")
-        elif key.startswith("kueue.x-k8s.io/") and key not in KUEUE_KEYS_READ:
+        elif _is_kueue_key(key) and key not in KUEUE_KEYS_READ:
             out.append(f"{key} is not read by gangway; ignored")
     return out
+
+
+def _is_kueue_key(key: str) -> bool:
+    """Is ``key`` (a label or annotation, or a controller name) Kueue's: ``kueue.x-k8s.io/…`` or a
+    subdomain's (``provreq.kueue.x-k8s.io/…``)?"""
+    prefix = key.partition("/")[0]
+    return "/" in key and (prefix == "kueue.x-k8s.io" or prefix.endswith(".kueue.x-k8s.io"))
 
 
 def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -> None:
@@ -265,7 +277,7 @@ def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -
                 keys = meta.get(place) if isinstance(meta, dict) else None
                 if isinstance(keys, dict):
                     found.update(((k, place, level), None) for k in keys if isinstance(k, str) and (
-                        k.startswith("kueue.x-k8s.io/") or k in READ_AS_ANNOTATION))
+                        _is_kueue_key(k) or k in READ_AS_ANNOTATION))
         for key, value in node.items():
             if key != "metadata":
                 _kueue_keys(value, found, False)
