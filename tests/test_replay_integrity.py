@@ -354,3 +354,19 @@ def test_a_reason_code_taken_out_of_a_decision_is_not_read_as_an_old_record():
     [mismatch] = report.mismatches
     assert mismatch.offset == offset and mismatch.why.startswith("its reason has no code, as decisions recorded "
                                                                 "before reasons were codes, but the decision at offset")
+
+
+def test_a_report_of_an_attempt_not_made_and_a_line_without_its_time_are_said(tmp_path, capsys):
+    """A bind reported for attempt 10**20 was ignored by the fold (the workload then never ran, and
+    its team's bill changed) and the replay passed; a line without its time was read as 1970."""
+    bound = next(e for e in LOG if isinstance(e.data, ev.WorkloadBound))
+    report = verify(tampered(bound.offset, data(attempt=10**20)))
+    assert f"offset {bound.offset} {bound.id}: WorkloadBound of {bound.data.workload} reports attempt " \
+           f"{10**20}, but its current attempt is {bound.data.attempt}: a report of an attempt not made" in said(report)
+
+    def timeless(lines):
+        lines[5] = lines[5].replace(b'"time":', b'"tmie":')
+        return lines
+    assert cli.main(["replay", str(export(tmp_path, edit=timeless))]) == 1
+    assert capsys.readouterr().err == f"gangway: {tmp_path / 'log.jsonl'}:6: no time: every event of an export " \
+                                      "carries its time\n"

@@ -110,6 +110,8 @@ def read_log_file(path: str) -> LogFile:
             if env.offset < 0 and not isinstance(env.data, JobRejected):
                 raise LogFileError(f"{path}:{number}: no {codec.OFFSET_EXT}: every event of an export carries "
                                    "its offset in the log")
+            if b'"time":' not in raw:  # (read as 1970: a workload's hours then span the epoch)
+                raise LogFileError(f"{path}:{number}: no time: every event of an export carries its time")
             if isinstance(env.data, JobRejected):
                 log.rejections.append(env)
                 rejected_at = number if rejected_at is None else rejected_at

@@ -404,7 +404,7 @@ _CHECKED = _LIFECYCLE | _CODED_FACTS | {ev.ConfigApplied}
 class _Facts:
     """The checks of what the auditor does not re-derive, made as the events are folded: a
     ConfigApplied's digest, a coded fact's sentence, a workload's lifecycle in time order, an
-    eviction for a preemptor carrying out an order for that preemptor."""
+    eviction for a preemptor carrying out an order for that preemptor, a report of an attempt made."""
 
     def __init__(self, lines: list[int] | None, found: list[Finding]):
         self.lines, self.found = lines, found
@@ -432,6 +432,9 @@ class _Facts:
         name = data.workload
         wl = state.workloads.get(name)
         before = (wl.phase, wl.attempt) if wl is not None else None
+        if kind in _FACTS and wl is not None and data.attempt > wl.attempt:
+            self._found(env, position, f"{kind.__name__} of {name} reports attempt {data.attempt}, but its "
+                                       f"current attempt is {wl.attempt}: a report of an attempt not made")
         if kind is ev.WorkloadEvicted and data.preemptor is not None:
             order = wl.eviction if wl is not None and wl.phase == "evicting" else None
             if order is None or order.preemptor != data.preemptor:
