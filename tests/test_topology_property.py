@@ -76,9 +76,11 @@ def capacity(n, ps: ev.PodSet) -> int:
 
 def domain(n, level: str, topology) -> tuple | None:
     name, _, _, _, labels = n
+    if topology is not None and level not in topology:  # (Kueue: "no requested topology level")
+        return None
     if level == HOSTNAME:
         return (name,)
-    if topology is not None and level in topology:
+    if topology is not None:
         keys = [k for k in topology[: topology.index(level) + 1] if k != HOSTNAME]
         return tuple(labels[k] for k in keys) if all(k in labels for k in keys) else None
     if level not in labels:
