@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 SERVICES = ("submission", "admission", "placement", "preemption", "accounting", "binder")
 PUSH_EVERY_S = 0.5
 SERVICES_EVERY_S = 1.0
-#: A broker silent this long makes /healthz and /readyz fail (a restart of `gangway up` takes less).
+#: A broker silent this long makes /readyz fail and the page say so (a restart of `gangway up` takes less).
 SILENT_MAX_S = 10.0
 #: Above this many pending workloads the queue page shows reasons without the forecast start.
 FORECAST_PENDING_MAX = 200

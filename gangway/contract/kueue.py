@@ -1124,7 +1124,9 @@ def _fair_weight(at: _At, path: str, value: Any) -> int:
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_RESOURCE = re.compile(rf"({_SUBDOMAIN.pattern}/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+#: A label's name (and value), a resource's name after its prefix: Kubernetes' qualified name.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_RESOURCE = re.compile(rf"({_SUBDOMAIN.pattern}/)?{_LABEL_NAME.pattern}")
 _NAME_RULE = "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
 _NAMESPACE_RULE = "at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
@@ -1255,9 +1257,6 @@ def _labels(at: _At, path: str, value: Any) -> dict[str, str]:
             at.error(f"{path}.{key}", f"{_show(label)} is no Kubernetes label value: at most 63 letters, digits, "
                      "'-', '_' and '.', starting and ending with a letter or digit")
     return dict(sorted((str(k), str(v)) for k, v in labels.items()))
-
-
-_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def _label_key(key: str) -> bool:
