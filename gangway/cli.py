@@ -159,7 +159,8 @@ def cmd_config(args) -> int:
         for line in warnings:  # what Kueue would act on and gangway will not
             _warn(line)
         if not problems:
-            console.print(f"{args.file}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
+            name = "<stdin>" if args.file == "-" else args.file
+            console.print(f"{name}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
         return 1 if problems else 0
     contract = _load_contract(args.file)
     from gangway.services.runtime.clock import ClusterClock

@@ -894,3 +894,15 @@ def test_a_flavor_s_node_labels_must_be_kubernetes_labels():
         "ending with a letter or digit",
         'config.yaml: ResourceFlavor default-flavor: spec.nodeLabels.example.com/pool: "not ok" is no Kubernetes '
         "label value: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"]
+
+
+def test_config_validate_reads_the_standard_input_as_submit_does():
+    import subprocess
+    import sys
+    demo = Path(gangway.__file__).parent / "demo" / "contract.yaml"
+    done = subprocess.run([sys.executable, "-m", "gangway", "config", "validate", "-"], input=demo.read_bytes(),
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.decode().strip() == "<stdin>: valid", done.stderr
+    bad = subprocess.run([sys.executable, "-m", "gangway", "config", "validate", "-"], input=b"kind: x\n",
+                         capture_output=True, timeout=60)
+    assert bad.returncode == 1 and bad.stdout.decode().startswith("<stdin>: document 1: apiVersion:")

@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from decimal import Decimal, InvalidOperation
@@ -244,12 +245,14 @@ def _logged(contract: Contract, warnings: list[Problem]) -> Contract:
 def read_contract_file(path: str | Path) -> tuple[Contract, list[Problem]]:
     """Read and parse one contract file, as every command reading one does (see read_contract): a
     file that is not UTF-8 is a ConfigError whose one problem says where (``text.NotUtf8``'s words,
-    as ``gangway submit`` says them). Raises OSError for a file that cannot be read."""
+    as ``gangway submit`` says them). Raises OSError for a file that cannot be read. ``-`` is the
+    standard input (named ``<stdin>``), as ``gangway submit -`` reads it."""
+    name = "<stdin>" if str(path) == "-" else str(path)
     try:
-        text = utf8_text(Path(path).read_bytes())
+        text = utf8_text(sys.stdin.buffer.read() if name == "<stdin>" else Path(path).read_bytes())
     except NotUtf8 as exc:
-        raise ConfigError([Problem(str(path), None, "", "", "", str(exc))]) from None
-    return read_contract(text, str(path))
+        raise ConfigError([Problem(name, None, "", "", "", str(exc))]) from None
+    return read_contract(text, name)
 
 
 def load_contract_file(path: str | Path) -> Contract:
