@@ -214,7 +214,8 @@ def test_a_flavor_no_node_matches_and_a_pod_bigger_than_every_node_are_never_pla
     submit(sim, yaml.safe_dump(huge))
     sim.run(until_ms=sim.now_ms + 1000)
     assert pending_report(sim.state)["team/huge"].reason.endswith(
-        "no node it may use holds one of its pods even with nothing running")
+        "no node it may use holds one of its pods even with nothing running (a pod asks 16 nvidia.com/gpu where the "
+        "most a node has is 8)")
 
 
 def test_slices_that_no_domain_can_hold_even_when_empty_can_never_be_placed():

@@ -736,9 +736,11 @@ _TOO_BIG: dict[tuple, tuple] = {}
 def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | None) -> Reason | None:
     checked = ps.node_selector or ps.node_affinity or getattr(free, "tainted", False)
     room = {}  # node → how many of the pod set's pods it holds when empty
+    allowed = []  # the nodes it may use
     for name, node in state.nodes.items():
         if (nodes is None or name in nodes) and (not checked or admits(
                 node.labels, node.taints, ps.node_selector, ps.tolerations, name, ps.node_affinity)):
+            allowed.append(node)
             k = pods_that_fit(node.allocatable, ps.resources)
             if k > 0:
                 room[name] = k
@@ -767,10 +769,22 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
     if nodes is not None and not any(name in nodes for name in state.nodes):
         missing = "no node carries its flavor's node labels"
     elif not total:
-        missing = "no node it may use holds one of its pods even with nothing running"
+        missing = "no node it may use holds one of its pods even with nothing running" + _short_of(ps, allowed)
     else:
         missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
     return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing + _unavailable_note(state))
+
+
+def _short_of(ps: PodSet, allowed: list) -> str:
+    """Which of a pod's requests no node of ``allowed`` has as much of, with the most one has:
+    ``" (a pod asks 40 cpu where the most a node has is 32)"``, '' when none alone is short."""
+    short = []
+    for resource, asked in sorted(ps.resources.items()):
+        most = max((node.allocatable.get(resource, 0) for node in allowed), default=0)
+        if asked > most:
+            short.append(f"{format_resource(resource, asked)} where the most a node has is "
+                         f"{format_resource(resource, most).split()[0]}")
+    return f" (a pod asks {', and '.join(short)})" if short else ""
 
 
 def _unavailable_note(state: State) -> str:
