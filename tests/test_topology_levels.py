@@ -208,6 +208,13 @@ def test_a_flavor_no_node_matches_and_a_pod_bigger_than_every_node_are_never_pla
     report = pending_report(sim.state)[name]
     assert (report.code, report.eta_ms) == ("no_matching_nodes", None)
     assert report.reason.endswith("no node carries its flavor's node labels")
+    # (asking for a level too: the flavor's labels are what is missing, not "no nodes to place it on")
+    tas = TAS.replace("spec: {topologyName: dc}", "spec: {topologyName: dc, nodeLabels: {pool: tas}}")
+    sim = cluster(tas + QUEUES, nodes_yaml(2, zones_and_pods))
+    name = submit(sim, job_yaml("racked", 1, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    report = pending_report(sim.state)[name]
+    assert report.code == "no_matching_nodes" and report.reason.endswith("no node carries its flavor's node labels")
     sim = cluster(PLAIN_FLAVOR + QUEUES, nodes_yaml(2))
     huge = yaml.safe_load(job_yaml("huge", 1, {}))
     huge["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "16"  # 8 a node

@@ -686,6 +686,9 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
     too big for the candidate nodes with nothing running on them (``_too_big``)."""
     candidates = None
     tainted = getattr(free, "tainted", False)
+    if pod_sets and nodes is not None and not any(name in nodes for name in state.nodes):
+        return reason(C.NO_MATCHING_NODES, pod_set=pod_sets[0].name,
+                      missing="no node carries its flavor's node labels" + _unavailable_note(state))
     for ps in pod_sets:
         if ps.node_selector or ps.node_affinity or tainted:
             missing = _no_node_for(free, ps, nodes)
