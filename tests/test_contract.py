@@ -906,3 +906,12 @@ def test_config_validate_reads_the_standard_input_as_submit_does():
     bad = subprocess.run([sys.executable, "-m", "gangway", "config", "validate", "-"], input=b"kind: x\n",
                          capture_output=True, timeout=60)
     assert bad.returncode == 1 and bad.stdout.decode().startswith("<stdin>: document 1: apiVersion:")
+
+
+def test_a_v1beta2_cluster_queue_has_no_admission_checks_field():
+    """Kueue's v1beta2 took `spec.admissionChecks` out for `admissionChecksStrategy` (kueue#7490)."""
+    v1beta2 = cluster_queue(extra="  admissionChecks: [prov]\n").replace(
+        "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2").replace("cohort:", "cohortName:")
+    assert problems_of(docs(FLAVOR, v1beta2)) == [
+        "config.yaml: ClusterQueue team-a: spec.admissionChecks: unknown field in kueue.x-k8s.io/v1beta2, which lists "
+        "its checks in admissionChecksStrategy"]

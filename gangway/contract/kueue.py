@@ -620,6 +620,10 @@ def _read_cluster_queue(at: _At, obj: dict, parsed: _Parsed) -> None:
     cohort_field = "cohort" if at.version == "v1beta1" else "cohortName"
     read = {"resourceGroups", "queueingStrategy", "preemption", "flavorFungibility", "fairSharing", "namespaceSelector",
             "stopPolicy", cohort_field}
+    if at.version == "v1beta2" and "admissionChecks" in spec:  # (removed there: Kueue's v1beta2 refuses it)
+        at.error("spec.admissionChecks", f"unknown field in {at.api_version}, which lists its checks in "
+                 "admissionChecksStrategy")
+        read = read | {"admissionChecks"}
     _check_fields(at, "spec", spec, read, _CLUSTER_QUEUE_IGNORED)
     cohort = _name(at, f"spec.{cohort_field}", spec.get(cohort_field), required=False)
     no_sharing = None if cohort else f"spec.{cohort_field}"
