@@ -28,6 +28,14 @@ def export(tmp_path: Path, envs=LOG, edit=None) -> Path:
     return path
 
 
+def on_line(i: int, old: bytes, new: bytes):
+    """An ``export`` edit: the first ``old`` of line ``i`` (0-based; -1 the last) replaced by ``new``."""
+    def edit(lines):
+        lines[i] = lines[i].replace(old, new, 1)
+        return lines
+    return edit
+
+
 def audit(path: Path):
     log = read_log_file(str(path))
     return verify(log.envs, lines=log.lines, quarantined=log.quarantined, end=log.end, misplaced=log.misplaced)
@@ -303,25 +311,18 @@ def write_rejection(tmp_path: Path) -> bytes:
 
 
 def test_an_offset_in_the_billions_is_one_gap_not_a_hang_and_a_byte_that_is_not_utf8_is_named(tmp_path, capsys):
-    def huge(lines):
-        lines[-1] = lines[-1].replace(f'"logoffset":{LOG[-1].offset}'.encode(), f'"logoffset":{2**63 - 1}'.encode())
-        return lines
+    huge = on_line(-1, f'"logoffset":{LOG[-1].offset}'.encode(), f'"logoffset":{2**63 - 1}'.encode())
     report = audit(export(tmp_path, edit=huge))
     assert said(report)[0] == f"offsets {LOG[-1].offset}–{2**63 - 2} missing (before line {len(LOG)})"
 
-    def latin1(lines):
-        lines[3] = lines[3].replace(b'"source":"', b'"source":"\xe9')
-        return lines
+    latin1 = on_line(3, b'"source":"', b'"source":"\xe9')
     assert cli.main(["replay", str(export(tmp_path, edit=latin1))]) == 1
     assert capsys.readouterr().err == f"gangway: {tmp_path / 'log.jsonl'}:4: not UTF-8 text (invalid continuation " \
                                       "byte at byte 0 of the line's field)\n"
 
 
 def test_a_clock_leaping_past_a_hundred_thousand_billing_periods_is_refused_not_billed_for_minutes(tmp_path, capsys):
-    def far(lines):
-        lines[-1] = lines[-1].replace(b'"time":"', b'"time":"9999-12-31T23:59:59.999Z","x-was":"', 1)
-        return lines
-    path = export(tmp_path, edit=far)
+    path = export(tmp_path, edit=on_line(-1, b'"time":"', b'"time":"9999-12-31T23:59:59.999Z","x-was":"'))
     assert cli.main(["invoice", "--log", str(path), "--unchecked"]) == 1
     assert "the log's clock jumps to 9999-12-31T23:59:59.999Z, past more than 100,000 billing periods" in \
         capsys.readouterr().err
@@ -364,9 +365,6 @@ def test_a_report_of_an_attempt_not_made_and_a_line_without_its_time_are_said(tm
     assert f"offset {bound.offset} {bound.id}: WorkloadBound of {bound.data.workload} reports attempt " \
            f"{10**20}, but its current attempt is {bound.data.attempt}: a report of an attempt not made" in said(report)
 
-    def timeless(lines):
-        lines[5] = lines[5].replace(b'"time":', b'"tmie":')
-        return lines
-    assert cli.main(["replay", str(export(tmp_path, edit=timeless))]) == 1
+    assert cli.main(["replay", str(export(tmp_path, edit=on_line(5, b'"time":', b'"tmie":')))]) == 1
     assert capsys.readouterr().err == f"gangway: {tmp_path / 'log.jsonl'}:6: no time: every event of an export " \
                                       "carries its time\n"

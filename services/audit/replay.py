@@ -462,10 +462,15 @@ def _verify_part(envs: list[Envelope], wanted: dict[int, dict[str, set[str]]], l
     """Fold ``envs[:stop]``, checking the decisions based on an offset in [lo, hi) (the -1 of the
     empty state included when lo is below it), and the facts when it folds the whole log (hi is
     infinite); returns the state."""
-    last_use = {env.data.based_on: env.offset for env in envs if isinstance(env.data, DECISION_TYPES)}
-    # The kinds of decision each service wrote on this log: one it makes now but never wrote then
-    # (an admission's placement, on a log from before admission placed) is not missed when absent.
-    wrote = {(service_of(env.data), type(env.data)) for env in envs if isinstance(env.data, DECISION_TYPES)}
+    # Where each based_on offset is used last, and the kinds of decision each service wrote on this
+    # log: one it makes now but never wrote then (an admission's placement, on a log from before
+    # admission placed) is not missed when absent. (One pass over the log for both.)
+    last_use: dict[int, int] = {}
+    wrote: set[tuple[str, type]] = set()
+    for env in envs:
+        if isinstance(env.data, DECISION_TYPES):
+            last_use[env.data.based_on] = env.offset
+            wrote.add((service_of(env.data), type(env.data)))
     state = State()
     derived: dict[int, dict[str, tuple[int, object]]] = {}
     #: based_on offset → the decisions derived there before its last recorded one, not recorded

@@ -26,7 +26,7 @@ from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
     Fragmentation, KeptRoom, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
 )
-from gangway.events.quantity import format_resource
+from gangway.events.quantity import format_amount, format_resource
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
 from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
@@ -769,9 +769,7 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
     total = sum(room.values())
     if total >= ps.count:
         return None
-    if nodes is not None and not any(name in nodes for name in state.nodes):
-        missing = "no node carries its flavor's node labels"
-    elif not total:
+    if not total:  # (a flavor whose labels no node carries is said first: ``never_placeable``)
         missing = "no node it may use holds one of its pods even with nothing running" + _short_of(ps, allowed)
     else:
         missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
@@ -785,8 +783,7 @@ def _short_of(ps: PodSet, allowed: list) -> str:
     for resource, asked in sorted(ps.resources.items()):
         most = max((node.allocatable.get(resource, 0) for node in allowed), default=0)
         if asked > most:
-            short.append(f"{format_resource(resource, asked)} where the most a node has is "
-                         f"{format_resource(resource, most).split()[0]}")
+            short.append(f"{format_resource(resource, asked)} where the most a node has is {format_amount(resource, most)}")
     return f" (a pod asks {', and '.join(short)})" if short else ""
 
 
