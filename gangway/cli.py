@@ -100,8 +100,11 @@ def _kubernetes(args) -> dict | None:
         return None
     backoff = {"bind-backoff": args.bind_backoff, "bind-backoff-max": args.bind_backoff_max,
                "bind-backoff-limit": args.bind_backoff_limit}
+    webhook = {"webhook-port": args.webhook_port or None, "webhook-service": args.webhook_service,
+               "webhook-configuration": args.webhook_configuration, "webhook-cert-dir": args.webhook_cert_dir,
+               "webhook-host": args.webhook_host}
     return {"kubeconfig": args.kubeconfig, "context": args.context,
-            **{k: str(v) for k, v in backoff.items() if v is not None}}
+            **{k: str(v) for k, v in {**backoff, **webhook}.items() if v is not None}}
 
 
 def _load_contract(path: str):
@@ -747,6 +750,23 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--bind-backoff-limit", type=_bounded(int, 0, sys.maxsize, "must be 0 or more"), metavar="N",
                    help="with --kubernetes: after N failed binds in a row the workload is deactivated "
                         "(default 8; 0: never)")
+    s.add_argument("--webhook-port", type=_port, metavar="PORT",
+                   help="with --kubernetes: serve the mutating webhook (HTTPS) on PORT, which stores a Job, JobSet or "
+                        "PyTorchJob created with a queue label and not suspended as suspended (infra/k8s/binder-webhook.yaml "
+                        "registers it); without it such an object is suspended at the binder's next pass")
+    s.add_argument("--webhook-service", metavar="NAME",
+                   help="with --webhook-port: the webhook's Service in the binder's namespace, which gangway's own "
+                        "certificate names (default gangway-binder-webhook)")
+    s.add_argument("--webhook-configuration", metavar="NAME",
+                   help="with --webhook-port: the MutatingWebhookConfiguration whose caBundle gangway writes its CA "
+                        "into (default gangway)")
+    s.add_argument("--webhook-host", metavar="NAME",
+                   help="with --webhook-port: a host name or IP address the API server calls the webhook by (a binder "
+                        "outside the cluster, its MutatingWebhookConfiguration naming a URL); gangway's own certificate "
+                        "names it beside the Service")
+    s.add_argument("--webhook-cert-dir", metavar="DIR",
+                   help="with --webhook-port: serve tls.crt and tls.key of DIR (e.g. cert-manager's Secret, mounted) "
+                        "instead of gangway's own certificate; the caBundle is then left to the platform")
 
 
 def parser() -> argparse.ArgumentParser:

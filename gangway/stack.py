@@ -110,8 +110,14 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         backoff = RequeueBackoff(float(kubernetes.get("bind-backoff") or default.base_s),
                                  float(kubernetes.get("bind-backoff-max") or default.max_s),
                                  int(kubernetes.get("bind-backoff-limit") or default.limit))
+        webhook = None
+        if kubernetes.get("webhook-port"):
+            from gangway.services.binder import webhook as wh
+            webhook = wh.Options(int(kubernetes["webhook-port"]), kubernetes.get("webhook-service") or wh.SERVICE,
+                                 kubernetes.get("webhook-configuration") or wh.CONFIGURATION,
+                                 kubernetes.get("webhook-cert-dir"), kubernetes.get("webhook-host"))
         return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
-                                       job_from_object, sdir, pending=pending, backoff=backoff)
+                                       job_from_object, sdir, webhook=webhook, pending=pending, backoff=backoff)
     if name == "submission":
         from gangway.services.submission.service import SubmissionService
         return SubmissionService(bootstrap, sdir)

@@ -142,6 +142,7 @@ def test_only_the_binder_may_touch_pods_and_nodes():
         ("pods/eviction", "create"), ("nodes", "list"), ("nodes", "watch"), ("events", "create"),
         *((kind, verb) for kind in ("jobs", "jobsets", "pytorchjobs") for verb in ("list", "watch", "patch")),
         *((f"{kind}/status", "patch") for kind in ("jobs", "jobsets", "pytorchjobs")),
+        ("mutatingwebhookconfigurations", "get"), ("mutatingwebhookconfigurations", "patch"),
     }
     (binding,) = k8s_objects("ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

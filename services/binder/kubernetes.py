@@ -238,7 +238,7 @@ class KubernetesBinder:
             if kind in self.reflectors:
                 for obj in self.reflectors[kind].store.values():
                     m = ob.meta(obj)
-                    if ob.QUEUE_LABEL in (m.get("labels") or {}):
+                    if ob.QUEUE_LABEL in (m.get("labels") or {}) and not ob.owned_by_a_job(obj):
                         by_uid[m.get("uid")] = obj
                         self.names[m.get("uid")] = (kind, m.get("namespace"), m.get("name"))
         objs = {}

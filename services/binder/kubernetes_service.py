@@ -21,6 +21,7 @@ from gangway.adapters.kubernetes import Kube
 from gangway.events import codec, topics
 from gangway.events.catalogue import Envelope
 from gangway.events.state import State
+from gangway.services.binder import webhook as webhook_mod
 from gangway.services.binder.kubernetes import Intake, KubernetesBinder
 from gangway.services.runtime.clock import ClusterClock
 from gangway.services.runtime.shell import LogService, Proposal
@@ -34,9 +35,11 @@ class KubernetesBinderService(LogService):
     name = "binder"
 
     def __init__(self, bootstrap: str, connect: Callable[[], Awaitable[Kube]], intake: Intake,
-                 state_dir: str | Path = ".gangway", clock: ClusterClock | None = None, **binder_options):
+                 state_dir: str | Path = ".gangway", clock: ClusterClock | None = None,
+                 webhook: webhook_mod.Options | None = None, **binder_options):
         super().__init__(bootstrap, state_dir, clock)
         self.connect, self.intake, self.binder_options = connect, intake, binder_options
+        self.webhook = webhook
         self.binder: KubernetesBinder | None = None
         self.outbox: list[Proposal] = []
         self.submit_producer = None
@@ -46,12 +49,20 @@ class KubernetesBinderService(LogService):
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         namespace = os.environ.get("POD_NAMESPACE", "gangway")
         self.binder = KubernetesBinder(kube, identity, intake=self.intake, namespace=namespace, **self.binder_options)
+        serving = None
+        if self.webhook is not None:  # (every replica serves: the webhook only suspends)
+            server = webhook_mod.WebhookServer(await self.webhook.certs(kube, namespace), self.webhook.port)
+            serving = await server.start(stop)
+            log.info("webhook: serving HTTPS on port %d", self.webhook.port)
         self.binder.start(stop)
         self.submit_producer = kafka.producer(self.bootstrap)
         await self.submit_producer.start()
         try:
             await super().run(stop, standby=False)  # the Lease, not Kafka, says who acts
         finally:
+            if serving is not None:
+                stop.set()
+                await serving
             await self.binder.stop()
             await self.binder.elector.release()
             await self.submit_producer.stop()

@@ -65,6 +65,13 @@ def meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
 
 
+def owned_by_a_job(obj: dict) -> bool:
+    """Is ``obj`` made by an object of a kind gangway takes (a JobSet's Jobs): its owner's, not a job
+    of its own, even when it carries the queue label its template gave it."""
+    return any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in KINDS
+               for ref in meta(obj).get("ownerReferences") or [])
+
+
 def is_suspended(obj: dict) -> bool:
     spec = obj.get("spec") or {}
     if kind_of(obj) == "PyTorchJob":

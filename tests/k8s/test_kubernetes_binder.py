@@ -196,6 +196,21 @@ async def test_a_job_created_without_suspend_is_suspended_and_a_bad_one_is_told_
     assert "team/greedy" not in wl
 
 
+async def test_a_jobsets_own_job_is_left_to_its_jobset_though_it_carries_the_queue_label(kube, make_binder):
+    """A JobSet's Jobs carry the labels of their template, the queue label too: they run when their
+    JobSet does, and are neither suspended nor taken in as jobs of their own."""
+    log, binder = await setup(kube, make_binder)
+    [child] = await apply_manifests(kube, job("js-worker-0", pods=1, gpus=1, suspend=False).replace(
+        "  labels:", "  ownerReferences: [{apiVersion: jobset.x-k8s.io/v1alpha2, kind: JobSet, name: js, uid: '0', "
+        "controller: true}]\n  labels:"))
+    assert child["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+    await apply_manifests(kube, job("eager", pods=1, gpus=1, suspend=False))
+    await run_until(log, [binder], lambda: "team/eager" in log.state.workloads, what="the eager Job queued")
+    await binder.step(log.state, log.state.time_ms)
+    assert "team/js-worker-0" not in log.state.workloads
+    assert (await kube.get(api.JOBS, "js-worker-0", "team"))["spec"]["suspend"] is False
+
+
 async def test_gangways_condition_keeps_a_condition_written_after_the_binder_read_the_job(kube, make_binder):
     """The binder's patch of its condition carries the resourceVersion it read: a condition another
     controller wrote meanwhile (409 Conflict) is read again and kept, not overwritten."""

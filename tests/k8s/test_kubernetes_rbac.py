@@ -9,6 +9,7 @@ import yaml
 from conftest import RBAC, USED
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
+from gangway.services.binder.webhook import SECRETS, WEBHOOK_CONFIGURATIONS
 
 pytestmark = pytest.mark.kubernetes
 
@@ -28,7 +29,13 @@ def test_the_manifest_names_the_binders_own_verbs_only():
     rules = granted()
     assert ("create", "/pods/binding") in rules and ("create", "/pods/eviction") in rules
     assert not [r for r in rules if r[0] in ("*", "escalate", "bind", "impersonate") or r[1].endswith("/*")]
-    assert not [r for r in rules if r[1] in ("/secrets", "/configmaps")]
+    assert not [r for r in rules if r[1] == "/configmaps"]
+    # Secrets: the webhook's certificate only, in gangway's namespace, read and renewed by its name
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        for rule in doc.get("rules") or []:
+            if "secrets" in rule["resources"]:
+                assert doc["kind"] == "Role" and doc["metadata"]["namespace"] == "gangway", doc["metadata"]
+                assert rule["verbs"] == ["create"] or rule.get("resourceNames") == ["gangway-webhook-cert"], rule
 
 
 async def test_what_the_binder_used_is_what_the_manifest_grants(binder_kubeconfig, make_binder):
@@ -46,7 +53,10 @@ async def test_the_service_account_can_do_nothing_else(binder_kubeconfig, kube):
         for call in (lambda: sa.create(api.JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"},
                                                   "spec": {}}, "default"),
                      lambda: sa.list(api.SERVICE_ACCOUNTS, "gangway"),
-                     lambda: sa.get(api.LEASES, "somebody-elses", "kube-system")):
+                     lambda: sa.get(api.LEASES, "somebody-elses", "kube-system"),
+                     lambda: sa.list(SECRETS, "gangway"), lambda: sa.get(SECRETS, "gangway-db", "gangway"),
+                     lambda: sa.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}, "default"),
+                     lambda: sa.get(WEBHOOK_CONFIGURATIONS, "somebody-elses")):
             with pytest.raises(ApiError) as refused:
                 await call()
             assert refused.value.status == 403

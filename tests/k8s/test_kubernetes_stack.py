@@ -11,12 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gangway import stack
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
+from gangway.adapters.broker import free_ports
 from gangway.services.binder import objects as ob
+from gangway.services.binder import webhook as wh
 from k8s_harness import cluster_running, apply_manifests, create_node, node_object
+from test_kubernetes_admission_webhook import MANIFEST as WEBHOOK_MANIFEST
 from test_kubernetes_binder import CONTRACT, job, pods_of
 
 pytestmark = pytest.mark.kubernetes
@@ -27,13 +31,21 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
     monkeypatch.delenv("GANGWAY_KAFKA", raising=False)
     for i in range(2):
         await create_node(kube, node_object(f"node-{i}", islands="8"), {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"})
-    running = stack.Stack(kubernetes={"kubeconfig": binder_kubeconfig, "context": None})
+    # with its webhook on loopback, registered by URL as for a binder outside the cluster
+    [port] = free_ports(1)
+    configuration = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
+    configuration["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    running = stack.Stack(kubernetes={"kubeconfig": binder_kubeconfig, "context": None, "webhook-port": str(port),
+                                      "webhook-host": "127.0.0.1"})
     async with cluster_running(kube, ["team"]):
         try:
             await asyncio.to_thread(running.start)
             await asyncio.to_thread(running.wait_ready, 90.0)
             await stack.publish_config(running.bootstrap, load_contract(CONTRACT), "test", running.clock.now_ms())
-            await apply_manifests(kube, job("via-stack", pods=2, gpus=8))
+            # created unsuspended: the webhook stores it suspended, so no pod exists before gangway admits it
+            [created] = await apply_manifests(kube, job("via-stack", pods=2, gpus=8, suspend=False))
+            assert created["spec"]["suspend"] is True
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 running.supervise_once()
@@ -63,3 +75,4 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
             assert said.returncode == 0 and "unknown_queue" in said.stdout and "nowhere" in said.stdout, said
         finally:
             await asyncio.to_thread(running.stop)
+            await kube.delete(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)

@@ -1,0 +1,90 @@
+"""The binder's webhook called by a real kube-apiserver: infra/k8s/binder-webhook.yaml registered (its
+Service swapped for a loopback URL), gangway's own certificate made and its CA published by the
+binder's ServiceAccount, and objects created unsuspended stored suspended."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+import yaml
+
+from conftest import BINDER_NAMESPACE, USED
+from gangway.adapters.broker import free_ports
+from gangway.adapters.kubernetes import ApiError, Kube
+from gangway.adapters.kubernetes import client as api
+from gangway.services.binder import webhook as wh
+import k8s_envtest as envtest
+from k8s_harness import ensure_namespace
+
+pytestmark = pytest.mark.kubernetes
+MANIFEST = envtest.ROOT / "infra" / "k8s" / "binder-webhook.yaml"
+
+
+def job(name: str, kind: str = "Job", labels: dict | None = None, owner: dict | None = None) -> tuple[api.Resource, dict]:
+    meta = {"name": name, "namespace": "team",
+            "labels": {"kueue.x-k8s.io/queue-name": "default"} if labels is None else labels}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+    if kind == "PyTorchJob":
+        return api.PYTORCHJOBS, {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": meta,
+                                 "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod}}}}
+    return api.JOBS, {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": {"template": pod}}
+
+
+async def test_a_job_created_unsuspended_is_stored_suspended_by_gangways_webhook(kube, binder_kubeconfig):
+    [port] = free_ports(1)
+    names = [*wh.service_names(wh.SERVICE, BINDER_NAMESPACE), "127.0.0.1"]
+    configuration = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
+    [hook] = configuration["webhooks"]
+    hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{hook['clientConfig']['service']['path']}"}
+    await ensure_namespace(kube, "team")
+    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    sa = await Kube.connect(kubeconfig=binder_kubeconfig)
+    stop = asyncio.Event()
+    serving = None
+    try:
+        try:  # (a Secret left by an earlier run of this test on the same control plane)
+            await kube.delete(wh.SECRETS, wh.SECRET, BINDER_NAMESPACE)
+        except ApiError:
+            pass
+        # the binder's ServiceAccount makes the certificate, and another replica reads the same one
+        certs = await wh.own_certs(sa, BINDER_NAMESPACE, names)
+        assert await wh.own_certs(sa, BINDER_NAMESPACE, names) == certs
+        # one that does not name the Service (another --webhook-service) is made again, in place
+        other = await wh.own_certs(sa, BINDER_NAMESPACE, [*names, "elsewhere.gangway.svc"])
+        assert other != certs and other.serves(names)
+        certs = other
+        assert await wh.publish_ca(sa, certs.ca) == 1
+        assert await wh.publish_ca(sa, certs.ca) == 0  # (written once)
+        stored = await kube.get(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)
+        assert base64.b64decode(stored["webhooks"][0]["clientConfig"]["caBundle"]) == certs.ca
+
+        serving = await wh.WebhookServer(certs, port, host="127.0.0.1").start(stop)
+        for res, obj in (job("eager"), job("torch", "PyTorchJob"), job("plain", labels={}),
+                         job("child", owner={"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
+                                             "uid": "0000", "controller": True})):
+            await kube.create(res, obj, "team")
+        assert (await kube.get(api.JOBS, "eager", "team"))["spec"]["suspend"] is True
+        assert (await kube.get(api.PYTORCHJOBS, "torch", "team"))["spec"]["runPolicy"]["suspend"] is True
+        # not gangway's: no queue label, or a JobSet's Job (it runs when its JobSet does)
+        assert (await kube.get(api.JOBS, "plain", "team"))["spec"]["suspend"] is False
+        assert (await kube.get(api.JOBS, "child", "team"))["spec"]["suspend"] is False
+
+        # failurePolicy Fail, as Kueue's: with no webhook answering, no queued Job slips past
+        stop.set()
+        await serving
+        serving = None
+        with pytest.raises(ApiError) as refused:
+            await kube.create(*job("late"), "team")
+        assert "suspend.gangway.io" in refused.value.message
+        await kube.create(*job("unqueued", labels={}), "team")  # (only objects with a queue label)
+    finally:
+        stop.set()
+        if serving is not None:
+            await serving
+        await kube.delete(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)
+        USED.update(sa.used)
+        await sa.close()

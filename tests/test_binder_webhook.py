@@ -1,0 +1,123 @@
+"""The binder's mutating webhook without a cluster: what it patches, what it refuses, its certificates
+and its HTTPS server (tests/k8s/test_kubernetes_admission_webhook.py has the API server call it)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import json
+import socket
+import ssl
+import urllib.error
+import urllib.request
+
+import pytest
+from starlette.testclient import TestClient
+
+from gangway.adapters.broker import free_ports
+from gangway.services.binder import webhook as wh
+
+
+def job(kind: str = "Job", labels: dict | None = None, annotations: dict | None = None, spec: dict | None = None,
+        owners: list | None = None) -> dict:
+    meta = {"name": "j", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "default"} if labels is None else labels}
+    if annotations:
+        meta["annotations"] = annotations
+    if owners:
+        meta["ownerReferences"] = owners
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta, "spec": {"parallelism": 1} if spec is None else spec}
+
+
+def ask(obj: dict, operation: str = "CREATE") -> dict:
+    return wh.review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "request": {"uid": "u-1", "operation": operation, "object": obj}})
+
+
+def patch_of(answer: dict) -> list | None:
+    response = answer["response"]
+    assert response["uid"] == "u-1" and response["allowed"] is True
+    return json.loads(base64.b64decode(response["patch"])) if "patch" in response else None
+
+
+def test_a_job_created_with_a_queue_label_and_not_suspended_is_stored_suspended():
+    answer = ask(job())
+    assert patch_of(answer) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert answer["response"]["patchType"] == "JSONPatch" and "suspended by gangway" in answer["response"]["warnings"][0]
+    assert patch_of(ask(job("JobSet", spec={"suspend": False}))) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+def test_a_pytorchjob_is_suspended_in_its_run_policy_whether_it_has_one_or_not():
+    assert patch_of(ask(job("PyTorchJob", spec={"pytorchReplicaSpecs": {}}))) == [
+        {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]
+    assert patch_of(ask(job("PyTorchJob", spec={"runPolicy": {"backoffLimit": 2}}))) == [
+        {"op": "add", "path": "/spec/runPolicy/suspend", "value": True}]
+
+
+@pytest.mark.parametrize("obj, operation", [
+    (job(spec={"suspend": True}), "CREATE"),                       # suspended already
+    (job(labels={}), "CREATE"),                                    # no queue label: not gangway's
+    (job("Deployment"), "CREATE"),                                 # a kind gangway does not take
+    (job(annotations={"gangway.io/workload": "team/j"}), "CREATE"),  # resumed by gangway
+    (job(owners=[{"kind": "JobSet", "name": "js", "uid": "x", "controller": True}]), "CREATE"),  # a JobSet's Job
+    (job(), "UPDATE"),                                             # resumed later: the binder's pass decides
+    (job(spec=[]), "CREATE"),                                      # no spec object: the API server refuses it
+])
+def test_what_the_webhook_leaves_as_it_is(obj, operation):
+    assert patch_of(ask(obj, operation)) is None
+
+
+def test_a_job_a_cronjob_makes_is_suspended_as_any_other():
+    owned = job(owners=[{"kind": "CronJob", "name": "nightly", "uid": "x", "controller": True}])
+    assert patch_of(ask(owned)) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+def test_a_request_that_is_no_admission_review_gets_400_and_why():
+    client = TestClient(wh.create_app())
+    for body, why in ((b"{not json", "Expecting property name"), (b'{"kind": "Pod"}', "not an AdmissionReview"),
+                      (b'{"kind": "AdmissionReview", "request": {"operation": "CREATE"}}', "has no uid")):
+        answer = client.post(wh.PATH, content=body)
+        assert answer.status_code == 400 and why in answer.text, (body, answer.text)
+    ok = client.post(wh.PATH, json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                    "request": {"uid": "u-1", "operation": "CREATE", "object": job()}})
+    assert ok.status_code == 200 and patch_of(ok.json()) is not None
+
+
+def test_gangways_own_certificate_serves_the_names_it_was_made_for_until_near_its_end():
+    names = wh.service_names("gangway-binder-webhook", "gangway") + ["127.0.0.1"]
+    certs = wh.issue(names)
+    assert names[2] == "gangway-binder-webhook.gangway.svc"
+    assert certs.serves(names) and certs.serves(names[:1])
+    assert not certs.serves(names + ["other.gangway.svc"])
+    late = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=wh.VALID_DAYS - wh.RENEW_DAYS + 1)
+    assert not certs.serves(names, now=late)
+    assert not wh.Certs(b"junk", b"", b"junk", b"").serves(names)
+
+
+async def test_the_server_answers_over_https_with_a_certificate_its_ca_vouches_for():
+    certs = wh.issue(["127.0.0.1"])
+    [port] = free_ports(1)
+    stop = asyncio.Event()
+    server = wh.WebhookServer(certs, port, host="127.0.0.1")
+    task = await server.start(stop)
+    try:
+        trusting = ssl.create_default_context(cadata=certs.ca.decode())
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "request": {"uid": "u-1", "operation": "CREATE", "object": job()}}).encode()
+
+        def post(context):
+            req = urllib.request.Request(f"https://127.0.0.1:{port}{wh.PATH}", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, context=context, timeout=5) as resp:
+                return json.loads(resp.read())
+        assert patch_of(await asyncio.to_thread(post, trusting)) is not None
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            await asyncio.to_thread(post, ssl.create_default_context(cadata=wh.issue(["127.0.0.1"]).ca.decode()))
+        # a second server on the same port says it cannot serve, and does not take the process down
+        with pytest.raises(RuntimeError, match=f"cannot serve HTTPS on 127.0.0.1:{port}"):
+            await wh.WebhookServer(certs, port, host="127.0.0.1").start(asyncio.Event())
+    finally:
+        stop.set()
+        await task
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
