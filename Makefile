@@ -31,7 +31,7 @@ test: $(STAMP) $(FOCUS_STAMP)
 	$(BIN)/ruff check gangway events services tests
 	$(BIN)/python -m pytest -q
 
-# kube-apiserver and etcd for tests/k8s, built from the Go module proxy into .cache/envtest/ (once: about
+# kube-apiserver, kube-controller-manager and etcd for tests/k8s, built from the Go module proxy into .cache/envtest/ (once: about
 # 8-11 minutes on two cores, 1.9 GB of memory; cached afterwards). Without them those tests skip.
 envtest:
 	bash infra/envtest/build.sh

@@ -892,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
     from gangway.services.accounting.billing import ClockJump
     from gangway.services.binder.cluster import ClusterFileError
+    from gangway.services.binder.webhook import WebhookError
     from gangway.services.runtime.shell import ServiceSettingError
     try:
         return args.func(args)
@@ -899,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{exc}; {stack.what_to_do(exc)}")
     except (stack.NoBrokerError, stack.StackRunning, stack.ServiceFailed, stack.ContractNotRelayed, ArchiveBehind,
             LogFileError, ReferenceDataMissing, KafkaConfigError, ServiceSettingError, ClusterFileError,
-            ClockJump) as exc:
+            ClockJump, WebhookError) as exc:
         return _fail(str(exc))
     except CREDENTIALS_REFUSED as exc:
         return _fail(f"Kafka refused the credentials (GANGWAY_KAFKA_USERNAME/PASSWORD): {exc}")

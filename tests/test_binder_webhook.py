@@ -114,10 +114,19 @@ async def test_the_server_answers_over_https_with_a_certificate_its_ca_vouches_f
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             await asyncio.to_thread(post, ssl.create_default_context(cadata=wh.issue(["127.0.0.1"]).ca.decode()))
         # a second server on the same port says it cannot serve, and does not take the process down
-        with pytest.raises(RuntimeError, match=f"cannot serve HTTPS on 127.0.0.1:{port}"):
+        with pytest.raises(wh.WebhookError, match=f"cannot serve HTTPS on 127.0.0.1:{port}: Address already in use"):
             await wh.WebhookServer(certs, port, host="127.0.0.1").start(asyncio.Event())
     finally:
         stop.set()
         await task
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_a_mounted_certificate_is_read_and_a_missing_one_named(tmp_path):
+    certs = wh.issue(["gangway-binder-webhook.gangway.svc"])
+    (tmp_path / "tls.crt").write_bytes(certs.cert)
+    with pytest.raises(wh.WebhookError, match=r"--webhook-cert-dir .*: cannot read .*tls\.key: No such file"):
+        wh.mounted_certs(tmp_path)
+    (tmp_path / "tls.key").write_bytes(certs.key)
+    assert wh.mounted_certs(tmp_path) == wh.Certs(b"", b"", certs.cert, certs.key)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and etcd for the integration tests from the Go module proxy (see go.mod), into
+# Builds kube-apiserver, kube-controller-manager and etcd for the integration tests from the Go module proxy (see go.mod), into
 # .cache/envtest/<version>/ at the repository's root, only when they are missing. Prints the directory.
 # Needs Go >= 1.26 (GO or PATH or /usr/local/go/bin); without it, says so and exits 0 (the tests then skip).
 set -euo pipefail
@@ -7,7 +7,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 version="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")"
 out="${ENVTEST_DIR:-$root/.cache/envtest/$version}"
-if [[ -x "$out/kube-apiserver" && -x "$out/etcd" ]]; then
+if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kube-controller-manager" ]]; then
   echo "$out"
   exit 0
 fi
@@ -31,7 +31,10 @@ start=$(date +%s)
 # -p 2: the machines that run this have two cores; -trimpath and no DWARF keep the binaries small.
 "$go" build -p 2 -trimpath -ldflags='-s -w' -o "$out/etcd.tmp" ./cmd/etcd
 "$go" build -p 2 -trimpath -ldflags='-s -w' -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+# The Job controller of one test (tests/k8s/test_kubernetes_job_controller.py): the others play it.
+"$go" build -p 2 -trimpath -ldflags='-s -w' -o "$out/kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
 mv "$out/etcd.tmp" "$out/etcd"
 mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
-echo "envtest: built kube-apiserver $version and etcd in $(( $(date +%s) - start ))s" >&2
+mv "$out/kube-controller-manager.tmp" "$out/kube-controller-manager"
+echo "envtest: built kube-apiserver $version, kube-controller-manager and etcd in $(( $(date +%s) - start ))s" >&2
 echo "$out"

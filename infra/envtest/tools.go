@@ -1,8 +1,10 @@
 //go:build tools
 
-// Keeps kube-apiserver's main package in the module graph so `go build k8s.io/kubernetes/cmd/kube-apiserver` resolves.
+// Keeps the main packages of kube-apiserver and kube-controller-manager in the module graph so that
+// `go build k8s.io/kubernetes/cmd/...` resolves them.
 package envtest
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 )

@@ -46,6 +46,10 @@ WEBHOOK_CONFIGURATIONS = api.Resource("admissionregistration.k8s.io", "v1", "mut
                                       "MutatingWebhookConfiguration", namespaced=False)
 
 
+class WebhookError(RuntimeError):
+    """The webhook cannot serve: why (its port taken, its certificate unreadable)."""
+
+
 class ReviewError(ValueError):
     """The body is not an AdmissionReview gangway can answer (the server says so with HTTP 400)."""
 
@@ -203,7 +207,7 @@ async def own_certs(kube: Kube, namespace: str, names: list[str], secret: str = 
         except ApiError as exc:
             if not exc.conflict:  # (409: another replica wrote it first: read theirs)
                 raise
-    raise RuntimeError(f"webhook: Secret {namespace}/{secret} kept changing under this replica")
+    raise WebhookError(f"webhook: Secret {namespace}/{secret} kept changing under this replica")
 
 
 async def publish_ca(kube: Kube, ca: bytes, configuration: str = CONFIGURATION) -> int:
@@ -287,7 +291,7 @@ class WebhookServer:
             sock.bind((self.host, self.port))
         except OSError as exc:
             sock.close()
-            raise RuntimeError(f"webhook: cannot serve HTTPS on {self.host}:{self.port}: {exc.strerror}") from None
+            raise WebhookError(f"webhook: cannot serve HTTPS on {self.host}:{self.port}: {exc.strerror}") from None
         with sock, tempfile.TemporaryDirectory(prefix="gangway-webhook-") as d:
             cert, key = Path(d) / "tls.crt", Path(d) / "tls.key"
             cert.write_bytes(self.certs.cert + self.certs.ca)
@@ -311,7 +315,7 @@ class WebhookServer:
         while not (self.server is not None and self.server.started):
             if task.done():
                 task.result()
-                raise RuntimeError(f"webhook: stopped before it served on port {self.port}")
+                raise WebhookError(f"webhook: stopped before it served on port {self.port}")
             await asyncio.sleep(0.02)
         return task
 
@@ -320,4 +324,7 @@ def mounted_certs(directory: str | Path) -> Certs:
     """A certificate the platform mounted (cert-manager's Secret: tls.crt, tls.key, ca.crt when present)."""
     d = Path(directory)
     ca = d / "ca.crt"
-    return Certs(ca.read_bytes() if ca.exists() else b"", b"", (d / "tls.crt").read_bytes(), (d / "tls.key").read_bytes())
+    try:
+        return Certs(ca.read_bytes() if ca.exists() else b"", b"", (d / "tls.crt").read_bytes(), (d / "tls.key").read_bytes())
+    except OSError as exc:
+        raise WebhookError(f"--webhook-cert-dir {directory}: cannot read {exc.filename}: {exc.strerror}") from None

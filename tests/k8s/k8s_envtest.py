@@ -3,13 +3,15 @@
 The binaries come from ``infra/envtest/build.sh`` (built from the Go module proxy and cached in
 ``.cache/envtest/<version>/``; ``GANGWAY_ENVTEST_DIR`` overrides). As with Kueue's envtest, no
 controller-manager and no scheduler run: the tests create the pods a Job controller would, and play
-the kubelet where they need one. The API server authorizes with RBAC; the tests talk to it as an
+the kubelet where they need one (one test runs kube-controller-manager's own Job controller beside the
+binder: ``ControlPlane.controllers``). The API server authorizes with RBAC; the tests talk to it as an
 admin (a static token in ``system:masters``) or as a ServiceAccount (a token from the TokenRequest
 API, signed with a key generated at start).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,7 +43,7 @@ def binaries_dir() -> Path | None:
 def missing() -> str:
     """Why the control plane cannot start here ('' when it can)."""
     where = binaries_dir()
-    for name in ("etcd", "kube-apiserver"):
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
         if not (where / name).exists():
             return f"no {name} in {where}: run `bash infra/envtest/build.sh` (needs Go 1.26 and the Go module proxy)"
     if shutil.which("openssl") is None:
@@ -105,6 +107,27 @@ class ControlPlane:
         self.kubeconfig_path.write_text(yaml.safe_dump(kubeconfig(self.server, ADMIN_TOKEN)))
         self._wait_ready(timeout_s)
         return self
+
+    @contextlib.contextmanager
+    def controllers(self, names: str = "job"):
+        """kube-controller-manager running only the controllers ``names`` (comma-separated) for the
+        block, as the admin; the other tests play those controllers themselves."""
+        self._spawn("kube-controller-manager", [
+            str(self.bin_dir / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig_path}",
+            f"--controllers={names}", "--leader-elect=false", "--secure-port=0",
+            "--use-service-account-credentials=false", "--v=1",
+        ])
+        proc = self.procs[-1]
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self.procs.remove(proc)
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         out = open(self.dir / f"{name}.log", "wb")

@@ -1,0 +1,98 @@
+"""The binder beside Kubernetes' own Job controller (kube-controller-manager's job and garbage
+collector controllers): the pods are the controller's, made from the template as the binder left it
+(gated), counted and finished by it; the test plays only the kubelet. The webhook is served too, so
+a Job created unsuspended never gets a pod before gangway admits it; a Job deleted while it runs
+loses its pods to the garbage collector before its workload gives back its nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+import yaml
+
+from gangway.adapters.broker import free_ports
+from gangway.adapters.kubernetes import ApiError
+from gangway.adapters.kubernetes import client as api
+from gangway.events import catalogue as ev
+from gangway.services.binder import objects as ob
+from gangway.services.binder import webhook as wh
+from k8s_harness import apply_manifests, run_until
+from test_kubernetes_admission_webhook import MANIFEST as WEBHOOK_MANIFEST
+from test_kubernetes_binder import job, pods_of, setup
+
+pytestmark = pytest.mark.kubernetes
+
+
+async def kubelet(kube, stop: asyncio.Event, finish: set[str]) -> None:
+    """Bound pods start; a pod of a Job named in ``finish`` succeeds; a deleted pod goes."""
+    while not stop.is_set():
+        pods, _ = await kube.list(api.PODS, "team")
+        for pod in pods:
+            m, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
+            with contextlib.suppress(ApiError):
+                if m.get("deletionTimestamp"):
+                    await kube.delete(api.PODS, m["name"], "team", grace_seconds=0)
+                elif pod["spec"].get("nodeName") and phase in (None, "Pending"):
+                    await kube.patch(api.PODS, m["name"], {"status": {"phase": "Running"}}, "team", sub="status")
+                elif phase == "Running" and m["labels"].get("batch.kubernetes.io/job-name") in finish:
+                    await kube.patch(api.PODS, m["name"], {"status": {"phase": "Succeeded", "containerStatuses": [
+                        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+                         "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}, "team", sub="status")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.1)
+
+
+async def test_the_real_job_controller_makes_a_gangs_pods_gated_the_binder_binds_them_whole_and_it_finishes(
+        control_plane, kube, make_binder):
+    log, binder = await setup(kube, make_binder)
+    [port] = free_ports(1)
+    configuration = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
+    configuration["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    stop, finish = asyncio.Event(), set()
+    certs = wh.issue(["127.0.0.1"])
+    await wh.publish_ca(kube, certs.ca)
+    serving = await wh.WebhookServer(certs, port, host="127.0.0.1").start(stop)
+    kubelet_task = asyncio.create_task(kubelet(kube, stop, finish))
+    wl = log.state.workloads
+    try:
+        with control_plane.controllers("job,garbagecollector"):
+            # created unsuspended by a user in a hurry: stored suspended, so the controller makes no pod
+            [made] = await apply_manifests(kube, job("real", pods=2, gpus=8, suspend=False))
+            assert made["spec"]["suspend"] is True
+            await run_until(log, [binder], lambda: "team/real" in wl, what="the Job queued")
+            assert await pods_of(kube, "real") == []
+            await run_until(log, [binder], lambda: wl["team/real"].phase == "running", what="the gang running")
+            pods = await pods_of(kube, "real")
+            [placement] = log.of_type(ev.PlacementDecided)
+            assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(a.node for a in placement.assignments
+                                                                        for _ in range(a.count))
+            # the controller made them from the template the binder resumed: behind gangway's gate, lifted
+            # by the binder once each was pinned to its node
+            assert all(not p["spec"].get("schedulingGates") and p["metadata"]["annotations"].get(ob.GPUS_ANNOTATION)
+                       for p in pods)
+            assert {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods} == {"0", "1"}
+            finish.add("real")
+            await run_until(log, [binder], lambda: wl["team/real"].phase == "finished", what="the Job finished")
+            [done] = [f for f in log.of_type(ev.WorkloadFinished) if f.workload == "team/real"]
+            assert done.succeeded, done
+            current = await kube.get(api.JOBS, "real", "team")
+            assert any(c["type"] == "Complete" and c["status"] == "True" for c in current["status"]["conditions"])
+
+            # deleted while it runs: the garbage collector takes its pods, and only then does its
+            # workload leave the log's nodes and quota (WorkloadWithdrawn)
+            await apply_manifests(kube, job("dropped", pods=2, gpus=8))
+            await run_until(log, [binder], lambda: "team/dropped" in wl and wl["team/dropped"].phase == "running",
+                            what="the second gang running")
+            await kube.delete(api.JOBS, "dropped", "team", propagation="Background")
+            await run_until(log, [binder], lambda: wl["team/dropped"].phase == "finished", what="the deleted Job withdrawn")
+            assert wl["team/dropped"].withdrawn and await pods_of(kube, "dropped") == []
+            assert all(node.free == node.allocatable for node in log.state.nodes.values())
+    finally:
+        stop.set()
+        await serving
+        await kubelet_task
+        await kube.delete(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)
+
