@@ -152,7 +152,7 @@ def _reference(state: State) -> list:
 def test_the_lazy_pairs_are_the_whole_cycles(seed: int):
     """Preemptors (nominated, or waiting for victims) come first in the cycle, so the placer built
     at the first other admission keeps the same rooms as one built after the whole cycle."""
-    log = simulated_log(workloads=300, seed=seed, nodes=4)  # each has a cycle admitting a nominated
+    log = simulated_log(workloads=200, seed=seed, nodes=4)  # each has a cycle admitting a nominated
     state = State()                                          # preemptor before one still waiting
     preempting = 0
     for env in log:
