@@ -99,7 +99,7 @@ def _kubernetes(args) -> dict | None:
     if not getattr(args, "kubernetes", False):
         return None
     backoff = {"bind-backoff": args.bind_backoff, "bind-backoff-max": args.bind_backoff_max,
-               "bind-backoff-limit": args.bind_backoff_limit}
+               "bind-backoff-limit": args.bind_backoff_limit, "pods-ready-timeout": args.pods_ready_timeout}
     webhook = {"webhook-port": args.webhook_port or None, "webhook-service": args.webhook_service,
                "webhook-configuration": args.webhook_configuration, "webhook-cert-dir": args.webhook_cert_dir,
                "webhook-host": args.webhook_host}
@@ -750,6 +750,10 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--bind-backoff-limit", type=_bounded(int, 0, sys.maxsize, "must be 0 or more"), metavar="N",
                    help="with --kubernetes: after N failed binds in a row the workload is deactivated "
                         "(default 8; 0: never)")
+    s.add_argument("--pods-ready-timeout", type=_seconds, metavar="SECONDS",
+                   help="with --kubernetes: a bound gang whose pods are not all running this long after its admission "
+                        "(an image that does not pull, a device that fails) gives its nodes back and is requeued with the "
+                        "bind backoff, as Kueue's waitForPodsReady (default 600; 0: never)")
     s.add_argument("--webhook-port", type=_port, metavar="PORT",
                    help="with --kubernetes: serve the mutating webhook (HTTPS) on PORT, which stores a Job, JobSet or "
                         "PyTorchJob created with a queue label and not suspended as suspended (infra/k8s/binder-webhook.yaml "

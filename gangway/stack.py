@@ -116,8 +116,11 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
             webhook = wh.Options(int(kubernetes["webhook-port"]), kubernetes.get("webhook-service") or wh.SERVICE,
                                  kubernetes.get("webhook-configuration") or wh.CONFIGURATION,
                                  kubernetes.get("webhook-cert-dir"), kubernetes.get("webhook-host"))
+        from gangway.services.binder.kubernetes import PODS_READY_TIMEOUT_S
+        ready = kubernetes.get("pods-ready-timeout")
         return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
-                                       job_from_object, sdir, webhook=webhook, pending=pending, backoff=backoff)
+                                       job_from_object, sdir, webhook=webhook, pending=pending, backoff=backoff,
+                                       pods_ready_timeout_s=PODS_READY_TIMEOUT_S if ready is None else float(ready))
     if name == "submission":
         from gangway.services.submission.service import SubmissionService
         return SubmissionService(bootstrap, sdir)

@@ -58,6 +58,9 @@ SUBMIT_RETRY_S = 30.0
 #: A gang that lost a pod waits for the rest of its pods this long past their grace period before
 #: deleting what is left at once.
 LOST_GRACE_MARGIN_S = 5.0
+#: Kueue's waitForPodsReady timeout, on by default here: a gang's GPUs are too dear to hold for a pod
+#: that cannot start (an image that does not pull, a device that fails).
+PODS_READY_TIMEOUT_S = 600.0
 #: Writes of gangway's condition that met a newer object (409 Conflict) before it gives up until
 #: the next change it tells of.
 CONDITION_TRIES = 4
@@ -101,7 +104,8 @@ class KubernetesBinder:
                  lease_name: str = "gangway-binder", lease_s: float = 15.0, pods_timeout_s: float = 60.0,
                  scheduler: str = ob.SCHEDULER_NAME, bind_concurrency: int = 32, kinds: tuple[str, ...] = ob.KINDS,
                  watch_timeout_s: int = 60, pending: Callable[[State], dict] | None = None,
-                 backoff: RequeueBackoff = RequeueBackoff(), gate: str = ob.GATE):
+                 backoff: RequeueBackoff = RequeueBackoff(), gate: str = ob.GATE,
+                 pods_ready_timeout_s: float = PODS_READY_TIMEOUT_S):
         self.kube, self.identity, self.intake = kube, identity, intake
         #: pending(state) → workload → an object with reason and eta_ms (gangway explain's pending report).
         self.pending = pending
@@ -109,6 +113,9 @@ class KubernetesBinder:
         #: How a gang whose bind failed is requeued; the scheduling gate of objects whose pods cannot
         #: name gangway's scheduler.
         self.backoff, self.gate = backoff, gate
+        #: A bound gang whose pods are not all running this long after its admission is rolled back and
+        #: requeued with its backoff (Kueue's waitForPodsReady timeout; 0: never).
+        self.pods_ready_timeout_s = pods_ready_timeout_s
         self.wake = asyncio.Event()
         self.reflectors: dict[str, Reflector] = {
             kind: Reflector(kube, res, on_change=self._changed, on_relist=self._relisted,
@@ -431,11 +438,12 @@ class KubernetesBinder:
         return ""
 
     async def _roll_back(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int,
-                         why: str) -> None:
-        """The gang did not bind whole: delete its pods, suspend the object, requeue the workload."""
+                         why: str, failed: str = "gang not bound") -> None:
+        """The gang did not bind whole (or did not start in time): delete its pods, suspend the object,
+        requeue the workload after its backoff."""
         removed = await self._delete_pods(pods, grace=0)
         await self._suspend(obj, "")
-        said = f"gang not bound: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
+        said = f"{failed}: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
         report = bind_failed(wl, now_ms, said, self.backoff)
         if report.reason_code == C.BIND_FAILURES_EXCEEDED:
             await self.tell(obj, "Warning", "Deactivated", f"Deactivated by gangway: {report.reason}; delete and "
@@ -501,6 +509,13 @@ class KubernetesBinder:
         phases = [(p.get("status") or {}).get("phase") for p in alive]
         if wl.phase == "bound" and not unbound and all(ph in ("Running", "Succeeded") for ph in phases):
             out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
+        elif wl.phase == "bound" and self.pods_ready_timeout_s and wl.admitted_ms is not None \
+                and now_ms - wl.admitted_ms > self.pods_ready_timeout_s * 1000:
+            # Half a gang running at its rendezvous holds every GPU of it: give them back, try again later.
+            starting = sorted((p for p, ph in zip(alive, phases) if ph not in ("Running", "Succeeded")), key=ob.pod_order)
+            await self._roll_back(wl, obj, pods, out, now_ms, f"{len(starting)} of its {len(alive)} pods not running "
+                                  f"{self.pods_ready_timeout_s:g} s after its admission ({ob.meta(starting[0]).get('name')}: "
+                                  f"{ob.waiting_reason(starting[0])})", failed="gang not running")
 
     async def _follow_successive(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
         """A Job of more completions than parallelism: a pod that succeeds, or fails and is retried by

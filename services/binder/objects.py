@@ -72,6 +72,17 @@ def owned_by_a_job(obj: dict) -> bool:
                for ref in meta(obj).get("ownerReferences") or [])
 
 
+def waiting_reason(pod: dict) -> str:
+    """Why a pod is not running, as the kubelet says it (a container's waiting reason and message),
+    else its phase."""
+    status = pod.get("status") or {}
+    for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = ((c or {}).get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return waiting["reason"] + (f": {waiting['message']}" if waiting.get("message") else "")
+    return f"{status.get('phase') or 'Pending'}" + ("" if (pod.get("spec") or {}).get("nodeName") else ", not bound")
+
+
 def is_suspended(obj: dict) -> bool:
     spec = obj.get("spec") or {}
     if kind_of(obj) == "PyTorchJob":

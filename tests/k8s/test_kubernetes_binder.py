@@ -344,6 +344,35 @@ async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued_after_a_
         assert any(e["reason"] == "GangRolledBack" for e in events)
 
 
+async def test_a_bound_gang_whose_pod_cannot_start_gives_its_nodes_back_and_is_requeued(kube, make_binder):
+    """Kueue's waitForPodsReady: one pod's image does not pull, so the gang's other pod runs on at its
+    rendezvous holding GPUs; past the timeout (from admission) the gang is rolled back and requeued
+    with the bind backoff, the kubelet's reason in what the log and the Job's owner are told."""
+    log, binder = await setup(kube, make_binder, pods_ready_timeout_s=2.0,
+                              backoff=RequeueBackoff(base_s=1.0, max_s=5.0, limit=4))
+    async with cluster_running(kube, ["team"], kubelet=False):
+        await apply_manifests(kube, job("stuck", pods=2, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/stuck" in wl and wl["team/stuck"].phase == "bound",
+                        what="the gang bound")
+        first, second = await pods_of(kube, "stuck")
+        await kube.patch(api.PODS, first["metadata"]["name"], {"status": {"phase": "Running"}}, "team", sub="status")
+        await kube.patch(api.PODS, second["metadata"]["name"], {"status": {"phase": "Pending", "containerStatuses": [
+            {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "busybox"'}}}]}},
+                         "team", sub="status")
+        await run_until(log, [binder], lambda: bool(log.of_type(ev.WorkloadEvicted)), what="the rollback")
+        [rolled] = log.of_type(ev.WorkloadEvicted)
+        assert rolled.reason.startswith(f"gang not running: 1 of its 2 pods not running 2 s after its admission "
+                                        f"({second['metadata']['name']}: ImagePullBackOff: Back-off pulling image")
+        assert (rolled.bind_failures, rolled.reason_code) == (1, C.BIND_BACKOFF)
+        assert wl["team/stuck"].phase == "pending" and not any(n.free != n.allocatable for n in log.state.nodes.values())
+        await run_until(log, [binder], lambda: wl["team/stuck"].attempt == 1 and wl["team/stuck"].phase == "bound",
+                        what="the second attempt bound")
+        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=stuck")
+        assert any(e["reason"] == "GangRolledBack" and "ImagePullBackOff" in e["message"] for e in events)
+
+
 async def test_a_pod_deleted_after_the_binders_look_is_not_a_refused_bind(kube, make_binder):
     """A controller deletes and re-creates a pod between the binder's look and its bind (as when an object
     created without suspend is suspended at once): the API server says the pod is being deleted. That is a
