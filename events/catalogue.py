@@ -161,6 +161,8 @@ RejectionReason = Literal[
     "not_entitled", "namespace_not_selected",
     # A topology request no node of the cluster can ever satisfy (a level no node carries).
     "topology_unsatisfiable",
+    # A withdrawal of a job the log does not hold; of one made from a Kubernetes object (delete the object).
+    "unknown_job", "kubernetes_object",
 ]
 
 
@@ -399,10 +401,32 @@ class ClusterReconciled(_Event, frozen=True):
     action: str = ""
 
 
+class JobWithdrawn(_Event, frozen=True):
+    """A producer takes back a job it submitted (topic ``gangway.submissions``, as a CloudEvent:
+    `gangway withdraw`), whether it waits or runs."""
+
+    job_id: str
+    namespace: str
+    reason: str = ""
+
+
+class WithdrawalRequested(_Event, frozen=True):
+    """The submission service accepted a ``JobWithdrawn``: a workload still in its queue leaves it at
+    once (the fold); one holding quota or nodes is stopped by the binder, which reports
+    ``WorkloadWithdrawn`` once its pods are gone."""
+
+    workload: str
+    reason: str
+    #: Where the request came from (``topic/partition/offset``) and its CloudEvent (``source id``).
+    submission: str = ""
+    requested_as: str = ""
+
+
 Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
     NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn, ClusterReconciled,
+    JobWithdrawn, WithdrawalRequested,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -425,6 +449,8 @@ EVENT_TYPES: dict[type, str] = {
     ClockTicked: "io.gangway.clock.ticked.v1",
     WorkloadWithdrawn: "io.gangway.workload.withdrawn.v1",
     ClusterReconciled: "io.gangway.cluster.reconciled.v1",
+    JobWithdrawn: "io.gangway.job.withdrawn.v1",
+    WithdrawalRequested: "io.gangway.withdrawal.requested.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

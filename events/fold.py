@@ -171,10 +171,14 @@ def _release_quota(state: State, wl: WorkloadState) -> None:
     state.active.pop(wl.spec.workload, None)
 
 
-def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
-    """An evicted workload goes back to its queue (Kueue's default: ordered by eviction time)."""
+def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
+    """An evicted workload goes back to its queue (Kueue's default: ordered by eviction time) —
+    unless its producer took it back meanwhile: then it is withdrawn (False)."""
     _release_nodes(state, wl)
     _release_quota(state, wl)
+    if wl.withdrawing is not None:
+        _end_withdrawn(state, wl, env, wl.withdrawing)
+        return False
     _set_phase(state, wl, "pending")
     wl.seq = env.offset
     wl.queued_ms = env.time_ms
@@ -185,6 +189,13 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> None:
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = wl.checkpoint_step = None
     _reset_money(wl)
     _enqueue(state, wl)
+    return True
+
+
+def _end_withdrawn(state: State, wl: WorkloadState, env: ev.Envelope, why: str) -> None:
+    _set_phase(state, wl, "finished")
+    wl.finished_ms = env.time_ms
+    wl.withdrawn = why or "withdrawn"
 
 
 def _reset_money(wl: WorkloadState) -> None:
@@ -474,8 +485,7 @@ def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
 
 def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
     wl = state.workloads.get(e.workload)
-    if _report(state, wl, e.attempt, EVICT_FROM):
-        _requeue(state, wl, env)
+    if _report(state, wl, e.attempt, EVICT_FROM) and _requeue(state, wl, env):
         wl.bind_failures, wl.retry_after_ms = e.bind_failures, e.retry_after_ms
         if e.retry_after_ms:
             state.backing_off[e.workload] = e.retry_after_ms
@@ -544,9 +554,21 @@ def _withdrawn(state: State, env: ev.Envelope, e: ev.WorkloadWithdrawn) -> None:
     else:
         _release_nodes(state, wl)
         _release_quota(state, wl)
-    _set_phase(state, wl, "finished")
-    wl.finished_ms = env.time_ms
-    wl.withdrawn = e.reason or "withdrawn"
+    _end_withdrawn(state, wl, env, e.reason)
+
+
+def _withdrawal_requested(state: State, env: ev.Envelope, e: ev.WithdrawalRequested) -> None:
+    """Out of its queue at once; holding quota or nodes, it is ``withdrawing`` until the binder says
+    its pods are gone (``WorkloadWithdrawn``)."""
+    wl = state.workloads.get(e.workload)
+    if wl is None or wl.phase == "finished" or wl.withdrawing is not None:
+        state.ignored += 1
+        return
+    if wl.phase == "pending":
+        _dequeue(state, wl)
+        _end_withdrawn(state, wl, env, e.reason)
+    else:
+        wl.withdrawing = e.reason or "withdrawn"
 
 
 def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
@@ -696,6 +718,7 @@ _HANDLERS = {
     ev.WorkloadProgress: _progress,
     ev.WorkloadIdle: _idle,
     ev.WorkloadWithdrawn: _withdrawn,
+    ev.WithdrawalRequested: _withdrawal_requested,
 }
 
 

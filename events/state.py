@@ -161,6 +161,9 @@ class WorkloadState(msgspec.Struct):
     tokens_saved: int = 0
     #: Why it was withdrawn (None: it was not); a withdrawn workload is "finished" and never runs.
     withdrawn: str | None = None
+    #: Its producer took it back while it held quota or nodes (``WithdrawalRequested``): the binder
+    #: stops its pods and reports ``WorkloadWithdrawn``; it is never queued again meanwhile.
+    withdrawing: str | None = None
     #: Failed binds in a row (the last rollback's count) and the cluster time before which admission
     #: leaves it alone (its requeue backoff; 0: none).
     bind_failures: int = 0

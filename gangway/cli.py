@@ -228,6 +228,54 @@ def cmd_submit(args) -> int:
     return 0
 
 
+def cmd_withdraw(args) -> int:
+    """Take jobs back (JobWithdrawn on gangway.submissions); with --wait, say what became of each."""
+    from gangway.events.catalogue import JobWithdrawn
+    requests = []
+    for name in args.jobs:
+        namespace, _, job_id = name.partition("/")
+        if not namespace or not job_id or "/" in job_id:
+            return _fail(f"{name!r}: name a job as NAMESPACE/JOB")
+        requests.append(JobWithdrawn(job_id=job_id, namespace=namespace, reason=args.reason or ""))
+    bootstrap = _bootstrap()
+    sent_ms = int(time.time() * 1000)
+    asyncio.run(stack.publish_jobs(bootstrap, requests, retry_s=SUBMIT_RETRY_S))
+    names = [f"{r.namespace}/{r.job_id}" for r in requests]
+    if not args.wait:
+        for name in names:
+            console.print(f"withdrawal of {name} sent (`gangway explain {name}` says when it is withdrawn, or why not)")
+        return 0
+    outcome = asyncio.run(_withdrawn(bootstrap, names, sent_ms, args.wait))
+    for name in names:
+        said, ok = outcome.get(name, (f"{name}: nothing on the log within {args.wait:g} s; `gangway explain {name}` "
+                                      "says what became of it", False))
+        console.print(escape(said) if ok else f"[red]{escape(said)}[/red]", soft_wrap=True)
+    return 0 if all(outcome.get(name, ("", False))[1] for name in names) else 1
+
+
+async def _withdrawn(bootstrap: str, names: list[str], since_ms: int, wait_s: float) -> dict[str, tuple[str, bool]]:
+    """What became of each withdrawal sent at ``since_ms``: (what to say, whether it was withdrawn)."""
+    from gangway.events.catalogue import WithdrawalRequested
+    deadline = time.monotonic() + wait_s
+    while True:
+        state, envs = await stack.read_state(bootstrap)
+        requested = {e.data.workload for e in envs if isinstance(e.data, WithdrawalRequested) and e.time_ms >= since_ms}
+        found: dict[str, tuple[str, bool]] = {}
+        for env in await stack.read_rejections(bootstrap):
+            name = f"{env.data.namespace}/{env.data.job_id}"
+            if name in names and env.time_ms >= since_ms:
+                found[name] = (f"{name}: refused: {env.data.reason}: {env.data.message}", False)
+        for name in set(names) & requested:
+            wl = state.workloads[name]
+            if wl.withdrawn is not None:
+                found[name] = (f"{name}: withdrawn ({wl.withdrawn})", True)
+            elif wl.phase == "finished":
+                found[name] = (f"{name}: it had ended already: nothing to withdraw", False)
+        if len(found) == len(names) or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.3)
+
+
 def cmd_dry_run(args) -> int:
     from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
@@ -810,6 +858,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, PyTorchJob)")
     s.add_argument("file", help="a file, or - for standard input")
     s.set_defaults(func=cmd_submit)
+    s = sub.add_parser("withdraw", help="take jobs back, waiting or running (JobWithdrawn on gangway.submissions)")
+    s.add_argument("jobs", nargs="+", metavar="NAMESPACE/JOB")
+    s.add_argument("--reason", help="why (on the log and in `gangway explain`)")
+    s.add_argument("--wait", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for each job to be withdrawn, or refused, and say which (default 10; 0: "
+                        "send and return)")
+    s.set_defaults(func=cmd_withdraw)
     s = sub.add_parser("dry-run", help="where jobs would go, which would wait and why: a contract, a cluster "
                        "and jobs decided offline on a simulated clock (no broker)")
     s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, PyTorchJob), submitted at once")

@@ -347,6 +347,8 @@ def scenario() -> LogBuilder:
             .add(ev.JobRejected(job_id="k", reason="bad_quantity", message="no", original=b"x"))
             .nodes(node("n3").gpus(8))
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
+            .add(ev.JobWithdrawn(job_id="w", namespace="ns", reason="not needed"))
+            .add(ev.WithdrawalRequested(workload="w", reason="withdrawn by its producer: not needed"))
             .finish("g").add(ev.WorkloadWithdrawn(workload="w", reason="Job deleted")).add(ev.NodeRemoved(node="n3"))
             .add(ev.ClusterReconciled(kind="Job", namespace="ns", name="w", uid="u", reason="resumed",
                                       reason_code=C.RESUMED_WITHOUT_PLACEMENT, workload="w"))
@@ -508,3 +510,43 @@ def test_a_checkpoint_counts_only_for_the_running_attempt_with_a_step_that_does_
     assert (log.state.workloads["w"].checkpoint_ms, log.state.workloads["w"].checkpoint_step) == (None, None)
     log.add(ev.CheckpointSaved(workload="w", step=10))  # a new attempt starts its steps again
     assert log.state.workloads["w"].checkpoint_step == 10
+
+
+# --- a producer takes its job back ----------------------------------------------------------------
+
+
+def withdrawal(name: str = "w") -> ev.WithdrawalRequested:
+    return ev.WithdrawalRequested(workload=name, reason="withdrawn by its producer (ci): not needed")
+
+
+def test_a_waiting_job_withdrawn_leaves_its_queue_at_once():
+    log = base().queue(W4, GANG_B).add(withdrawal())
+    wl = log.state.workloads["w"]
+    assert (wl.phase, wl.withdrawn, wl.finished_ms) == ("finished", withdrawal().reason, log.envelopes[-1].time_ms)
+    assert list(log.state.pending) == ["g"] and summary(log.state)["usage_gpus"] == {}
+
+
+def test_a_running_job_withdrawn_holds_its_gpus_until_the_binder_says_its_pods_are_gone():
+    log = base().running(W4).add(withdrawal())
+    wl = log.state.workloads["w"]
+    assert (wl.phase, wl.withdrawing, wl.withdrawn) == ("running", withdrawal().reason, None)
+    assert summary(log.state)["free_gpus"]["n1"] == 4
+    log.add(ev.WorkloadWithdrawn(workload="w", reason=wl.withdrawing))
+    assert (wl.phase, wl.withdrawn) == ("finished", withdrawal().reason)
+    assert summary(log.state)["free_gpus"] == {"n1": 8, "n2": 8} and summary(log.state)["usage_gpus"] == {}
+
+
+def test_a_job_withdrawn_while_it_is_evicted_is_not_queued_again():
+    log = base().running(W4).order_eviction("w", "p").add(withdrawal()).evicted("w")
+    wl = log.state.workloads["w"]
+    assert (wl.phase, wl.withdrawn, wl.attempt) == ("finished", withdrawal().reason, 0)
+    assert not log.state.pending and summary(log.state)["free_gpus"] == {"n1": 8, "n2": 8}
+
+
+def test_a_withdrawal_of_a_finished_job_or_a_second_one_changes_nothing():
+    log = base().running(W4).add(withdrawal())
+    ignored = log.state.ignored
+    log.add(withdrawal())
+    assert log.state.ignored == ignored + 1 and log.state.workloads["w"].phase == "running"
+    log.add(ev.WorkloadWithdrawn(workload="w")).add(withdrawal())
+    assert log.state.ignored == ignored + 2

@@ -89,6 +89,10 @@ SAMPLES: dict[type, object] = {
         list_cost_micros=16_800_000, credits_micros=0, idle_cost_micros=0, billed_cost_micros=16_800_000,
         log_id="gangway.log/0/abc", cut_offset=900),
     ev.WorkloadWithdrawn: ev.WorkloadWithdrawn(workload="ml/j-0", reason="Job ml/j-0 deleted"),
+    ev.JobWithdrawn: ev.JobWithdrawn(job_id="j-1", namespace="ml", reason="wrong data set"),
+    ev.WithdrawalRequested: ev.WithdrawalRequested(
+        workload="ml/j-1", reason="withdrawn by its producer (gangway/cli): wrong data set",
+        submission="gangway.submissions/0/17", requested_as="gangway/cli withdraw/ml/j-1/1796083200000/5f0c"),
     ev.ClusterReconciled: ev.ClusterReconciled(
         kind="Job", namespace="ml", name="j-0", uid="0b5e", reason="Job ml/j-0 was resumed with 1 pod(s) on nodes, "
         "but the log holds no placement for it", reason_code=ReasonCode.RESUMED_WITHOUT_PLACEMENT,
@@ -153,11 +157,11 @@ def test_asyncapi_lists_the_topics_and_their_messages():
     assert sorted(ch["address"] for ch in channels.values()) == sorted(set(topics.ALL) - {topics.QUARANTINE})
     on_log = [name for name in channels["log"]["messages"]]
     assert on_log == ["WorkloadQueued", "CheckpointSaved", "GpuTelemetry", "WorkloadProgress", "ConfigApplied",
-                      "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
+                      "WithdrawalRequested", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
                       "ClockTicked", "WorkloadWithdrawn", "ClusterReconciled", "WorkloadIdle"]
     assert list(channels["config"]["messages"]) == ["ConfigApplied"]
-    assert list(channels["submissions"]["messages"]) == ["JobSubmitted"]
+    assert list(channels["submissions"]["messages"]) == ["JobSubmitted", "JobWithdrawn"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]
     assert list(channels["telemetry"]["messages"]) == ["CheckpointSaved", "WorkloadProgress", "GpuTelemetry"]
     assert list(channels["invoices"]["messages"]) == ["InvoiceIssued"]

@@ -628,3 +628,47 @@ def test_a_checkpoint_with_a_negative_step_is_rejected_whole():
         else:
             assert isinstance(result, JobRejected) and result.reason == "invalid_field" and "step" in result.message
             assert (result.original, result.original_key, result.original_headers) == (value, b"k", [("h", b"v")])
+
+
+# --- a producer takes its job back ----------------------------------------------------------------
+
+
+def withdrawal_record(namespace: str = "team-a", job_id: str = "train-1", reason: str = "") -> tuple[bytes, list]:
+    from gangway.events.catalogue import JobWithdrawn
+    from gangway.services.submission.manifests import to_cloudevent_record
+    _, value, headers = to_cloudevent_record(JobWithdrawn(job_id=job_id, namespace=namespace, reason=reason),
+                                             "gangway/cli", 5, nonce="n")
+    return value, headers
+
+
+def test_a_withdrawal_of_a_queued_job_is_requested_on_the_log():
+    from gangway.events.catalogue import WithdrawalRequested
+    value, headers = withdrawal_record(reason="wrong data set")
+    got = decide_submission(value, KEY, headers, make_state(queued=[queued()]), {}, SUBMISSION)
+    assert got == WithdrawalRequested(workload="team-a/train-1", reason="withdrawn by its producer (gangway/cli): wrong "
+                                      "data set", submission=SUBMISSION,
+                                      requested_as="gangway/cli withdraw/team-a/train-1/5/n")
+    # one whose job is being queued in this very batch is taken too
+    assert isinstance(decide_submission(value, KEY, headers, make_state(), {"team-a/train-1": "x"}, SUBMISSION),
+                      WithdrawalRequested)
+
+
+@pytest.mark.parametrize("state, entitled, reason, said", [
+    (make_state(), None, "unknown_job", "no job team-a/train-1 was submitted: nothing to withdraw"),
+    (make_state(queued=[queued()]), "team-b", "not_entitled", "may submit only into namespace 'team-b'"),
+    (make_state(queued=[msgspec.structs.replace(queued(), labels={"gangway.io/uid": "u-1"})]), None,
+     "kubernetes_object", "made from a Kubernetes Job: delete it (kubectl delete job -n team-a train-1)"),
+])
+def test_a_withdrawal_gangway_cannot_take_is_rejected_with_its_bytes(state, entitled, reason, said):
+    value, headers = withdrawal_record()
+    got = decide_submission(value, KEY, headers, state, {}, SUBMISSION, entitled=entitled)
+    assert isinstance(got, JobRejected) and (got.reason, got.job_id, got.namespace) == (reason, "train-1", "team-a")
+    assert said in got.message and got.original == value
+
+
+def test_a_plain_json_record_is_always_a_job_never_a_withdrawal():
+    """A withdrawal must say what it is (a CloudEvent's type): a plain record naming only a job is a
+    job with fields missing, never taken for a withdrawal."""
+    got = decide_submission(plain({"job_id": "train-1", "namespace": "team-a"}), KEY, [], make_state(queued=[queued()]),
+                            {}, SUBMISSION)
+    assert isinstance(got, JobRejected) and got.reason == "missing_field"

@@ -77,6 +77,8 @@ def _own(d, superseded: str | None, islands: bool = True) -> str:
         return "checkpoint saved" + (f" at step {d.step}" if d.step is not None else "")
     if isinstance(d, ev.WorkloadWithdrawn):
         return "withdrawn" + (f": {d.reason}" if d.reason else "")
+    if isinstance(d, ev.WithdrawalRequested):
+        return f"withdrawal requested: {d.reason}"
     return ""
 
 
@@ -135,6 +137,8 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
         return f"{d.namespace + '/' if d.namespace else ''}{d.job_id or '?'} rejected ({d.reason}): {d.message}"
     if isinstance(d, ev.JobSubmitted):
         return f"{d.namespace}/{d.job_id} submitted to {d.queue}"
+    if isinstance(d, ev.JobWithdrawn):
+        return f"{d.namespace}/{d.job_id} withdrawn by its producer" + (f": {d.reason}" if d.reason else "")
     if isinstance(d, ev.ClusterReconciled):
         return (f"{d.kind} {d.namespace}/{d.name} reconciled with the cluster [{d.reason_code}]: {sentence(d)}"
                 + (f"; {d.action}" if d.action else ""))

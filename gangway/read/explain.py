@@ -193,6 +193,10 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
                              else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None and wl.deactivated:
         lines.append(f"now deactivated ({C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
+    elif wl is not None and wl.withdrawn:
+        lines.append(f"now withdrawn: {wl.withdrawn}")
+    elif wl is not None and wl.withdrawing:
+        lines.append(f"now {wl.phase}, being withdrawn ({wl.withdrawing}): its pods are being stopped")
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines

@@ -51,8 +51,8 @@ class Channel(NamedTuple):
 CHANNELS = (
     Channel(
         topics.SUBMISSIONS,
-        "Jobs that producers ask to run, from any Kafka client.",
-        {"producers": (ev.JobSubmitted,)},
+        "Jobs that producers ask to run, and take back, from any Kafka client.",
+        {"producers": (ev.JobSubmitted, ev.JobWithdrawn)},
         ("submission",),
     ),
     Channel(
@@ -61,7 +61,7 @@ CHANNELS = (
         "folds it; auditors replay it.",
         {
             "submission": (ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
-                           ev.ConfigApplied),
+                           ev.ConfigApplied, ev.WithdrawalRequested),
             "admission": (ev.WorkloadAdmitted, ev.PlacementDecided),  # a gang's placement with its admission
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),

@@ -302,6 +302,10 @@ class KubernetesBinder:
         for name in list(state.pending) + list(state.active):
             wl = state.workloads[name]
             uid = wl.spec.labels.get(ob.UID_LABEL)
+            if uid is None and wl.withdrawing is not None:  # (no object, so no pod: taken back by its producer)
+                out.reports.append((f"withdrawn/{name}/{wl.attempt}", now_ms, WorkloadWithdrawn(workload=name,
+                                                                                          reason=wl.withdrawing)))
+                continue
             if uid is None or wl.spec.kind not in self.reflectors:
                 continue
             obj = objs.get(name)

@@ -17,7 +17,7 @@ import msgspec
 from gangway.events import money
 from gangway.events.catalogue import (
     CheckpointSaved, ClockTicked, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted,
-    WorkloadFinished, WorkloadProgress, WorkloadRunning,
+    WorkloadFinished, WorkloadProgress, WorkloadRunning, WorkloadWithdrawn,
 )
 from gangway.events.codec import format_time
 from gangway.events.reasons import C, reason
@@ -125,6 +125,9 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
     for name in state.active:
         wl = state.workloads[name]
         key = f"{name}/{wl.attempt}"
+        if wl.withdrawing is not None:  # taken back by its producer: its pods stop at once
+            reports.append((f"withdrawn/{key}", now_ms, WorkloadWithdrawn(workload=name, reason=wl.withdrawing)))
+            continue
         if wl.phase == "placed":
             reports.append((f"bound/{key}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
             reports.append((f"running/{key}", now_ms, WorkloadRunning(workload=name, attempt=wl.attempt)))

@@ -14,9 +14,8 @@ import json
 from gangway.events.catalogue import JobRejected, JobSubmitted
 from gangway.events.state import State
 from gangway.services.submission.manifests import ManifestError, job_of_object, unread
-from gangway.services.submission.policy import Invalid, queue_job
+from gangway.services.submission.policy import UID_LABEL, Invalid, queue_job
 
-UID_LABEL = "gangway.io/uid"
 
 
 def _manifest(obj: dict) -> dict:

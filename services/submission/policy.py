@@ -27,7 +27,8 @@ import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    EVENT_TYPES, Envelope, JobRejected, JobSubmitted, PodSet, PodSetRequest, TopologyRequest, WorkloadQueued,
+    EVENT_TYPES, Envelope, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest, TopologyRequest,
+    WithdrawalRequested, WorkloadQueued,
 )
 from gangway.events.contract import Contract, LocalQueue
 from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
@@ -35,6 +36,9 @@ from gangway.events.resources import GPU, ContractIndex, index_of
 from gangway.events.state import State
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
+WITHDRAW_TYPE = EVENT_TYPES[JobWithdrawn]
+#: The label of a job made from a Kubernetes object: the object's uid (``kubernetes.py``).
+UID_LABEL = "gangway.io/uid"
 MAX_BYTES = 1_048_576
 #: A bad record up to this size is read for the job id and namespace its rejection names.
 PROBE_BYTES_MAX = 16 * MAX_BYTES
@@ -90,6 +94,11 @@ def decide_submission(
         job, submitted_as = read_submission(value, headers, max_bytes)
     except Invalid as bad:
         return recovered(bad, value, key, headers, submission)
+    if isinstance(job, JobWithdrawn):
+        try:
+            return withdrawal(job, state, in_flight, entitled, submission, submitted_as)
+        except Invalid as bad:
+            return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
     workload = workload_id(job)
     known = state.workloads.get(workload)
     if known is not None and (known.spec.submission == submission
@@ -102,6 +111,25 @@ def decide_submission(
         return queue_job(job, state, in_flight, submission, submitted_as)
     except Invalid as bad:
         return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
+
+
+def withdrawal(request: JobWithdrawn, state: State, in_flight: Mapping[str, str], entitled: str | None,
+               submission: str, submitted_as: str = "") -> WithdrawalRequested:
+    """A producer takes its job back: the log's workload of that name, whatever its phase (the
+    fold ends a waiting one; the binder stops a running one). Raises Invalid for a job the log does
+    not hold, or one made from a Kubernetes object (deleting the object withdraws it)."""
+    _check_entitled(request, entitled, submission)
+    workload = f"{request.namespace}/{request.job_id}"
+    known = state.workloads.get(workload)
+    if known is None and workload not in in_flight:
+        raise Invalid("unknown_job", f"no job {workload} was submitted: nothing to withdraw")
+    if known is not None and UID_LABEL in known.spec.labels:
+        raise Invalid("kubernetes_object", f"{workload} was made from a Kubernetes {known.spec.kind}: delete it "
+                                           f"(kubectl delete {known.spec.kind.lower()} -n {request.namespace} "
+                                           f"{request.job_id}) to withdraw it")
+    said = f"withdrawn by its producer ({submitted_as.split(' ', 1)[0] or 'a plain record'})"
+    return WithdrawalRequested(workload=workload, reason=f"{said}: {request.reason}" if request.reason else said,
+                               submission=submission, requested_as=submitted_as)
 
 
 def rejection_for_error(
@@ -169,9 +197,10 @@ def check_record_size(job: JobSubmitted, max_bytes: int = MAX_BYTES) -> None:
                                    "labels or pod sets smaller")
 
 
-def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> tuple[JobSubmitted, str]:
-    """The JobSubmitted in a record, and the CloudEvent it came as (``"<source> <id>"``; empty for
-    a plain JSON job, which has no identity of its own); raises Invalid."""
+def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> tuple[JobSubmitted | JobWithdrawn, str]:
+    """The JobSubmitted (or, in a CloudEvent, JobWithdrawn) in a record, and the CloudEvent it came
+    as (``"<source> <id>"``; empty for a plain JSON job, which has no identity of its own); raises
+    Invalid."""
     if value is None:
         raise Invalid("malformed_json", "the record has no value (a tombstone); expected a JobSubmitted")
     if len(value) > max_bytes:
@@ -186,7 +215,7 @@ def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_
     return _guarded(codec.decode_data, JOB_TYPE, value), ""
 
 
-def _event(env: Envelope) -> tuple[JobSubmitted, str]:
+def _event(env: Envelope) -> tuple[JobSubmitted | JobWithdrawn, str]:
     return env.data, f"{env.source} {env.id}"
 
 
@@ -204,7 +233,7 @@ def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None])
             "malformed_cloudevent", "header ce_specversion is missing (ce_ headers make a binary-mode CloudEvent)"
         )
     ce_type = ce_headers.get("ce_type")
-    if ce_type is not None and ce_type != JOB_TYPE.encode():
+    if ce_type is not None and ce_type not in (JOB_TYPE.encode(), WITHDRAW_TYPE.encode()):
         shown = ce_type.decode("utf-8", "replace")
         raise Invalid("wrong_event_type", f"header ce_type is {shown!r}; {_ONLY_JOBS}")
     return _guarded(codec.from_record, value, headers)
@@ -212,12 +241,12 @@ def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None])
 
 def _structured(value: bytes, headers: Headers, probe: _Probe) -> Envelope:
     ce_type = _json_value(probe.type)
-    if isinstance(ce_type, str) and ce_type != JOB_TYPE:
+    if isinstance(ce_type, str) and ce_type not in (JOB_TYPE, WITHDRAW_TYPE):
         raise Invalid("wrong_event_type", f"CloudEvent attribute type is {ce_type!r}; {_ONLY_JOBS}")
     return _guarded(codec.from_record, value, headers)
 
 
-_ONLY_JOBS = f"gangway.submissions takes only {JOB_TYPE}"
+_ONLY_JOBS = f"gangway.submissions takes only {JOB_TYPE} and {WITHDRAW_TYPE}"
 
 
 def _probe(value: bytes) -> _Probe:
@@ -314,7 +343,7 @@ def _data_field(raw: msgspec.Raw, name: str) -> object:
 # --- validating the job --------------------------------------------------------------------------
 
 
-def _check_entitled(job: JobSubmitted, entitled: str | None, submission: str) -> None:
+def _check_entitled(job: JobSubmitted | JobWithdrawn, entitled: str | None, submission: str) -> None:
     """A tenant's topic submits into that tenant's namespace only (what a topic ACL cannot see)."""
     if entitled is not None and job.namespace != entitled:
         topic = submission.rsplit("/", 2)[0]

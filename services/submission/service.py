@@ -1,4 +1,5 @@
-"""The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected to gangway.rejections.
+"""The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected to gangway.rejections;
+JobWithdrawn records in, WithdrawalRequested to the log.
 
 It also relays telemetry — checkpoints, GPU figures, progress — from ``gangway.telemetry`` onto
 the log (``telemetry.py``), and contracts from ``gangway.config``, which only the admin principal
@@ -24,7 +25,7 @@ import msgspec
 from gangway.adapters import kafka
 from gangway.events import topics
 from gangway.events.catalogue import (
-    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, WorkloadQueued,
+    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, WithdrawalRequested, WorkloadQueued,
 )
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
@@ -115,6 +116,8 @@ class SubmissionService(LogService):
             if isinstance(result, WorkloadQueued):
                 taken[result.workload] = result.submitted_as
                 proposals.append(Proposal(f"queued/{result.workload}", now, result))
+            elif isinstance(result, WithdrawalRequested):
+                proposals.append(Proposal(f"withdraw/{where}", now, result))
             elif isinstance(result, JobRejected):
                 proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
         return proposals

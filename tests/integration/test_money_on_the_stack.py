@@ -46,3 +46,5 @@ def test_scraped_dcgm_figures_reach_the_workload_that_holds_the_gpus(gw):
     on_log = [e.data for e in gw.log() if isinstance(e.data, ev.GpuTelemetry) and e.data.node == node]
     assert [(s.gpu, s.sm_active, s.gpu_util, s.workload) for s in on_log[-1].samples] == [
         (g, 420, 55, workload) for g in sorted(gpus)]
+    # (its GPUs back for the next tests, not in 30 s)
+    assert gw.cli("withdraw", workload).returncode == 0

@@ -294,6 +294,40 @@ def test_the_same_job_name_in_two_namespaces_is_two_workloads_and_a_duplicate_is
 
 
 @pytest.mark.both_brokers
+def test_a_producer_withdraws_a_running_job_and_a_waiting_one_and_a_job_it_never_sent_is_refused(gw):
+    """`gangway withdraw`: a running job's GPUs come back once the binder has stopped its pods, a
+    waiting one leaves its queue, and a name the log does not hold is refused (on gangway.rejections,
+    as every bad record), each said by the command."""
+    gw.wait_idle()
+    u = gw.uid()
+    # 64 GPUs: the first 40-GPU gang runs for a long time (10 min of wall time), the second waits behind it
+    first, second = (gw.job(f"hold-{name}-{u}", namespace="research", runtime_s=360_000, pod_sets=[
+        {"name": "worker", "count": 5, "resources": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 8}}])
+        for name in ("a", "b"))
+    gw.produce_jobs([first, second])
+    running, waiting = f"research/{first['job_id']}", f"research/{second['job_id']}"
+    gw.wait_until(f"{running} running and {waiting} waiting", lambda s, _e: running in s.workloads and waiting in s.workloads
+                  and s.workloads[running].phase == "running" and s.workloads[waiting].phase == "pending", 30)
+    said = gw.cli("withdraw", running, "--reason", "wrong data set")
+    assert said.returncode == 0, said.stdout + said.stderr
+    assert f"{running}: withdrawn (withdrawn by its producer (gangway/cli): wrong data set)" in said.stdout
+    # its GPUs went to the gang that waited behind it
+    gw.wait_until(f"{waiting} running", lambda s, _e: s.workloads[waiting].phase == "running", 30)
+    state = gw.state
+    assert state.workloads[running].phase == "finished" and state.workloads[running].withdrawn.endswith("wrong data set")
+    third = gw.job(f"hold-c-{u}", namespace="research", runtime_s=360_000, pod_sets=[
+        {"name": "worker", "count": 5, "resources": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 8}}])
+    gw.produce_jobs([third])
+    queued = f"research/{third['job_id']}"
+    gw.wait_until(f"{queued} waiting", lambda s, _e: queued in s.workloads and s.workloads[queued].phase == "pending", 30)
+    said = gw.cli("withdraw", queued, waiting, f"research/never-sent-{u}")
+    assert said.returncode == 1, said.stdout + said.stderr
+    assert f"{queued}: withdrawn (withdrawn by its producer (gangway/cli))" in said.stdout
+    assert f"{waiting}: withdrawn" in said.stdout
+    assert f"research/never-sent-{u}: refused: unknown_job: no job research/never-sent-{u} was submitted" in said.stdout
+    gw.wait_idle()
+
+
 def test_two_40_gpu_gangs_on_64_gpus_run_one_after_the_other_whole_without_deadlock(gw):
     gw.wait_idle()
     u = gw.uid()
