@@ -315,6 +315,9 @@ def test_a_producer_withdraws_a_running_job_and_a_waiting_one_and_a_job_it_never
     gw.wait_until(f"{waiting} running", lambda s, _e: s.workloads[waiting].phase == "running", 30)
     state = gw.state
     assert state.workloads[running].phase == "finished" and state.workloads[running].withdrawn.endswith("wrong data set")
+    told = gw.cli("explain", running)
+    assert "withdrawal requested: withdrawn by its producer (gangway/cli): wrong data set" in told.stdout, told.stdout
+    assert "now withdrawn: withdrawn by its producer (gangway/cli): wrong data set" in told.stdout, told.stdout
     third = gw.job(f"hold-c-{u}", namespace="research", runtime_s=360_000, pod_sets=[
         {"name": "worker", "count": 5, "resources": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 8}}])
     gw.produce_jobs([third])
