@@ -127,7 +127,7 @@ def withdrawal(request: JobWithdrawn, state: State, in_flight: Mapping[str, str]
         raise Invalid("kubernetes_object", f"{workload} was made from a Kubernetes {known.spec.kind}: delete it "
                                            f"(kubectl delete {known.spec.kind.lower()} -n {request.namespace} "
                                            f"{request.job_id}) to withdraw it")
-    said = f"withdrawn by its producer ({submitted_as.split(' ', 1)[0] or 'a plain record'})"
+    said = f"withdrawn by its producer ({submitted_as.split(' ', 1)[0]})"  # (a withdrawal is always a CloudEvent)
     return WithdrawalRequested(workload=workload, reason=f"{said}: {request.reason}" if request.reason else said,
                                submission=submission, requested_as=submitted_as)
 
@@ -179,11 +179,6 @@ class _Probe(msgspec.Struct):
     namespace: msgspec.Raw = msgspec.Raw(b"")
     subject: msgspec.Raw = msgspec.Raw(b"")
     data: msgspec.Raw = msgspec.Raw(b"")
-
-
-def read_job(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> JobSubmitted:
-    """The JobSubmitted in a record, in any of the three input modes; raises Invalid."""
-    return read_submission(value, headers, max_bytes)[0]
 
 
 def check_record_size(job: JobSubmitted, max_bytes: int = MAX_BYTES) -> None:
