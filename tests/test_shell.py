@@ -74,6 +74,25 @@ async def test_a_snapshot_of_another_log_is_refused(tmp_path):
         assert sorted(service.state.nodes) == [f"n{i}" for i in range(10, 16)]
 
 
+async def test_a_snapshot_past_the_end_of_the_log_is_refused_at_once(tmp_path, monkeypatch):
+    """The log ends before the snapshot's offset (another, shorter log): nothing will ever be there to
+    compare, so the service folds from zero without waiting for a record (as it waits when the broker
+    is merely slow to answer)."""
+    from gangway.services.runtime import shell
+    monkeypatch.setattr(shell, "RESUME_WAIT_S", 3600.0)
+    with EmbeddedBroker() as broker:
+        await kafka.ensure_topics(broker.bootstrap)
+        await append(broker.bootstrap, nodes(6))
+        service = DecidingService("placement", broker.bootstrap, tmp_path)
+        await run_until(service, 5)
+    with EmbeddedBroker() as fresh:
+        await kafka.ensure_topics(fresh.bootstrap)
+        await append(fresh.bootstrap, nodes(2, start=10))
+        service = DecidingService("placement", fresh.bootstrap, tmp_path)
+        await run_until(service, 1)
+        assert sorted(service.state.nodes) == ["n10", "n11"]
+
+
 @pytest.mark.both_brokers
 async def test_one_instance_decides_and_a_standby_takes_over_when_it_stops(tmp_path, kafka_broker):
     from gangway.events.catalogue import ConfigApplied, WorkloadAdmitted, WorkloadQueued

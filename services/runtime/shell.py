@@ -51,6 +51,9 @@ class Proposal(NamedTuple):
 FETCH_RECORDS_MAX = 20_000
 IDLE_WAIT_S = 1.0
 FETCH_WAIT_S = 0.05
+#: How long a service starting from its snapshot waits for the log's record at the snapshot's offset
+#: (to check it is the log the snapshot was taken on) before it folds from zero instead.
+RESUME_WAIT_S = 30.0
 #: Proposals not seen back after this long are given up (a lost produce); decide again.
 IN_FLIGHT_TIMEOUT_S = 30.0
 #: A snapshot after at least this many events folded since the last…
@@ -199,8 +202,15 @@ class LogService:
         snap = self.load_snapshot()
         if snap is not None:
             consumer.seek(kafka.LOG_PARTITION, snap.offset)
-            batch = await consumer.getmany(kafka.LOG_PARTITION, timeout_ms=2000, max_records=1)
-            records = batch.get(kafka.LOG_PARTITION, [])
+            # (an empty fetch is no answer, not a mismatch: a busy broker, one still restoring its
+            # archive, may take seconds; only a log that ends before the offset has nothing to give)
+            deadline, records = time.monotonic() + RESUME_WAIT_S, []
+            while not records and time.monotonic() < deadline:
+                batch = await consumer.getmany(kafka.LOG_PARTITION, timeout_ms=1000, max_records=1)
+                records = batch.get(kafka.LOG_PARTITION, [])
+                end = consumer.highwater(kafka.LOG_PARTITION)  # (the fetch's high-water: right on every broker)
+                if not records and end is not None and end <= snap.offset:
+                    break
             if records and records[0].offset == snap.offset and _record_id(records[0]) == snap.last_id:
                 self.state = snap
                 self.order = kafka.InOrder(snap.offset + 1)

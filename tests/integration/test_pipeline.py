@@ -30,7 +30,7 @@ from gangway.events import catalogue as ev
 from gangway.events.fold import apply
 from gangway.events.quantity import MILLI
 from gangway.events.resources import GPU, total_request
-from gangway.events.state import State
+from gangway.events.state import HOLDS_NODES, State
 from gangway.services.accounting.billing import log_identity
 from gangway.services.accounting.ledger import MILLI_GPU_MS_PER_HOUR, Ledger, default_url
 from gangway.services.audit.replay import verify
@@ -82,8 +82,8 @@ def applied_decisions(envs: list[ev.Envelope]) -> list[tuple[ev.Envelope, int]]:
 def ended_allocations(envs: list[ev.Envelope]) -> dict[str, list[tuple[str, int, int, int]]]:
     """Per workload, each ended attempt as (team, gpu_milli, start_ms, end_ms), from folding the log.
 
-    An attempt is billed from its WorkloadRunning to the WorkloadFinished or WorkloadEvicted that the
-    fold applies (a zero-length interval if it never ran).
+    An attempt is billed from its WorkloadRunning to the WorkloadFinished, WorkloadEvicted or (once it
+    held nodes) WorkloadWithdrawn that the fold applies (a zero-length interval if it never ran).
     """
     state, out = State(), {}
     for env in envs:
@@ -91,10 +91,13 @@ def ended_allocations(envs: list[ev.Envelope]) -> dict[str, list[tuple[str, int,
         wl = state.workloads.get(getattr(data, "workload", ""))
         before = (wl.phase, wl.attempt, wl.started_ms) if wl is not None else None
         apply(state, env)
-        if before is None or not isinstance(data, (ev.WorkloadFinished, ev.WorkloadEvicted)):
+        if before is None or not isinstance(data, (ev.WorkloadFinished, ev.WorkloadEvicted, ev.WorkloadWithdrawn)):
             continue
         phase, attempt, started = before
-        ended = wl.phase == "finished" if isinstance(data, ev.WorkloadFinished) else wl.attempt == attempt + 1
+        if isinstance(data, ev.WorkloadEvicted):  # (requeued: its next attempt; or ended, withdrawn meanwhile)
+            ended = wl.attempt == attempt + 1 or wl.withdrawn is not None
+        else:
+            ended = wl.phase == "finished" and (isinstance(data, ev.WorkloadFinished) or phase in HOLDS_NODES)
         if ended and phase != "finished":
             gpu = total_request(wl.spec.pod_sets).get(GPU, 0)
             start = env.time_ms if started is None else min(started, env.time_ms)
@@ -217,6 +220,8 @@ def _bad_records(u: str) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]
         ("no_quota", plain(pod_sets=[{"name": "main", "count": 1, "resources": {"example.com/fpga": 1}}]), None),
         ("topology_unsatisfiable", plain(pod_sets=[{"name": "main", "count": 1, "resources": {"nvidia.com/gpu": 1},
                                                     "topology": {"required": "example.com/no-such-label"}}]), None),
+        ("unknown_job", json.dumps({"job_id": f"never-{u}", "namespace": "research"}).encode(),
+         ce(b"io.gangway.job.withdrawn.v1")),
     ]
 
 
@@ -234,10 +239,11 @@ def test_every_bad_input_is_rejected_once_with_its_original_bytes_and_submission
                          + [(b"after-bad", msgspec.json.encode(after), None)])
     # Not here: malformed_yaml (the CLI's manifests, not Kafka records), no_config (the contract is in
     # force), internal_error (the shell's last resort for a bug), not_entitled (needs a tenant topic:
-    # test_kafka_security.py) and namespace_not_selected (the demo's queues select every namespace:
-    # test_namespace_entitlement.py).
+    # test_kafka_security.py), namespace_not_selected (the demo's queues select every namespace:
+    # test_namespace_entitlement.py) and kubernetes_object (a withdrawal of a job made from a Kubernetes
+    # object: test_submission_policy.py).
     reasons_known = set(ev.RejectionReason.__args__) - {"malformed_yaml", "no_config", "internal_error",
-                                                        "not_entitled", "namespace_not_selected"}
+                                                        "not_entitled", "namespace_not_selected", "kubernetes_object"}
     assert {reason for reason, *_ in cases} == reasons_known, "a bad-input kind is not covered"
 
     gw.wait_rejections([key for _r, key, _v, _h in cases])
