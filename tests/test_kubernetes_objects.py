@@ -162,3 +162,39 @@ def test_resuming_adds_the_tolerations_of_the_admitted_flavors_each_template_lac
     assert specs["Worker"]["tolerations"] == [spot]  # already there: not twice
     plain = ob.suspend_patch(ptj, False, "ns/p", 1)
     assert all("tolerations" not in rs["template"]["spec"] for rs in plain["spec"]["pytorchReplicaSpecs"].values())
+
+
+async def test_a_kind_whose_webhook_refuses_a_new_scheduler_is_resumed_behind_the_gate():
+    """JobSet's own validating webhook answers 403 (not the API server's 422) to a new schedulerName
+    in a suspended JobSet's templates, and allows scheduling gates: the binder gates its pods instead,
+    and gates the kind's next objects at once."""
+    from types import SimpleNamespace
+
+    from gangway.adapters.kubernetes import ApiError
+    from gangway.services.binder.kubernetes import KubernetesBinder
+
+    class Kube:
+        def __init__(self):
+            self.patches = []
+
+        async def patch(self, res, name, body, namespace=None, **_):
+            self.patches.append(body)
+            templates = [rj["template"]["spec"]["template"]["spec"] for rj in body["spec"].get("replicatedJobs", [])]
+            if any("schedulerName" in t for t in templates):
+                raise ApiError(403, "Forbidden", 'admission webhook "vjobset.kb.io" denied the request: '
+                               'spec.replicatedJobs: Invalid value: ...: field is immutable')
+            return {}
+
+    kube = Kube()
+    binder = KubernetesBinder(kube, "b-0")
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "js", "namespace": "team"},
+              "spec": {"suspend": True, "replicatedJobs": [
+                  {"name": "workers", "template": {"spec": {"template": {"spec": {"containers": []}}}}}]}}
+    wl = SimpleNamespace(spec=SimpleNamespace(workload="team/js"), attempt=0, admission=SimpleNamespace(counts={}))
+    await binder._resume(wl, jobset, [])
+    gated = kube.patches[-1]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert len(kube.patches) == 2 and gated["schedulingGates"] == [{"name": ob.GATE}]
+    await binder._resume(wl, jobset, [])  # the next one is gated at once
+    assert len(kube.patches) == 3 and "schedulingGates" in \
+        kube.patches[-1]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

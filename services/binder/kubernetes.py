@@ -191,7 +191,7 @@ class KubernetesBinder:
             if obj is None:
                 continue
             its_pods = pods.get((ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])
-            if wl.phase == "placed":
+            if wl.phase == "placed" and ob.finished(obj) is None:  # (one that ended is withdrawn: _withdrawals)
                 tolerations = index_of(state.contract).flavor_tolerations(wl.admission.flavors)
                 work.append(self._bind_gang(wl, obj, its_pods, out, now_ms, tolerations))
             elif wl.phase in ("bound", "running"):
@@ -317,7 +317,10 @@ class KubernetesBinder:
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
                     workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) deleted")))
                 continue
-            ended = ob.finished(obj) if wl.phase in ("pending", "admitted") else None
+            ended = ob.finished(obj) if wl.phase in ("pending", "admitted", "placed") else None
+            if ended is not None and wl.phase == "placed" and _holding(pods.get(
+                    (ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])):
+                continue  # (its controller is taking its last pods away: their nodes stay taken until then)
             if ended is not None:  # it ended outside gangway (failed or completed while it waited): out of its queue
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
                     workload=name, reason=f"{ended[2]} while gangway held it {wl.phase}")))
@@ -403,7 +406,9 @@ class KubernetesBinder:
         try:
             await self.kube.patch(RESOURCES[kind], m["name"], patch(self.gate if gated else None), m.get("namespace"))
         except ApiError as exc:
-            if gated or exc.status != 422 or "immutable" not in exc.message:
+            # (422 from the API server's own validation; 403 from the kind's admission webhook, as
+            # JobSet's, which allows gates, node selectors and tolerations on a suspended JobSet)
+            if gated or exc.status not in (403, 422) or "immutable" not in exc.message:
                 raise
             # This kind's pod templates take no new scheduler: its pods are gated instead.
             log.warning("%s pod templates are immutable: their pods are created behind the scheduling gate %s",
@@ -445,8 +450,10 @@ class KubernetesBinder:
                          why: str, failed: str = "gang not bound") -> None:
         """The gang did not bind whole (or did not start in time): delete its pods, suspend the object,
         requeue the workload after its backoff."""
-        removed = await self._delete_pods(pods, grace=0)
+        # Suspended first, as an eviction: pods deleted under a running Job count against its
+        # backoffLimit (a Job of backoffLimit 0 would fail for good instead of being requeued).
         await self._suspend(obj, "")
+        removed = await self._delete_pods(pods, grace=0)
         said = f"{failed}: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
         report = bind_failed(wl, now_ms, said, self.backoff)
         if report.reason_code == C.BIND_FAILURES_EXCEEDED:
@@ -573,8 +580,8 @@ class KubernetesBinder:
             if not ob.meta(p).get("deletionTimestamp"):
                 (started if (p.get("status") or {}).get("phase") == "Running" else unstarted).append(p)
         # (a pod that never started has nothing to stop: it goes at once, the others take their grace)
+        await self._suspend(obj, "")  # (first: the healthy pods deleted count as no failure of the Job)
         removed = await self._delete_pods(started, grace=None) + await self._delete_pods(unstarted, grace=0)
-        await self._suspend(obj, "")
         action = f"{removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
         said = f"{why}; {action}"
         await self.tell(obj, "Warning", "PodLost", f"{said}; back in its queue", status="False")
@@ -682,8 +689,8 @@ class KubernetesBinder:
                 continue  # fixed already: the cache has not caught up yet
             self.found.append(found.message)
             log.warning("reconcile: %s: suspending it and deleting its pods", found.message)
-            removed = await self._delete_pods(its, grace=None)
             await self._suspend(obj, f"Reconciled by gangway: {found.message}; suspended again and its pods deleted")
+            removed = await self._delete_pods(its, grace=None)  # (after: no failure counted against the Job)
             self.reported[key] = uid
             self._found(out, now_ms, obj, found, wl, pods=[ob.meta(p).get("name") for p in on_nodes],
                         nodes=[p["spec"]["nodeName"] for p in on_nodes],

@@ -18,6 +18,7 @@ from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
 from gangway.services.binder import objects as ob
 from gangway.services.binder import webhook as wh
+from gangway.services.binder.policy import RequeueBackoff
 from k8s_harness import apply_manifests, run_until
 from test_kubernetes_admission_webhook import MANIFEST as WEBHOOK_MANIFEST
 from test_kubernetes_binder import job, pods_of, setup
@@ -25,8 +26,9 @@ from test_kubernetes_binder import job, pods_of, setup
 pytestmark = pytest.mark.kubernetes
 
 
-async def kubelet(kube, stop: asyncio.Event, finish: set[str]) -> None:
-    """Bound pods start; a pod of a Job named in ``finish`` succeeds; a deleted pod goes."""
+async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod: False) -> None:
+    """Bound pods start (but those ``stuck`` says cannot: their image does not pull); a pod of a Job
+    named in ``finish`` succeeds; a deleted pod goes."""
     while not stop.is_set():
         pods, _ = await kube.list(api.PODS, "team")
         for pod in pods:
@@ -34,6 +36,10 @@ async def kubelet(kube, stop: asyncio.Event, finish: set[str]) -> None:
             with contextlib.suppress(ApiError):
                 if m.get("deletionTimestamp"):
                     await kube.delete(api.PODS, m["name"], "team", grace_seconds=0)
+                elif pod["spec"].get("nodeName") and phase in (None, "Pending") and stuck(pod):
+                    await kube.patch(api.PODS, m["name"], {"status": {"phase": "Pending", "containerStatuses": [
+                        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+                         "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}, "team", sub="status")
                 elif pod["spec"].get("nodeName") and phase in (None, "Pending"):
                     await kube.patch(api.PODS, m["name"], {"status": {"phase": "Running"}}, "team", sub="status")
                 elif phase == "Running" and m["labels"].get("batch.kubernetes.io/job-name") in finish:
@@ -96,3 +102,39 @@ async def test_the_real_job_controller_makes_a_gangs_pods_gated_the_binder_binds
         await kubelet_task
         await kube.delete(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)
 
+
+
+async def test_a_gang_rolled_back_costs_its_job_no_failure_and_runs_in_its_next_attempt(control_plane, kube, make_binder):
+    """backoffLimit 0, one pod whose image does not pull: past the pods-ready timeout the binder
+    suspends the Job before it deletes the pods, so the Job controller counts no failure (deleted
+    under a running Job, each pod would be one, and the Job would fail for good); the next attempt runs."""
+    log, binder = await setup(kube, make_binder, pods_ready_timeout_s=2.0,
+                              backoff=RequeueBackoff(base_s=0.5, max_s=1.0, limit=4))
+    first_pod: list[str] = []
+
+    def stuck(pod: dict) -> bool:  # the first pod of index 1 the kubelet meets never starts
+        if pod["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") != "1":
+            return False
+        first_pod[:] = first_pod or [pod["metadata"]["uid"]]
+        return pod["metadata"]["uid"] == first_pod[0]
+
+    stop, finish = asyncio.Event(), set()
+    kubelet_task = asyncio.create_task(kubelet(kube, stop, finish, stuck))
+    wl = log.state.workloads
+    try:
+        with control_plane.controllers("job,garbagecollector"):
+            await apply_manifests(kube, job("fragile", pods=2, gpus=8).replace(
+                "  completionMode: Indexed", "  completionMode: Indexed\n  backoffLimit: 0"))
+            await run_until(log, [binder], lambda: "team/fragile" in wl and wl["team/fragile"].attempt == 1
+                            and wl["team/fragile"].phase == "running", what="the second attempt running", timeout_s=60)
+            [rolled] = [e for e in log.of_type(ev.WorkloadEvicted) if e.workload == "team/fragile"]
+            assert rolled.reason.startswith("gang not running: 1 of its 2 pods not running 2 s after its admission")
+            current = await kube.get(api.JOBS, "fragile", "team")
+            assert not current["status"].get("failed") and not any(
+                c["type"] in ("Failed", "FailureTarget") for c in current["status"].get("conditions") or []), current["status"]
+            finish.add("fragile")
+            await run_until(log, [binder], lambda: wl["team/fragile"].phase == "finished", what="the Job finished")
+            assert [f.succeeded for f in log.of_type(ev.WorkloadFinished) if f.workload == "team/fragile"] == [True]
+    finally:
+        stop.set()
+        await kubelet_task
