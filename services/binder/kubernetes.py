@@ -184,7 +184,7 @@ class KubernetesBinder:
         objs, by_uid = self._objects(state)
         pods = self._pods()
         await self._intake(state, by_uid, out)
-        self._withdrawals(state, objs, pods, out, now_ms)
+        await self._withdrawals(state, objs, pods, out, now_ms)
         work = []
         for name in list(state.active):
             wl, obj = state.workloads[name], objs.get(name)
@@ -298,7 +298,7 @@ class KubernetesBinder:
             self.submitting[uid] = now
             out.submissions.append(job)
 
-    def _withdrawals(self, state: State, objs: dict[str, dict], pods: dict, out: Step, now_ms: int) -> None:
+    async def _withdrawals(self, state: State, objs: dict[str, dict], pods: dict, out: Step, now_ms: int) -> None:
         for name in list(state.pending) + list(state.active):
             wl = state.workloads[name]
             uid = wl.spec.labels.get(ob.UID_LABEL)
@@ -322,8 +322,10 @@ class KubernetesBinder:
                     (ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])):
                 continue  # (its controller is taking its last pods away: their nodes stay taken until then)
             if ended is not None:  # it ended outside gangway (failed or completed while it waited): out of its queue
-                out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
-                    workload=name, reason=f"{ended[2]} while gangway held it {wl.phase}")))
+                said = f"{ended[2]} while gangway held it {wl.phase}"
+                out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(workload=name, reason=said)))
+                # (its condition said where it waited: now it waits no more)
+                await self.tell(obj, "Normal", "Withdrawn", f"Withdrawn by gangway: {said}", status="False")
 
     def _still_on_nodes(self, wl: WorkloadState, pods: dict[tuple[str, str, str], list[dict]]) -> bool:
         """Does a pod of ``wl``'s object (deleted: found by the name it had, ``names``) still hold its

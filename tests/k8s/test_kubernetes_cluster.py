@@ -12,6 +12,7 @@ from conftest import kill, wait_leading
 from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
 from gangway.events.reasons import C
+from gangway.services.binder import objects as ob
 from k8s_harness import cluster_running, LocalLog, apply_manifests, create_node, node_object, run_until
 from test_kubernetes_binder import job, pods_of, setup
 
@@ -263,6 +264,10 @@ async def test_a_job_that_fails_while_it_waits_leaves_its_queue(kube, make_binde
         await run_until(log, [binder], lambda: wl["team/too-big"].phase == "finished", what="the withdrawal")
         [w] = log.of_type(ev.WorkloadWithdrawn)
         assert w.reason == "Job Failed (DeadlineExceeded: too late) while gangway held it pending"
+        # its condition no longer says where it waits
+        cond = [c for c in (await kube.get(api.JOBS, "too-big", "team"))["status"]["conditions"]
+                if c["type"] == ob.CONDITION_TYPE][0]
+        assert (cond["reason"], cond["message"]) == ("Withdrawn", f"Withdrawn by gangway: {w.reason}")
 
 
 async def test_a_waiting_job_resumed_by_hand_is_suspended_again(kube, make_binder):
