@@ -726,7 +726,7 @@ class KubernetesBinder:
             waiting.sort(key=lambda w: (-w.spec.priority, w.queued_ms, w.seq))
             for i, wl in enumerate(waiting, start=1):
                 obj = objs.get(wl.spec.workload)
-                if obj is None:
+                if obj is None or ob.finished(obj) is not None:  # (ended: withdrawn, and told so)
                     continue
                 uid = ob.meta(obj).get("uid")
                 if self.told.get(uid, ("",))[0] == "Pending" and now - self.told_at.get(uid, 0) < PENDING_EVERY_S:
