@@ -299,7 +299,6 @@ def test_the_same_job_name_in_two_namespaces_is_two_workloads_and_a_duplicate_is
     assert sorted(queued) == [f"batch/twin-{u}", f"research/twin-{u}"]
 
 
-@pytest.mark.both_brokers
 def test_a_producer_withdraws_a_running_job_and_a_waiting_one_and_a_job_it_never_sent_is_refused(gw):
     """`gangway withdraw`: a running job's GPUs come back once the binder has stopped its pods, a
     waiting one leaves its queue, and a name the log does not hold is refused (on gangway.rejections,
@@ -337,6 +336,7 @@ def test_a_producer_withdraws_a_running_job_and_a_waiting_one_and_a_job_it_never
     gw.wait_idle()
 
 
+@pytest.mark.both_brokers
 def test_two_40_gpu_gangs_on_64_gpus_run_one_after_the_other_whole_without_deadlock(gw):
     gw.wait_idle()
     u = gw.uid()
