@@ -103,6 +103,11 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
     priority_class_name: str | None = None
 
 
+#: The label of a job made from a Kubernetes object: the object's uid (the binder's intake sets it;
+#: it maps workload ↔ object and is the intake's idempotency key).
+UID_LABEL = "gangway.io/uid"
+
+
 class JobSubmitted(_Event, frozen=True):
     """A producer asks for a job to run (topic ``gangway.submissions``)."""
 

@@ -254,14 +254,24 @@ def cmd_withdraw(args) -> int:
 
 
 async def _withdrawn(bootstrap: str, names: list[str], since_ms: int, wait_s: float) -> dict[str, tuple[str, bool]]:
-    """What became of each withdrawal sent at ``since_ms``: (what to say, whether it was withdrawn)."""
+    """What became of each withdrawal sent at ``since_ms``: (what to say, whether it was withdrawn).
+    The log and the rejections are read once, then only what was added since the last look."""
+    from gangway.adapters import kafka
+    from gangway.events import topics
     from gangway.events.catalogue import WithdrawalRequested
-    deadline = time.monotonic() + wait_s
+    from gangway.events.fold import apply
+    from gangway.events.state import State
+    deadline, state, ends = time.monotonic() + wait_s, State(), {topics.LOG: 0, topics.REJECTIONS: 0}
+    found: dict[str, tuple[str, bool]] = {}
+    requested: set[str] = set()
     while True:
-        state, envs = await stack.read_state(bootstrap)
-        requested = {e.data.workload for e in envs if isinstance(e.data, WithdrawalRequested) and e.time_ms >= since_ms}
-        found: dict[str, tuple[str, bool]] = {}
-        for env in await stack.read_rejections(bootstrap):
+        async for env in kafka.read_log(bootstrap, start=ends[topics.LOG]):
+            apply(state, env)
+            ends[topics.LOG] = env.offset + 1
+            if isinstance(env.data, WithdrawalRequested) and env.time_ms >= since_ms:
+                requested.add(env.data.workload)
+        async for env in kafka.read_log(bootstrap, start=ends[topics.REJECTIONS], topic=topics.REJECTIONS):
+            ends[topics.REJECTIONS] = env.offset + 1
             name = f"{env.data.namespace}/{env.data.job_id}"
             if name in names and env.time_ms >= since_ms:
                 found[name] = (f"{name}: refused: {env.data.reason}: {env.data.message}", False)

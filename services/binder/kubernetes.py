@@ -190,7 +190,7 @@ class KubernetesBinder:
             wl, obj = state.workloads[name], objs.get(name)
             if obj is None:
                 continue
-            its_pods = pods.get((ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])
+            its_pods = _pods_of(pods, obj)
             if wl.phase == "placed" and ob.finished(obj) is None:  # (one that ended is withdrawn: _withdrawals)
                 tolerations = index_of(state.contract).flavor_tolerations(wl.admission.flavors)
                 work.append(self._bind_gang(wl, obj, its_pods, out, now_ms, tolerations))
@@ -245,7 +245,7 @@ class KubernetesBinder:
             if kind in self.reflectors:
                 for obj in self.reflectors[kind].store.values():
                     m = ob.meta(obj)
-                    if ob.QUEUE_LABEL in (m.get("labels") or {}) and not ob.owned_by_a_job(obj):
+                    if ob.queued_object(obj):
                         by_uid[m.get("uid")] = obj
                         self.names[m.get("uid")] = (kind, m.get("namespace"), m.get("name"))
         objs = {}
@@ -274,10 +274,10 @@ class KubernetesBinder:
             m = ob.meta(obj)
             if uid in known or m.get("deletionTimestamp") or now - self.submitting.get(uid, -1e9) < SUBMIT_RETRY_S:
                 continue
+            if ob.needs_suspending(obj):  # (what got past the webhook, or ran without one)
+                await self._suspend(obj, "created without spec.suspend: suspended until gangway admits it")
+                continue
             if not ob.is_suspended(obj):
-                if ob.WORKLOAD_ANNOTATION not in (m.get("annotations") or {}):
-                    # Kueue's webhook suspends such objects at creation; gangway does it at once.
-                    await self._suspend(obj, "created without spec.suspend: suspended until gangway admits it")
                 continue
             # Refused once, asked again only when the object or the contract changes.
             # (by what its owner wrote — the spec's generation, labels and annotations: gangway's own
@@ -318,8 +318,7 @@ class KubernetesBinder:
                     workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) deleted")))
                 continue
             ended = ob.finished(obj) if wl.phase in ("pending", "admitted", "placed") else None
-            if ended is not None and wl.phase == "placed" and _holding(pods.get(
-                    (ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])):
+            if ended is not None and wl.phase == "placed" and _holding(_pods_of(pods, obj)):
                 continue  # (its controller is taking its last pods away: their nodes stay taken until then)
             if ended is not None:  # it ended outside gangway (failed or completed while it waited): out of its queue
                 said = f"{ended[2]} while gangway held it {wl.phase}"
@@ -815,6 +814,11 @@ def _grace_s(pod: dict) -> float:
     """The pod's own grace period (Kubernetes' default: 30 s)."""
     value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
     return float(value) if isinstance(value, (int, float)) else 30.0
+
+
+def _pods_of(pods: dict[tuple[str, str, str], list[dict]], obj: dict) -> list[dict]:
+    """The pods of ``obj`` among ``KubernetesBinder._pods``' (by kind, namespace and name)."""
+    return pods.get((ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")), [])
 
 
 def _holding(pods: list[dict]) -> list[dict]:

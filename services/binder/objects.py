@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 
-from gangway.events.catalogue import NodeObserved, PodAssignment, Toleration
+from gangway.events.catalogue import UID_LABEL, NodeObserved, PodAssignment, Toleration  # noqa: F401 (ob.UID_LABEL)
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
 SCHEDULER_NAME = "gangway"
@@ -22,8 +22,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: Set by gangway on the objects it manages and on their pods' templates.
 WORKLOAD_ANNOTATION = "gangway.io/workload"
 ATTEMPT_ANNOTATION = "gangway.io/attempt"
-#: The label a submission carries with the object's uid (the idempotency key of the intake).
-UID_LABEL = "gangway.io/uid"
 #: Per pod: the GPU indexes the placement gave it, for a device plugin that reads them.
 GPUS_ANNOTATION = "gangway.io/gpu-indexes"
 CONDITION_TYPE = "GangwayScheduling"
@@ -65,11 +63,20 @@ def meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
 
 
-def owned_by_a_job(obj: dict) -> bool:
-    """Is ``obj`` made by an object of a kind gangway takes (a JobSet's Jobs): its owner's, not a job
-    of its own, even when it carries the queue label its template gave it."""
-    return any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in KINDS
-               for ref in meta(obj).get("ownerReferences") or [])
+def queued_object(obj: dict) -> bool:
+    """Is ``obj`` a job of gangway's: a queue label, and not made by an object of a kind gangway takes
+    (a JobSet's Jobs carry the queue label their template gave them, but run when their JobSet does)?"""
+    return QUEUE_LABEL in (meta(obj).get("labels") or {}) and not any(
+        isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in KINDS
+        for ref in meta(obj).get("ownerReferences") or [])
+
+
+def needs_suspending(obj: dict) -> bool:
+    """A job of gangway's that runs without having been admitted: not suspended, and not resumed by
+    gangway (its workload annotation). The webhook suspends it as it is created; the binder's pass
+    suspends what got past (as Kueue's webhook and job reconciler do)."""
+    return (kind_of(obj) in KINDS and queued_object(obj) and not is_suspended(obj)
+            and WORKLOAD_ANNOTATION not in (meta(obj).get("annotations") or {}))
 
 
 def waiting_reason(pod: dict) -> str:

@@ -75,18 +75,12 @@ def review(body: object) -> dict:
 
 
 def suspend_ops(obj: dict) -> list[dict]:
-    """The JSON patch (RFC 6902) that suspends ``obj``, [] when gangway leaves it as it is: another
-    kind, no queue label, suspended already, resumed by gangway (its workload annotation), or made
-    by a job gangway takes (a JobSet's Jobs run when their JobSet does)."""
-    m = ob.meta(obj)
-    kind = ob.kind_of(obj)
-    if (kind not in ob.KINDS or ob.QUEUE_LABEL not in (m.get("labels") or {}) or ob.is_suspended(obj)
-            or ob.WORKLOAD_ANNOTATION in (m.get("annotations") or {}) or ob.owned_by_a_job(obj)):
-        return []
+    """The JSON patch (RFC 6902) that suspends ``obj``, [] when gangway leaves it as it is
+    (``objects.needs_suspending``)."""
     spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        return []  # (the API server refuses it on its own)
-    if kind == "PyTorchJob":
+    if not isinstance(spec, dict) or not ob.needs_suspending(obj):
+        return []  # (no spec object: the API server refuses it on its own)
+    if ob.kind_of(obj) == "PyTorchJob":
         if isinstance(spec.get("runPolicy"), dict):
             return [{"op": "add", "path": "/spec/runPolicy/suspend", "value": True}]
         return [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]
@@ -237,7 +231,7 @@ def create_app():
         raw = await request.body()
         try:
             answer = review(json.loads(raw))
-        except (ValueError, ReviewError) as exc:  # (json's JSONDecodeError is a ValueError)
+        except ValueError as exc:  # (a ReviewError, or json's JSONDecodeError)
             log.warning("webhook: refused a request of %d bytes: %s", len(raw), exc)
             return PlainTextResponse(f"gangway webhook: {exc}\n", status_code=400)
         return JSONResponse(answer)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 
-from gangway.events.catalogue import JobRejected, JobSubmitted
+from gangway.events.catalogue import UID_LABEL, JobRejected, JobSubmitted
 from gangway.events.state import State
 from gangway.services.submission.manifests import ManifestError, job_of_object, unread
-from gangway.services.submission.policy import UID_LABEL, Invalid, queue_job
+from gangway.services.submission.policy import Invalid, queue_job
 
 
 

@@ -27,8 +27,8 @@ import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    EVENT_TYPES, Envelope, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest, TopologyRequest,
-    WithdrawalRequested, WorkloadQueued,
+    EVENT_TYPES, UID_LABEL, Envelope, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest,
+    TopologyRequest, WithdrawalRequested, WorkloadQueued,
 )
 from gangway.events.contract import Contract, LocalQueue
 from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
@@ -37,8 +37,6 @@ from gangway.events.state import State
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
 WITHDRAW_TYPE = EVENT_TYPES[JobWithdrawn]
-#: The label of a job made from a Kubernetes object: the object's uid (``kubernetes.py``).
-UID_LABEL = "gangway.io/uid"
 MAX_BYTES = 1_048_576
 #: A bad record up to this size is read for the job id and namespace its rejection names.
 PROBE_BYTES_MAX = 16 * MAX_BYTES

@@ -22,6 +22,17 @@ pytestmark = pytest.mark.kubernetes
 MANIFEST = envtest.ROOT / "infra" / "k8s" / "binder-webhook.yaml"
 
 
+async def register_on_loopback(kube) -> int:
+    """infra/k8s/binder-webhook.yaml's configuration registered with a loopback URL instead of its
+    Service (as for a binder outside the cluster); returns the port to serve on."""
+    [port] = free_ports(1)
+    configuration = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
+    [hook] = configuration["webhooks"]
+    hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{hook['clientConfig']['service']['path']}"}
+    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    return port
+
+
 def job(name: str, kind: str = "Job", labels: dict | None = None, owner: dict | None = None) -> tuple[api.Resource, dict]:
     meta = {"name": name, "namespace": "team",
             "labels": {"kueue.x-k8s.io/queue-name": "default"} if labels is None else labels}
@@ -35,13 +46,9 @@ def job(name: str, kind: str = "Job", labels: dict | None = None, owner: dict | 
 
 
 async def test_a_job_created_unsuspended_is_stored_suspended_by_gangways_webhook(kube, binder_kubeconfig):
-    [port] = free_ports(1)
     names = [*wh.service_names(wh.SERVICE, BINDER_NAMESPACE), "127.0.0.1"]
-    configuration = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
-    [hook] = configuration["webhooks"]
-    hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{hook['clientConfig']['service']['path']}"}
     await ensure_namespace(kube, "team")
-    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    port = await register_on_loopback(kube)
     sa = await Kube.connect(kubeconfig=binder_kubeconfig)
     stop = asyncio.Event()
     serving = None

@@ -10,9 +10,7 @@ import asyncio
 import contextlib
 
 import pytest
-import yaml
 
-from gangway.adapters.broker import free_ports
 from gangway.adapters.kubernetes import ApiError
 from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
@@ -20,7 +18,7 @@ from gangway.services.binder import objects as ob
 from gangway.services.binder import webhook as wh
 from gangway.services.binder.policy import RequeueBackoff
 from k8s_harness import apply_manifests, run_until
-from test_kubernetes_admission_webhook import MANIFEST as WEBHOOK_MANIFEST
+from test_kubernetes_admission_webhook import register_on_loopback
 from test_kubernetes_binder import job, pods_of, setup
 
 pytestmark = pytest.mark.kubernetes
@@ -53,10 +51,7 @@ async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod:
 async def test_the_real_job_controller_makes_a_gangs_pods_gated_the_binder_binds_them_whole_and_it_finishes(
         control_plane, kube, make_binder):
     log, binder = await setup(kube, make_binder)
-    [port] = free_ports(1)
-    configuration = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
-    configuration["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
-    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    port = await register_on_loopback(kube)
     stop, finish = asyncio.Event(), set()
     certs = wh.issue(["127.0.0.1"])
     await wh.publish_ca(kube, certs.ca)

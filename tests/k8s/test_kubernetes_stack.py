@@ -11,16 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gangway import stack
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
-from gangway.adapters.broker import free_ports
 from gangway.services.binder import objects as ob
 from gangway.services.binder import webhook as wh
 from k8s_harness import cluster_running, apply_manifests, create_node, node_object
-from test_kubernetes_admission_webhook import MANIFEST as WEBHOOK_MANIFEST
+from test_kubernetes_admission_webhook import register_on_loopback
 from test_kubernetes_binder import CONTRACT, job, pods_of
 
 pytestmark = pytest.mark.kubernetes
@@ -32,10 +30,7 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
     for i in range(2):
         await create_node(kube, node_object(f"node-{i}", islands="8"), {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"})
     # with its webhook on loopback, registered by URL as for a binder outside the cluster
-    [port] = free_ports(1)
-    configuration = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d["kind"] == "MutatingWebhookConfiguration"][0]
-    configuration["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
-    await kube.create(wh.WEBHOOK_CONFIGURATIONS, configuration)
+    port = await register_on_loopback(kube)
     running = stack.Stack(kubernetes={"kubeconfig": binder_kubeconfig, "context": None, "webhook-port": str(port),
                                       "webhook-host": "127.0.0.1"})
     async with cluster_running(kube, ["team"]):
