@@ -961,7 +961,7 @@ def main(argv: list[str] | None = None) -> int:
     from gangway.adapters.kafka import CONNECTION_FAILED, CREDENTIALS_REFUSED, NOT_AUTHORISED, KafkaConfigError
     from gangway.services.accounting.billing import ClockJump
     from gangway.services.binder.cluster import ClusterFileError
-    from gangway.services.binder.webhook import WebhookError
+    from gangway.services.binder.errors import WebhookError
     from gangway.services.runtime.shell import ServiceSettingError
     try:
         return args.func(args)

@@ -27,7 +27,7 @@ def env(tmp_path) -> dict:
 
 def test_the_demo_runs_and_its_log_replays(env, tmp_path):
     out = tmp_path / "demo-log.jsonl"
-    demo = run(["demo", "--time-scale", "240", "--out", str(out)], env)
+    demo = run(["demo", "--time-scale", "480", "--out", str(out)], env)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "GPU-hours allocated per team" in demo.stdout
     for team in ("serving", "research", "batch"):

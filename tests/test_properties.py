@@ -15,6 +15,8 @@ preempted each other. Other properties fold random logs again, with events deliv
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
@@ -322,9 +324,9 @@ class PipelineMachine(RuleBasedStateMachine):
 
 
 #: Derandomized: the same runs every time. No shrinking: a failure prints the whole run, at once
-#: (shrinking a long stateful run can take minutes).
-SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None, derandomize=True,
-                    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+#: (shrinking a long stateful run can take minutes). GANGWAY_PROPERTY_EXAMPLES=N runs N (the suite: 100).
+SETTINGS = settings(max_examples=int(os.environ.get("GANGWAY_PROPERTY_EXAMPLES", "100")), stateful_step_count=40,
+                    deadline=None, derandomize=True, phases=(Phase.explicit, Phase.reuse, Phase.generate),
                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.services.binder import objects as ob
+from gangway.services.binder.errors import WebhookError
 
 log = logging.getLogger(__name__)
 PATH = "/mutate"
@@ -44,10 +45,6 @@ RENEW_DAYS = 30
 SECRETS = api.Resource("", "v1", "secrets", "Secret")
 WEBHOOK_CONFIGURATIONS = api.Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                                       "MutatingWebhookConfiguration", namespaced=False)
-
-
-class WebhookError(RuntimeError):
-    """The webhook cannot serve: why (its port taken, its certificate unreadable)."""
 
 
 class ReviewError(ValueError):
