@@ -145,3 +145,14 @@ def test_the_import_walk_sees_relative_and_nested_imports():
     found = imported_modules(source, "gangway.events")
     assert found == ["gangway.events", "gangway.events.catalogue", "gangway", "aiokafka"]
     assert [m for m in found if not allowed_in_events(m)] == ["gangway", "aiokafka"]
+
+
+def test_a_command_that_needs_no_kubernetes_does_not_import_its_client():
+    """Every `gangway` command and service process starts through cli.main: what it imports to catch
+    its errors is paid by each (the Kubernetes client alone is 0.4 s — the suite starts hundreds)."""
+    code = ("import sys\nfrom gangway.cli import main\n"
+            f"main(['rules', '--config', {str(ROOT / 'gangway' / 'demo' / 'contract.yaml')!r}])\n"
+            "print(sorted(m for m in ('kubernetes_asyncio', 'sqlalchemy', 'faust') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout[-500:]
