@@ -90,6 +90,7 @@ class ReasonCode(enum.StrEnum):
     RESUMED_WITHOUT_PLACEMENT = "resumed_without_placement"
     PODS_BOUND_WITHOUT_PLACEMENT = "pods_bound_without_placement"
     PODS_VANISHED = "pods_vanished"
+    PODS_REPLACED = "pods_replaced"
 
 
 C = ReasonCode
@@ -163,6 +164,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.PODS_BOUND_WITHOUT_PLACEMENT: ("{kind} {object} is suspended, yet {pods} pod(s) of it are on nodes, and the "
                                      "log holds no placement for it"),
     C.PODS_VANISHED: "{kind} {object}: {pods} pod(s) of the placement of {workload} are gone from the cluster",
+    C.PODS_REPLACED: ("{kind} {object}: its controller replaced {pods} pod(s) of {workload} that failed or were deleted; "
+                      "each replacement is bound in the place its predecessor left"),
 }
 
 #: Optional tails, added in this order when their parameter is present.
@@ -189,7 +192,7 @@ DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
     "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,
 }
 #: Codes of what reconciling found (``ClusterReconciled``), and of a failed bind's requeue (``WorkloadEvicted``).
-RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, C.PODS_VANISHED)
+RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, C.PODS_VANISHED, C.PODS_REPLACED)
 BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
 #: Quota stands in the way of a workload, for now (the admission cycle keeps quota for the first one).
 QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LENT_OUT, C.COHORT_EXHAUSTED)

@@ -811,7 +811,8 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--pods-ready-timeout", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: a bound gang whose pods are not all running this long after its admission "
                         "(an image that does not pull, a device that fails) gives its nodes back and is requeued with the "
-                        "bind backoff, as Kueue's waitForPodsReady (default 600; 0: never)")
+                        "bind backoff, as Kueue's waitForPodsReady; a running gang not whole again this long after it "
+                        "lost a pod is requeued too, as its recoveryTimeout (default 600; 0: never)")
     s.add_argument("--webhook-port", type=_port, metavar="PORT",
                    help="with --kubernetes: serve the mutating webhook (HTTPS) on PORT, which stores a Job, JobSet or "
                         "PyTorchJob created with a queue label and not suspended as suspended (infra/k8s/binder-webhook.yaml "

@@ -87,6 +87,8 @@ class Gang:
     #: The pods this binder bound for the attempt (uids): an unbound pod of the gang that is not
     #: one of them is a replacement for one that was lost.
     bound: frozenset[str] = frozenset()
+    #: Since when (monotonic s) the running gang has been short of a pod, if it is.
+    short_since: float | None = None
 
 
 @dataclass
@@ -503,51 +505,72 @@ class KubernetesBinder:
             await self.tell(obj, "Normal" if succeeded else "Warning", "Finished", f"Finished: {said}",
                             status="False")
             return
-        if ob.successive(obj):
-            await self._follow_successive(wl, obj, pods, out, now_ms)
+        gang = self.gangs.setdefault((name, attempt), Gang(started=time.monotonic(), resumed=True))
+        if not await self._bind_replacements(wl, obj, pods, gang, out, now_ms):
+            return
+        if ob.successive(obj):  # its pods are work items, not a gang that fails whole: running once those there run
+            active = [p for p in pods if ob.live(p) and (p.get("status") or {}).get("phase") != "Succeeded"]
+            if wl.phase == "bound" and all((p.get("status") or {}).get("phase") == "Running" for p in active):
+                out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
             return
         want = sum(self._expected(wl).values())
-        alive = [p for p in pods if ob.live(p)]
-        unbound = [p for p in alive if not (p.get("spec") or {}).get("nodeName")]
-        # A pod of the gang deleted or failed. The store may not show a fresh bind yet, so a pod is
-        # lost when it is gone, or when a replacement waits unbound: beside running pods, or — the
-        # controller was quicker than this look — one this binder never bound.
-        gang = self.gangs.get((name, attempt))
-        bound = gang.bound if gang is not None else frozenset()
-        lost_unbound = unbound if wl.phase == "running" else [p for p in unbound if bound and ob.meta(p).get("uid") not in bound]
-        if len(alive) < want or lost_unbound:
-            await self._roll_back_lost(wl, obj, pods, out, now_ms, max(want - len(alive), len(lost_unbound)))
+        alive = sorted((p for p in pods if ob.live(p)), key=ob.pod_order)
+        starting = [p for p in alive if not (p.get("spec") or {}).get("nodeName")
+                    or (p.get("status") or {}).get("phase") not in ("Running", "Succeeded")]
+        short = want - (len(alive) - len(starting))
+        if short <= 0:
+            gang.short_since = None
+            if wl.phase == "bound":
+                out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
             return
-        phases = [(p.get("status") or {}).get("phase") for p in alive]
-        if wl.phase == "bound" and not unbound and all(ph in ("Running", "Succeeded") for ph in phases):
-            out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
-        elif wl.phase == "bound" and self.pods_ready_timeout_s and wl.admitted_ms is not None \
-                and now_ms - wl.admitted_ms > self.pods_ready_timeout_s * 1000:
+        if not self.pods_ready_timeout_s:
+            return
+        first = (f"{ob.meta(starting[0]).get('name')}: {ob.waiting_reason(starting[0])}" if starting
+                 else "no replacement made by its controller")
+        if wl.phase == "bound":
             # Half a gang running at its rendezvous holds every GPU of it: give them back, try again later.
-            starting = sorted((p for p, ph in zip(alive, phases) if ph not in ("Running", "Succeeded")), key=ob.pod_order)
-            await self._roll_back(wl, obj, pods, out, now_ms, f"{len(starting)} of its {len(alive)} pods not running "
-                                  f"{self.pods_ready_timeout_s:g} s after its admission ({ob.meta(starting[0]).get('name')}: "
-                                  f"{ob.waiting_reason(starting[0])})", failed="gang not running")
-
-    async def _follow_successive(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
-        """A Job of more completions than parallelism: a pod that succeeds, or fails and is retried by
-        its controller (within the Job's backoffLimit), leaves its place (node and GPUs) to the next
-        pod the controller creates, which is bound there — the gang keeps its placement until the
-        Job ends (``finished``). Its pods are work items, not a gang that fails whole."""
-        name, attempt = wl.spec.workload, wl.attempt
-        active = [p for p in pods if ob.live(p) and (p.get("status") or {}).get("phase") != "Succeeded"]
-        bound, waiting = [], []
-        for p in active:
-            (bound if (p.get("spec") or {}).get("nodeName") else waiting).append(p)
-        if waiting:
-            plan = self._free_places(wl, obj, bound, sorted(waiting, key=ob.pod_order))
-            results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in plan))
-            refused = [r for r in results if r and r != GONE]
-            if refused:
-                await self._roll_back(wl, obj, pods, out, now_ms, f"{len(refused)} of its next pods' binds refused: {refused[0]}")
+            if wl.admitted_ms is not None and now_ms - wl.admitted_ms > self.pods_ready_timeout_s * 1000:
+                await self._roll_back(wl, obj, pods, out, now_ms, f"{short} of its {want} pods not running "
+                                      f"{self.pods_ready_timeout_s:g} s after its admission ({first})",
+                                      failed="gang not running")
             return
-        if wl.phase == "bound" and all((p.get("status") or {}).get("phase") == "Running" for p in active):
-            out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
+        # Running, and short of a pod (failed, deleted): its controller's replacement takes the place
+        # left (_bind_replacements); a gang not whole again in time gives its GPUs back (Kueue's
+        # waitForPodsReady recoveryTimeout).
+        if gang.short_since is None:
+            gang.short_since = time.monotonic()
+        elif time.monotonic() - gang.short_since > self.pods_ready_timeout_s:
+            await self._roll_back_lost(wl, obj, pods, out, now_ms, short, f"gang not whole again: {short} of its {want} "
+                                       f"pods not running {self.pods_ready_timeout_s:g} s after it lost one ({first})")
+
+    async def _bind_replacements(self, wl: WorkloadState, obj: dict, pods: list[dict], gang: Gang, out: Step,
+                                 now_ms: int) -> bool:
+        """A pod of a bound gang that failed, succeeded (a Job of more completions than parallelism)
+        or was deleted leaves its place — its node and GPUs — to the pod its controller creates next,
+        which is bound there: the controller retries within its own limits (a Job's backoffLimit, a
+        JobSet's maxRestarts), as with Kueue. A place is free once the pod in it has stopped (a
+        terminating pod still holds its GPUs). False when a bind was refused (the gang rolled back)."""
+        waiting = sorted((p for p in pods if ob.live(p) and not (p.get("spec") or {}).get("nodeName")
+                          and ob.meta(p).get("uid") not in gang.bound), key=ob.pod_order)
+        plan = self._free_places(wl, obj, _holding(pods), waiting) if waiting else []
+        if not plan:
+            return True
+        results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in plan))
+        refused = [r for r in results if r and r != GONE]
+        if refused:
+            await self._roll_back(wl, obj, pods, out, now_ms, f"{len(refused)} of its replacement pods' binds refused: "
+                                  f"{refused[0]}")
+            return False
+        placed = [(pod, node) for (pod, node, _), r in zip(plan, results) if not r]
+        gang.bound |= {ob.meta(pod).get("uid") for pod, _ in placed}
+        if placed and not ob.successive(obj):
+            left = sorted(ob.meta(p).get("name") for p in pods if not ob.live(p))
+            found = reason(C.PODS_REPLACED, kind=ob.kind_of(obj), object=_name(obj), pods=len(placed),
+                           workload=wl.spec.workload)
+            self._found(out, now_ms, obj, found, wl, pods=[ob.meta(p).get("name") for p, _ in placed],
+                        nodes=[node for _, node in placed],
+                        action="bound in the places left" + (f" by {', '.join(left)}" if left else ""))
+        return True
 
     def _free_places(self, wl: WorkloadState, obj: dict, bound: list[dict], waiting: list[dict]) -> list[tuple[dict, str, list[int]]]:
         """(pod, node, GPU indexes) for the waiting pods, in the placement's places that no bound pod
@@ -573,9 +596,8 @@ class KubernetesBinder:
             plan.append((pod, node, share))
         return plan
 
-    async def _roll_back_lost(self, wl, obj, pods, out, now_ms, gone: int) -> None:
+    async def _roll_back_lost(self, wl, obj, pods, out, now_ms, gone: int, why: str) -> None:
         failed = [ob.meta(p).get("name") for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
-        why = f"{gone} pod(s) of the gang lost" + (f" (failed: {', '.join(sorted(failed))})" if failed else "")
         started, unstarted = [], []
         for p in pods:
             if not ob.meta(p).get("deletionTimestamp"):
@@ -795,11 +817,11 @@ class KubernetesBinder:
 
     def _forget(self, state: State) -> None:
         """Drop progress about attempts the log has moved past."""
-        for key in [k for k in self.gangs if _moved_on(state, *k, "placed")]:
+        for key in [k for k in self.gangs if _moved_on(state, *k, "placed", "bound", "running")]:
             del self.gangs[key]
         for key in [k for k in self.evicting if _moved_on(state, *k, "evicting")]:
             del self.evicting[key]
-        for key in [k for k in self.losing if _moved_on(state, *k, "bound") and _moved_on(state, *k, "running")]:
+        for key in [k for k in self.losing if _moved_on(state, *k, "bound", "running")]:
             del self.losing[key]
         if len(self.names) > 2 * (len(state.pending) + len(state.active)) + 1024:  # (seen anew while they exist)
             waiting = {state.workloads[n].spec.labels.get(ob.UID_LABEL) for n in list(state.pending) + list(state.active)}
@@ -827,9 +849,9 @@ def _holding(pods: list[dict]) -> list[dict]:
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
 
 
-def _moved_on(state: State, name: str, attempt: int, phase: str) -> bool:
+def _moved_on(state: State, name: str, attempt: int, *phases: str) -> bool:
     wl = state.workloads.get(name)
-    return wl is None or wl.attempt != attempt or wl.phase != phase
+    return wl is None or wl.attempt != attempt or wl.phase not in phases
 
 
 def _name(obj: dict) -> str:

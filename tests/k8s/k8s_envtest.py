@@ -166,13 +166,9 @@ class ControlPlane:
             return json.loads(resp.read() or b"{}")
 
     def stop(self) -> None:
+        """Killed: their data is thrown away (kube-apiserver's graceful stop outlasted a 10-s wait)."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
-                proc.terminate()
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+            proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -260,23 +260,29 @@ async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube,
         assert all(n.free == n.allocatable for n in log.state.nodes.values())
 
 
-async def test_a_gang_that_loses_a_pod_keeps_its_gpus_until_the_rest_of_its_pods_are_gone(kube, make_binder):
-    """Its other pods are deleted with their grace period; the gang goes back to its queue (and its
-    quota and GPUs to the others) only once they have stopped."""
-    log, binder = await setup(kube, make_binder)
-    async with cluster_running(kube, ["team"], terminate_s=3.0):
+async def test_a_gang_not_whole_again_in_time_keeps_its_gpus_until_the_rest_of_its_pods_are_gone(kube, make_binder):
+    """A running gang loses a pod its controller does not replace: past the pods-ready timeout (Kueue's
+    recoveryTimeout) its other pods are deleted with their grace period, and the gang goes back to its
+    queue (its quota and GPUs to the others) only once they have stopped."""
+    log, binder = await setup(kube, make_binder, pods_ready_timeout_s=1.0)
+    async with cluster_running(kube, ["team"], terminate_s=3.0) as cluster:
         await apply_manifests(kube, job("pair", pods=2, gpus=8))
         wl = log.state.workloads
         await run_until(log, [binder], lambda: "team/pair" in wl and wl["team/pair"].phase == "running",
                         what="the pair running")
-        first = (await pods_of(kube, "pair"))[0]["metadata"]
-        await kube.delete(api.PODS, first["name"], "team", grace_seconds=0)
+        cluster.hold_back["pair"] = 1  # (its controller makes no replacement)
+        last = (await pods_of(kube, "pair"))[-1]["metadata"]
+        await kube.delete(api.PODS, last["name"], "team", grace_seconds=0)
         await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the lost pod found")
         found = next(e for e in log.envelopes if isinstance(e.data, ev.ClusterReconciled))
+        assert found.data.reason_code == C.PODS_VANISHED
+        assert found.data.action.startswith("1 pod(s) deleted and the Job suspended again")
         assert wl["team/pair"].phase == "running" and wl["team/pair"].attempt == 0  # the other pod is stopping
         await run_until(log, [binder], lambda: log.of_type(ev.WorkloadEvicted), what="the gang requeued")
         requeued = next(e for e in log.envelopes if isinstance(e.data, ev.WorkloadEvicted))
         assert requeued.data.workload == "team/pair" and requeued.time_ms - found.time_ms >= 2500
+        assert requeued.data.reason.startswith("gang not whole again: 1 of its 2 pods not running 1 s after it lost one "
+                                               "(no replacement made by its controller)")
 
 
 async def test_a_job_of_more_completions_than_parallelism_runs_its_next_pods_in_the_places_left(kube, make_binder):

@@ -14,6 +14,7 @@ import pytest
 from gangway.adapters.kubernetes import ApiError
 from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
+from gangway.events.reasons import C
 from gangway.services.binder import objects as ob
 from gangway.services.binder import webhook as wh
 from gangway.services.binder.policy import RequeueBackoff
@@ -24,9 +25,9 @@ from test_kubernetes_binder import job, pods_of, setup
 pytestmark = pytest.mark.kubernetes
 
 
-async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod: False) -> None:
-    """Bound pods start (but those ``stuck`` says cannot: their image does not pull); a pod of a Job
-    named in ``finish`` succeeds; a deleted pod goes."""
+async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod: False, crash=lambda pod: False) -> None:
+    """Bound pods start (but those ``stuck`` says cannot: their image does not pull); a running pod
+    ``crash`` names fails; a pod of a Job named in ``finish`` succeeds; a deleted pod goes."""
     while not stop.is_set():
         pods, _ = await kube.list(api.PODS, "team")
         for pod in pods:
@@ -40,6 +41,10 @@ async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod:
                          "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}, "team", sub="status")
                 elif pod["spec"].get("nodeName") and phase in (None, "Pending"):
                     await kube.patch(api.PODS, m["name"], {"status": {"phase": "Running"}}, "team", sub="status")
+                elif phase == "Running" and crash(pod):
+                    await kube.patch(api.PODS, m["name"], {"status": {"phase": "Failed", "containerStatuses": [
+                        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+                         "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}}, "team", sub="status")
                 elif phase == "Running" and m["labels"].get("batch.kubernetes.io/job-name") in finish:
                     await kube.patch(api.PODS, m["name"], {"status": {"phase": "Succeeded", "containerStatuses": [
                         {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
@@ -130,6 +135,47 @@ async def test_a_gang_rolled_back_costs_its_job_no_failure_and_runs_in_its_next_
             finish.add("fragile")
             await run_until(log, [binder], lambda: wl["team/fragile"].phase == "finished", what="the Job finished")
             assert [f.succeeded for f in log.of_type(ev.WorkloadFinished) if f.workload == "team/fragile"] == [True]
+    finally:
+        stop.set()
+        await kubelet_task
+
+
+async def test_a_failed_pod_is_retried_by_the_job_controller_in_the_place_it_left(control_plane, kube, make_binder):
+    """A pod of a running gang fails: the retry is the Job controller's (its backoffLimit), as with
+    Kueue. Its replacement is bound where the failed pod ran (node and GPUs), the workload keeps its
+    attempt and its GPUs, and nothing is requeued or counted as preemption."""
+    log, binder = await setup(kube, make_binder)
+    crashed: list[dict] = []
+
+    def crash(pod: dict) -> bool:  # the first pod of index 1 to run fails
+        if pod["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") != "1" or (
+                crashed and crashed[0]["metadata"]["uid"] != pod["metadata"]["uid"]):
+            return False
+        crashed[:] = [pod]
+        return True
+
+    stop, finish = asyncio.Event(), set()
+    kubelet_task = asyncio.create_task(kubelet(kube, stop, finish, crash=crash))
+    wl = log.state.workloads
+    try:
+        with control_plane.controllers("job,garbagecollector"):
+            await apply_manifests(kube, job("flaky", pods=2, gpus=4).replace(
+                "  completionMode: Indexed", "  completionMode: Indexed\n  backoffLimit: 2"))
+            await run_until(log, [binder], lambda: log.of_type(ev.ClusterReconciled), what="the replacement bound",
+                            timeout_s=60)
+            [found] = log.of_type(ev.ClusterReconciled)
+            [failed] = crashed
+            assert (found.reason_code, found.workload, found.attempt) == (C.PODS_REPLACED, "team/flaky", 0)
+            assert found.action == f"bound in the places left by {failed['metadata']['name']}"
+            [replacement] = [p for p in await pods_of(kube, "flaky") if p["metadata"]["name"] == found.pods[0]]
+            assert replacement["metadata"]["uid"] != failed["metadata"]["uid"]
+            assert (replacement["spec"]["nodeName"], replacement["metadata"]["annotations"][ob.GPUS_ANNOTATION]) == (
+                failed["spec"]["nodeName"], failed["metadata"]["annotations"][ob.GPUS_ANNOTATION])
+            finish.add("flaky")
+            await run_until(log, [binder], lambda: wl["team/flaky"].phase == "finished", what="the Job finished")
+            assert [(f.attempt, f.succeeded) for f in log.of_type(ev.WorkloadFinished)] == [(0, True)]
+            assert not log.of_type(ev.WorkloadEvicted)
+            assert (await kube.get(api.JOBS, "flaky", "team"))["status"].get("failed") == 1
     finally:
         stop.set()
         await kubelet_task
