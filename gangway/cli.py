@@ -153,6 +153,14 @@ def cmd_up(args) -> int:
     return 0
 
 
+def cmd_down(args) -> int:
+    pid = stack.stop_running_stack(args.timeout)
+    where = stack.state_dir()
+    console.print(f"stopped the gangway stack running from {where} (pid {pid})" if pid is not None
+                  else f"no gangway stack runs from {where}: nothing to stop")
+    return 0
+
+
 def cmd_config(args) -> int:
     if args.action == "validate":
         from gangway.contract.kueue import check_file
@@ -859,6 +867,10 @@ def parser() -> argparse.ArgumentParser:
                    help="cluster seconds per wall second (above 0, at most 100000)")
     _kubernetes_flags(s)
     s.set_defaults(func=cmd_up)
+    s = sub.add_parser("down", help="stop the stack `gangway up` runs from this state directory (GANGWAY_STATE_DIR)")
+    s.add_argument("--timeout", type=_seconds, default=stack.DOWN_TIMEOUT_S, metavar="SECONDS",
+                   help="how long to wait for it to stop (default 60)")
+    s.set_defaults(func=cmd_down)
     s = sub.add_parser("config", help="validate or apply a contract")
     s.add_argument("action", choices=("validate", "apply"),
                    help="validate: check the file and say what gangway ignores in it (no broker); apply: publish "

@@ -318,6 +318,41 @@ def _lock(path: Path) -> IO:
     return handle
 
 
+#: How long `gangway down` waits for the stack to stop (its services snapshot their state first).
+DOWN_TIMEOUT_S = 60.0
+
+
+def stop_running_stack(timeout_s: float = DOWN_TIMEOUT_S) -> int | None:
+    """Stop the `gangway up` that runs from this state directory as Ctrl-C would (SIGTERM to the
+    process holding its lock), and wait until it let go of the lock; its pid, or None when nothing
+    runs from here. Only the lock's holder is signalled: a pid left in the file by a stack that died
+    is never killed (another process may have it now)."""
+    path = state_dir() / LOCK_FILE
+    if not path.exists():
+        return None
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return None  # (nobody holds it)
+        except BlockingIOError:
+            pass
+        try:
+            pid = int(handle.read().strip())
+        except ValueError:
+            raise StackRunning(f"the stack running from {path.parent} did not write its pid into {path}") from None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return pid
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StackRunning(f"the stack running from {path.parent} (pid {pid}) did not stop within "
+                                       f"{timeout_s:g} s of SIGTERM; its logs are in {path.parent / 'logs'}") from None
+                time.sleep(0.2)
+
+
 @dataclass
 class Stack:
     """The embedded broker (unless GANGWAY_KAFKA) and the six services as child processes."""

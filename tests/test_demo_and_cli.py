@@ -108,11 +108,18 @@ def test_up_reports_ready_only_when_every_service_folded_the_log_and_stops_clean
         assert printed == {"GANGWAY_KAFKA": printed["GANGWAY_KAFKA"], "GANGWAY_KAFKA_IDEMPOTENCE": "false"}
         only_address = run(["submit", "gangway/demo/jobs-morning.yaml"], dict(env, GANGWAY_KAFKA=printed["GANGWAY_KAFKA"]))
         assert only_address.returncode == 0, only_address.stdout + only_address.stderr
+        down = run(["down"], env, timeout=90)  # (what Ctrl-C where it runs does, from another shell)
+        assert down.returncode == 0 and down.stdout.strip() == (
+            f"stopped the gangway stack running from {state} (pid {proc.pid})"), down.stdout + down.stderr
+        assert proc.poll() == 0 and "stopping…" in proc.stdout.read()
     finally:
-        proc.send_signal(signal.SIGINT)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     assert not list(state.glob("*.ready")), "ready files outlive the services"
     assert not (state / "bootstrap").exists()
+    again = run(["down"], env)
+    assert (again.returncode, again.stdout.strip()) == (0, f"no gangway stack runs from {state}: nothing to stop")
 
 
 def test_a_producer_the_broker_refuses_as_idempotent_says_what_to_set(monkeypatch, capsys, tmp_path):

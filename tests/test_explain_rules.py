@@ -285,6 +285,20 @@ def test_a_blocked_gang_shows_its_reservation_and_a_small_job_shows_whose_it_is(
     assert report["big"].eta_ms == log.state.workloads["busy"].started_ms + 100_000
 
 
+def test_the_estimated_start_and_the_quota_hold_assume_the_same_runtime_for_work_that_declares_none():
+    """A stranger's report: "quota held for it, free by <in an hour>" beside "estimated start: <in 10
+    minutes>" for the same waiting job. Both now assume an hour for work that declares no runtime."""
+    from gangway.events.codec import format_time
+    from gangway.services.placement.policy import ASSUMED_RUNTIME_MS
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(8))).nodes(node("n0").gpus(8))
+    log.running(job("fill", "q", 8), on=[("main", "n0", 1)])
+    log.queue(job("waiter", "q", 8))
+    [said] = pending_report(log.state).values()
+    end = log.state.workloads["fill"].started_ms + ASSUMED_RUNTIME_MS
+    assert said.eta_ms == end, (format_time(said.eta_ms), format_time(end))
+    assert "free by" not in said.reason or f"free by {format_time(end)}" in said.reason, said.reason
+
+
 def test_the_rules_name_the_kubernetes_priority_classes_and_which_is_the_default():
     from gangway.events.contract import PodPriorityClass
     c = msgspec.structs.replace(contract(cluster_queue("q").gpus(8)).obj(), pod_priority_classes=[

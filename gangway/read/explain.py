@@ -22,6 +22,7 @@ from gangway.events.state import HOLDS_NODES, State
 from gangway.read.describe import IslandWatch, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
+from gangway.services.placement.policy import ASSUMED_RUNTIME_MS
 from gangway.sim import Simulation
 
 #: Forecasts look this far ahead at most (cluster time).
@@ -107,8 +108,10 @@ def _positions(state: State) -> tuple[dict[str, int], dict[str, int]]:
 
 def forecast_starts(state: State, names: set[str]) -> dict[str, int | None]:
     """When each named pending workload would be admitted if nothing else arrived (None: not within
-    the horizon). Runs the pure pipeline forward on a copy; the state is not touched."""
-    sim = Simulation(state=copy_state(state))
+    the horizon). Runs the pure pipeline forward on a copy; the state is not touched. Work that
+    declares no runtime runs ``ASSUMED_RUNTIME_MS`` there, as the quota holds and node reservations
+    assume (one estimate, not two: a hold "free by" an hour from now beside a start in ten minutes)."""
+    sim = Simulation(state=copy_state(state), default_runtime_ms=ASSUMED_RUNTIME_MS)
     starts: dict[str, int | None] = {name: None for name in names}
 
     def done() -> bool:
@@ -154,7 +157,20 @@ def explain(envs: list[ev.Envelope], workload: str, forecast: bool = True) -> li
             lines.append(f"[{env.offset}] {line}")
     if not lines:
         return [f"{workload}: no such job in the log"]
-    return lines + standing_lines(envs, state, name, forecast=forecast)
+    return _recreated(state, name) + lines + standing_lines(envs, state, name, forecast=forecast)
+
+
+def _recreated(state: State, name: str) -> list[str]:
+    """A line naming the workloads of a Kubernetes object deleted and created again under ``name``'s
+    object name (each is queued as ``<name>-<its uid's first 8 characters>``): ``explain <ns>/<name>``
+    tells the first one's story, and would hide the job that runs now."""
+    later = [(w.seq, n, w.phase) for n, w in state.workloads.items()
+             if n.startswith(f"{name}-") and n[len(name) + 1:] == w.spec.labels.get(ev.UID_LABEL, "")[:8]]
+    if not later:
+        return []
+    named = ", ".join(f"{n} (now {phase})" for _, n, phase in sorted(later))
+    return [f"note: the object of {name} was deleted and created again: the new one is workload {named} "
+            f"(`gangway explain <workload>`); below, the first one's story"]
 
 
 #: The estimated start of a workload that no cycle can admit as things stand, by its reason: only

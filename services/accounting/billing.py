@@ -116,7 +116,8 @@ def _lines(charges: list[Interval], start: int, end: int, billing: Billing, curr
                     end_ms=c.end_ms, quantity=qty, unit_price_micros=price, list_cost_micros=-cost,
                     billed_cost_micros=money.to_minor_unit(-cost, currency), contract_digest=c.contract_digest,
                     local_queue=c.local_queue, priority_class=c.priority_class,
-                    description=f"preemption waste: {c.waste_ms} ms of work lost",
+                    description=f"{'preemption' if c.outcome == 'evicted' else 'node-loss'} waste: "
+                                f"{c.waste_ms} ms of work lost",
                 ))
     return lines
 

@@ -163,9 +163,12 @@ def _charge_start(wl: WorkloadState) -> int:
 
 
 def _lost_ms(wl: WorkloadState, outcome: Outcome, end_ms: int) -> int:
-    if outcome == "evicted" and wl.eviction is not None:
-        return wl.eviction.work_lost_ms
-    if outcome in ("evicted", "node_lost") and wl.started_ms is not None:
+    """The work an attempt lost that is not its team's doing: to an eviction gangway ordered
+    (preemption), or with a node that left under it. A requeue nobody ordered — the binder's rollback
+    of a gang that did not run whole, its own pods failing — costs the team its work, as a crash does."""
+    if outcome == "evicted":
+        return wl.eviction.work_lost_ms if wl.eviction is not None else 0
+    if outcome == "node_lost" and wl.started_ms is not None:
         return max(0, end_ms - max(wl.started_ms, wl.checkpoint_ms or 0))
     return 0
 

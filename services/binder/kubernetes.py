@@ -197,7 +197,7 @@ class KubernetesBinder:
                 tolerations = index_of(state.contract).flavor_tolerations(wl.admission.flavors)
                 work.append(self._bind_gang(wl, obj, its_pods, out, now_ms, tolerations))
             elif wl.phase in ("bound", "running"):
-                work.append(self._follow(wl, obj, its_pods, out, now_ms))
+                work.append(self._follow(wl, obj, its_pods, out, now_ms, state.unavailable))
             elif wl.phase == "evicting":
                 work.append(self._evict(wl, obj, its_pods, out, now_ms))
         await asyncio.gather(*work)
@@ -492,7 +492,8 @@ class KubernetesBinder:
 
     # --- status -------------------------------------------------------------------------------------------
 
-    async def _follow(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int) -> None:
+    async def _follow(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int,
+                      unavailable: dict[str, str]) -> None:
         name, attempt = wl.spec.workload, wl.attempt
         if (name, attempt) in self.losing:
             await self._requeue_lost(wl, pods, out, now_ms)
@@ -506,7 +507,7 @@ class KubernetesBinder:
                             status="False")
             return
         gang = self.gangs.setdefault((name, attempt), Gang(started=time.monotonic(), resumed=True))
-        if not await self._bind_replacements(wl, obj, pods, gang, out, now_ms):
+        if not await self._bind_replacements(wl, obj, pods, gang, out, now_ms, unavailable):
             return
         if ob.successive(obj):  # its pods are work items, not a gang that fails whole: running once those there run
             active = [p for p in pods if ob.live(p) and (p.get("status") or {}).get("phase") != "Succeeded"]
@@ -544,17 +545,24 @@ class KubernetesBinder:
                                        f"pods not running {self.pods_ready_timeout_s:g} s after it lost one ({first})")
 
     async def _bind_replacements(self, wl: WorkloadState, obj: dict, pods: list[dict], gang: Gang, out: Step,
-                                 now_ms: int) -> bool:
+                                 now_ms: int, unavailable: dict[str, str]) -> bool:
         """A pod of a bound gang that failed, succeeded (a Job of more completions than parallelism)
         or was deleted leaves its place — its node and GPUs — to the pod its controller creates next,
         which is bound there: the controller retries within its own limits (a Job's backoffLimit, a
         JobSet's maxRestarts), as with Kueue. A place is free once the pod in it has stopped (a
-        terminating pod still holds its GPUs). False when a bind was refused (the gang rolled back)."""
+        terminating pod still holds its GPUs). A place on a node that became unavailable (cordoned,
+        drained, not ready) is not retried: the gang is requeued once its pods are gone. False when the
+        gang was rolled back."""
         waiting = sorted((p for p in pods if ob.live(p) and not (p.get("spec") or {}).get("nodeName")
                           and ob.meta(p).get("uid") not in gang.bound), key=ob.pod_order)
         plan = self._free_places(wl, obj, _holding(pods), waiting) if waiting else []
         if not plan:
             return True
+        gone = sorted({node for _, node, _ in plan if node in unavailable})
+        if gone:  # (a node cordoned, drained, not ready: the gang is placed anew, not retried where it cannot run)
+            await self._roll_back_lost(wl, obj, pods, out, now_ms, len(plan), f"{len(plan)} pod(s) of the gang lost, "
+                                       f"their place on node {gone[0]} unavailable ({unavailable[gone[0]]})")
+            return False
         results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in plan))
         refused = [r for r in results if r and r != GONE]
         if refused:

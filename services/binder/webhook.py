@@ -203,16 +203,27 @@ async def own_certs(kube: Kube, namespace: str, names: list[str], secret: str = 
 
 async def publish_ca(kube: Kube, ca: bytes, configuration: str = CONFIGURATION) -> int:
     """Write ``ca`` into the caBundle of every webhook of the MutatingWebhookConfiguration
-    ``configuration`` that lacks it; returns how many were written."""
-    found = await kube.get(WEBHOOK_CONFIGURATIONS, configuration)
+    ``configuration`` that lacks it; returns how many were written. Each write tests the
+    resourceVersion it read (a configuration changed meanwhile is not half-patched): one that
+    changed — another replica, starting at the same time, wrote the same CA — is read again."""
     bundle = base64.b64encode(ca).decode()
-    ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-           for i, hook in enumerate(found.get("webhooks") or [])
-           if (hook.get("clientConfig") or {}).get("caBundle") != bundle]
-    if ops:  # (the test op: a configuration changed meanwhile is read again at the next start, not half-patched)
-        ops.insert(0, {"op": "test", "path": "/metadata/resourceVersion", "value": ob.meta(found).get("resourceVersion")})
-        await kube.patch(WEBHOOK_CONFIGURATIONS, configuration, ops, kind="json")
-    return len(ops) - 1 if ops else 0
+    found = await kube.get(WEBHOOK_CONFIGURATIONS, configuration)
+    for _ in range(5):
+        ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+               for i, hook in enumerate(found.get("webhooks") or [])
+               if (hook.get("clientConfig") or {}).get("caBundle") != bundle]
+        if not ops:
+            return 0
+        read = ob.meta(found).get("resourceVersion")
+        try:
+            await kube.patch(WEBHOOK_CONFIGURATIONS, configuration,
+                             [{"op": "test", "path": "/metadata/resourceVersion", "value": read}, *ops], kind="json")
+            return len(ops)
+        except ApiError as exc:
+            found = await kube.get(WEBHOOK_CONFIGURATIONS, configuration)
+            if exc.status != 422 or ob.meta(found).get("resourceVersion") == read:
+                raise  # (422 with the configuration unchanged: the patch itself was refused, not its test)
+    raise WebhookError(f"webhook: MutatingWebhookConfiguration {configuration} kept changing under this replica")
 
 
 # --- the server --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
 from gangway.events.reasons import C
+from gangway.read.explain import explain
 from gangway.services.binder.policy import RequeueBackoff
 from gangway.services.binder import objects as ob
 from gangway.services.binder.kubernetes import GONE
@@ -258,6 +259,14 @@ async def test_deleting_the_job_withdraws_the_workload_and_frees_its_quota(kube,
         await run_until(log, [binder], lambda: wl["team/next"].phase == "finished", what="the second withdrawal")
         assert all(v == 0 for v in log.state.usage["team"].values())
         assert all(n.free == n.allocatable for n in log.state.nodes.values())
+        # created again under its name: a new workload, which `gangway explain team/big` points to
+        [again] = await apply_manifests(kube, job("big", pods=1, gpus=8))
+        renamed = f"team/big-{again['metadata']['uid'][:8]}"
+        await run_until(log, [binder], lambda: renamed in wl, what="the Job created again queued")
+        said = explain(log.envelopes, "team/big")
+        assert said[0].startswith(f"note: the object of team/big was deleted and created again: the new one is "
+                                  f"workload {renamed} (now "), said
+        assert any("withdrawn" in line for line in said[1:]) and not explain(log.envelopes, renamed)[0].startswith("note")
 
 
 async def test_a_gang_not_whole_again_in_time_keeps_its_gpus_until_the_rest_of_its_pods_are_gone(kube, make_binder):

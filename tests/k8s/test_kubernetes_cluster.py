@@ -203,6 +203,29 @@ async def test_a_pod_of_a_bound_gang_replaced_by_its_controller_is_bound_in_the_
         assert not log.of_type(ev.WorkloadEvicted) and len(log.of_type(ev.ClusterReconciled)) == 1
 
 
+async def test_a_pod_drained_off_a_cordoned_node_is_not_replaced_there_the_gang_is_placed_anew(kube, make_binder):
+    """kubectl drain: the node cordoned, then its pods evicted. The replacement its controller makes is
+    not bound back onto the cordoned node (a bind ignores the cordon): the gang is requeued once its
+    pods are gone, and placed on nodes that take pods."""
+    log, binder = await setup(kube, make_binder)
+    wl = log.state.workloads
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("drained", pods=2, gpus=8))
+        await run_until(log, [binder], lambda: "team/drained" in wl and wl["team/drained"].phase == "running",
+                        what="the gang running")
+        victim = (await pods_of(kube, "drained"))[0]
+        node = victim["spec"]["nodeName"]
+        await kube.patch(api.NODES, node, {"spec": {"unschedulable": True}})
+        await run_until(log, [binder], lambda: node in log.state.unavailable, what="the node cordoned")
+        await kube.delete(api.PODS, victim["metadata"]["name"], "team", grace_seconds=0)
+        await run_until(log, [binder], lambda: (wl["team/drained"].attempt, wl["team/drained"].phase) == (1, "running"),
+                        what="the gang placed anew and running")
+        [evicted] = log.of_type(ev.WorkloadEvicted)
+        assert f"their place on node {node} unavailable (" in evicted.reason, evicted.reason
+        assert node not in {p["spec"]["nodeName"] for p in await pods_of(kube, "drained")}
+        assert not [f for f in log.of_type(ev.ClusterReconciled) if f.reason_code == C.PODS_REPLACED]
+
+
 async def test_what_reconciling_finds_is_fixed_and_written_onto_the_log(kube, make_binder):
     log, binder = await setup(kube, make_binder)
     wl = log.state.workloads

@@ -13,7 +13,8 @@ from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
 from gangway.services.binder import objects as ob
-from k8s_harness import KINDS, FakeCluster, LocalLog, apply_manifests, complete, create_node, node_object, run_until
+from k8s_harness import (KINDS, FakeCluster, LocalLog, apply_manifests, complete, create_node, node_object, run_until,
+                         turn_until)
 
 pytestmark = pytest.mark.kubernetes
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "kueue-examples"
@@ -57,6 +58,22 @@ async def test_every_kueue_sample_runs_unchanged(kube, make_binder):
             mine = [p for p in pods if ob.owner_name(obj["kind"], p) == obj["metadata"]["name"]
                     and p["spec"].get("nodeName")]
             ran[sample] = (obj["kind"], len(mine))
+            if obj["kind"] == "PyTorchJob":  # its pods lost at once (a restart): each replacement in its pod set's place
+                places = {p["metadata"]["name"]: (p["spec"]["nodeName"], p["metadata"]["uid"]) for p in mine}
+                for pod in places:
+                    await kube.delete(api.PODS, pod, "default", grace_seconds=0)
+
+                def replaced(pods):
+                    return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods
+                            if p["metadata"]["name"] in places and p["metadata"]["uid"] != places[p["metadata"]["name"]][1]}
+
+                async def all_back():
+                    pods, _ = await kube.list(api.PODS, "default")
+                    back = replaced(pods)
+                    return back if len(back) == len(places) and all(back.values()) else None
+                back = await turn_until(log, [binder], all_back, "the PyTorchJob's replacements bound", timeout_s=30)
+                assert back == {pod: node for pod, (node, _) in places.items()}
+                assert (wl[name].attempt, wl[name].phase) == (0, "running")
             await complete(kube, await kube.get(KINDS[obj["kind"]], obj["metadata"]["name"], "default"))
             await run_until(log, [binder], lambda: wl[name].phase == "finished", what=f"{sample} finished")
     finally:
