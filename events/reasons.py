@@ -164,8 +164,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.PODS_BOUND_WITHOUT_PLACEMENT: ("{kind} {object} is suspended, yet {pods} pod(s) of it are on nodes, and the "
                                      "log holds no placement for it"),
     C.PODS_VANISHED: "{kind} {object}: {pods} pod(s) of the placement of {workload} are gone from the cluster",
-    C.PODS_REPLACED: ("{kind} {object}: its controller replaced {pods} pod(s) of {workload} that failed or were deleted; "
-                      "each replacement is bound in the place its predecessor left"),
+    C.PODS_REPLACED: "{kind} {object}: its controller replaced {pods} pod(s) of {workload} that failed or were deleted",
 }
 
 #: Optional tails, added in this order when their parameter is present.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import gc
 import logging
@@ -340,7 +341,8 @@ def stop_running_stack(timeout_s: float = DOWN_TIMEOUT_S) -> int | None:
             pid = int(handle.read().strip())
         except ValueError:
             raise StackRunning(f"the stack running from {path.parent} did not write its pid into {path}") from None
-        os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # (it ended meanwhile: the lock is free below)
+            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -577,7 +577,7 @@ class KubernetesBinder:
                            workload=wl.spec.workload)
             self._found(out, now_ms, obj, found, wl, pods=[ob.meta(p).get("name") for p, _ in placed],
                         nodes=[node for _, node in placed],
-                        action="bound in the places left" + (f" by {', '.join(left)}" if left else ""))
+                        action="each bound in the place its predecessor left" + (f" ({', '.join(left)})" if left else ""))
         return True
 
     def _free_places(self, wl: WorkloadState, obj: dict, bound: list[dict], waiting: list[dict]) -> list[tuple[dict, str, list[int]]]:

@@ -193,7 +193,7 @@ async def test_a_pod_of_a_bound_gang_replaced_by_its_controller_is_bound_in_the_
         [found] = log.of_type(ev.ClusterReconciled)
         assert (found.reason_code, found.kind, found.namespace, found.name) == (C.PODS_REPLACED, "Job", "team", "quick")
         assert (found.workload, found.attempt, found.pods) == ("team/quick", 0, [first["name"]])
-        assert found.nodes == [gone["spec"]["nodeName"]] and found.action == "bound in the places left"
+        assert found.nodes == [gone["spec"]["nodeName"]] and found.action == "each bound in the place its predecessor left"
         replacement = await kube.get(api.PODS, first["name"], "team")
         assert replacement["metadata"]["uid"] != first["uid"] and replacement["spec"]["nodeName"] == gone["spec"]["nodeName"]
         assert replacement["metadata"]["annotations"][ob.GPUS_ANNOTATION] == first["annotations"][ob.GPUS_ANNOTATION]

@@ -166,7 +166,7 @@ async def test_a_failed_pod_is_retried_by_the_job_controller_in_the_place_it_lef
             [found] = log.of_type(ev.ClusterReconciled)
             [failed] = crashed
             assert (found.reason_code, found.workload, found.attempt) == (C.PODS_REPLACED, "team/flaky", 0)
-            assert found.action == f"bound in the places left by {failed['metadata']['name']}"
+            assert found.action == f"each bound in the place its predecessor left ({failed['metadata']['name']})"
             [replacement] = [p for p in await pods_of(kube, "flaky") if p["metadata"]["name"] == found.pods[0]]
             assert replacement["metadata"]["uid"] != failed["metadata"]["uid"]
             assert (replacement["spec"]["nodeName"], replacement["metadata"]["annotations"][ob.GPUS_ANNOTATION]) == (
