@@ -229,17 +229,23 @@ def test_interval_carries_offset_queue_class_and_cpu() -> None:
 
 def test_only_work_lost_to_preemption_or_a_lost_node_is_waste_not_a_requeue_nobody_ordered() -> None:
     """A gang the binder requeued (it was not whole again in time: its own pod failed) lost its work
-    to itself, as a crash does; a preemption's and a lost node's loss is not the team's doing."""
+    to itself, as a crash does; a preemption's, a lost node's and a drained node's loss is not the
+    team's doing."""
     log = Log().setup(NODES).start("mine", "team-a", 1000, {"node-a": 1}, 1_000).evicted("mine", 5_000)
     log.start("ordered", "team-a", 1000, {"node-a": 1}, 1_000)
     log.add(ev.EvictionOrdered(workload="ordered", preemptor="other", based_on=log.state.offset, grace_ms=0,
                                work_lost_ms=3_000), 4_000)
     log.evicted("ordered", 5_000)
     log.start("node", "team-b", 1000, {"node-b": 1}, 2_000).remove_node("node-b", 6_000)
+    # drained: its node cordoned, its pods evicted, the gang requeued by the binder (nobody ordered it)
+    log.setup({"node-c": 8}, 1_000).start("drained", "team-b", 1000, {"node-c": 1}, 1_000)
+    log.add(ev.NodeObserved(node="node-c", allocatable={GPU: 8000, "cpu": 128_000}, unavailable="cordoned"), 2_000)
+    log.evicted("drained", 7_000)
     lost = {iv.workload: (iv.outcome, iv.waste_ms) for iv in log.intervals}
     assert lost["mine"] == ("evicted", 0)
     assert lost["ordered"] == ("evicted", 3_000)
     assert lost["node"] == ("node_lost", 4_000)
+    assert lost["drained"] == ("node_lost", 6_000)
 
 
 def test_open_allocations_report_running_workloads_up_to_now() -> None:

@@ -111,7 +111,7 @@ def usage_effects(before: State, env: ev.Envelope) -> list[Interval]:
     if isinstance(data, ev.WorkloadFinished):
         return _ended(before, env, data.workload, data.attempt, FINISH_FROM, "finished" if data.succeeded else "failed")
     if isinstance(data, ev.WorkloadEvicted):
-        return _ended(before, env, data.workload, data.attempt, EVICT_FROM, "evicted")
+        return _ended(before, env, data.workload, data.attempt, EVICT_FROM, _eviction_outcome(before, data.workload))
     if isinstance(data, ev.NodeRemoved):
         return _node_lost(before, env, data.node)
     if isinstance(data, ev.ConfigApplied):
@@ -150,6 +150,16 @@ def _node_lost(before: State, env: ev.Envelope, node: str) -> list[Interval]:
         if _runs_on(wl, node):
             out.append(_interval(before, wl, env.time_ms, "node_lost", env.offset))
     return out
+
+
+def _eviction_outcome(before: State, workload: str) -> Outcome:
+    """An eviction nobody ordered of a workload placed on a node taken out of service (cordoned for a
+    drain, not ready): its work was lost with that node, not to preemption nor to its team's doing."""
+    wl = before.workloads.get(workload)
+    if wl is not None and wl.eviction is None and wl.placement is not None \
+            and any(a.node in before.unavailable for a in wl.placement.assignments):
+        return "node_lost"
+    return "evicted"
 
 
 def _runs_on(wl: WorkloadState, node: str) -> bool:
