@@ -245,7 +245,7 @@ def _money_lines(envs: list[ev.Envelope], name: str) -> list[str]:
     currency = books.state.contract.currency if books.state.contract else ""
     busy = "no GPU telemetry" if run.busy_ratio is None else f"GPUs busy {run.busy_ratio:.0%} (SM active)"
     out = [f"cost so far: {money(run.list_cost_micros)} {currency} at list price over {run.attempts} attempt(s), "
-           f"{money(run.waste_micros)} of it lost to preemption; {busy}"]
+           f"{money(run.waste_micros)} of it lost to preemption or lost nodes; {busy}"]
     wl = books.state.workloads.get(name)
     if wl is not None and wl.idle is not None:
         out.append(f"flagged idle now: {idle_reason(wl.idle)}")

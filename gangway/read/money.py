@@ -81,7 +81,7 @@ class RunFigures:
     busy_gpu_milli_ms: int
     sampled: bool
     list_cost_micros: int
-    #: The part of the cost spent on work lost to preemption.
+    #: The part of the cost spent on work lost to preemption or with a lost node.
     waste_micros: int
     useful_tokens: int
     idle_flagged: bool = False

@@ -92,7 +92,8 @@ def _billing(contract: Contract) -> list[str]:
              f"The cost of GPUs nobody held is {sharing}.",
              "A workload pays for what was admitted, from when it runs to when it ends; memory is priced per GiB-hour."]
     if b.credit_preemption_waste:
-        lines.append("Work lost to preemption is credited back to the team that lost it.")
+        lines.append("Work lost to preemption, or with a node that left the cluster or was taken out of service "
+                     "under it, is credited back to the team that lost it.")
     return lines
 
 

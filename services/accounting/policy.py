@@ -9,7 +9,7 @@ older attempt) and re-deliveries end nothing and cost nothing.
 
 Each charge carries what billing needs: team, ClusterQueue, LocalQueue, priority class, the flavor
 of each resource, the nodes and GPU indexes, the resources *admitted* (partial admission pays for
-the pods it got), start, end, outcome, work lost to preemption, the contract version in force and
+the pods it got), start, end, outcome, work lost to preemption or with a lost node, the contract version in force and
 the price of each resource per unit-hour. Utilisation rides along: busy GPU time (SM-active
 weighted, ``events/money.py``), tokens processed and tokens that ended in a checkpoint or a
 completed run.
@@ -94,7 +94,7 @@ class Interval(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     @property
     def waste_micros(self) -> int:
-        """List cost of the work lost to preemption (priced as the end of the charge)."""
+        """List cost of the work lost to preemption or with a lost node (priced as the end of the charge)."""
         return sum(money.cost_micros(r, self.resources.get(r, 0) * self.waste_ms, p) for r, p in sorted(self.prices.items()))
 
 
