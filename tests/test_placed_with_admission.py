@@ -100,7 +100,7 @@ def _placed(decisions) -> dict:
 def test_placements_with_admission_are_the_placement_services_own(seed: int):
     """On a busy simulated cluster (mixed gangs, preemption), at every offset with someone to admit:
     each placement written with an admission is the one the placement service would make."""
-    log = simulated_log(workloads=200, seed=seed, nodes=6)
+    log = simulated_log(workloads=150, seed=seed, nodes=6)
     # (some admissions are made beside a reservation: their placements leave the kept room alone)
     assert any(isinstance(env.data, ev.WorkloadAdmitted) and env.data.kept for env in log)
     state = State()
