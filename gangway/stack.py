@@ -331,28 +331,25 @@ def stop_running_stack(timeout_s: float = DOWN_TIMEOUT_S) -> int | None:
     path = state_dir() / LOCK_FILE
     if not path.exists():
         return None
+    pid, deadline = None, time.monotonic() + timeout_s
     with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return None  # (nobody holds it)
-        except BlockingIOError:
-            pass
-        try:
-            pid = int(handle.read().strip())
-        except ValueError:
-            raise StackRunning(f"the stack running from {path.parent} did not write its pid into {path}") from None
-        with contextlib.suppress(ProcessLookupError):  # (it ended meanwhile: the lock is free below)
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return pid
+                return pid  # (None: nobody held it)
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise StackRunning(f"the stack running from {path.parent} (pid {pid}) did not stop within "
-                                       f"{timeout_s:g} s of SIGTERM; its logs are in {path.parent / 'logs'}") from None
-                time.sleep(0.2)
+                pass
+            if pid is None:
+                try:
+                    pid = int(handle.read().strip())
+                except ValueError:
+                    raise StackRunning(f"the stack running from {path.parent} did not write its pid into {path}") from None
+                with contextlib.suppress(ProcessLookupError):  # (it ended meanwhile: the lock is free next)
+                    os.kill(pid, signal.SIGTERM)
+            elif time.monotonic() > deadline:
+                raise StackRunning(f"the stack running from {path.parent} (pid {pid}) did not stop within "
+                                   f"{timeout_s:g} s of SIGTERM; its logs are in {path.parent / 'logs'}") from None
+            time.sleep(0.2)
 
 
 @dataclass

@@ -111,7 +111,7 @@ def test_up_reports_ready_only_when_every_service_folded_the_log_and_stops_clean
         down = run(["down"], env, timeout=90)  # (what Ctrl-C where it runs does, from another shell)
         assert down.returncode == 0 and down.stdout.strip() == (
             f"stopped the gangway stack running from {state} (pid {proc.pid})"), down.stdout + down.stderr
-        assert proc.poll() == 0 and "stopping…" in proc.stdout.read()
+        assert proc.wait(timeout=10) == 0 and "stopping…" in proc.stdout.read()  # (its lock goes just before it exits)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

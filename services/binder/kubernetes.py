@@ -506,7 +506,9 @@ class KubernetesBinder:
             await self.tell(obj, "Normal" if succeeded else "Warning", "Finished", f"Finished: {said}",
                             status="False")
             return
-        gang = self.gangs.setdefault((name, attempt), Gang(started=time.monotonic(), resumed=True))
+        gang = self.gangs.get((name, attempt))
+        if gang is None:  # (bound by another leader, or before this binder's restart)
+            gang = self.gangs[(name, attempt)] = Gang(started=time.monotonic(), resumed=True)
         if not await self._bind_replacements(wl, obj, pods, gang, out, now_ms, unavailable):
             return
         if ob.successive(obj):  # its pods are work items, not a gang that fails whole: running once those there run

@@ -25,6 +25,13 @@ from test_kubernetes_binder import job, pods_of, setup
 pytestmark = pytest.mark.kubernetes
 
 
+def ended(phase: str, exit_code: int, reason: str) -> dict:
+    """A pod status as the kubelet writes it when the container has ended."""
+    return {"status": {"phase": phase, "containerStatuses": [
+        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"terminated": {"exitCode": exit_code, "reason": reason}}}]}}
+
+
 async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod: False, crash=lambda pod: False) -> None:
     """Bound pods start (but those ``stuck`` says cannot: their image does not pull); a running pod
     ``crash`` names fails; a pod of a Job named in ``finish`` succeeds; a deleted pod goes."""
@@ -42,13 +49,9 @@ async def kubelet(kube, stop: asyncio.Event, finish: set[str], stuck=lambda pod:
                 elif pod["spec"].get("nodeName") and phase in (None, "Pending"):
                     await kube.patch(api.PODS, m["name"], {"status": {"phase": "Running"}}, "team", sub="status")
                 elif phase == "Running" and crash(pod):
-                    await kube.patch(api.PODS, m["name"], {"status": {"phase": "Failed", "containerStatuses": [
-                        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
-                         "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}}, "team", sub="status")
+                    await kube.patch(api.PODS, m["name"], ended("Failed", 1, "Error"), "team", sub="status")
                 elif phase == "Running" and m["labels"].get("batch.kubernetes.io/job-name") in finish:
-                    await kube.patch(api.PODS, m["name"], {"status": {"phase": "Succeeded", "containerStatuses": [
-                        {"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
-                         "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}, "team", sub="status")
+                    await kube.patch(api.PODS, m["name"], ended("Succeeded", 0, "Completed"), "team", sub="status")
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.1)
 
