@@ -381,6 +381,24 @@ class WorkloadWithdrawn(_Event, frozen=True):
     reason: str = ""
 
 
+class WorkloadMoved(_Event, frozen=True):
+    """A waiting workload goes to another LocalQueue of its namespace (its Kubernetes object's
+    ``kueue.x-k8s.io/queue-name`` label changed): it waits there in the place its priority and age
+    give it, as Kueue moves a suspended Job's Workload. A move holds only while the workload waits
+    (the fold); one admitted keeps its queue until it ends or waits again."""
+
+    workload: str
+    #: The LocalQueue it leaves and the one it goes to (in its namespace), and the ClusterQueue that
+    #: one pointed at when the move was decided (the fold follows the LocalQueue, as at queueing).
+    from_queue: str
+    queue: str
+    cluster_queue: str
+    reason: str = ""
+    #: Where the request came from (``topic/partition/offset``) and its CloudEvent (``source id``).
+    submission: str = ""
+    requested_as: str = ""
+
+
 class ClusterReconciled(_Event, frozen=True):
     """What the binder found when it compared the cluster with the log (at start, after a lost watch,
     on every pass): an object resumed or pods on nodes without a placement on the log, or pods of a
@@ -431,7 +449,7 @@ Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
     NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn, ClusterReconciled,
-    JobWithdrawn, WithdrawalRequested,
+    JobWithdrawn, WithdrawalRequested, WorkloadMoved,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -456,6 +474,7 @@ EVENT_TYPES: dict[type, str] = {
     ClusterReconciled: "io.gangway.cluster.reconciled.v1",
     JobWithdrawn: "io.gangway.job.withdrawn.v1",
     WithdrawalRequested: "io.gangway.withdrawal.requested.v1",
+    WorkloadMoved: "io.gangway.workload.moved.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

@@ -339,7 +339,7 @@ LOG_WRITERS: dict[str, frozenset[type]] = {
     # submission relays telemetry (checkpoints, GPU samples, progress) from gangway.telemetry and
     # contracts from gangway.config
     "gangway/submission": frozenset({ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
-                                     ev.ConfigApplied, ev.WithdrawalRequested}),
+                                     ev.ConfigApplied, ev.WithdrawalRequested, ev.WorkloadMoved}),
     # admission writes a gang's placement with its admission (PlacementDecided.with_admission)
     "gangway/admission": frozenset({ev.WorkloadAdmitted, ev.PlacementDecided}),
     "gangway/placement": frozenset({ev.PlacementDecided}),

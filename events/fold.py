@@ -607,11 +607,36 @@ def _follow_local_queues(state: State) -> None:
     elsewhere (its ``clusterQueue`` cannot be changed in place). An admitted workload keeps the
     ClusterQueue of its admission until it waits again."""
     for wl in [state.workloads[name] for name in state.pending if _pointed_at(state, state.workloads[name])]:
-        backoff = state.backing_off.get(wl.spec.workload)
-        _dequeue(state, wl)
-        _enqueue(state, wl)
-        if backoff is not None:  # (a failed bind's backoff goes with it)
-            state.backing_off[wl.spec.workload] = backoff
+        _requeue_in(state, wl, wl.spec.queue)
+
+
+def _requeue_in(state: State, wl: WorkloadState, queue: str) -> None:
+    """Take waiting ``wl`` out of its queue and into LocalQueue ``queue``'s (its own or another of
+    its namespace), where its priority and age place it; a failed bind's backoff goes with it."""
+    backoff = state.backing_off.get(wl.spec.workload)
+    _dequeue(state, wl)
+    if queue != wl.spec.queue:
+        wl.spec = msgspec.structs.replace(wl.spec, queue=queue)
+    _enqueue(state, wl)
+    if backoff is not None:
+        state.backing_off[wl.spec.workload] = backoff
+
+
+def _moved(state: State, env: ev.Envelope, e: ev.WorkloadMoved) -> None:
+    """A move holds if the workload still waits and its namespace has the LocalQueue under the
+    contract in force; it then goes where that LocalQueue points now."""
+    wl = state.workloads.get(e.workload)
+    if wl is None or e.queue == wl.spec.queue:  # (unknown, or there already: a re-delivery)
+        state.ignored += 1
+        return
+    if wl.phase != "pending":  # (it keeps the queue it was admitted from: told, as a decision too late is)
+        _supersede(state, wl, "move", env, reason(C.WORKLOAD_MOVED_ON, phase=wl.phase, expected="pending"))
+        return
+    if state.contract is None or (wl.spec.namespace, e.queue) not in index_of(state.contract).local_queues:
+        _supersede(state, wl, "move", env, reason(C.LOCAL_QUEUE_GONE, local_queue=f"{wl.spec.namespace}/{e.queue}"))
+        return
+    _requeue_in(state, wl, e.queue)
+    wl.moved_by = e.submission or env.id
 
 
 def _checkpoint(state: State, env: ev.Envelope, e: ev.CheckpointSaved) -> None:
@@ -719,6 +744,7 @@ _HANDLERS = {
     ev.WorkloadIdle: _idle,
     ev.WorkloadWithdrawn: _withdrawn,
     ev.WithdrawalRequested: _withdrawal_requested,
+    ev.WorkloadMoved: _moved,
 }
 
 

@@ -161,6 +161,9 @@ class WorkloadState(msgspec.Struct):
     tokens_saved: int = 0
     #: Why it was withdrawn (None: it was not); a withdrawn workload is "finished" and never runs.
     withdrawn: str | None = None
+    #: Where its last move to another LocalQueue came from (``WorkloadMoved.submission``; "": never
+    #: moved): a submission record at or before it is one already decided.
+    moved_by: str = ""
     #: Its producer took it back while it held quota or nodes (``WithdrawalRequested``): the binder
     #: stops its pods and reports ``WorkloadWithdrawn``; it is never queued again meanwhile.
     withdrawing: str | None = None

@@ -54,6 +54,8 @@ SAMPLES: list[object] = [
     ev.JobWithdrawn(job_id="w1", namespace="ns", reason="wrong data set"),
     ev.WithdrawalRequested(workload="ns/w1", reason="withdrawn by its producer", submission="gangway.submissions/0/9",
                            requested_as="gangway/cli withdraw/ns/w1/1/n"),
+    ev.WorkloadMoved(workload="ns/w2", from_queue="a", queue="b", cluster_queue="cq-b", reason="label changed",
+                     submission="gangway.submissions/0/10", requested_as="gangway/binder k8s/u-2/7"),
     ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=3, sm_active=312, gpu_util=64, fb_used_mib=512, workload="w1")],
                     observed_ms=T - 1),
     ev.WorkloadProgress(workload="w1", step=7, tokens=10_000_000_000, observed_ms=T - 1),

@@ -334,6 +334,7 @@ def scenario() -> LogBuilder:
             .add(ev.JobSubmitted(job_id="j", namespace="ns", queue="a",
                                  pod_sets=[ev.PodSetRequest(name="main", count=1, resources={GPU: 4})]))
             .queue(W4, GANG_B)
+            .add(ev.WorkloadMoved(workload="g", from_queue="b", queue="a", cluster_queue="a", reason="label changed"))
             .admit("w").place("w", [("main", "n1", 1)])
             .add(ev.WorkloadBound(workload="w", attempt=0)).add(ev.WorkloadRunning(workload="w", attempt=0))
             .add(ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=0, sm_active=50, gpu_util=7)]))
@@ -550,3 +551,44 @@ def test_a_withdrawal_of_a_finished_job_or_a_second_one_changes_nothing():
     assert log.state.ignored == ignored + 1 and log.state.workloads["w"].phase == "running"
     log.add(ev.WorkloadWithdrawn(workload="w")).add(withdrawal())
     assert log.state.ignored == ignored + 2
+
+
+# --- a waiting workload moves to another LocalQueue -------------------------------------------------
+
+MOVES = contract(
+    cluster_queue("a").cohort("all").gpus(8, borrowing=4),
+    cluster_queue("b").cohort("all").gpus(8),
+).local_queue("a2", "a").obj()
+
+
+def moved(name: str = "g", queue: str = "a", cq: str = "a", was: str = "b") -> ev.WorkloadMoved:
+    return ev.WorkloadMoved(workload=name, from_queue=was, queue=queue, cluster_queue=cq, reason="label changed",
+                            submission="gangway.submissions/0/9")
+
+
+def test_a_waiting_workload_moved_waits_in_the_new_queue_in_the_place_its_priority_and_age_give_it():
+    older = workload("g").queue("b").priority(5).pod_set("workers", count=2, gpus=6)
+    log = (LogBuilder().configure(MOVES).nodes(node("n1").gpus(8))
+           .queue(older, workload("x").queue("a").priority(5).gpus(4), workload("y").queue("a").priority(9).gpus(4)))
+    log.add(moved())
+    g = log.state.workloads["g"]
+    assert (g.spec.queue, g.spec.cluster_queue, g.moved_by, g.phase) == ("a", "a", "gangway.submissions/0/9", "pending")
+    assert [key[-1] for key in log.state.pending_order["a"]] == ["y", "g", "x"]  # (priority, then queued first)
+    assert log.state.pending_order["b"] == []
+    log.add(moved(queue="a2", was="a"))  # another LocalQueue of the same ClusterQueue
+    assert (g.spec.queue, g.spec.cluster_queue) == ("a2", "a") and len(log.state.pending_order["a"]) == 3
+
+
+@pytest.mark.parametrize(("setup", "code"), [
+    (lambda: LogBuilder().configure(MOVES).nodes(node("n1").gpus(8)).queue(workload("g").queue("b").gpus(4)).admit("g"),
+     C.WORKLOAD_MOVED_ON),
+    (lambda: LogBuilder().configure(MOVES).queue(workload("g").queue("b").gpus(4)).configure(
+        contract(cluster_queue("b").gpus(8)).obj()), C.LOCAL_QUEUE_GONE),
+], ids=["admitted: it keeps its queue", "the LocalQueue left the contract"])
+def test_a_move_that_no_longer_holds_is_superseded_and_changes_nothing_else(setup, code):
+    log = setup()
+    before = summary(log.state)
+    queue = log.state.workloads["g"].spec.queue
+    log.add(moved())
+    assert log.state.workloads["g"].superseded_code == code and log.state.workloads["g"].spec.queue == queue
+    assert summary(log.state) == {**before, "superseded": before["superseded"] + 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gangway.adapters.archive import Record
 from gangway.events import codec, topics
-from gangway.events.catalogue import CheckpointSaved, Envelope, JobRejected, WorkloadQueued
+from gangway.events.catalogue import CheckpointSaved, Envelope, JobRejected, WithdrawalRequested, WorkloadMoved, WorkloadQueued
 from gangway.services.submission.service import GROUP, RestoredInputs
 
 
@@ -48,3 +48,16 @@ def test_a_result_lost_in_the_middle_sends_the_offset_back_to_it():
         inputs.observe(topics.LOG, record(i, queued(f"gangway.submissions/0/{i}")))
     assert inputs.safe_offsets({GROUP: {topics.SUBMISSIONS: 5}}) == {GROUP: {topics.SUBMISSIONS: 2}}
     assert inputs.safe_offsets({}) == {}
+
+
+def test_a_withdrawal_or_a_move_is_a_records_result_too():
+    """(Before, the offset went back to the first withdrawal or move on the log, and every record
+    from there was read and decided again.)"""
+    inputs = RestoredInputs()
+    inputs.observe(topics.LOG, record(0, queued("gangway.submissions/0/0")))
+    inputs.observe(topics.LOG, record(1, Envelope(id="withdraw/gangway.submissions/0/1", source="gangway/submission",
+                                                  time_ms=1, data=WithdrawalRequested(workload="t/w", reason="r"))))
+    inputs.observe(topics.LOG, record(2, Envelope(id="moved/gangway.submissions/0/2", source="gangway/submission",
+                                                  time_ms=1, data=WorkloadMoved(workload="t/w", from_queue="q", queue="p",
+                                                                                cluster_queue="p"))))
+    assert inputs.safe_offsets({GROUP: {topics.SUBMISSIONS: 3}}) == {GROUP: {topics.SUBMISSIONS: 3}}

@@ -93,6 +93,10 @@ SAMPLES: dict[type, object] = {
     ev.WithdrawalRequested: ev.WithdrawalRequested(
         workload="ml/j-1", reason="withdrawn by its producer (gangway/cli): wrong data set",
         submission="gangway.submissions/0/17", requested_as="gangway/cli withdraw/ml/j-1/1796083200000/5f0c"),
+    ev.WorkloadMoved: ev.WorkloadMoved(
+        workload="ml/j-2", from_queue="research", queue="training", cluster_queue="ml-training",
+        reason="queue-name label changed from research to training", submission="gangway.submissions/0/18",
+        requested_as="gangway/binder k8s/6a1d0c2e/41977"),
     ev.ClusterReconciled: ev.ClusterReconciled(
         kind="Job", namespace="ml", name="j-0", uid="0b5e", reason="Job ml/j-0 was resumed with 1 pod(s) on nodes, "
         "but the log holds no placement for it", reason_code=ReasonCode.RESUMED_WITHOUT_PLACEMENT,
@@ -157,7 +161,7 @@ def test_asyncapi_lists_the_topics_and_their_messages():
     assert sorted(ch["address"] for ch in channels.values()) == sorted(set(topics.ALL) - {topics.QUARANTINE})
     on_log = [name for name in channels["log"]["messages"]]
     assert on_log == ["WorkloadQueued", "CheckpointSaved", "GpuTelemetry", "WorkloadProgress", "ConfigApplied",
-                      "WithdrawalRequested", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
+                      "WithdrawalRequested", "WorkloadMoved", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
                       "ClockTicked", "WorkloadWithdrawn", "ClusterReconciled", "WorkloadIdle"]
     assert list(channels["config"]["messages"]) == ["ConfigApplied"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    ConfigApplied, Envelope, JobRejected, PodSet, TopologyRequest, WorkloadQueued,
+    UID_LABEL, ConfigApplied, Envelope, JobRejected, PodSet, TopologyRequest, WorkloadMoved, WorkloadQueued,
 )
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, PodPriorityClass, PriorityClass, Quota
 from gangway.events.fold import apply
@@ -672,3 +672,62 @@ def test_a_plain_json_record_is_always_a_job_never_a_withdrawal():
     got = decide_submission(plain({"job_id": "train-1", "namespace": "team-a"}), KEY, [], make_state(queued=[queued()]),
                             {}, SUBMISSION)
     assert isinstance(got, JobRejected) and got.reason == "missing_field"
+
+
+# --- a Kubernetes object's queue-name label changed: its workload moves ---------------------------
+
+MOVES = msgspec.structs.replace(CONTRACT, cluster_queues=[*CONTRACT.cluster_queues, msgspec.structs.replace(
+    CONTRACT.cluster_queues[0], name="spare-cq")], local_queues=[
+    *CONTRACT.local_queues, LocalQueue(namespace="team-a", name="spare", cluster_queue="spare-cq"),
+    LocalQueue(namespace="team-b", name="spare", cluster_queue="spare-cq")])
+
+
+def of_object(uid: str = "u-1", submission: str = "gangway.submissions/0/7") -> WorkloadQueued:
+    return msgspec.structs.replace(queued(submission=submission), labels={UID_LABEL: uid},
+                                   submitted_as="gangway/binder k8s/u-1")
+
+
+def object_record(queue: str, uid: str = "u-1", version: str = "12") -> tuple[bytes, list]:
+    return plain(job(queue=queue, labels={UID_LABEL: uid})), ce_headers(ce_id=f"k8s/{uid}/{version}".encode(),
+                                                                        ce_source=b"gangway/binder")
+
+
+def test_an_object_submitted_again_under_another_queue_moves_its_workload_and_that_record_moves_it_once():
+    state = make_state(MOVES, queued=[of_object()])
+    value, headers = object_record("spare")
+    moved = decide_submission(value, KEY, headers, state, {}, SUBMISSION)
+    assert moved == WorkloadMoved(workload="team-a/train-1", from_queue="training", queue="spare", cluster_queue="spare-cq",
+                                  reason="queue-name label changed from training to spare", submission=SUBMISSION,
+                                  requested_as="gangway/binder k8s/u-1/12")
+    state = apply(state, Envelope(id="moved/1", source="gangway/submission", time_ms=3_000, data=moved, offset=5))
+    wl = state.workloads["team-a/train-1"]
+    assert (wl.spec.queue, wl.spec.cluster_queue, wl.moved_by) == ("spare", "spare-cq", SUBMISSION)
+    assert state.pending_order["gpu-cq"] == [] and len(state.pending_order["spare-cq"]) == 1
+    # the record delivered again, or an older one of its partition after it: nothing
+    assert decide_submission(value, KEY, headers, state, {}, SUBMISSION) is None
+    older, older_headers = object_record("training", version="11")
+    assert decide_submission(older, KEY, older_headers, state, {}, "gangway.submissions/0/41") is None
+    # moved back by a later change
+    back = decide_submission(older, KEY, older_headers, state, {}, "gangway.submissions/0/43")
+    assert isinstance(back, WorkloadMoved) and (back.from_queue, back.queue) == ("spare", "training")
+
+
+@pytest.mark.parametrize(("queue", "uid", "reason", "said"), [
+    ("nowhere", "u-1", "unknown_queue", "no LocalQueue 'nowhere' in namespace 'team-a'"),
+    ("orphan", "u-1", "unknown_queue", "points at ClusterQueue 'gone-cq'"),
+    ("training", "u-1", "duplicate_job", "is already workload team-a/train-1 in queue training: nothing to move"),
+    ("spare", "u-2", "duplicate_job", "a job's name stays its own on the log"),  # another object of the same name
+])
+def test_a_move_gangway_cannot_make_is_rejected_and_the_workload_stays(queue, uid, reason, said):
+    state = make_state(MOVES, queued=[of_object()])
+    value, headers = object_record(queue, uid=uid)
+    result = decide_submission(value, KEY, headers, state, {}, SUBMISSION)
+    assert isinstance(result, JobRejected) and result.reason == reason and said in result.message, result
+    assert result.original == value
+
+
+def test_a_producers_job_submitted_again_under_another_queue_is_a_duplicate_not_a_move():
+    """Only a Kubernetes object (the same ``gangway.io/uid``) moves: a producer's job name is its identity."""
+    state = make_state(MOVES, queued=[queued()])
+    result = decide_submission(plain(job(queue="spare")), KEY, [], state, {}, SUBMISSION)
+    assert isinstance(result, JobRejected) and result.reason == "duplicate_job"

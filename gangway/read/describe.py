@@ -79,6 +79,9 @@ def _own(d, superseded: str | None, islands: bool = True) -> str:
         return "withdrawn" + (f": {d.reason}" if d.reason else "")
     if isinstance(d, ev.WithdrawalRequested):
         return f"withdrawal requested: {d.reason}"
+    if isinstance(d, ev.WorkloadMoved):
+        return (f"moved from queue {d.from_queue} to {d.queue} (ClusterQueue {d.cluster_queue})"
+                + (f" (superseded: {superseded})" if superseded else "") + (f": {d.reason}" if d.reason else ""))
     return ""
 
 

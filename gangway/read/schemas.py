@@ -61,7 +61,7 @@ CHANNELS = (
         "folds it; auditors replay it.",
         {
             "submission": (ev.WorkloadQueued, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress,
-                           ev.ConfigApplied, ev.WithdrawalRequested),
+                           ev.ConfigApplied, ev.WithdrawalRequested, ev.WorkloadMoved),
             "admission": (ev.WorkloadAdmitted, ev.PlacementDecided),  # a gang's placement with its admission
             "placement": (ev.PlacementDecided,),
             "preemption": (ev.EvictionOrdered,),

@@ -78,6 +78,9 @@ class Step:
     submissions: list[JobSubmitted] = field(default_factory=list)
     #: Objects the intake refused, once per version of the object and of the contract.
     rejections: list[JobRejected] = field(default_factory=list)
+    #: Waiting objects submitted again under another queue-name label, each with the object's
+    #: resourceVersion (which tells this change from an earlier one: a new CloudEvent id).
+    moves: list[tuple[JobSubmitted, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -133,8 +136,14 @@ class KubernetesBinder:
         self.losing: dict[tuple[str, int], tuple[str, float]] = {}
         #: uid → (kind, namespace, name) of each job object seen: its pods are found by these once it is deleted.
         self.names: dict[str, tuple[str, str, str]] = {}
+        #: Objects seen with a queue-name label that no longer carry one (uids).
+        self.unlabelled: set[str] = set()
         self.told_at: dict[str, float] = {}
         self.rejected: dict[str, tuple] = {}
+        #: uid → the queue a waiting object was last submitted again for, and when (monotonic s).
+        self.moving: dict[str, tuple[str, float]] = {}
+        #: uid → the queue-name label an admitted object was told it cannot move to.
+        self.move_ignored: dict[str, str] = {}
         self.bind_sem = asyncio.Semaphore(bind_concurrency)
         self.scheduler_immutable: set[str] = set()
         #: Seconds from a placement first seen to its last pod bound, per gang bound (for the benchmark).
@@ -186,6 +195,7 @@ class KubernetesBinder:
         objs, by_uid = self._objects(state)
         pods = self._pods()
         await self._intake(state, by_uid, out)
+        await self._moves(state, objs, out)
         await self._withdrawals(state, objs, pods, out, now_ms)
         work = []
         for name in list(state.active):
@@ -243,6 +253,7 @@ class KubernetesBinder:
     def _objects(self, state: State) -> tuple[dict[str, dict], dict[str, dict]]:
         """Workload → its object, and uid → object (every job object with a queue label)."""
         by_uid = {}
+        self.unlabelled = set()
         for kind in RESOURCES:
             if kind in self.reflectors:
                 for obj in self.reflectors[kind].store.values():
@@ -250,6 +261,8 @@ class KubernetesBinder:
                     if ob.queued_object(obj):
                         by_uid[m.get("uid")] = obj
                         self.names[m.get("uid")] = (kind, m.get("namespace"), m.get("name"))
+                    elif m.get("uid") in self.names and not m.get("deletionTimestamp"):
+                        self.unlabelled.add(m.get("uid"))
         objs = {}
         for name in list(state.pending) + list(state.active):
             uid = state.workloads[name].spec.labels.get(ob.UID_LABEL)
@@ -281,24 +294,63 @@ class KubernetesBinder:
                 continue
             if not ob.is_suspended(obj):
                 continue
-            # Refused once, asked again only when the object or the contract changes.
-            # (by what its owner wrote — the spec's generation, labels and annotations: gangway's own
-            # condition on its status does not make it new)
-            version = (m.get("generation"), _frozen(m.get("labels")), _frozen(m.get("annotations")))
-            if self.rejected.get(uid) == (version, state.contract_digest):
-                continue
-            result = self.intake(obj, state)
-            if isinstance(result, JobRejected):
-                self.rejected[uid] = (version, state.contract_digest)
-                out.rejections.append(result)
-                await self.tell(obj, "Warning", "Rejected", f"Rejected by gangway: {result.reason}: {result.message}",
-                                status="False")
+            result = await self._checked(obj, state, out)
+            if result is None:
                 continue
             job, ignored = result
             if ignored:  # it runs, without what those keys ask: the owner hears it once, at intake
                 await self.tell(obj, "Warning", "KeysIgnored", "Ignored by gangway: " + "; ".join(ignored), status="False")
             self.submitting[uid] = now
             out.submissions.append(job)
+
+    async def _checked(self, obj: dict, state: State, out: Step) -> tuple[JobSubmitted, list[str]] | None:
+        """The intake's answer for ``obj``; None if it refuses it (the refusal kept for
+        ``gangway.rejections`` and told on the object) or refused this version of it before."""
+        m = ob.meta(obj)
+        uid = m.get("uid")
+        # Refused once, asked again only when the object or the contract changes.
+        # (by what its owner wrote — the spec's generation, labels and annotations: gangway's own
+        # condition on its status does not make it new)
+        version = (m.get("generation"), _frozen(m.get("labels")), _frozen(m.get("annotations")))
+        if self.rejected.get(uid) == (version, state.contract_digest):
+            return None
+        result = self.intake(obj, state)
+        if isinstance(result, JobRejected):
+            self.rejected[uid] = (version, state.contract_digest)
+            out.rejections.append(result)
+            await self.tell(obj, "Warning", "Rejected", f"Rejected by gangway: {result.reason}: {result.message}",
+                            status="False")
+            return None
+        return result
+
+    async def _moves(self, state: State, objs: dict[str, dict], out: Step) -> None:
+        """An object whose ``kueue.x-k8s.io/queue-name`` label names another LocalQueue than its
+        workload's: while the workload waits, the object is submitted again and the submission
+        service moves it (``WorkloadMoved``; a queue it cannot go to is refused as at intake, and it
+        waits where it was). An admitted one keeps its queue, as in Kueue: its owner is told once."""
+        if self.intake is None:
+            return
+        now = time.monotonic()
+        for name, obj in objs.items():
+            wl, m = state.workloads[name], ob.meta(obj)
+            queue, uid = (m.get("labels") or {}).get(ob.QUEUE_LABEL), m.get("uid")
+            if queue == wl.spec.queue or m.get("deletionTimestamp") or wl.withdrawing is not None:
+                continue
+            if wl.phase != "pending":
+                if self.move_ignored.get(uid) != queue:
+                    self.move_ignored[uid] = queue
+                    await self.tell(obj, "Warning", "QueueChangeIgnored",
+                                    f"Ignored by gangway: the queue-name label says {queue}, but {name} is "
+                                    f"{wl.phase} from queue {wl.spec.queue}; a workload changes queue only while it "
+                                    "waits (as in Kueue), so it stays there", status=None)
+                continue
+            asked = self.moving.get(uid)
+            if asked is not None and asked[0] == queue and now - asked[1] < SUBMIT_RETRY_S:
+                continue
+            result = await self._checked(obj, state, out)
+            if result is not None:
+                self.moving[uid] = (queue, now)
+                out.moves.append((result[0], str(m.get("resourceVersion") or "")))
 
     async def _withdrawals(self, state: State, objs: dict[str, dict], pods: dict, out: Step, now_ms: int) -> None:
         for name in list(state.pending) + list(state.active):
@@ -316,8 +368,9 @@ class KubernetesBinder:
                     # Its pods terminate for their grace period: their quota and GPUs stay taken on
                     # the log until they are gone, so no other gang is bound beside them meanwhile.
                     continue
+                gone = "its queue-name label removed: gangway schedules it no more" if uid in self.unlabelled else "deleted"
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
-                    workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) deleted")))
+                    workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) {gone}")))
                 continue
             ended = ob.finished(obj) if wl.phase in ("pending", "admitted", "placed") else None
             if ended is not None and wl.phase == "placed" and _holding(_pods_of(pods, obj)):
@@ -775,8 +828,9 @@ class KubernetesBinder:
                             f"Pending: position {i} of {n} in ClusterQueue {wl.spec.cluster_queue}{eta}{why}",
                             status="False")
 
-    async def tell(self, obj: dict, type_: str, reason: str, message: str, status: str) -> None:
-        """A Kubernetes Event on the object and gangway's condition on it (once per change)."""
+    async def tell(self, obj: dict, type_: str, reason: str, message: str, status: str | None) -> None:
+        """A Kubernetes Event on the object and gangway's condition on it (once per change; status
+        None: the Event alone, the condition left as it is)."""
         m = ob.meta(obj)
         uid = m.get("uid")
         if self.told.get(uid) == (reason, message):
@@ -799,7 +853,8 @@ class KubernetesBinder:
         kind = ob.kind_of(obj)
         try:
             await self.kube.create(api.EVENTS, event, m.get("namespace"))
-            await self._set_condition(obj, status, reason, message, stamp)
+            if status is not None:
+                await self._set_condition(obj, status, reason, message, stamp)
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("telling %s %s/%s (%s): %s", kind, m.get("namespace"), m["name"], reason, exc)
@@ -836,6 +891,8 @@ class KubernetesBinder:
         if len(self.names) > 2 * (len(state.pending) + len(state.active)) + 1024:  # (seen anew while they exist)
             waiting = {state.workloads[n].spec.labels.get(ob.UID_LABEL) for n in list(state.pending) + list(state.active)}
             self.names = {uid: found for uid, found in self.names.items() if uid in waiting}
+            self.moving = {uid: asked for uid, asked in self.moving.items() if uid in waiting}
+            self.move_ignored = {uid: queue for uid, queue in self.move_ignored.items() if uid in waiting}
 
 
 def _frozen(strings: dict | None) -> frozenset:

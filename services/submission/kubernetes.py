@@ -4,7 +4,8 @@ why gangway refuses it (pure; the Kubernetes binder calls it and tells the objec
 The object's uid rides along as the label ``gangway.io/uid``: it is the intake's idempotency key (a
 re-list after a restart finds the workload of that uid on the log and submits nothing again). The job
 id is the object's name; an object re-created under the name of a workload still on the log gets
-``<name>-<first 8 characters of its uid>``, so the two never collide.
+``<name>-<first 8 characters of its uid>``, so the two never collide. An object whose workload is on
+the log is checked as that workload's move to the queue its label names now (``policy.move``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from gangway.events.catalogue import UID_LABEL, JobRejected, JobSubmitted
 from gangway.events.state import State
 from gangway.services.submission.manifests import ManifestError, job_of_object, unread
-from gangway.services.submission.policy import Invalid, queue_job
+from gangway.services.submission.policy import Invalid, move, queue_job, same_object, workload_id
 
 
 
@@ -48,9 +49,16 @@ def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] |
     if known is not None and known.spec.labels.get(UID_LABEL) != uid:
         job = JobSubmitted(**{**_fields(job), "job_id": f"{job.job_id}-{uid[:8]}"})
     job = JobSubmitted(**{**_fields(job), "labels": {**job.labels, UID_LABEL: uid}})
+    mine = state.workloads.get(workload_id(job))
     try:
-        queue_job(job, state, {}, submission="")
+        if mine is not None and same_object(mine, job):  # (its queue-name label changed: a move)
+            move(job, mine, state)
+        else:
+            queue_job(job, state, {}, submission="")
     except Invalid as bad:
+        if mine is not None and same_object(mine, job):
+            return refused(bad.reason, f"moving to queue {job.queue}: {bad.message}; it still waits in queue "
+                                       f"{mine.spec.queue}")
         return refused(bad.reason, bad.message)
     return job, unread(manifest)
 

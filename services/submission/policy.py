@@ -28,12 +28,12 @@ import msgspec
 from gangway.events import codec
 from gangway.events.catalogue import (
     EVENT_TYPES, UID_LABEL, Envelope, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest,
-    TopologyRequest, WithdrawalRequested, WorkloadQueued,
+    TopologyRequest, WithdrawalRequested, WorkloadMoved, WorkloadQueued,
 )
 from gangway.events.contract import Contract, LocalQueue
 from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
 from gangway.events.resources import GPU, ContractIndex, index_of
-from gangway.events.state import State
+from gangway.events.state import State, WorkloadState
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
 WITHDRAW_TYPE = EVENT_TYPES[JobWithdrawn]
@@ -75,8 +75,9 @@ def decide_submission(
     submission: str,
     max_bytes: int = MAX_BYTES,
     entitled: str | None = None,
-) -> WorkloadQueued | JobRejected | None:
-    """Decide what one submission record becomes.
+) -> WorkloadQueued | WithdrawalRequested | WorkloadMoved | JobRejected | None:
+    """Decide what one submission record becomes (a Kubernetes object submitted again under another
+    queue-name label: its workload's move, ``move``).
 
     ``submission`` is the record's ``topic/partition/offset``; ``in_flight`` maps the workloads this
     service has queued but not yet seen folded into ``state`` to the CloudEvent they came from
@@ -99,16 +100,52 @@ def decide_submission(
             return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
     workload = workload_id(job)
     known = state.workloads.get(workload)
-    if known is not None and (known.spec.submission == submission
+    if known is not None and (known.spec.submission == submission or _not_after(submission, known.moved_by)
                               or (submitted_as and known.spec.submitted_as == submitted_as)):
         return None
     if submitted_as and in_flight.get(workload) == submitted_as:
         return None
     try:
         _check_entitled(job, entitled, submission)
+        if known is not None and same_object(known, job):
+            return move(job, known, state, submission, submitted_as)
         return queue_job(job, state, in_flight, submission, submitted_as)
     except Invalid as bad:
         return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
+
+
+def _not_after(submission: str, last: str) -> bool:
+    """Is record ``submission`` (``topic/partition/offset``) at or before ``last``, on its partition?"""
+    if not last or not submission:
+        return False
+    where, _, offset = submission.rpartition("/")
+    last_where, _, last_offset = last.rpartition("/")
+    return where == last_where and offset.isdigit() and last_offset.isdigit() and int(offset) <= int(last_offset)
+
+
+def same_object(known: WorkloadState, job: JobSubmitted) -> bool:
+    """Is ``job`` the Kubernetes object ``known`` was made from (the same ``gangway.io/uid``)?"""
+    uid = known.spec.labels.get(UID_LABEL)
+    return uid is not None and job.labels.get(UID_LABEL) == uid
+
+
+def move(job: JobSubmitted, known: WorkloadState, state: State, submission: str = "",
+         submitted_as: str = "") -> WorkloadMoved:
+    """The object a workload was made from names another LocalQueue (its queue-name label changed):
+    the workload goes there, checked as a new job's queue is (it exists in the namespace, its
+    ClusterQueue admits the namespace and covers every resource asked). Raises Invalid for a queue
+    it cannot go to, and for an object that names the queue it is in (nothing to move: a second
+    submission of the same object). Whether it still waits is the fold's to say (it holds only then)."""
+    if job.queue == known.spec.queue:
+        raise Invalid("duplicate_job", f"{known.spec.kind} {known.spec.workload} is already workload "
+                                       f"{known.spec.workload} in queue {job.queue}: nothing to move")
+    idx = _index(state.contract)
+    local_queue = _local_queue(idx, job)
+    _check_quota_covers(idx, local_queue.cluster_queue, known.spec.pod_sets)
+    said = f"queue-name label changed from {known.spec.queue} to {job.queue}"
+    return WorkloadMoved(workload=known.spec.workload, from_queue=known.spec.queue, queue=job.queue,
+                         cluster_queue=local_queue.cluster_queue, reason=said, submission=submission,
+                         requested_as=submitted_as)
 
 
 def withdrawal(request: JobWithdrawn, state: State, in_flight: Mapping[str, str], entitled: str | None,

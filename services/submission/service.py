@@ -1,5 +1,6 @@
 """The submission shell: JobSubmitted records in; WorkloadQueued to the log, JobRejected to gangway.rejections;
-JobWithdrawn records in, WithdrawalRequested to the log.
+JobWithdrawn records in, WithdrawalRequested to the log; a Kubernetes object's JobSubmitted naming another
+queue than its workload's, WorkloadMoved.
 
 It also relays telemetry — checkpoints, GPU figures, progress — from ``gangway.telemetry`` onto
 the log (``telemetry.py``), and contracts from ``gangway.config``, which only the admin principal
@@ -25,7 +26,8 @@ import msgspec
 from gangway.adapters import kafka
 from gangway.events import topics
 from gangway.events.catalogue import (
-    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, WithdrawalRequested, WorkloadQueued,
+    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, WithdrawalRequested, WorkloadMoved,
+    WorkloadQueued,
 )
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
@@ -46,9 +48,10 @@ class SubmissionService(LogService):
     waits_for_own_writes = False
     copies_quarantine = True
     #: Submission reads the contract in force, the nodes' labels and the workloads as they were
-    #: queued (their names and where each came from): nothing later in a workload's life. Folding
+    #: queued (their names and where each came from) and moved: nothing later in a workload's life
+    #: (a move it folds is taken as holding; the full fold's word on it is the one that counts). Folding
     #: admissions, placements and the binder's reports too was a third of its CPU in a burst.
-    folds = frozenset({ConfigApplied, NodeObserved, NodeRemoved, WorkloadQueued})
+    folds = frozenset({ConfigApplied, NodeObserved, NodeRemoved, WorkloadQueued, WorkloadMoved})
 
     def __init__(self, *args, max_bytes: int = 1_048_576, **kwargs):
         super().__init__(*args, **kwargs)
@@ -118,6 +121,8 @@ class SubmissionService(LogService):
                 proposals.append(Proposal(f"queued/{result.workload}", now, result))
             elif isinstance(result, WithdrawalRequested):
                 proposals.append(Proposal(f"withdraw/{where}", now, result))
+            elif isinstance(result, WorkloadMoved):
+                proposals.append(Proposal(f"moved/{where}", now, result))
             elif isinstance(result, JobRejected):
                 proposals.append(Proposal(f"rejected/{where}", now, result, topics.REJECTIONS))
         return proposals
@@ -135,7 +140,8 @@ class RestoredInputs:
     """Which input records already have their result in topics restored from an archive.
 
     Every submission record below the committed offset became a WorkloadQueued on the log or a
-    JobRejected (both name the record's ``topic/partition/offset``); every telemetry record an event
+    JobRejected (both name the record's ``topic/partition/offset``), or a withdrawal or a move (ids
+    ``withdraw/<record>``, ``moved/<record>``); every telemetry record an event
     on the log with the id ``telemetry/<record>`` (a checkpoint, GPU samples, progress) or a
     JobRejected, every config record a ConfigApplied with the id ``config/<record>``, a JobRejected,
     or nothing (a contract already in force, decided again harmlessly). A result the archive lost (its
@@ -157,7 +163,7 @@ class RestoredInputs:
         headers = dict(rec.headers)
         ce_type = headers.get("ce_type")
         ce_id = (headers.get("ce_id") or b"").decode("utf-8", "replace")
-        if topic == topics.LOG and ce_id.startswith(("telemetry/", "config/")):
+        if topic == topics.LOG and ce_id.startswith(("telemetry/", "config/", "withdraw/", "moved/")):
             self._mark(ce_id.partition("/")[2])
         elif (topic == topics.LOG and ce_type == _QUEUED_TYPE) or topic == topics.REJECTIONS:
             try:

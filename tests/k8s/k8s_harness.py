@@ -15,14 +15,15 @@ import yaml
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import contract_digest
-from gangway.events.catalogue import ConfigApplied, Envelope, JobRejected, JobSubmitted
+from gangway.events import codec
+from gangway.events.catalogue import UID_LABEL, ConfigApplied, Envelope, JobRejected, JobSubmitted
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.read.describe import describe
 from gangway.services.binder.kubernetes import KubernetesBinder
 from gangway.services.deciders import DECIDERS, id_of
-from gangway.services.submission.policy import Invalid, queue_job
+from gangway.services.submission.policy import Invalid, decide_submission, queue_job
 
 KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
 
@@ -57,6 +58,18 @@ class LocalLog:
             return
         self.append(f"queued/{queued.workload}", queued, "gangway/submission")
 
+    def submit_again(self, job: JobSubmitted, version: str) -> None:
+        """What the submission service does with an object submitted again (its queue-name label
+        changed): the record as the binder's service sends it, decided as the service decides it."""
+        where = f"gangway.submissions/0/{len(self.envelopes)}"
+        value, headers = codec.to_binary(Envelope(id=f"k8s/{job.labels[UID_LABEL]}/{version}", source="gangway/binder",
+                                                  time_ms=int(time.time() * 1000), data=job))
+        result = decide_submission(value, job.job_id.encode(), headers, self.state, {}, where)
+        if isinstance(result, JobRejected):
+            self.refused.append(result)
+        elif result is not None:
+            self.append(f"moved/{where}", result, "gangway/submission")
+
     def decide(self) -> int:
         added = 0
         for service, (prefix, decide) in DECIDERS.items():
@@ -73,8 +86,10 @@ class LocalLog:
                 self.append(pid, data, "gangway/binder")
             for job in out.submissions:
                 self.submit(job)
+            for job, version in out.moves:
+                self.submit_again(job, version)
             self.refused += out.rejections
-            added += len(out.reports) + len(out.submissions)
+            added += len(out.reports) + len(out.submissions) + len(out.moves)
         return added
 
     def of_type(self, cls) -> list:

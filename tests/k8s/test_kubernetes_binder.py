@@ -453,3 +453,75 @@ async def test_a_waiting_job_is_told_its_position_why_and_when_it_should_start(k
 
 def running(log, name: str):
     return lambda: name in log.state.workloads and log.state.workloads[name].phase == "running"
+
+
+def _other(document: str) -> str:
+    return document.replace("{name: team}", "{name: other}").replace("name: default}", "name: other}").replace(
+        "clusterQueue: team}", "clusterQueue: other}")
+
+
+# CONTRACT with 8 GPUs, and a second ClusterQueue of 8 GPUs, with LocalQueue team/other pointing at it.
+TWO_QUEUES = CONTRACT.replace("nvidia.com/gpu, nominalQuota: 32}", "nvidia.com/gpu, nominalQuota: 8}")
+TWO_QUEUES += "---" + "---".join(_other(document) for document in TWO_QUEUES.split("---")[1:])
+
+
+async def relabel(kube, name: str, queue: str | None) -> None:
+    """Set (None: remove) Job ``name``'s queue-name label."""
+    await kube.patch(api.JOBS, name, {"metadata": {"labels": {ob.QUEUE_LABEL: queue}}}, "team")
+
+
+async def test_a_waiting_jobs_queue_name_label_moves_it_taken_off_withdraws_it_and_a_running_ones_is_ignored(kube, make_binder):
+    """Kueue's way: `kubectl label job … kueue.x-k8s.io/queue-name=other --overwrite` on a Job that
+    waits moves its workload to LocalQueue other (a queue it cannot go to is refused and it waits
+    where it was); on one admitted, the label changes nothing and its owner is told so."""
+    log = LocalLog()
+    log.configure(load_contract(TWO_QUEUES))
+    await four_nodes(kube)
+    binder = await make_binder()
+    await run_until(log, [binder], lambda: len(log.state.nodes) == 4, what="four nodes on the log")
+    wl = log.state.workloads
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("first", pods=1, gpus=8))
+        await run_until(log, [binder], running(log, "team/first"), what="the first Job running")
+        await apply_manifests(kube, job("second", pods=1, gpus=8))
+        await run_until(log, [binder], lambda: "team/second" in wl, what="the second Job queued")
+        for _ in range(3):
+            await log.turn(binder)
+        assert wl["team/second"].phase == "pending"  # (ClusterQueue team's 8 GPUs are the first's)
+
+        await relabel(kube, "second", "nowhere")
+        await run_until(log, [binder], lambda: log.refused, what="the move refused")
+        [refused] = log.refused
+        assert refused.reason == "unknown_queue" and refused.message.startswith("moving to queue nowhere: ")
+        assert refused.message.endswith("it still waits in queue default"), refused.message
+        assert wl["team/second"].spec.queue == "default" and not log.of_type(ev.WorkloadMoved)
+
+        await relabel(kube, "second", "other")
+        await run_until(log, [binder], running(log, "team/second"), what="the moved Job running")
+        [moved] = log.of_type(ev.WorkloadMoved)
+        assert (moved.workload, moved.from_queue, moved.queue, moved.cluster_queue) == (
+            "team/second", "default", "other", "other")
+        assert wl["team/second"].admission.cluster_queue == "other" and wl["team/second"].spec.queue == "other"
+        assert any("moved from queue default to other (ClusterQueue other): queue-name label changed" in line
+                   for line in explain(log.envelopes, "team/second"))
+
+        await relabel(kube, "first", "other")
+
+        async def told():
+            events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=first")
+            return [e["message"] for e in events if e["reason"] == "QueueChangeIgnored"]
+        [said] = await turn_until(log, [binder], told, what="the owner told")
+        assert "the queue-name label says other, but team/first is running from queue default" in said
+        for _ in range(3):
+            await log.turn(binder)
+        assert len(await told()) == 1 and len(log.of_type(ev.WorkloadMoved)) == 1
+        assert wl["team/first"].spec.queue == "default" and wl["team/first"].phase == "running"
+
+        # The label taken off a waiting Job: gangway schedules it no more (it stays suspended).
+        await apply_manifests(kube, job("third", pods=1, gpus=8))
+        await run_until(log, [binder], lambda: "team/third" in wl, what="the third Job queued")
+        await relabel(kube, "third", None)
+        await run_until(log, [binder], lambda: wl["team/third"].phase == "finished", what="the third Job withdrawn")
+        [w] = log.of_type(ev.WorkloadWithdrawn)
+        assert w.reason.endswith("its queue-name label removed: gangway schedules it no more"), w.reason
+        assert (await kube.get(api.JOBS, "third", "team"))["spec"]["suspend"] is True
