@@ -460,9 +460,11 @@ def _other(document: str) -> str:
         "clusterQueue: team}", "clusterQueue: other}")
 
 
-# CONTRACT with 8 GPUs, and a second ClusterQueue of 8 GPUs, with LocalQueue team/other pointing at it.
-TWO_QUEUES = CONTRACT.replace("nvidia.com/gpu, nominalQuota: 32}", "nvidia.com/gpu, nominalQuota: 8}")
-TWO_QUEUES += "---" + "---".join(_other(document) for document in TWO_QUEUES.split("---")[1:])
+def two_queues(gpus: int = 8) -> str:
+    """CONTRACT with ``gpus`` GPUs for ClusterQueue team, and a ClusterQueue other as big, with
+    LocalQueue team/other pointing at it."""
+    one = CONTRACT.replace("nvidia.com/gpu, nominalQuota: 32}", f"nvidia.com/gpu, nominalQuota: {gpus}}}")
+    return one + "---" + "---".join(_other(document) for document in one.split("---")[1:])
 
 
 async def relabel(kube, name: str, queue: str | None) -> None:
@@ -475,7 +477,7 @@ async def test_a_waiting_jobs_queue_name_label_moves_it_taken_off_withdraws_it_a
     waits moves its workload to LocalQueue other (a queue it cannot go to is refused and it waits
     where it was); on one admitted, the label changes nothing and its owner is told so."""
     log = LocalLog()
-    log.configure(load_contract(TWO_QUEUES))
+    log.configure(load_contract(two_queues()))
     await four_nodes(kube)
     binder = await make_binder()
     await run_until(log, [binder], lambda: len(log.state.nodes) == 4, what="four nodes on the log")

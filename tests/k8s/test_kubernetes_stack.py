@@ -19,7 +19,7 @@ from gangway.services.binder import objects as ob
 from gangway.services.binder import webhook as wh
 from k8s_harness import cluster_running, apply_manifests, create_node, node_object
 from test_kubernetes_admission_webhook import register_on_loopback
-from test_kubernetes_binder import CONTRACT, job, pods_of
+from test_kubernetes_binder import job, pods_of, relabel, two_queues
 
 pytestmark = pytest.mark.kubernetes
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.kubernetes
 async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_kubeconfig, tmp_path, monkeypatch):
     monkeypatch.setenv("GANGWAY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("GANGWAY_KAFKA", raising=False)
-    for i in range(2):
+    for i in range(3):
         await create_node(kube, node_object(f"node-{i}", islands="8"), {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"})
     # with its webhook on loopback, registered by URL as for a binder outside the cluster
     port = await register_on_loopback(kube)
@@ -37,7 +37,7 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
         try:
             await asyncio.to_thread(running.start)
             await asyncio.to_thread(running.wait_ready, 90.0)
-            await stack.publish_config(running.bootstrap, load_contract(CONTRACT), "test", running.clock.now_ms())
+            await stack.publish_config(running.bootstrap, load_contract(two_queues(16)), "test", running.clock.now_ms())
             # created unsuspended: the webhook stores it suspended, so no pod exists before gangway admits it
             [created] = await apply_manifests(kube, job("via-stack", pods=2, gpus=8, suspend=False))
             assert created["spec"]["suspend"] is True
@@ -68,6 +68,24 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
             said = subprocess.run([str(Path(sys.executable).parent / "gangway"), "explain", "team/lost-way"], capture_output=True, text=True,
                                   env={**os.environ, "GANGWAY_KAFKA": running.bootstrap}, timeout=60)
             assert said.returncode == 0 and "unknown_queue" in said.stdout and "nowhere" in said.stdout, said
+            # A Job waiting in a full queue moved by its label: the binder submits it again, the
+            # submission service moves it, and it runs from the other queue.
+            await apply_manifests(kube, job("mover", pods=1, gpus=8))
+            deadline = time.monotonic() + 60
+            while "team/mover" not in (await stack.read_state(running.bootstrap))[0].workloads:
+                assert time.monotonic() < deadline, "the Job to move not queued"
+                running.supervise_once()
+                await asyncio.sleep(0.2)
+            await relabel(kube, "mover", "other")
+            deadline = time.monotonic() + 60
+            while not [p for p in await pods_of(kube, "mover") if p["spec"].get("nodeName")]:
+                assert time.monotonic() < deadline, "the moved Job not bound; binder log:\n" + \
+                    (tmp_path / "state" / "logs" / "binder.log").read_text()[-3000:]
+                running.supervise_once()
+                await asyncio.sleep(0.2)
+            said = subprocess.run([str(Path(sys.executable).parent / "gangway"), "explain", "team/mover"], capture_output=True,
+                                  text=True, env={**os.environ, "GANGWAY_KAFKA": running.bootstrap}, timeout=60)
+            assert "moved from queue default to other (ClusterQueue other)" in said.stdout, said
         finally:
             await asyncio.to_thread(running.stop)
             await kube.delete(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)
