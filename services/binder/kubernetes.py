@@ -31,6 +31,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Callable
 
 from gangway.adapters.kubernetes import ApiError, Kube, LeaseElector, Reflector
@@ -90,7 +91,8 @@ class Gang:
     #: The pods this binder bound for the attempt (uids): an unbound pod of the gang that is not
     #: one of them is a replacement for one that was lost.
     bound: frozenset[str] = frozenset()
-    #: Since when (monotonic s) the running gang has been short of a pod, if it is.
+    #: Since when (monotonic s) the running gang has been short of a pod, if it is (kept on the object
+    #: too: its ``Recovering`` condition).
     short_since: float | None = None
 
 
@@ -575,6 +577,8 @@ class KubernetesBinder:
                     or (p.get("status") or {}).get("phase") not in ("Running", "Succeeded")]
         short = want - (len(alive) - len(starting))
         if short <= 0:
+            if gang.short_since is not None or ob.condition(obj).get("reason") == RECOVERING:
+                await self.tell(obj, "Normal", "Recovered", f"Recovered: all {want} pods running again", status="True")
             gang.short_since = None
             if wl.phase == "bound":
                 out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
@@ -594,7 +598,12 @@ class KubernetesBinder:
         # left (_bind_replacements); a gang not whole again in time gives its GPUs back (Kueue's
         # waitForPodsReady recoveryTimeout).
         if gang.short_since is None:
-            gang.short_since = time.monotonic()
+            gang.short_since = _short_since(obj)
+            if gang.short_since is None:  # (the condition keeps the time for a leader to come)
+                gang.short_since = time.monotonic()
+                await self.tell(obj, "Warning", RECOVERING, f"{RECOVERING}: {short} of its {want} pods not running "
+                                f"({first}); back in its queue unless whole again within {self.pods_ready_timeout_s:g} s",
+                                status="True")
         elif time.monotonic() - gang.short_since > self.pods_ready_timeout_s:
             await self._roll_back_lost(wl, obj, pods, out, now_ms, short, f"gang not whole again: {short} of its {want} "
                                        f"pods not running {self.pods_ready_timeout_s:g} s after it lost one ({first})")
@@ -837,7 +846,7 @@ class KubernetesBinder:
             return
         self.told[uid] = (reason, message)
         self.told_at[uid] = time.monotonic()
-        said = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ob.CONDITION_TYPE), {})
+        said = ob.condition(obj)
         if (said.get("status"), said.get("reason"), said.get("message")) == (status, reason, message[:1024]):
             return  # (told before this binder started: a restart, or another replica that held the lease)
         now = micro_time()
@@ -893,6 +902,24 @@ class KubernetesBinder:
             self.names = {uid: found for uid, found in self.names.items() if uid in waiting}
             self.moving = {uid: asked for uid, asked in self.moving.items() if uid in waiting}
             self.move_ignored = {uid: queue for uid, queue in self.move_ignored.items() if uid in waiting}
+
+
+#: The reason of gangway's condition on an object whose running gang is short of a pod: its
+#: ``lastProbeTime`` says since when, for whichever binder leads when the timeout comes.
+RECOVERING = "Recovering"
+
+
+def _short_since(obj: dict) -> float | None:
+    """Since when (monotonic s) ``obj``'s gang has been short of a pod, as its ``Recovering``
+    condition says (written by this binder or an earlier leader); None without one."""
+    said = ob.condition(obj)
+    if said.get("reason") != RECOVERING:
+        return None
+    try:
+        then = datetime.fromisoformat(str(said.get("lastProbeTime")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return time.monotonic() - max(0.0, time.time() - then)
 
 
 def _frozen(strings: dict | None) -> frozenset:

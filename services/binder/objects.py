@@ -187,10 +187,15 @@ def finished(obj: dict) -> tuple[bool, bool, str] | None:
     return None
 
 
+def condition(obj: dict) -> dict:
+    """gangway's condition on the object ({} when it has none)."""
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE), {})
+
+
 def with_condition(obj: dict, status: str, reason: str, message: str, now: str) -> list[dict]:
     """The object's status.conditions with gangway's condition set (others kept as they are)."""
     conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != CONDITION_TYPE]
-    old = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE), {})
+    old = condition(obj)
     since = old.get("lastTransitionTime") if old.get("status") == status else now
     conditions.append({"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message[:1024],
                        "lastProbeTime": now, "lastTransitionTime": since or now})

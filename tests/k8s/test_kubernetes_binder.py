@@ -294,6 +294,40 @@ async def test_a_gang_not_whole_again_in_time_keeps_its_gpus_until_the_rest_of_i
                                                "(no replacement made by its controller)")
 
 
+async def test_a_new_leader_counts_a_gangs_recovery_timeout_from_when_it_lost_its_pod_not_from_its_own_start(
+        kube, make_binder):
+    """The first binder finds the pair short of a pod and says so on the Job (its ``Recovering``
+    condition, with the time); it dies, and the binder that leads next requeues the gang when the
+    timeout runs out from then (before, it counted from its own first look: a gang could hold its
+    GPUs for a timeout per leader)."""
+    log, first = await setup(kube, make_binder, pods_ready_timeout_s=6.0)
+    async with cluster_running(kube, ["team"]) as cluster:
+        await apply_manifests(kube, job("pair", pods=2, gpus=8))
+        wl = log.state.workloads
+        await run_until(log, [first], running(log, "team/pair"), what="the pair running")
+        cluster.hold_back["pair"] = 1  # (its controller makes no replacement)
+        last = (await pods_of(kube, "pair"))[-1]["metadata"]
+        await kube.delete(api.PODS, last["name"], "team", grace_seconds=0)
+
+        async def recovering():
+            said = ob.condition(await kube.get(api.JOBS, "pair", "team"))
+            return said if said.get("reason") == "Recovering" else None
+        said = await turn_until(log, [first], recovering, what="the Recovering condition")
+        assert said["status"] == "True" and said["message"].startswith(
+            "Recovering: 1 of its 2 pods not running (no replacement made by its controller); back in its queue unless "
+            "whole again within 6 s"), said
+        lost_at = first.gangs[("team/pair", 0)].short_since
+        second = await make_binder("binder-1", pods_ready_timeout_s=6.0)
+        await kill_lease_holder(first)
+        await run_until(log, [second], lambda: second.elector.leading, what="the second binder leading")
+        await run_until(log, [second], lambda: ("team/pair", 0) in second.gangs and
+                        second.gangs[("team/pair", 0)].short_since is not None, what="the second binder's look")
+        assert second.gangs[("team/pair", 0)].short_since <= lost_at + 1.0  # (the condition's time is in whole seconds)
+        await run_until(log, [second], lambda: wl["team/pair"].phase == "pending", what="the gang requeued")
+        [requeued] = log.of_type(ev.WorkloadEvicted)
+        assert requeued.reason.startswith("gang not whole again: 1 of its 2 pods not running 6 s after it lost one")
+
+
 async def test_a_job_of_more_completions_than_parallelism_runs_its_next_pods_in_the_places_left(kube, make_binder):
     """Four completions, two at a time: as a pod succeeds its controller creates the next, which is
     bound where the finished one ran (node and GPUs); the workload keeps its placement throughout

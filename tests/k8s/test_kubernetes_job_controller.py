@@ -18,7 +18,7 @@ from gangway.events.reasons import C
 from gangway.services.binder import objects as ob
 from gangway.services.binder import webhook as wh
 from gangway.services.binder.policy import RequeueBackoff
-from k8s_harness import apply_manifests, run_until
+from k8s_harness import apply_manifests, run_until, turn_until
 from test_kubernetes_admission_webhook import register_on_loopback
 from test_kubernetes_binder import job, pods_of, setup
 
@@ -174,6 +174,14 @@ async def test_a_failed_pod_is_retried_by_the_job_controller_in_the_place_it_lef
             assert replacement["metadata"]["uid"] != failed["metadata"]["uid"]
             assert (replacement["spec"]["nodeName"], replacement["metadata"]["annotations"][ob.GPUS_ANNOTATION]) == (
                 failed["spec"]["nodeName"], failed["metadata"]["annotations"][ob.GPUS_ANNOTATION])
+
+            async def recovered():  # (the Recovering condition, said while it was short, is taken back)
+                said = ob.condition(await kube.get(api.JOBS, "flaky", "team"))
+                return said if said.get("reason") == "Recovered" else None
+            said = await turn_until(log, [binder], recovered, what="the gang whole again", timeout_s=30)
+            assert said["message"] == "Recovered: all 2 pods running again"
+            events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=flaky")
+            assert sorted(e["reason"] for e in events if e["reason"] in ("Recovering", "Recovered")) == ["Recovered", "Recovering"]
             finish.add("flaky")
             await run_until(log, [binder], lambda: wl["team/flaky"].phase == "finished", what="the Job finished")
             assert [(f.attempt, f.succeeded) for f in log.of_type(ev.WorkloadFinished)] == [(0, True)]
