@@ -715,7 +715,7 @@ def test_an_object_submitted_again_under_another_queue_moves_its_workload_and_th
 @pytest.mark.parametrize(("queue", "uid", "reason", "said"), [
     ("nowhere", "u-1", "unknown_queue", "no LocalQueue 'nowhere' in namespace 'team-a'"),
     ("orphan", "u-1", "unknown_queue", "points at ClusterQueue 'gone-cq'"),
-    ("training", "u-1", "duplicate_job", "is already workload team-a/train-1 in queue training: nothing to move"),
+    ("training", "u-1", "duplicate_job", "Job team-a/train-1 already waits in queue training: nothing to move"),
     ("spare", "u-2", "duplicate_job", "a job's name stays its own on the log"),  # another object of the same name
 ])
 def test_a_move_gangway_cannot_make_is_rejected_and_the_workload_stays(queue, uid, reason, said):

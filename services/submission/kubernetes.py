@@ -50,13 +50,14 @@ def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] |
         job = JobSubmitted(**{**_fields(job), "job_id": f"{job.job_id}-{uid[:8]}"})
     job = JobSubmitted(**{**_fields(job), "labels": {**job.labels, UID_LABEL: uid}})
     mine = state.workloads.get(workload_id(job))
+    moving = mine is not None and same_object(mine, job)  # (its queue-name label changed)
     try:
-        if mine is not None and same_object(mine, job):  # (its queue-name label changed: a move)
+        if moving:
             move(job, mine, state)
         else:
             queue_job(job, state, {}, submission="")
     except Invalid as bad:
-        if mine is not None and same_object(mine, job):
+        if moving:
             return refused(bad.reason, f"moving to queue {job.queue}: {bad.message}; it still waits in queue "
                                        f"{mine.spec.queue}")
         return refused(bad.reason, bad.message)

@@ -137,8 +137,8 @@ def move(job: JobSubmitted, known: WorkloadState, state: State, submission: str 
     it cannot go to, and for an object that names the queue it is in (nothing to move: a second
     submission of the same object). Whether it still waits is the fold's to say (it holds only then)."""
     if job.queue == known.spec.queue:
-        raise Invalid("duplicate_job", f"{known.spec.kind} {known.spec.workload} is already workload "
-                                       f"{known.spec.workload} in queue {job.queue}: nothing to move")
+        raise Invalid("duplicate_job", f"{known.spec.kind} {known.spec.workload} already waits in queue {job.queue}: "
+                                       "nothing to move")
     idx = _index(state.contract)
     local_queue = _local_queue(idx, job)
     _check_quota_covers(idx, local_queue.cluster_queue, known.spec.pod_sets)
