@@ -74,6 +74,27 @@ def test_a_kueue_scenario_run_several_times_keeps_the_run_with_the_median_wall_a
     assert "runs_wall_ms" not in runs[0]  # the runs themselves are left as they were
 
 
+def test_a_kueue_scenario_prints_each_goal_beside_the_median_of_its_figure_over_the_runs():
+    """Each figure's own median (not the kept run's), the ratio to the goal, met or not, and whose goal."""
+    from gangway.benchmarks.kueue_scenarios import goals, goals_report, median_run
+    runs = [{"scenario": "baseline", "wall_ms": w, "wall_vs_lower_bound": w / 66_000, "usage_pct": u,
+             "quota_held_before_running_pct": 6.0, "avg_time_to_admission_ms": {"large": 1.0, "small": 1.0},
+             "admission_vs_kueue": {"large": large, "small": small}, "shrink": None}
+            for w, u, large, small in [(72_600, 97.0, 0.13, 0.18), (73_800, 98.0, 0.19, 0.17), (72_800, 99.0, 0.09, 0.23)]]
+    rows = {(r["figure"], r["source"]): r for r in median_run(runs)["goals"]}
+    wall = rows[("wall / lower bound", "issue 13")]
+    assert wall["median"] == 72_800 / 66_000 and wall["goal"] == 1.10 and not wall["met"]
+    assert rows[("wall / lower bound", "issue 5")]["met"] and rows[("ClusterQueue usage %", "issue 5")]["met"]
+    small = rows[("avg time to admission small / Kueue's", "issue 13")]
+    assert (small["median"], small["runs"], small["met"]) == (0.18, [0.18, 0.17, 0.23], True)
+    assert abs(small["ratio"] - 0.9) < 1e-9
+    assert rows[("avg time to admission large / Kueue's", "issue 13")]["median"] == 0.13
+    said = goals_report(median_run(runs)["goals"])
+    assert said.splitlines()[0].startswith("median of 3 runs beside each goal")
+    assert "wall / lower bound" in said and "≤ 1.1" in said and "NOT MET (issue 13)" in said
+    assert goals("baseline", [{**r, "shrink": 0.05} for r in runs]) == []  # (no published figures to compare)
+
+
 def test_kueue_scenarios_load_as_kueue_defines_them():
     from gangway.benchmarks import kueue_scenarios as bench_kueue
     sc = bench_kueue.load(REFERENCE / "kueue-perf" / "baseline" / "generator.yaml")
