@@ -286,8 +286,10 @@ def goals(scenario: str, runs: list[dict]) -> list[dict]:
     """Each goal of ``scenario`` (``GOALS``; none for a shrunk one: Kueue published no figures for
     it) beside the median of its figure over ``runs`` (each figure's own median), the ratio and
     whether the median meets it."""
+    if not runs or runs[0].get("shrink"):
+        return []
     rows = []
-    for figure, at_most, bound, source in GOALS.get(scenario, []) if runs and not runs[0].get("shrink") else []:
+    for figure, at_most, bound, source in GOALS.get(scenario, []):
         if figure == "admission_vs_kueue":
             named = [(f"avg time to admission {c} / Kueue's", [r[figure][c] for r in runs]) for c in runs[0][figure]]
         else:
@@ -301,6 +303,7 @@ def goals(scenario: str, runs: list[dict]) -> list[dict]:
 
 
 def goals_report(rows: list[dict]) -> str:
+    """``goals``' rows as the table ``bench kueue`` prints after its runs."""
     n = len(rows[0]["runs"])
     lines = [f"{'median of ' + str(n) + ' run' + 's' * (n > 1) + ' beside each goal':<42} {'median':>8} {'goal':>9} "
              f"{'ratio':>6}  runs"]
