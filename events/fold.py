@@ -636,7 +636,7 @@ def _moved(state: State, env: ev.Envelope, e: ev.WorkloadMoved) -> None:
         _supersede(state, wl, "move", env, reason(C.LOCAL_QUEUE_GONE, local_queue=f"{wl.spec.namespace}/{e.queue}"))
         return
     _requeue_in(state, wl, e.queue)
-    wl.moved_by = e.submission or env.id
+    wl.moved_by = e.submission
 
 
 def _checkpoint(state: State, env: ev.Envelope, e: ev.CheckpointSaved) -> None:

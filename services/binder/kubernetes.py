@@ -84,6 +84,13 @@ class Step:
     moves: list[tuple[JobSubmitted, str]] = field(default_factory=list)
 
 
+def submission_id(job: JobSubmitted, version: str | None = None) -> str:
+    """The CloudEvent id an object's submission is sent with: its uid; submitted again under another
+    queue-name label (a move), its uid and the resourceVersion of that change."""
+    uid = job.labels.get(ob.UID_LABEL, job.job_id)
+    return f"k8s/{uid}" if version is None else f"k8s/{uid}/{version}"
+
+
 @dataclass
 class Gang:
     started: float
@@ -131,19 +138,17 @@ class KubernetesBinder:
         self.elector = LeaseElector(kube, namespace, lease_name, identity, duration_s=lease_s)
         self.gangs: dict[tuple[str, int], Gang] = {}
         self.evicting: dict[tuple[str, int], Evicting] = {}
-        self.submitting: dict[str, float] = {}
+        #: (uid, None) → when an object was last submitted at intake; (uid, queue) → when a waiting one was
+        #: last submitted again under that queue-name label (a move). Either is asked again after SUBMIT_RETRY_S.
+        self.submitting: dict[tuple[str, str | None], float] = {}
         self.told: dict[str, tuple[str, str]] = {}
         #: (workload, attempt) → (why, deadline): gangs that lost a pod, requeued once the rest of their
         #: pods are gone (deleted at once past the deadline: their grace period).
         self.losing: dict[tuple[str, int], tuple[str, float]] = {}
         #: uid → (kind, namespace, name) of each job object seen: its pods are found by these once it is deleted.
         self.names: dict[str, tuple[str, str, str]] = {}
-        #: Objects seen with a queue-name label that no longer carry one (uids).
-        self.unlabelled: set[str] = set()
         self.told_at: dict[str, float] = {}
         self.rejected: dict[str, tuple] = {}
-        #: uid → the queue a waiting object was last submitted again for, and when (monotonic s).
-        self.moving: dict[str, tuple[str, float]] = {}
         #: uid → the queue-name label an admitted object was told it cannot move to.
         self.move_ignored: dict[str, str] = {}
         self.bind_sem = asyncio.Semaphore(bind_concurrency)
@@ -255,7 +260,6 @@ class KubernetesBinder:
     def _objects(self, state: State) -> tuple[dict[str, dict], dict[str, dict]]:
         """Workload → its object, and uid → object (every job object with a queue label)."""
         by_uid = {}
-        self.unlabelled = set()
         for kind in RESOURCES:
             if kind in self.reflectors:
                 for obj in self.reflectors[kind].store.values():
@@ -263,8 +267,6 @@ class KubernetesBinder:
                     if ob.queued_object(obj):
                         by_uid[m.get("uid")] = obj
                         self.names[m.get("uid")] = (kind, m.get("namespace"), m.get("name"))
-                    elif m.get("uid") in self.names and not m.get("deletionTimestamp"):
-                        self.unlabelled.add(m.get("uid"))
         objs = {}
         for name in list(state.pending) + list(state.active):
             uid = state.workloads[name].spec.labels.get(ob.UID_LABEL)
@@ -289,7 +291,7 @@ class KubernetesBinder:
         now = time.monotonic()
         for uid, obj in by_uid.items():
             m = ob.meta(obj)
-            if uid in known or m.get("deletionTimestamp") or now - self.submitting.get(uid, -1e9) < SUBMIT_RETRY_S:
+            if uid in known or m.get("deletionTimestamp") or now - self.submitting.get((uid, None), -1e9) < SUBMIT_RETRY_S:
                 continue
             if ob.needs_suspending(obj):  # (what got past the webhook, or ran without one)
                 await self._suspend(obj, "created without spec.suspend: suspended until gangway admits it")
@@ -302,7 +304,7 @@ class KubernetesBinder:
             job, ignored = result
             if ignored:  # it runs, without what those keys ask: the owner hears it once, at intake
                 await self.tell(obj, "Warning", "KeysIgnored", "Ignored by gangway: " + "; ".join(ignored), status="False")
-            self.submitting[uid] = now
+            self.submitting[(uid, None)] = now
             out.submissions.append(job)
 
     async def _checked(self, obj: dict, state: State, out: Step) -> tuple[JobSubmitted, list[str]] | None:
@@ -346,12 +348,11 @@ class KubernetesBinder:
                                     f"{wl.phase} from queue {wl.spec.queue}; a workload changes queue only while it "
                                     "waits (as in Kueue), so it stays there", status=None)
                 continue
-            asked = self.moving.get(uid)
-            if asked is not None and asked[0] == queue and now - asked[1] < SUBMIT_RETRY_S:
+            if now - self.submitting.get((uid, queue), -1e9) < SUBMIT_RETRY_S:
                 continue
             result = await self._checked(obj, state, out)
             if result is not None:
-                self.moving[uid] = (queue, now)
+                self.submitting[(uid, queue)] = now
                 out.moves.append((result[0], str(m.get("resourceVersion") or "")))
 
     async def _withdrawals(self, state: State, objs: dict[str, dict], pods: dict, out: Step, now_ms: int) -> None:
@@ -370,7 +371,7 @@ class KubernetesBinder:
                     # Its pods terminate for their grace period: their quota and GPUs stay taken on
                     # the log until they are gone, so no other gang is bound beside them meanwhile.
                     continue
-                gone = "its queue-name label removed: gangway schedules it no more" if uid in self.unlabelled else "deleted"
+                gone = "its queue-name label removed: gangway schedules it no more" if self._unlabelled(uid) else "deleted"
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(
                     workload=name, reason=f"{wl.spec.kind} {name} (uid {uid}) {gone}")))
                 continue
@@ -382,6 +383,13 @@ class KubernetesBinder:
                 out.reports.append((f"withdrawn/{name}/{uid}", now_ms, WorkloadWithdrawn(workload=name, reason=said)))
                 # (its condition said where it waited: now it waits no more)
                 await self.tell(obj, "Normal", "Withdrawn", f"Withdrawn by gangway: {said}", status="False")
+
+    def _unlabelled(self, uid: str) -> bool:
+        """Is the object of ``uid`` still there, its queue-name label taken off?"""
+        kind, ns, name = self.names.get(uid) or (None, None, None)
+        obj = self.reflectors[kind].store.get(f"{ns}/{name}") if kind in self.reflectors else None
+        return (obj is not None and ob.meta(obj).get("uid") == uid and not ob.meta(obj).get("deletionTimestamp")
+                and not ob.queued_object(obj))
 
     def _still_on_nodes(self, wl: WorkloadState, pods: dict[tuple[str, str, str], list[dict]]) -> bool:
         """Does a pod of ``wl``'s object (deleted: found by the name it had, ``names``) still hold its
@@ -890,7 +898,9 @@ class KubernetesBinder:
             obj = found[0]
 
     def _forget(self, state: State) -> None:
-        """Drop progress about attempts the log has moved past."""
+        """Drop progress about attempts the log has moved past, and submissions old enough to be asked again."""
+        now = time.monotonic()
+        self.submitting = {key: t for key, t in self.submitting.items() if now - t < SUBMIT_RETRY_S}
         for key in [k for k in self.gangs if _moved_on(state, *k, "placed", "bound", "running")]:
             del self.gangs[key]
         for key in [k for k in self.evicting if _moved_on(state, *k, "evicting")]:
@@ -900,7 +910,6 @@ class KubernetesBinder:
         if len(self.names) > 2 * (len(state.pending) + len(state.active)) + 1024:  # (seen anew while they exist)
             waiting = {state.workloads[n].spec.labels.get(ob.UID_LABEL) for n in list(state.pending) + list(state.active)}
             self.names = {uid: found for uid, found in self.names.items() if uid in waiting}
-            self.moving = {uid: asked for uid, asked in self.moving.items() if uid in waiting}
             self.move_ignored = {uid: queue for uid, queue in self.move_ignored.items() if uid in waiting}
 
 

@@ -19,10 +19,10 @@ from typing import Awaitable, Callable
 from gangway.adapters import kafka
 from gangway.adapters.kubernetes import Kube
 from gangway.events import codec, topics
-from gangway.events.catalogue import UID_LABEL, Envelope
+from gangway.events.catalogue import Envelope
 from gangway.events.state import State
 from gangway.services.binder import webhook as webhook_mod
-from gangway.services.binder.kubernetes import Intake, KubernetesBinder
+from gangway.services.binder.kubernetes import Intake, KubernetesBinder, submission_id
 from gangway.services.runtime.clock import ClusterClock
 from gangway.services.runtime.shell import LogService, Proposal
 
@@ -77,12 +77,9 @@ class KubernetesBinderService(LogService):
             version = (self.state.contract_digest or "")[:12]
             self.outbox.extend(Proposal(f"rejected/{r.submission}/{self.state.offset}/{version}", now_ms, r, topics.REJECTIONS)
                                for r in out.rejections)
-            # (an object's CloudEvent id is its uid; submitted again under another queue-name label,
-            # its uid and the resourceVersion of that change)
             for job, version in [(job, None) for job in out.submissions] + out.moves:
-                uid = job.labels.get(UID_LABEL, job.job_id)
-                env = Envelope(id=f"k8s/{uid}" if version is None else f"k8s/{uid}/{version}", source="gangway/binder",
-                               time_ms=self.clock.now_ms(), data=job)
+                env = Envelope(id=submission_id(job, version), source="gangway/binder", time_ms=self.clock.now_ms(),
+                               data=job)
                 value, headers = codec.to_binary(env)
                 await self.submit_producer.send_and_wait(topics.SUBMISSIONS, value=value, key=job.job_id.encode(),
                                                          headers=headers, partition=0)

@@ -16,12 +16,12 @@ from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import contract_digest
 from gangway.events import codec
-from gangway.events.catalogue import UID_LABEL, ConfigApplied, Envelope, JobRejected, JobSubmitted
+from gangway.events.catalogue import ConfigApplied, Envelope, JobRejected, JobSubmitted
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.read.describe import describe
-from gangway.services.binder.kubernetes import KubernetesBinder
+from gangway.services.binder.kubernetes import KubernetesBinder, submission_id
 from gangway.services.deciders import DECIDERS, id_of
 from gangway.services.submission.policy import Invalid, decide_submission, queue_job
 
@@ -62,7 +62,7 @@ class LocalLog:
         """What the submission service does with an object submitted again (its queue-name label
         changed): the record as the binder's service sends it, decided as the service decides it."""
         where = f"gangway.submissions/0/{len(self.envelopes)}"
-        value, headers = codec.to_binary(Envelope(id=f"k8s/{job.labels[UID_LABEL]}/{version}", source="gangway/binder",
+        value, headers = codec.to_binary(Envelope(id=submission_id(job, version), source="gangway/binder",
                                                   time_ms=int(time.time() * 1000), data=job))
         result = decide_submission(value, job.job_id.encode(), headers, self.state, {}, where)
         if isinstance(result, JobRejected):
