@@ -106,6 +106,32 @@ def test_another_queue_within_its_nominal_quota_is_not_held_back():
     assert verify(sim.log).ok
 
 
+def test_each_gang_kept_out_by_quota_has_quota_held_for_it_not_only_the_first():
+    # b's long job holds 2 of the cohort's 8 CPUs for 10 s, a's fill 4 for 5 s. a's two big jobs
+    # wait: the first can start at 5 s (fill ends), the second (6 CPUs) at 6 s, when the first ends.
+    # a's late job (low priority, 60 s) fits now and beside the first at 5 s, but not beside the
+    # second: with quota held for the first only, it ran at once and the second waited for b's long
+    # job to end, at 10 s.
+    sim = started()
+    submit(sim, "b", "long", 2, 10_000)
+    submit(sim, "a", "fill", 4, 5_000)
+    sim.run(until_ms=sim.now_ms + 1)
+    submit(sim, "a", "big1", 4, 1000, high=True)
+    submit(sim, "a", "big2", 6, 1000, high=True)
+    submit(sim, "a", "late", 2, 60_000)
+    sim.step()
+    assert sim.state.workloads["a/late"].phase == "pending"
+    report = pending_report(sim.state, forecast=False)
+    assert report["a/late"].code == ReasonCode.QUOTA_HELD_FOR_ANOTHER and report["a/late"].params["gang"] == "a/big2"
+    assert "quota held for it" in report["a/big2"].reason
+    sim.run()
+    t0 = sim.log[0].time_ms
+    assert admitted_ms(sim, "a/big1") - t0 < 5_100
+    assert admitted_ms(sim, "a/big2") - t0 < 6_100
+    assert admitted_ms(sim, "a/late") >= admitted_ms(sim, "a/big2")
+    assert verify(sim.log).ok
+
+
 #: (team, CPUs, runtime s or None, high priority, ms until the next one)
 jobs = st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 8), st.one_of(st.none(), st.integers(1, 30)),
                           st.booleans(), st.integers(0, 3000)), min_size=3, max_size=25)

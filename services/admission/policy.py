@@ -15,7 +15,8 @@ A scheduling cycle, in Kueue's words but without its one-admission-per-queue lim
    is tried — but the first gang blocked only by capacity gets a *reservation*: the nodes that
    free soonest are kept for it, and only workloads that end before it can start use them (EASY
    backfill), so a big gang is not starved by a stream of small ones; likewise the first workload
-   kept out by quota has the quota that frees soonest held for it (``Snapshot.hold_quota``).
+   kept out by quota has the quota that frees soonest held for it (``Snapshot.hold_quota``), and
+   so do the next few, each from when those before it leave it enough.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
-    elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES and snap.hold_of(cq) is None:
+    elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES and snap.may_hold(wl):
         hold = snap.hold_quota(wl, _first_flavors(idx, outcome))
         if hold is not None:
             outcome.reason = outcome.reason.plus(held_start=format_time(hold.start_ms))

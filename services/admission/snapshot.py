@@ -10,6 +10,7 @@ placed, the room preemptors wait for, and the nodes reserved for one gang blocke
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
@@ -70,14 +71,27 @@ class Outcome:
 class QuotaHold:
     """The quota kept for one workload blocked by quota alone (``Snapshot.hold_quota``): it can
     start at ``start_ms``, when the admitted work of its quota tree expected to end soonest has
-    released enough; ``later`` is the usage then, the workload in it. Only workloads of lower
-    priority than it are held back."""
+    released enough; ``later`` is the usage then, the workload in it (and those held for before
+    it in its tree). Only workloads of lower priority than it are held back. ``held``: its quota by
+    flavor; ``end_ms``: when it is expected to give it back (its runtime from ``start_ms``; None
+    without one)."""
 
     workload: str
     cluster_queue: str
     priority: int
     start_ms: int
     later: QuotaView
+    held: dict[str, int]
+    end_ms: int | None
+
+
+#: At most this many workloads blocked by quota have quota held for them in one quota tree and
+#: cycle, in the order the walk finds them (priority, then age), each from when the quota held for
+#: those before it leaves it enough (Slurm's backfill plans a start for each job it passes over, up
+#: to ``bf_max_job_test``). With one, a second gang of the first one's priority had nothing kept for
+#: it: in Kueue's baseline, work of lower priority took each bit of quota freed before the first one
+#: started, the large gangs fell behind one another, and their waits grew for the rest of the run.
+HOLDS_PER_TREE_MAX = 8
 
 
 class Snapshot:
@@ -104,18 +118,28 @@ class Snapshot:
         #: The nodes kept for one gang blocked by capacity (EASY backfill), once the cycle keeps them.
         self.reservation: KeptRoom | None = None
         #: Quota tree root (a ClusterQueue outside any cohort is its own) → the quota kept there for
-        #: one workload blocked by quota (backfill on quota, as ``reservation`` on nodes).
-        self.holds: dict[str, QuotaHold] = {}
+        #: workloads blocked by quota, in the walk's order (backfill on quota, as ``reservation`` on nodes).
+        self.holds: dict[str, list[QuotaHold]] = {}
         #: Kinds that did not fit (``failure_key``), and why: room only shrinks within a cycle.
         self.failed: dict[tuple, Outcome] = {}
         #: Shapes none of whose pending workloads fits any more this cycle: the shape failed, or
         #: while room is kept for a gang, its workload that ends soonest did (``_settles``).
         self.settled: set[str] = set()
+        #: This cycle's admissions that declare a runtime: (expected end, ClusterQueue, quota by flavor).
+        self.taken: list[tuple[int, str, dict]] = []
         #: Quota tree root → its admitted workloads by expected end (``quota_ends``), once asked.
         self._ends: dict[str, list[tuple[int, WorkloadState]]] | None = None
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
         self.borrows: dict[str, bool] = {}
         self._in_flight: dict[str, list[WorkloadState]] | None = None
+        #: ``failure_key``'s part that depends on the room kept, by what it depends on.
+        self._kept_keys: dict[tuple, tuple] = {}
+        #: ClusterQueue → the root of its quota tree (``_root``), once asked.
+        self._roots: dict[str, str | None] = {}
+        #: Quota tree root → the lowest priority pending there (``_lowest_pending``), once asked.
+        self._lowest: dict[str, int] | None = None
+        #: (ClusterQueue, quota by flavor) no hold could be made for this cycle.
+        self.unholdable: set[tuple] = set()
 
     # --- quota ---------------------------------------------------------------------------------
 
@@ -212,27 +236,56 @@ class Snapshot:
         shape = wl.shape or shape_of(wl.spec)
         if not self.backfilling:
             return shape, None
-        return shape, self._in_time(wl.spec.cluster_queue, wl.spec.runtime_ms), self._outranks(wl)
+        cq = wl.spec.cluster_queue
+        # (the same for every workload of a queue, runtime and priority until room is kept anew:
+        # holds are only added in a cycle, the reservation made once)
+        key = (cq, wl.spec.runtime_ms, wl.spec.priority, len(self.holds_of(cq)), self.reservation is not None)
+        kept = self._kept_keys.get(key)
+        if kept is None:
+            kept = self._kept_keys[key] = (self._in_time(cq, wl.spec.runtime_ms), self._outranks(wl))
+        return shape, *kept
 
-    def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, bool]:
+    def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, tuple[bool, ...]]:
         """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
-        and before the quota held in its tree, are taken?"""
-        hold = self.hold_of(cq)
+        and before each quota hold in its tree, are taken?"""
         return (self.reservation is not None and self._ends_by(runtime_ms, self.reservation.start_ms),
-                hold is not None and self._ends_by(runtime_ms, hold.start_ms))
+                tuple(self._ends_by(runtime_ms, hold.start_ms) for hold in self.holds_of(cq)))
 
     def _ends_by(self, runtime_ms: int | None, start_ms: int) -> bool:
         return runtime_ms is not None and self.state.time_ms + runtime_ms <= start_ms
 
-    def _outranks(self, wl: WorkloadState) -> bool:
-        """Is ``wl`` of no lower priority than the workload quota is held for in its tree (or is
-        none held there)? Then the hold does not keep it out."""
-        hold = self.hold_of(wl.spec.cluster_queue)
-        return hold is None or wl.spec.priority >= hold.priority
+    def _outranks(self, wl: WorkloadState) -> tuple[bool, ...]:
+        """For each quota hold in its tree: is ``wl`` of no lower priority than the workload it is
+        held for? Then that hold does not keep it out."""
+        return tuple(wl.spec.priority >= hold.priority for hold in self.holds_of(wl.spec.cluster_queue))
 
-    def hold_of(self, cq: str) -> QuotaHold | None:
-        """The quota held in ``cq``'s quota tree this cycle, if any."""
-        return self.holds.get(_root(self.idx, cq)) if self.holds else None
+    def holds_of(self, cq: str) -> list[QuotaHold]:
+        """The quota held in ``cq``'s quota tree this cycle, in the order it was held."""
+        return self.holds.get(self.root(cq), []) if self.holds else []
+
+    def may_hold(self, wl: WorkloadState) -> bool:
+        """Could quota be held for ``wl`` (``hold_quota``): its quota tree has fewer than
+        ``HOLDS_PER_TREE_MAX`` holds, and work of lower priority pending, which a hold keeps out?"""
+        root = self.root(wl.spec.cluster_queue)
+        return root is not None and len(self.holds.get(root, ())) < HOLDS_PER_TREE_MAX and \
+            wl.spec.priority > self._lowest_pending(root)
+
+    def _lowest_pending(self, root: str) -> int:
+        """The lowest priority of the workloads pending in a quota tree (those a hold could keep out)."""
+        if self._lowest is None:
+            self._lowest = {}
+            for cq, keys in self.state.pending_order.items():
+                if keys and (tree := self.root(cq)) is not None:
+                    self._lowest[tree] = min(self._lowest.get(tree, -keys[-1][0]), -keys[-1][0])
+        return self._lowest.get(root, 0)
+
+    def root(self, cq: str) -> str | None:
+        """The root of ``cq``'s quota tree (``_root``)."""
+        try:
+            return self._roots[cq]
+        except KeyError:
+            root = self._roots[cq] = _root(self.idx, cq)
+            return root
 
     def _settles(self, key: tuple) -> bool:
         """Does the failure of ``key`` fail every pending workload of its shape? Ending in time
@@ -285,7 +338,7 @@ class Snapshot:
                 return Outcome(wl, None, never)
             return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
-        hold = self._hold_on(wl)
+        holds = self._holds_on(wl)
         for combo in _product(per_group):
             flavors = _flavors(combo)
             held = by_flavor(request, flavors)
@@ -293,7 +346,8 @@ class Snapshot:
             if not ok:
                 why = _told(why, misfit)
                 continue
-            if hold is not None and self._held_back(hold, cq.name, held, borrowed):
+            hold = next((h for h in holds if self._held_back(h, cq.name, held, borrowed)), None)
+            if hold is not None:
                 why = _told(why, reason(C.QUOTA_HELD_FOR_ANOTHER, gang=hold.workload, cluster_queue=hold.cluster_queue,
                                         start=format_time(hold.start_ms)))
                 continue
@@ -308,7 +362,9 @@ class Snapshot:
                 continue
             if commit:
                 self.take(cq.name, held)
-                if hold is not None:  # it will still hold its quota when the held workload starts
+                if wl.spec.runtime_ms is not None:  # (it gives its quota back then: a later hold counts on it)
+                    self.taken.append((self.state.time_ms + wl.spec.runtime_ms, cq.name, held))
+                for hold in holds:  # it will still hold its quota when the held workload starts
                     hold.later.add(cq.name, held)
             counts = {ps.name: ps.count for ps, orig in zip(pod_sets, wl.spec.pod_sets) if ps.count != orig.count}
             return Outcome(wl, Admission(flavors, pod_sets, counts, request, by_resource(borrowed)))
@@ -395,14 +451,11 @@ class Snapshot:
             return self.free_unreserved
         return self.free
 
-    def _hold_on(self, wl: WorkloadState) -> QuotaHold | None:
-        """The quota hold ``wl`` must respect: one for a workload of higher priority in its quota
+    def _holds_on(self, wl: WorkloadState) -> list[QuotaHold]:
+        """The quota holds ``wl`` must respect: those for a workload of higher priority in its quota
         tree, unless ``wl`` ends before that one can start."""
-        hold = self.hold_of(wl.spec.cluster_queue)
-        if hold is None or hold.workload == wl.spec.workload or self._outranks(wl) or \
-                self._ends_by(wl.spec.runtime_ms, hold.start_ms):
-            return None
-        return hold
+        return [hold for hold in self.holds_of(wl.spec.cluster_queue)
+                if wl.spec.priority < hold.priority and not self._ends_by(wl.spec.runtime_ms, hold.start_ms)]
 
     @staticmethod
     def _held_back(hold: QuotaHold, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> bool:
@@ -443,34 +496,49 @@ class Snapshot:
 
     def hold_quota(self, wl: WorkloadState, flavors: dict[str, str]) -> QuotaHold | None:
         """Keep quota for a workload blocked by quota alone (backfill on quota): the admitted work
-        of its quota tree is released in the order it is expected to end until the workload fits;
-        from then on, until it starts, only work that ends before that time, or that leaves room
-        for it then, is admitted in that tree — a stream of small workloads, each taking what the
-        last one freed, no longer keeps one of higher priority out for good (among equal
-        priorities Kueue's BestEffortFIFO stands: a later workload that fits passes). One hold
-        per tree and cycle, for the first workload the walk finds blocked there (the highest
-        priority, then the oldest)."""
-        cq = wl.spec.cluster_queue
-        root = _root(self.idx, cq)
-        if root is None or root in self.holds:
+        of its quota tree (this cycle's too), and what is held there for those before it, is
+        released in the order it is expected to end until the workload fits; from then on, until
+        it starts, only work of lower priority that ends before that time, or that leaves room for
+        it then, is admitted in that tree — a stream of small workloads, each taking what the last
+        one freed, no longer keeps one of higher priority out for good (among equal priorities
+        Kueue's BestEffortFIFO stands: a later workload that fits passes). At most
+        ``HOLDS_PER_TREE_MAX`` per tree and cycle (``may_hold``), for the workloads the walk finds
+        blocked there first (the highest priority, then the oldest)."""
+        if not self.may_hold(wl):
             return None
+        cq = wl.spec.cluster_queue
+        root = self.root(cq)
+        holds = self.holds.get(root, [])
         held = by_flavor(self.idx.asked(wl), flavors)
+        tried = (cq, tuple(sorted(held.items())))
+        if tried in self.unholdable:
+            return None
         later = self.view.copy()
+        for before in holds:  # what is held for those before it, until they are expected to end
+            later.add(before.cluster_queue, before.held)
         start = self.state.time_ms
         fits = later.fit(cq, held)[0]
         if self._ends is None:
             self._ends = quota_ends(self.state, self.idx)
-        for end, other in self._ends.get(root, ()):
+        admitted = ((end, other.admission.cluster_queue, held_quota(self.state, other.admission))
+                    for end, other in self._ends.get(root, ()))
+        ending = sorted([*((h.end_ms, h.cluster_queue, h.held) for h in holds if h.end_ms is not None),
+                         *(taken for taken in self.taken if self.root(taken[1]) == root)], key=_when)
+        for end, owner, quota in heapq.merge(admitted, ending, key=_when):
             if fits:
                 break
-            later.add(other.admission.cluster_queue, held_quota(self.state, other.admission), -1)
+            later.add(owner, quota, -1)
             start = max(start, end)
             fits = later.fit(cq, held)[0]
-        if not fits:
+        if not fits:  # (nor later in the cycle: its admissions and holds only take more)
+            self.unholdable.add(tried)
             return None
         later.add(cq, held)
-        hold = self.holds[root] = QuotaHold(wl.spec.workload, cq, wl.spec.priority, start, later)
-        self.failed.clear()
+        end = start + wl.spec.runtime_ms if wl.spec.runtime_ms is not None else None
+        hold = QuotaHold(wl.spec.workload, cq, wl.spec.priority, start, later, held, end)
+        # (the failures remembered stand: a hold only keeps more out, and the failure keys of its
+        # tree's workloads now name one hold more)
+        self.holds.setdefault(root, []).append(hold)
         return hold
 
     def reserve_for_gang(self, wl: WorkloadState, flavors: dict[str, str]) -> tuple[int, list[str]] | None:
@@ -503,6 +571,10 @@ def quota_ends(state: State, idx: ContractIndex) -> dict[str, list[tuple[int, Wo
         if root is not None:
             ends.setdefault(root, []).append((expected_end(state, wl), name, wl))
     return {root: [(end, wl) for end, _, wl in sorted(found)] for root, found in ends.items()}
+
+
+def _when(release: tuple) -> int:
+    return release[0]
 
 
 def _root(idx: ContractIndex, cq: str) -> str | None:
