@@ -132,7 +132,7 @@ class Snapshot:
         #: Would a workload of this shape borrow (``_needs_borrowing``), until the quota view changes.
         self.borrows: dict[str, bool] = {}
         self._in_flight: dict[str, list[WorkloadState]] | None = None
-        #: ``failure_key``'s part that depends on the room kept, by what it depends on.
+        #: ``_kept``'s answers, by what they depend on.
         self._kept_keys: dict[tuple, tuple] = {}
         #: ClusterQueue → the root of its quota tree (``_root``), once asked.
         self._roots: dict[str, str | None] = {}
@@ -236,14 +236,18 @@ class Snapshot:
         shape = wl.shape or shape_of(wl.spec)
         if not self.backfilling:
             return shape, None
+        return shape, *self._kept(wl)
+
+    def _kept(self, wl: WorkloadState) -> tuple[tuple[bool, tuple[bool, ...]], tuple[bool, ...]]:
+        """``wl``'s ``_in_time`` and ``_outranks``: the same for every workload of a queue, runtime
+        and priority until room is kept anew (holds are only added in a cycle, the reservation made
+        once), so asked once for each."""
         cq = wl.spec.cluster_queue
-        # (the same for every workload of a queue, runtime and priority until room is kept anew:
-        # holds are only added in a cycle, the reservation made once)
         key = (cq, wl.spec.runtime_ms, wl.spec.priority, len(self.holds_of(cq)), self.reservation is not None)
         kept = self._kept_keys.get(key)
         if kept is None:
             kept = self._kept_keys[key] = (self._in_time(cq, wl.spec.runtime_ms), self._outranks(wl))
-        return shape, *kept
+        return kept
 
     def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, tuple[bool, ...]]:
         """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
@@ -454,8 +458,11 @@ class Snapshot:
     def _holds_on(self, wl: WorkloadState) -> list[QuotaHold]:
         """The quota holds ``wl`` must respect: those for a workload of higher priority in its quota
         tree, unless ``wl`` ends before that one can start."""
-        return [hold for hold in self.holds_of(wl.spec.cluster_queue)
-                if wl.spec.priority < hold.priority and not self._ends_by(wl.spec.runtime_ms, hold.start_ms)]
+        holds = self.holds_of(wl.spec.cluster_queue)
+        if not holds:
+            return []
+        (_, in_time), outranks = self._kept(wl)
+        return [hold for hold, early, higher in zip(holds, in_time, outranks) if not early and not higher]
 
     @staticmethod
     def _held_back(hold: QuotaHold, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> bool:
@@ -502,10 +509,9 @@ class Snapshot:
         it then, is admitted in that tree — a stream of small workloads, each taking what the last
         one freed, no longer keeps one of higher priority out for good (among equal priorities
         Kueue's BestEffortFIFO stands: a later workload that fits passes). At most
-        ``HOLDS_PER_TREE_MAX`` per tree and cycle (``may_hold``), for the workloads the walk finds
-        blocked there first (the highest priority, then the oldest)."""
-        if not self.may_hold(wl):
-            return None
+        ``HOLDS_PER_TREE_MAX`` per tree and cycle, for the workloads the walk finds blocked there
+        first (the highest priority, then the oldest): the caller asks ``may_hold`` first (before it
+        works out the flavors the workload waits in)."""
         cq = wl.spec.cluster_queue
         root = self.root(cq)
         holds = self.holds.get(root, [])
