@@ -222,6 +222,10 @@ class WorkloadAdmitted(_Event, frozen=True):
     #: The room kept for another gang when this workload was admitted, which its placement must
     #: leave alone (None: none was kept, or this workload ends before that gang can start).
     kept: KeptRoom | None = None
+    #: Running workloads whose quota this admission takes over when they end (a hand-over): it was
+    #: checked against the quota with theirs given back, and its pods start only once every one of
+    #: them is gone ([]: at once). See DESIGN.md, "Hand-over".
+    after: list[str] = []
 
 
 class PodAssignment(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):

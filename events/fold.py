@@ -26,7 +26,7 @@ from gangway.events.resources import (
 )
 from gangway.events.state import (
     EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, ORDER_OUT_FROM, NodeState, State, WorkloadState, count_pod_shape,
-    pod_shape_key, queue_key, runtime_key, shape_of,
+    handing_over, pod_shape_key, queue_key, runtime_key, shape_of,
 )
 
 
@@ -317,7 +317,9 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
     why = _flavors_invalid(idx, e)
     if why:
         return why
-    fits, borrowed, why = quota_view(state).fit(e.cluster_queue, held)
+    if e.workload in e.after or len(set(e.after)) != len(e.after):
+        return reason(C.BAD_HAND_OVER, after=", ".join(e.after))
+    fits, borrowed, why = _view_after(state, idx, e).fit(e.cluster_queue, held)
     if not fits:
         return why
     # Borrowing less than the decision said (work in the cohort ended since) takes nothing from
@@ -325,6 +327,21 @@ def admission_invalid(state: State, wl: WorkloadState | None, e: ev.WorkloadAdmi
     if any(v > e.borrowed.get(r, 0) for r, v in by_resource(borrowed).items()):
         return reason(C.BORROWING_DIFFERS)
     return None
+
+
+def _view_after(state: State, idx, e: ev.WorkloadAdmitted) -> QuotaView:
+    """The quota an admission is checked against: usage now, less what the workloads it takes over
+    (``after``) and that are still there hold — it starts only once they are gone, and every
+    admission since is checked with it counted, so the quota in use never goes over."""
+    view = quota_view(state)
+    gone = [state.workloads[n] for n in e.after if n in state.active]
+    if not gone:
+        return view
+    view = QuotaView.over(view.structure, state.usage, state.cohort_usage)
+    for wl in gone:
+        if wl.admission.cluster_queue in idx.tree.queues:
+            view.add(wl.admission.cluster_queue, held_quota(state, wl.admission), -1)
+    return view
 
 
 def _counts_invalid(wl: WorkloadState, counts: dict[str, int]) -> Reason | None:
@@ -372,17 +389,42 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
     gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
     trial: dict[str, list[int]] = {}
     out: list[list[int]] = []
+    handed = _handed_room(state, wl)
     for a in e.assignments:
         node, milli = state.nodes[a.node], gpu_per_pod[a.pod_set]
         if milli == 0 or not node.gpus:
             out.append([])
             continue
-        free = trial.setdefault(a.node, list(node.gpus))
+        free = trial.get(a.node)
+        if free is None:
+            free = trial[a.node] = list(node.gpus)
+            for indexes, each in handed.get(a.node, ((), {}))[1]:
+                gpus.apply(free, [i for i in indexes if i < len(free)], each, +1)
         indexes = list(a.gpus) if a.gpus else gpus.choose(free, node.islands, milli, a.count)
         if indexes is None or not gpus.fits(free, indexes, milli, a.count):
             return reason(C.GPUS_NO_LONGER_FIT, count=a.count, pod_set=a.pod_set, node=a.node)
         gpus.apply(free, indexes, milli)
         out.append(indexes)
+    return out
+
+
+def _handed_room(state: State, wl: WorkloadState) -> dict[str, tuple[dict[str, int], list[tuple[list[int], int]]]]:
+    """Per node, what the workloads a hand-over takes over (still there) hold: resources, and
+    (GPU indexes, milli per pod) per assignment. A hand-over's placement may use it: its pods start
+    once they are gone (the node's free room is below zero until then)."""
+    out: dict[str, tuple[dict[str, int], list[tuple[list[int], int]]]] = {}
+    for name in handing_over(state, wl):
+        other = state.workloads[name]
+        if other.placement is None or other.phase not in HOLDS_NODES:
+            continue
+        gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in other.spec.pod_sets}
+        held = other.placement_gpus or [[] for _ in other.placement.assignments]
+        for (node, used), a, indexes in zip(assignment_use(other.spec.pod_sets, other.placement.assignments),
+                                            other.placement.assignments, held):
+            resources, gpu_held = out.setdefault(node, ({}, []))
+            add_into(resources, used)
+            if indexes:
+                gpu_held.append((indexes, gpu_per_pod[a.pod_set]))
     return out
 
 
@@ -395,6 +437,7 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
     placed = {name: 0 for name in per_pod}
     allowed = placement_nodes(state, wl)
     taken: dict[str, dict[str, int]] = {}
+    handed = _handed_room(state, wl)
     for a in e.assignments:
         if a.pod_set not in per_pod:
             return reason(C.UNKNOWN_POD_SET, pod_set=a.pod_set)
@@ -405,7 +448,10 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
             return reason(C.NODE_WITHOUT_FLAVOR, node=a.node)
         if a.count <= 0:
             return reason(C.EMPTY_ASSIGNMENT)
-        free = taken.setdefault(a.node, dict(node.free))
+        free = taken.get(a.node)
+        if free is None:
+            free = taken[a.node] = dict(node.free)
+            add_into(free, handed.get(a.node, ({}, ()))[0])
         if pods_that_fit(free, per_pod[a.pod_set]) < a.count:
             return reason(C.PODS_NO_LONGER_FIT, count=a.count, pod_set=a.pod_set, node=a.node)
         add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)

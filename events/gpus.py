@@ -120,7 +120,7 @@ def fits(free: list[int], indexes: list[int], gpu_milli: int, count: int) -> boo
         return False
     trial = list(free)
     apply(trial, indexes, gpu_milli)
-    return not trial or min(trial) >= 0
+    return all(trial[i] >= 0 for i in indexes)  # (another GPU may be below zero: taken over, not yet left)
 
 
 def largest_free_island(free: list[int], islands: list[int]) -> int:

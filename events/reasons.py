@@ -42,6 +42,7 @@ class ReasonCode(enum.StrEnum):
     DEFRAGMENTATION = "defragmentation"
     #: Not a preemption: the workload's queue was stopped with stopPolicy HoldAndDrain.
     QUEUE_DRAINED = "queue_drained"
+    HAND_OVER_LAPSED = "hand_over_lapsed"
     # --- why a pending workload is not admitted (the admission cycle; explain, status) --------
     ADMISSIBLE = "admissible"
     NO_CONFIG = "no_config"
@@ -73,6 +74,7 @@ class ReasonCode(enum.StrEnum):
     COUNTS_OUT_OF_RANGE = "counts_out_of_range"
     UNKNOWN_POD_SET = "unknown_pod_set"
     USAGE_DIFFERS = "usage_differs"
+    BAD_HAND_OVER = "bad_hand_over"
     BORROWING_DIFFERS = "borrowing_differs"
     FLAVOR_WITHOUT_QUOTA = "flavor_without_quota"
     FLAVOR_MISSING = "flavor_missing"
@@ -109,6 +111,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.FAIR_SHARING: "fair sharing: {victim_queue} is above its fair share of cohort {cohort}",
     C.DEFRAGMENTATION: ("defragmentation: moved so that {preemptor} ({gpus}) gets a whole placement; "
                         "every moved workload can be placed again at once"),
+    C.HAND_OVER_LAPSED: ("{workload}, whose quota and room it was to take over, is late past its declared end by more "
+                         "than its grace period: the hand-over lapses and it waits in its queue again"),
     C.QUEUE_DRAINED: ("{queue_kind} {queue} is stopped with stopPolicy HoldAndDrain: what it admitted is evicted, "
                       "and waits in it until its stopPolicy is None again"),
     C.ADMISSIBLE: "fits now: admission will admit it in its next cycle",
@@ -147,6 +151,7 @@ MESSAGES: dict[ReasonCode, str] = {
     C.COUNTS_OUT_OF_RANGE: "pod set {pod_set}: {count} pods admitted, outside {low}..{high}",
     C.UNKNOWN_POD_SET: "no pod set {pod_set}",
     C.USAGE_DIFFERS: "usage differs from the workload's request",
+    C.BAD_HAND_OVER: "takes over from itself, or names a workload twice: {after}",
     C.BORROWING_DIFFERS: "borrowing differs from the quota in force",
     C.FLAVOR_WITHOUT_QUOTA: "flavor {flavor} of {cluster_queue} has no quota for {resource}",
     C.FLAVOR_MISSING: "no flavor assigned for {resources}",
@@ -174,6 +179,7 @@ CLAUSES: dict[str, str] = {
     "chosen_flavor": "; flavor {chosen_flavor}",
     "of_flavor": " of flavor {of_flavor}",
     "reserved_start": "; nodes reserved for it, free by {reserved_start} if the work on them ends as declared",
+    "takes_over": "; a hand-over: starts when {takes_over} has ended",
     "held_start": "; quota held for it, free by {held_start} if the admitted work ends as declared",
     "domains": " ({domains})",
     "idle_first": "; {idle_first}",
@@ -185,7 +191,7 @@ CLAUSES: dict[str, str] = {
 ADMISSION_CODES = (C.FITS_NOMINAL, C.FITS_BORROWING)
 PLACEMENT_CODES = (C.BEST_FIT,)
 PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, C.RECLAIM_WITHIN_COHORT,
-                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION, C.QUEUE_DRAINED)
+                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION, C.QUEUE_DRAINED, C.HAND_OVER_LAPSED)
 #: The codes each decision event carries, by event type name.
 DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
     "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,

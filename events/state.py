@@ -250,3 +250,10 @@ def queue_key(wl: WorkloadState) -> tuple[int, int, int, str]:
     """A pending workload's place in its queue: highest priority first, then oldest (``seq``, the
     offset at which it entered, breaks ties: keys are unique)."""
     return (-wl.spec.priority, wl.queued_ms, wl.seq, wl.spec.workload)
+
+
+def handing_over(state: State, wl: WorkloadState) -> list[str]:
+    """The workloads an admitted one takes over from (``WorkloadAdmitted.after``) that are still
+    there: its pods start once there are none."""
+    after = wl.admission.after if wl.admission is not None else ()
+    return [name for name in after if name in state.active] if after else []

@@ -82,15 +82,17 @@ class Simulation:
 
     def _may_decide(self, service: str) -> bool:
         """False when the service has nothing to decide about: admission and preemption act only
-        for pending workloads (preemption also while a queue drains: HoldAndDrain), placement only
-        for admitted ones (skipping it changes nothing)."""
+        for pending workloads, placement only for admitted ones (skipping it changes nothing).
+        Preemption also acts while a queue drains (HoldAndDrain) or a hand-over waits (it may lapse)."""
         contract = self.state.contract
         if service == "placement":
             return bool(self.state.unplaced)
         if service == "idle-hunt":
             return contract is not None and contract.idle_rule is not None and bool(self.state.active)
-        if service == "preemption" and contract is not None and self.state.active and index_of(contract).drains:
-            return True
+        if service == "preemption" and contract is not None and self.state.active and (
+                index_of(contract).drains or any(self.state.workloads[n].phase in ("admitted", "placed")
+                                                 and self.state.workloads[n].admission.after for n in self.state.active)):
+            return True  # (a queue drains, or a hand-over may lapse)
         return bool(self.state.pending)
 
     def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:

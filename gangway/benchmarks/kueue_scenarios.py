@@ -210,7 +210,10 @@ async def _wait_finished(bootstrap: str, expected: set[str], deadline_s: float) 
 
 def times_of(envs: list[ev.Envelope]) -> dict[str, dict]:
     """Per workload, from the whole log: when it was queued, first admitted, first running, first
-    finished, and how often it was evicted."""
+    finished, and how often it was evicted. A hand-over (``WorkloadAdmitted.after``) counts as
+    admitted when the last of the work it takes over left, not when it was decided: until then the
+    quota it was given was that work's (its time to admission is the one Kueue's would be with no
+    round trip)."""
     seen: dict[str, dict] = {}
     for env in envs:
         d = env.data
@@ -221,14 +224,25 @@ def times_of(envs: list[ev.Envelope]) -> dict[str, dict]:
         if isinstance(d, ev.WorkloadQueued):
             rec["queued_ms"] = env.time_ms
         elif isinstance(d, ev.WorkloadAdmitted):
-            rec.setdefault("admitted_ms", env.time_ms)
+            if "admitted_ms" not in rec:
+                rec["admitted_ms"], rec["after"] = env.time_ms, d.after
         elif isinstance(d, ev.WorkloadRunning):
             rec.setdefault("running_ms", env.time_ms)
         elif isinstance(d, ev.WorkloadEvicted):
             rec["evictions"] += 1
+            rec.setdefault("left_ms", []).append(env.time_ms)
         else:
             rec.setdefault("finished_ms", env.time_ms)
+            rec.setdefault("left_ms", []).append(env.time_ms)
+    for rec in seen.values():  # a hand-over is admitted once the work it takes over has left
+        if rec.get("after"):
+            rec["admitted_ms"] = max([rec["admitted_ms"], *(_left_after(seen.get(n, {}), rec["admitted_ms"]) for n in rec["after"])])
     return seen
+
+
+def _left_after(rec: dict, t: int) -> int:
+    """When a workload first left (finished or evicted) at or after ``t`` (``t`` if it did not)."""
+    return next((left for left in rec.get("left_ms", ()) if left >= t), t)
 
 
 def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, int]]]:
@@ -236,7 +250,7 @@ def _held_intervals(envs: list[ev.Envelope]) -> dict[str, list[tuple[int, int, i
     from gangway.events.state import HOLDS_QUOTA
     from gangway.read.reports import holding_intervals
     held: dict[str, list[tuple[int, int, int]]] = {}
-    for wl, start, end in holding_intervals(envs, HOLDS_QUOTA):
+    for wl, start, end in holding_intervals(envs, HOLDS_QUOTA, hand_over=True):
         held.setdefault(wl.spec.cluster_queue, []).append((start, end, wl.request.get("cpu", 0)))
     return held
 

@@ -11,7 +11,7 @@ from gangway.events.codec import format_time
 from gangway.events.freeindex import measure
 from gangway.events.quantity import format_milli
 from gangway.events.resources import GPU, by_resource, index_of
-from gangway.events.state import State
+from gangway.events.state import State, handing_over
 from gangway.read.describe import describe, gpus
 
 
@@ -110,19 +110,33 @@ def team_table(rows) -> Table:
     return table
 
 
-def holding_intervals(envs, phases: tuple[str, ...]):
+def holding_intervals(envs, phases: tuple[str, ...], hand_over: bool = False):
     """Fold a log and yield (workload, from ms, to ms) for every stretch a workload spent in
-    ``phases`` (quota held: HOLDS_QUOTA; nodes held: HOLDS_NODES)."""
+    ``phases`` (quota held: HOLDS_QUOTA; nodes held: HOLDS_NODES). With ``hand_over``, a hand-over's
+    stretch starts once the work it takes over has gone: until then that work's stretch counts the
+    same quota (``WorkloadAdmitted.after``)."""
     from gangway.events.fold import apply
     state = State()
     since: dict[str, int] = {}
+    handing: set[str] = set()  # hand-overs in ``phases`` whose work taken over is still there
     for env in envs:
         name = getattr(env.data, "workload", None)
         apply(state, env)
+        if handing:
+            for other in [n for n in handing if not handing_over(state, state.workloads[n])]:
+                handing.discard(other)
+                since.setdefault(other, env.time_ms)
         wl = state.workloads.get(name) if name else None
         if wl is None:
             continue
         if wl.phase in phases:
-            since.setdefault(name, env.time_ms)
+            if name in since or name in handing:
+                continue
+            if hand_over and handing_over(state, wl):
+                handing.add(name)
+            else:
+                since[name] = env.time_ms
         elif name in since:
             yield wl, since.pop(name), env.time_ms
+        else:
+            handing.discard(name)  # (it left before the work it takes over did)

@@ -286,6 +286,9 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
         if outcome.reserved is not None:
             outcome.reason = Reason(C.RESERVATION_HELD, outcome.reason.params).plus(
                 reserved_start=format_time(outcome.reserved[0]))
+    elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES and \
+            (handed := snap.take_over(wl, _first_flavors(idx, outcome))) is not None:
+        return handed
     elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES and snap.may_hold(wl):
         hold = snap.hold_quota(wl, _first_flavors(idx, outcome))
         if hold is not None:
@@ -330,7 +333,7 @@ def admissions(state: State) -> Iterator[WorkloadAdmitted]:
         yield WorkloadAdmitted(
             workload=wl.spec.workload, cluster_queue=wl.spec.cluster_queue,
             usage=a.request, borrowed=a.borrowed, based_on=state.offset,
-            flavors=a.flavors, counts=a.counts, kept=snap.kept_from(wl), **said(_reason(idx, wl, a)),
+            flavors=a.flavors, counts=a.counts, kept=snap.kept_from(wl), after=a.after, **said(_reason(idx, wl, a)),
         )
         made += 1
         if made >= ADMISSIONS_PER_CYCLE_MAX:
@@ -384,7 +387,8 @@ def _reason(idx: ContractIndex, wl: WorkloadState, a: Admission) -> Reason:
     # A flavor is named only when the queue offered a choice.
     chosen = (", ".join(sorted(set(a.flavors.values())))
               if any(len(group) > 1 for group in idx.groups.get(cq, [])) else None)
+    after = {"takes_over": f"{', '.join(a.after)} (expected by {format_time(a.after_ms)})"} if a.after else {}
     if a.borrowed:
         borrowed = ", ".join(format_resource(r, v) for r, v in sorted(a.borrowed.items()))
-        return reason(C.FITS_BORROWING, cluster_queue=cq, borrowed=borrowed, partial=partial, chosen_flavor=chosen)
-    return reason(C.FITS_NOMINAL, cluster_queue=cq, partial=partial, chosen_flavor=chosen)
+        return reason(C.FITS_BORROWING, cluster_queue=cq, borrowed=borrowed, partial=partial, chosen_flavor=chosen, **after)
+    return reason(C.FITS_NOMINAL, cluster_queue=cq, partial=partial, chosen_flavor=chosen, **after)

@@ -27,12 +27,12 @@ from gangway.events.reasons import NEVER_PLACEABLE_CODES, QUOTA_CODES, C, Reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource,
 )
-from gangway.events.state import NO_RUNTIME, State, WorkloadState, shape_of
+from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over, shape_of
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, expected_end, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, reserve_room, room_at_start,
-    take_assignments, victims_in_flight,
+    Free, copy_free, expected_end, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, release_nodes,
+    reserve_room, room_at_start, take_assignments, victims_in_flight,
 )
 from gangway.services.placement.topology import ISLAND
 
@@ -46,6 +46,10 @@ class Admission:
     counts: dict[str, int]
     request: dict[str, int]
     borrowed: dict[str, int]
+    #: The running workloads whose quota it takes over when they end (a hand-over; [] for none).
+    after: list[str] = field(default_factory=list)
+    #: When the last of them is expected to end (None without a hand-over).
+    after_ms: int | None = None
 
 
 @dataclass
@@ -92,6 +96,13 @@ class QuotaHold:
 #: it: in Kueue's baseline, work of lower priority took each bit of quota freed before the first one
 #: started, the large gangs fell behind one another, and their waits grew for the rest of the run.
 HOLDS_PER_TREE_MAX = 8
+
+#: A workload kept out by quota alone is admitted now to take over the quota of running work
+#: expected to end within this long (cluster ms), when that is what it waits for: its pods start
+#: the moment the last of that work ends, with no round trip through admission in between
+#: (``Snapshot.take_over``). Its quota is counted from now, so for this long nothing else may use
+#: it; the turnover it saves was 60-100 ms on this machine in Kueue's baseline.
+HAND_OVER_WITHIN_MS = 100
 
 
 class Snapshot:
@@ -140,6 +151,8 @@ class Snapshot:
         self._lowest: dict[str, int] | None = None
         #: (ClusterQueue, quota by flavor) no hold could be made for this cycle.
         self.unholdable: set[tuple] = set()
+        #: (shape, priority, flavors) no hand-over could be made for this cycle (``take_over``).
+        self.no_hand_over: set[tuple] = set()
 
     # --- quota ---------------------------------------------------------------------------------
 
@@ -547,6 +560,73 @@ class Snapshot:
         self.holds.setdefault(root, []).append(hold)
         return hold
 
+    def take_over(self, wl: WorkloadState, flavors: dict[str, str]) -> Outcome | None:
+        """Admit a workload kept out by quota alone now, to take over from running work of its
+        quota tree expected to end within ``HAND_OVER_WITHIN_MS`` (a hand-over): that work is given
+        back, quota and nodes, in the order it is expected to end until the workload fits both, and
+        the workload's pods start once the last of it has ended (``WorkloadAdmitted.after``; the
+        binder starts them then, with no decision in between). Not when a hold of higher priority
+        in its tree would be taken from; work not started yet, or running with no declared
+        runtime or late past it, is not taken over (when it ends is not known; a hand-over whose
+        work overruns by more than its grace period lapses: ``hand_over_lapses``). Work another hand-over takes over may be
+        taken over again: that one's quota and room are counted (as every admission's are) before
+        this one is tried. Its quota and room are counted from now — the quota in use, and a
+        node's free room, may show below zero until the work it takes over ends — so every later
+        decision is checked with it in; the fold checks it with that work given back."""
+        tried = (wl.shape or shape_of(wl.spec), wl.spec.priority, tuple(sorted(flavors.items())))
+        if tried in self.no_hand_over:
+            return None
+        cq = wl.spec.cluster_queue
+        root = self.root(cq)
+        held = by_flavor(self.idx.asked(wl), flavors)
+        if root is None or not_topology_aware(self.idx, wl.spec.pod_sets, flavors):
+            self.no_hand_over.add(tried)
+            return None
+        self.no_hand_over.add(tried)  # (taken out again below if it hands over: the next may too)
+        if self._ends is None:
+            self._ends = quota_ends(self.state, self.idx)
+        horizon = self.state.time_ms + HAND_OVER_WITHIN_MS
+        quota = self.bound_view().copy()
+        room = copy_free(self.free)
+        pod_sets, nodes = self.idx.flavored(wl.spec.pod_sets, flavors), self.flavor_nodes(flavors)
+        after: list[WorkloadState] = []
+        fits, borrowed, _ = quota.fit(cq, held)
+        placed = None
+        for end, other in self._ends.get(root, ()):
+            if end > horizon:
+                break
+            if declared_end(other) is None or declared_end(other) < self.state.time_ms:
+                continue  # (its end is not known, or it is late: when it ends is not known either)
+            quota.add(other.admission.cluster_queue, held_quota(self.state, other.admission), -1)
+            release_nodes(room, other)
+            after.append(other)
+            fits, borrowed, _ = quota.fit(cq, held)
+            if fits and (placed := place_gang(copy_free(room), pod_sets, nodes=nodes)) is not None:
+                break
+        if placed is None:
+            return None
+        holds = self._holds_on(wl)
+        if any(self._held_back(h, cq, held, borrowed) for h in holds):
+            return None
+        self.no_hand_over.discard(tried)
+        take_assignments(room, pod_sets, placed)
+        keep_smaller(self.free, room)  # free now for others: what is free now and once it is in
+        if self.free_unreserved is not None:
+            raw = copy_free(self.free_unreserved)
+            for other in after:
+                release_nodes(raw, other)
+            take_assignments(raw, pod_sets, placed)
+            keep_smaller(self.free_unreserved, raw)
+        self.take(cq, held)
+        last = max(end for end, _ in ((expected_end(self.state, other), other) for other in after))
+        if wl.spec.runtime_ms is not None:
+            self.taken.append((last + wl.spec.runtime_ms, cq, held))
+        for hold in holds:
+            hold.later.add(cq, held)
+        request = self.idx.quota_request(cq, wl.spec.pod_sets)
+        return Outcome(wl, Admission(flavors, wl.spec.pod_sets, {}, request, by_resource(borrowed),
+                                     [other.spec.workload for other in after], last))
+
     def reserve_for_gang(self, wl: WorkloadState, flavors: dict[str, str]) -> tuple[int, list[str]] | None:
         """Keep the nodes that free soonest for a gang blocked by capacity alone (EASY backfill).
 
@@ -565,6 +645,29 @@ class Snapshot:
         self.reservation = KeptRoom(workload=wl.spec.workload, start_ms=start, nodes=nodes, flavors=dict(flavors))
         self.failed.clear()
         return start, nodes
+
+
+def declared_end(wl: WorkloadState) -> int | None:
+    """When a running workload said it would end (start + declared runtime), or an evicting one
+    must be gone (order + grace period); None otherwise."""
+    if wl.phase == "evicting" and wl.eviction is not None:
+        return (wl.eviction_ms or 0) + wl.eviction.grace_ms
+    if wl.phase == "running" and wl.started_ms is not None and wl.spec.runtime_ms is not None:
+        return wl.started_ms + wl.spec.runtime_ms
+    return None
+
+
+def hand_over_lapses(state: State, idx: ContractIndex, wl: WorkloadState) -> tuple[int, str] | None:
+    """When a hand-over that has not started lapses, and the work it waits for that makes it: the
+    first of that work to be late past its declared end by more than its grace period (preemption
+    stops waiting for such work then, too) and ``HAND_OVER_WITHIN_MS``. None: it does not (yet)."""
+    lapses = []
+    for name in handing_over(state, wl):
+        other = state.workloads[name]
+        end = declared_end(other)
+        if end is not None:
+            lapses.append((end + idx.grace_ms(other.spec.priority_class) + HAND_OVER_WITHIN_MS + 1, name))
+    return min(lapses) if lapses else None
 
 
 def quota_ends(state: State, idx: ContractIndex) -> dict[str, list[tuple[int, WorkloadState]]]:

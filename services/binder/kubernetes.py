@@ -44,7 +44,7 @@ from gangway.events.catalogue import (
 )
 from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import admitted_pod_sets, index_of
-from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.events.state import HOLDS_NODES, State, WorkloadState, handing_over
 from gangway.services.binder import objects as ob
 from gangway.services.binder.policy import RequeueBackoff, bind_failed, rule_deadlines
 
@@ -210,6 +210,8 @@ class KubernetesBinder:
             if obj is None:
                 continue
             its_pods = _pods_of(pods, obj)
+            if wl.phase == "placed" and handing_over(state, wl):
+                continue  # a hand-over: its pods start once the work it takes over has ended
             if wl.phase == "placed" and ob.finished(obj) is None:  # (one that ended is withdrawn: _withdrawals)
                 tolerations = index_of(state.contract).flavor_tolerations(wl.admission.flavors)
                 work.append(self._bind_gang(wl, obj, its_pods, out, now_ms, tolerations))

@@ -1,6 +1,7 @@
 """Binder policy for the simulated cluster (pure): what the cluster reports, given the time.
 
-The simulated cluster binds a placed gang at once (WorkloadBound, then WorkloadRunning), runs it
+The simulated cluster binds a placed gang at once (WorkloadBound, then WorkloadRunning) — a
+hand-over once the work it takes over has ended, in the same report that says so — runs it
 for its declared runtime (``runtime_ms``; ``default_runtime_ms`` when it declares none), and lets an
 evicted pod use its whole grace period before it is gone (WorkloadEvicted). Reports about the end
 of something carry the moment it happened in cluster time — start + runtime, or order + grace —
@@ -22,7 +23,8 @@ from gangway.events.catalogue import (
 from gangway.events.codec import format_time
 from gangway.events.reasons import C, reason
 from gangway.events.resources import index_of
-from gangway.events.state import State, WorkloadState
+from gangway.events.state import State, WorkloadState, handing_over
+from gangway.services.admission.snapshot import hand_over_lapses
 
 DEFAULT_RUNTIME_MS = 600_000
 #: A job's utilisation profile (annotations copied to its labels): its GPUs' SM activity (0-1),
@@ -89,15 +91,20 @@ def evict_at(wl: WorkloadState) -> int | None:
 def rule_deadlines(state: State) -> list[tuple[int, str]]:
     """Future moments at which a time-based rule changes what may be decided, while anyone waits.
 
-    Today: the end of a running workload's minimum runtime (it becomes preemptible), the moment one
+    Today: the moment a hand-over not started yet lapses (the work it waits for is late past its
+    grace period: preemption orders it out), the end of a running workload's minimum runtime (it becomes preemptible), the moment one
     that declared its runtime is late by more than its grace period (preemption stops waiting for it
     to end, ``defrag.protected``), and the end of a pending workload's requeue backoff after a failed
     bind (it may be admitted again).
     """
-    if not state.pending or state.contract is None:
+    if state.contract is None:
         return []
     idx = index_of(state.contract)
-    found = [(t, f"requeue backoff of {name} ends") for name, t in state.backing_off.items() if t > state.time_ms]
+    found = [(t[0], f"the hand-over of {name} lapses") for name in state.active
+             if (t := _lapse(state, idx, state.workloads[name])) is not None and t[0] > state.time_ms]
+    if not state.pending:
+        return sorted(found)
+    found += [(t, f"requeue backoff of {name} ends") for name, t in state.backing_off.items() if t > state.time_ms]
     for name in state.active:
         wl = state.workloads[name]
         minimum = idx.min_runtime_ms(wl.spec.priority_class)
@@ -112,6 +119,13 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+def _lapse(state: State, idx, wl: WorkloadState) -> tuple[int, str] | None:
+    """When a hand-over not started yet lapses (``hand_over_lapses``), for one that may."""
+    if wl.phase not in ("admitted", "placed") or wl.eviction is not None or not wl.admission.after:
+        return None
+    return hand_over_lapses(state, idx, wl)
+
+
 def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> list[Report]:
     """Everything the simulated cluster has to report at ``now_ms``, in a deterministic order."""
     reports: list[Report] = telemetry_reports(state, now_ms, default_runtime_ms)
@@ -122,28 +136,45 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
     if due:  # one tick at the latest deadline passed covers them all
         t = due[-1][0]
         reports.append((f"tick/{t}", t, ClockTicked(reason="; ".join(why for _, why in due))))
+    gone: set[str] = set()  # what this report says has ended
+    successors: list[WorkloadState] = []
     for name in state.active:
         wl = state.workloads[name]
         key = f"{name}/{wl.attempt}"
         if wl.withdrawing is not None:  # taken back by its producer: its pods stop at once
             reports.append((f"withdrawn/{key}", now_ms, WorkloadWithdrawn(workload=name, reason=wl.withdrawing)))
+            gone.add(name)
             continue
         if wl.phase == "placed":
-            reports.append((f"bound/{key}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)))
-            reports.append((f"running/{key}", now_ms, WorkloadRunning(workload=name, attempt=wl.attempt)))
+            if wl.admission.after:  # a hand-over: after the ends this report tells, if they are all there
+                successors.append(wl)
+                continue
+            reports.extend(_start(wl, now_ms))
             continue
         if wl.phase == "bound":
             reports.append((f"running/{key}", now_ms, WorkloadRunning(workload=name, attempt=wl.attempt)))
             continue
-        end, gone = finish_at(wl, default_runtime_ms), evict_at(wl)
-        if end is not None and end <= now_ms and (gone is None or end <= gone):
+        end, leaves = finish_at(wl, default_runtime_ms), evict_at(wl)
+        if end is not None and end <= now_ms and (leaves is None or end <= leaves):
             reports.append((f"finished/{key}", end, WorkloadFinished(workload=name, attempt=wl.attempt)))
-        elif gone is not None and gone <= now_ms:
-            reports.append((f"evicted/{key}", gone, WorkloadEvicted(
+            gone.add(name)
+        elif leaves is not None and leaves <= now_ms:
+            reports.append((f"evicted/{key}", leaves, WorkloadEvicted(
                 workload=name, attempt=wl.attempt, preemptor=wl.eviction.preemptor,
                 reason=f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period",
             )))
+            gone.add(name)
+    for wl in successors:
+        if all(name in gone for name in handing_over(state, wl)):
+            reports.extend(_start(wl, now_ms))
     return reports
+
+
+def _start(wl: WorkloadState, now_ms: int) -> list[Report]:
+    """A placed gang's pods bound and running."""
+    key, name = f"{wl.spec.workload}/{wl.attempt}", wl.spec.workload
+    return [(f"bound/{key}", now_ms, WorkloadBound(workload=name, attempt=wl.attempt)),
+            (f"running/{key}", now_ms, WorkloadRunning(workload=name, attempt=wl.attempt))]
 
 
 def next_due_ms(state: State, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> int | None:

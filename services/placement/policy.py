@@ -1039,16 +1039,27 @@ class Placer:
               with_admission: bool = False) -> PlacementDecided | None:
         """Place ``wl``'s admitted pod sets on its flavors' nodes, as ``admission`` (by default the
         one in force; admission passes the one its cycle just decided) admitted them: leaving alone
-        the room kept for another gang when it was admitted (``WorkloadAdmitted.kept``)."""
+        the room kept for another gang when it was admitted (``WorkloadAdmitted.kept``); a hand-over
+        (``WorkloadAdmitted.after``) may also use what the work it takes over holds."""
         admission = admission or wl.admission
         idx = index_of(self.state.contract)
         pod_sets = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, admission.counts), admission.flavors)
         kept = self._kept(admission.kept, idx) if admission.kept is not None else None
-        if kept is None:
+        taken_over = [self.state.workloads[n] for n in admission.after if n in self.state.active]
+        if taken_over and kept is None:  # a hand-over: on the room the work it takes over leaves too
+            room = copy_free(self.free)
+            for other in taken_over:
+                release_nodes(room, other)
+            placed = _place_gang(room, pod_sets, idx.nodes_of(admission.flavors, self.state))
+            if placed is not None:
+                keep_smaller(self.free, room)
+        elif kept is None:
             placed = _place_gang(self.free, pod_sets, idx.nodes_of(admission.flavors, self.state))
         else:
             at_start, nodes = kept
             room = copy_free(self.free)
+            for other in taken_over:
+                release_nodes(room, other)
             keep_smaller(room, at_start, nodes)
             placed = _place_gang(room, pod_sets, idx.nodes_of(admission.flavors, self.state))
             if placed is not None:  # it stays past the gang's start: out of the room then, too

@@ -20,7 +20,7 @@ from gangway.events.reasons import C, reason, said
 from gangway.events.resources import GPU, ContractIndex, index_of
 from gangway.events.state import ORDER_OUT_FROM, State, WorkloadState, shape_of
 from gangway.services.admission.policy import admission_cycle
-from gangway.services.admission.snapshot import Snapshot
+from gangway.services.admission.snapshot import Snapshot, hand_over_lapses
 from gangway.services.admission.victims import choose_victims, work_lost_ms
 from gangway.services.placement.policy import victims_in_flight
 from gangway.services.preemption.defrag import plan_moves
@@ -40,6 +40,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
         return
     idx = index_of(state.contract)
     yield from drained(state, idx)
+    yield from lapsed(state, idx)
     if not state.pending:
         return
     waiting = victims_in_flight(state)
@@ -101,6 +102,22 @@ def drained(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
             workload=name, preemptor=f"{kind}/{queue}", based_on=state.offset,
             grace_ms=idx.grace_ms(wl.spec.priority_class), work_lost_ms=work_lost_ms(wl, state.time_ms),
             **said(reason(C.QUEUE_DRAINED, queue_kind=kind, queue=queue)))
+
+
+def lapsed(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
+    """A hand-over (``WorkloadAdmitted.after``) not started yet whose work to take over is late past
+    its declared end by more than its grace period (``hand_over_lapses``) is ordered out at once
+    (it holds quota and nodes it cannot use): it waits in its queue again, where preemption may
+    make room for it. The order names that work as ``HandOver/<workload>``."""
+    for name in state.active:
+        wl = state.workloads[name]
+        if wl.phase not in ("admitted", "placed") or wl.eviction is not None or not wl.admission.after:
+            continue
+        lapse = hand_over_lapses(state, idx, wl)
+        if lapse is not None and lapse[0] <= state.time_ms:
+            yield EvictionOrdered(
+                workload=name, preemptor=f"HandOver/{lapse[1]}", based_on=state.offset, grace_ms=0, work_lost_ms=0,
+                **said(reason(C.HAND_OVER_LAPSED, workload=lapse[1])))
 
 
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
