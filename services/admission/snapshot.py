@@ -609,14 +609,12 @@ class Snapshot:
         if any(self._held_back(h, cq, held, borrowed) for h in holds):
             return None
         self.no_hand_over.discard(tried)
-        take_assignments(room, pod_sets, placed)
-        keep_smaller(self.free, room)  # free now for others: what is free now and once it is in
+        # Its pods are taken now, beside the work they take over (a node's room may go below zero
+        # until that work ends), as the fold takes them: another hand-over giving that work back
+        # then finds only what is left once both are counted.
+        take_assignments(self.free, pod_sets, placed)
         if self.free_unreserved is not None:
-            raw = copy_free(self.free_unreserved)
-            for other in after:
-                release_nodes(raw, other)
-            take_assignments(raw, pod_sets, placed)
-            keep_smaller(self.free_unreserved, raw)
+            take_assignments(self.free_unreserved, pod_sets, placed)
         self.take(cq, held)
         last = max(end for end, _ in ((expected_end(self.state, other), other) for other in after))
         if wl.spec.runtime_ms is not None:

@@ -1051,8 +1051,8 @@ class Placer:
             for other in taken_over:
                 release_nodes(room, other)
             placed = _place_gang(room, pod_sets, idx.nodes_of(admission.flavors, self.state))
-            if placed is not None:
-                keep_smaller(self.free, room)
+            if placed is not None:  # taken now, beside that work (as the fold takes it)
+                take_assignments(self.free, pod_sets, placed[0])
         elif kept is None:
             placed = _place_gang(self.free, pod_sets, idx.nodes_of(admission.flavors, self.state))
         else:
