@@ -658,7 +658,10 @@ def declared_end(wl: WorkloadState) -> int | None:
 def hand_over_lapses(state: State, idx: ContractIndex, wl: WorkloadState) -> tuple[int, str] | None:
     """When a hand-over that has not started lapses, and the work it waits for that makes it: the
     first of that work to be late past its declared end by more than its grace period (preemption
-    stops waiting for such work then, too) and ``HAND_OVER_WITHIN_MS``. None: it does not (yet)."""
+    stops waiting for such work then, too) and ``HAND_OVER_WITHIN_MS``. None: it does not (yet), or
+    ``wl`` is no hand-over waiting to start."""
+    if wl.phase not in ("admitted", "placed") or wl.eviction is not None or not wl.admission.after:
+        return None
     lapses = []
     for name in handing_over(state, wl):
         other = state.workloads[name]

@@ -101,7 +101,7 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
         return []
     idx = index_of(state.contract)
     found = [(t[0], f"the hand-over of {name} lapses") for name in state.active
-             if (t := _lapse(state, idx, state.workloads[name])) is not None and t[0] > state.time_ms]
+             if (t := hand_over_lapses(state, idx, state.workloads[name])) is not None and t[0] > state.time_ms]
     if not state.pending:
         return sorted(found)
     found += [(t, f"requeue backoff of {name} ends") for name, t in state.backing_off.items() if t > state.time_ms]
@@ -117,13 +117,6 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
             if late > state.time_ms:
                 found.append((late, f"{name} is late by more than its grace period"))
     return sorted(found)
-
-
-def _lapse(state: State, idx, wl: WorkloadState) -> tuple[int, str] | None:
-    """When a hand-over not started yet lapses (``hand_over_lapses``), for one that may."""
-    if wl.phase not in ("admitted", "placed") or wl.eviction is not None or not wl.admission.after:
-        return None
-    return hand_over_lapses(state, idx, wl)
 
 
 def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUNTIME_MS) -> list[Report]:

@@ -111,8 +111,6 @@ def lapsed(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
     make room for it. The order names that work as ``HandOver/<workload>``."""
     for name in state.active:
         wl = state.workloads[name]
-        if wl.phase not in ("admitted", "placed") or wl.eviction is not None or not wl.admission.after:
-            continue
         lapse = hand_over_lapses(state, idx, wl)
         if lapse is not None and lapse[0] <= state.time_ms:
             yield EvictionOrdered(
