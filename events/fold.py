@@ -398,7 +398,7 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
         free = trial.get(a.node)
         if free is None:
             free = trial[a.node] = list(node.gpus)
-            for indexes, each in handed.get(a.node, ((), {}))[1]:
+            for indexes, each in handed.get(a.node, _NONE_HANDED)[1]:
                 gpus.apply(free, [i for i in indexes if i < len(free)], each, +1)
         indexes = list(a.gpus) if a.gpus else gpus.choose(free, node.islands, milli, a.count)
         if indexes is None or not gpus.fits(free, indexes, milli, a.count):
@@ -406,6 +406,9 @@ def placement_gpus(state: State, wl: WorkloadState, e: ev.PlacementDecided) -> l
         gpus.apply(free, indexes, milli)
         out.append(indexes)
     return out
+
+
+_NONE_HANDED: tuple[dict[str, int], list] = ({}, [])
 
 
 def _handed_room(state: State, wl: WorkloadState) -> dict[str, tuple[dict[str, int], list[tuple[list[int], int]]]]:
@@ -451,7 +454,7 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
         free = taken.get(a.node)
         if free is None:
             free = taken[a.node] = dict(node.free)
-            add_into(free, handed.get(a.node, ({}, ()))[0])
+            add_into(free, handed.get(a.node, _NONE_HANDED)[0])
         if pods_that_fit(free, per_pod[a.pod_set]) < a.count:
             return reason(C.PODS_NO_LONGER_FIT, count=a.count, pod_set=a.pod_set, node=a.node)
         add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)

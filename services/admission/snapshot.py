@@ -595,7 +595,8 @@ class Snapshot:
         for end, other in self._ends.get(root, ()):
             if end > horizon:
                 break
-            if declared_end(other) is None or declared_end(other) < self.state.time_ms:
+            said = declared_end(other)
+            if said is None or said < self.state.time_ms:
                 continue  # (its end is not known, or it is late: when it ends is not known either)
             quota.add(other.admission.cluster_queue, held_quota(self.state, other.admission), -1)
             release_nodes(room, other)
@@ -616,7 +617,7 @@ class Snapshot:
         if self.free_unreserved is not None:
             take_assignments(self.free_unreserved, pod_sets, placed)
         self.take(cq, held)
-        last = max(end for end, _ in ((expected_end(self.state, other), other) for other in after))
+        last = max(expected_end(self.state, other) for other in after)
         if wl.spec.runtime_ms is not None:
             self.taken.append((last + wl.spec.runtime_ms, cq, held))
         for hold in holds:

@@ -92,10 +92,10 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
     """Future moments at which a time-based rule changes what may be decided, while anyone waits.
 
     Today: the moment a hand-over not started yet lapses (the work it waits for is late past its
-    grace period: preemption orders it out), the end of a running workload's minimum runtime (it becomes preemptible), the moment one
-    that declared its runtime is late by more than its grace period (preemption stops waiting for it
-    to end, ``defrag.protected``), and the end of a pending workload's requeue backoff after a failed
-    bind (it may be admitted again).
+    grace period: preemption orders it out), the end of a running workload's minimum runtime (it
+    becomes preemptible), the moment one that declared its runtime is late by more than its grace
+    period (preemption stops waiting for it to end, ``defrag.protected``), and the end of a pending
+    workload's requeue backoff after a failed bind (it may be admitted again).
     """
     if state.contract is None:
         return []

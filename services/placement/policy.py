@@ -1046,25 +1046,19 @@ class Placer:
         pod_sets = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, admission.counts), admission.flavors)
         kept = self._kept(admission.kept, idx) if admission.kept is not None else None
         taken_over = [self.state.workloads[n] for n in admission.after if n in self.state.active]
-        if taken_over and kept is None:  # a hand-over: on the room the work it takes over leaves too
-            room = copy_free(self.free)
-            for other in taken_over:
-                release_nodes(room, other)
-            placed = _place_gang(room, pod_sets, idx.nodes_of(admission.flavors, self.state))
-            if placed is not None:  # taken now, beside that work (as the fold takes it)
-                take_assignments(self.free, pod_sets, placed[0])
-        elif kept is None:
+        if kept is None and not taken_over:
             placed = _place_gang(self.free, pod_sets, idx.nodes_of(admission.flavors, self.state))
         else:
-            at_start, nodes = kept
             room = copy_free(self.free)
-            for other in taken_over:
+            for other in taken_over:  # a hand-over: on the room the work it takes over leaves too
                 release_nodes(room, other)
-            keep_smaller(room, at_start, nodes)
+            if kept is not None:
+                keep_smaller(room, kept[0], kept[1])
             placed = _place_gang(room, pod_sets, idx.nodes_of(admission.flavors, self.state))
-            if placed is not None:  # it stays past the gang's start: out of the room then, too
+            if placed is not None:  # taken now (beside the work taken over, as the fold takes it)
                 take_assignments(self.free, pod_sets, placed[0])
-                take_assignments(at_start, pod_sets, placed[0])
+                if kept is not None:  # it stays past the gang's start: out of the room then, too
+                    take_assignments(kept[0], pod_sets, placed[0])
         if placed is None:
             return None
         assignments, notes = placed
