@@ -586,11 +586,9 @@ class Snapshot:
         if self._ends is None:
             self._ends = quota_ends(self.state, self.idx)
         horizon = self.state.time_ms + HAND_OVER_WITHIN_MS
-        quota = self.bound_view().copy()
-        room = copy_free(self.free)
+        quota = room = None  # (copied once some work ends in time: most trials find none)
         pod_sets, nodes = self.idx.flavored(wl.spec.pod_sets, flavors), self.flavor_nodes(flavors)
         after: list[WorkloadState] = []
-        fits, borrowed, _ = quota.fit(cq, held)
         placed = None
         for end, other in self._ends.get(root, ()):
             if end > horizon:
@@ -598,6 +596,8 @@ class Snapshot:
             said = declared_end(other)
             if said is None or said < self.state.time_ms:
                 continue  # (its end is not known, or it is late: when it ends is not known either)
+            if quota is None:
+                quota, room = self.bound_view().copy(), copy_free(self.free)
             quota.add(other.admission.cluster_queue, held_quota(self.state, other.admission), -1)
             release_nodes(room, other)
             after.append(other)
