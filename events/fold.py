@@ -26,7 +26,7 @@ from gangway.events.resources import (
 )
 from gangway.events.state import (
     EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, ORDER_OUT_FROM, NodeState, State, WorkloadState, count_pod_shape,
-    handing_over, pod_shape_key, queue_key, runtime_key, shape_of,
+    handing_over, node_holdings, pod_shape_key, queue_key, runtime_key, shape_of,
 )
 
 
@@ -135,12 +135,11 @@ def _release_nodes(state: State, wl: WorkloadState) -> None:
 
 def _gpus_held(state: State, wl: WorkloadState, sign: int, only: str | None = None) -> None:
     """Take (-1) or give back (+1) the GPUs a placed workload holds, on every node or ``only`` one."""
-    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
-    for a, indexes in zip(wl.placement.assignments, wl.placement_gpus):
-        node = state.nodes.get(a.node)
-        if indexes and node is not None and (only is None or only == a.node):
+    for name, _, indexes, milli in node_holdings(wl):
+        node = state.nodes.get(name)
+        if indexes and node is not None and (only is None or only == name):
             _index_node(state, node, -1)
-            gpus.apply(node.gpus, [i for i in indexes if i < len(node.gpus)], gpu_per_pod[a.pod_set], sign)
+            gpus.apply(node.gpus, [i for i in indexes if i < len(node.gpus)], milli, sign)
             _index_node(state, node, +1)
 
 
@@ -333,11 +332,10 @@ def _view_after(state: State, idx, e: ev.WorkloadAdmitted) -> QuotaView:
     """The quota an admission is checked against: usage now, less what the workloads it takes over
     (``after``) and that are still there hold — it starts only once they are gone, and every
     admission since is checked with it counted, so the quota in use never goes over."""
-    view = quota_view(state)
     gone = [state.workloads[n] for n in e.after if n in state.active]
     if not gone:
-        return view
-    view = QuotaView.over(view.structure, state.usage, state.cohort_usage)
+        return quota_view(state)
+    view = QuotaView.over(idx.tree, state.usage, state.cohort_usage)
     for wl in gone:
         if wl.admission.cluster_queue in idx.tree.queues:
             view.add(wl.admission.cluster_queue, held_quota(state, wl.admission), -1)
@@ -417,17 +415,11 @@ def _handed_room(state: State, wl: WorkloadState) -> dict[str, tuple[dict[str, i
     once they are gone (the node's free room is below zero until then)."""
     out: dict[str, tuple[dict[str, int], list[tuple[list[int], int]]]] = {}
     for name in handing_over(state, wl):
-        other = state.workloads[name]
-        if other.placement is None or other.phase not in HOLDS_NODES:
-            continue
-        gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in other.spec.pod_sets}
-        held = other.placement_gpus or [[] for _ in other.placement.assignments]
-        for (node, used), a, indexes in zip(assignment_use(other.spec.pod_sets, other.placement.assignments),
-                                            other.placement.assignments, held):
+        for node, used, indexes, milli in node_holdings(state.workloads[name]):
             resources, gpu_held = out.setdefault(node, ({}, []))
             add_into(resources, used)
             if indexes:
-                gpu_held.append((indexes, gpu_per_pod[a.pod_set]))
+                gpu_held.append((indexes, milli))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Literal
 
 import msgspec
@@ -12,6 +13,7 @@ from gangway.events.catalogue import (
 from gangway.events.contract import Contract
 from gangway.events.freeindex import FreeIndex
 from gangway.events.reasons import ReasonCode
+from gangway.events.resources import GPU, Resources, assignment_use
 
 Phase = Literal["pending", "admitted", "placed", "bound", "running", "evicting", "finished"]
 #: Phases in which a workload holds quota (and, from "placed" on, node resources).
@@ -250,6 +252,23 @@ def queue_key(wl: WorkloadState) -> tuple[int, int, int, str]:
     """A pending workload's place in its queue: highest priority first, then oldest (``seq``, the
     offset at which it entered, breaks ties: keys are unique)."""
     return (-wl.spec.priority, wl.queued_ms, wl.seq, wl.spec.workload)
+
+
+def node_holdings(wl: WorkloadState) -> Iterator[tuple[str, Resources, list[int], int]]:
+    """What a workload holding nodes holds there, assignment by assignment: (node, resources, GPU
+    indexes, GPU milli per pod). Nothing for one that holds no node."""
+    if wl.placement is None or wl.phase not in HOLDS_NODES:
+        return
+    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
+    held = wl.placement_gpus or [[] for _ in wl.placement.assignments]
+    for (node, used), a, indexes in zip(assignment_use(wl.spec.pod_sets, wl.placement.assignments),
+                                        wl.placement.assignments, held):
+        yield node, used, indexes, gpu_per_pod[a.pod_set]
+
+
+def waits_to_take_over(wl: WorkloadState) -> bool:
+    """Is ``wl`` a hand-over (``WorkloadAdmitted.after``) that has not started, nor been ordered out?"""
+    return wl.phase in ("admitted", "placed") and wl.eviction is None and bool(wl.admission.after)
 
 
 def handing_over(state: State, wl: WorkloadState) -> list[str]:

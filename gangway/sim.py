@@ -15,7 +15,7 @@ from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
 from gangway.events.resources import index_of
-from gangway.events.state import State
+from gangway.events.state import State, waits_to_take_over
 from gangway.services.binder.policy import DEFAULT_RUNTIME_MS, due_reports, next_due_ms, node_sync
 from gangway.services.deciders import DECIDERS, WRITTEN_BY, id_of
 
@@ -90,8 +90,7 @@ class Simulation:
         if service == "idle-hunt":
             return contract is not None and contract.idle_rule is not None and bool(self.state.active)
         if service == "preemption" and contract is not None and self.state.active and (
-                index_of(contract).drains or any(self.state.workloads[n].phase in ("admitted", "placed")
-                                                 and self.state.workloads[n].admission.after for n in self.state.active)):
+                index_of(contract).drains or any(waits_to_take_over(self.state.workloads[n]) for n in self.state.active)):
             return True  # (a queue drains, or a hand-over may lapse)
         return bool(self.state.pending)
 

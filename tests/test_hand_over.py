@@ -16,6 +16,7 @@ from gangway.services.audit.replay import verify
 from gangway.services.binder.policy import due_reports
 from gangway.sim import Simulation
 from builders import node
+from test_quota_hold import CONTRACT as COHORT  # two teams of 4 CPUs in one cohort, each may borrow all of the other's
 
 #: One team of 8 CPUs on one node of 8 CPUs; a grace period of 2 s.
 CONTRACT = Contract(
@@ -144,16 +145,6 @@ def test_the_fold_checks_a_hand_over_with_only_the_work_it_names_given_back():
     half = fold_admission(sim, ev.WorkloadAdmitted(workload="a/half", cluster_queue="a", usage={"cpu": 4000},
                                                    borrowed={}, based_on=sim.state.offset, after=["a/first"]))
     assert half.phase == "pending" and half.superseded_code == ReasonCode.OVER_NOMINAL_QUOTA
-
-
-#: Two teams of 4 CPUs in one cohort, each may borrow all of the other's; two nodes of 4 CPUs.
-COHORT = Contract(
-    cluster_queues=[ClusterQueue(name=team, cohort="org", preemption=Preemption("Never", "Never"),
-                                 flavors=[FlavorQuotas(flavor="default", resources={"cpu": Quota(nominal=4000, borrowing_limit=4000)})])
-                    for team in ("a", "b")],
-    local_queues=[LocalQueue(namespace=team, name="main", cluster_queue=team) for team in ("a", "b")],
-    priority_classes=[PriorityClass(name="low", value=10), PriorityClass(name="high", value=100)],
-)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -27,7 +27,7 @@ from gangway.events.reasons import NEVER_PLACEABLE_CODES, QUOTA_CODES, C, Reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource,
 )
-from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over, shape_of
+from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over, shape_of, waits_to_take_over
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
@@ -661,7 +661,7 @@ def hand_over_lapses(state: State, idx: ContractIndex, wl: WorkloadState) -> tup
     first of that work to be late past its declared end by more than its grace period (preemption
     stops waiting for such work then, too) and ``HAND_OVER_WITHIN_MS``. None: it does not (yet), or
     ``wl`` is no hand-over waiting to start."""
-    if wl.phase not in ("admitted", "placed") or wl.eviction is not None or not wl.admission.after:
+    if not waits_to_take_over(wl):
         return None
     lapses = []
     for name in handing_over(state, wl):

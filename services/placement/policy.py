@@ -29,7 +29,7 @@ from gangway.events.catalogue import (
 from gangway.events.quantity import format_amount, format_resource
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
-from gangway.events.state import GPU_MODEL_LABEL, HOLDS_NODES, NodeState, State, WorkloadState
+from gangway.events.state import GPU_MODEL_LABEL, NodeState, State, WorkloadState, node_holdings
 from gangway.services.placement import scoring, topology
 
 #: At most this many placements per cycle (a bound on every loop; the next cycle takes the rest).
@@ -879,18 +879,13 @@ def no_node_of_queue(free: Free, pod_sets: list[PodSet], queue: str, flavors: li
 
 def release_nodes(free: Free, wl: WorkloadState) -> None:
     """Give a workload's node resources (and GPUs) back in ``free``."""
-    if wl.placement is None or wl.phase not in HOLDS_NODES:
-        return
-    gpu_per_pod = {ps.name: ps.resources.get(GPU, 0) for ps in wl.spec.pod_sets}
-    held = wl.placement_gpus or [[] for _ in wl.placement.assignments]
-    for (node, used), a, indexes in zip(assignment_use(wl.spec.pod_sets, wl.placement.assignments),
-                                        wl.placement.assignments, held):
+    for node, used, indexes, milli in node_holdings(wl):
         if node not in free:
             continue
         room = free.own(node)
         add_into(room.free, used)
         if indexes and room.gpus:
-            gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], gpu_per_pod[a.pod_set], +1)
+            gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], milli, +1)
 
 
 #: Expected runtime of a workload that declares none (for reservations and ETAs).
