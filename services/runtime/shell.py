@@ -71,9 +71,12 @@ GC_THRESHOLDS = (700, 10, 100)
 #: Niceness of a service's own process (``os.nice``, by service name): the services off the path from
 #: a queued job to a running one yield the CPU to those on it (submission, admission, the binder)
 #: when the machine is busy, and catch up after. Placement places only what admission could not
-#: place with the admission; money is counted from the log at any delay. (The archiver too:
-#: ``archive.ARCHIVER_NICE``.)
-NICE = {"placement": 5, "preemption": 5, "accounting": 10}
+#: place with the admission; preemption finds what admission cannot admit; money is counted from
+#: the log at any delay. (The archiver too: ``archive.ARCHIVER_NICE``.) At 5, 5 and 10 the two
+#: folding services off the path still took a third of a core each all through Kueue's
+#: large-scale burst, where admission is the bottleneck and got half of one: 10, 10 and 19 took
+#: the wall from 7.5–7.6 to 6.5–7.3 × its lower bound (bench/README, nineteenth round).
+NICE = {"placement": 10, "preemption": 10, "accounting": 19}
 
 
 #: How often, at most, a service commits the log offset it has folded (its consumer group's
