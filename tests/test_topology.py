@@ -137,6 +137,17 @@ def test_topology_placement(setup: Setup, expected: dict):
     assert log.state.superseded == 0, "every placement holds where it lands"
 
 
+def test_domains_follow_a_node_moved_to_another_rack_between_cycles():
+    """The domains of a level are kept from cycle to cycle while the nodes are the same; a node
+    observed again with another rack's label is found in that rack at the next cycle."""
+    log = racks(("b1", "r1", 2), ("b1", "r2", 1)).admitted(gang("w", 2, 8, required=RACK))
+    [d] = decide_pure(decide_placement, log.state)
+    assert [a.node for a in d.assignments] == ["n1", "n2"]  # r1: the only rack holding two pods
+    log.nodes(node("n2").gpus(8).cpu(96).memory_gi(512).at("b1", "r2"))
+    [d] = decide_pure(decide_placement, log.state)
+    assert [a.node for a in d.assignments] == ["n2", "n3"]  # now r2's; r1 holds one pod
+
+
 def test_slices_that_no_node_holds_leave_the_gang_unplaced():
     log = with_running(racks(("b1", "r1", 3)), busy("x", 6, "n1"), busy("y", 6, "n2"))
     log.admitted(gang("w", 4, 4, slice_required=HOSTNAME, slice_size=2))

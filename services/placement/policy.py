@@ -415,9 +415,59 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
 def _domain_rooms(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[dict, dict]:
     """The domains of ``level`` among ``names`` that hold at least one of the pod set's pods (key →
     nodes), and how many of its pods each holds now (key → pods)."""
-    fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-    groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
+    every = _every_domain(trial, level)
+    if every is None:
+        fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
+        groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
+    else:  # (the same domains in the same order, each down to its nodes with room)
+        fit = _pods_that_fit_by_kind(trial, ps.resources, names)
+        groups = {}
+        for key, members in every.items():
+            inside = [n for n in members if n in fit]
+            if inside:
+                groups[key] = inside
     return groups, {key: sum(fit[n] for n in members) for key, members in groups.items()}
+
+
+def _pods_that_fit_by_kind(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> dict[str, int]:
+    """Node → how many pods of ``per_pod`` fit on it now, for the nodes of ``names`` where one does:
+    counted once per kind of node (``_kind_groups``), not for each of a topology's hundreds of nodes."""
+    main = next((r for r, v in per_pod.items() if v > 0), None)
+    if main is None:  # (a pod asking for nothing fits nowhere: ``pods_that_fit``)
+        return {}
+    allowed = None if len(names) == len(trial.root) else set(names)  # (names are some of the root's nodes)
+    fit: dict[str, int] = {}
+    for room, members in _kind_groups(trial, main, per_pod[main]):
+        k = pods_that_fit(room.free, per_pod)
+        if k > 0:
+            for n in members:
+                if allowed is None or n in allowed:
+                    fit[n] = k
+    return fit
+
+
+#: Every node's domains of a level (``topology.domains``), by the state's rooms (``_rooms``: a new
+#: dict whenever a node object, and so its labels, changes), the level and the nodes' Topology levels.
+_DOMAINS: dict[tuple, tuple[dict, object, dict]] = {}
+
+
+def _every_domain(trial: _Trial, level: str) -> dict[tuple[str, ...], list[str]] | None:
+    """The domains of ``level`` over all the state's nodes, kept from gang to gang and cycle to
+    cycle while the nodes are the same (grouping a topology's 640 nodes for every gang tried was most
+    of what the tas scenario's admission spent); None for rooms not from ``free_capacity``."""
+    rooms = getattr(trial.root, "state_rooms", None)
+    if rooms is None:
+        return None
+    levels = trial.levels or None  # (no node has a Topology: as none given)
+    key = (id(rooms), level, id(levels))
+    cached = _DOMAINS.get(key)
+    if cached is not None and cached[0] is rooms and cached[1] is levels:
+        return cached[2]
+    every = topology.domains(((n, room.labels) for n, room in rooms.items()), level, levels)
+    if len(_DOMAINS) > 16:  # (each keeps its rooms alive)
+        _DOMAINS.clear()
+    _DOMAINS[key] = (rooms, levels, every)
+    return every
 
 
 def _in_fewest_domains(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[list[PodAssignment], str] | None:
@@ -684,7 +734,6 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
     (``topology_unsatisfiable``: the pod set, the level and the missing label), or no candidate node
     has its nodeSelector's labels and taints it tolerates (``no_matching_nodes``), or a pod set is
     too big for the candidate nodes with nothing running on them (``_too_big``)."""
-    candidates = None
     tainted = getattr(free, "tainted", False)
     if pod_sets and nodes is not None and not any(name in nodes for name in state.nodes):
         return reason(C.NO_MATCHING_NODES, pod_set=pod_sets[0].name,
@@ -700,9 +749,8 @@ def never_placeable(free: Free, pod_sets: list[PodSet], nodes: Container[str] | 
         for field, level in (("required", t.required), ("slice-required", t.slice_required)):
             if level is None or (level == topology.HOSTNAME and not free.levels):  # (every node is one)
                 continue
-            if candidates is None:
-                candidates = [(n, room.labels, len(room.islands)) for n, room in free.items()
-                              if nodes is None or n in nodes]
+            # (lazily: the first node that carries the level settles it)
+            candidates = ((n, room.labels, len(room.islands)) for n, room in free.items() if nodes is None or n in nodes)
             why = topology.missing_label(candidates, level, free.levels,
                                          "no node" if nodes is None else "no node of its flavor")
             if why is not None:
