@@ -415,17 +415,12 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
 def _domain_rooms(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[dict, dict]:
     """The domains of ``level`` among ``names`` that hold at least one of the pod set's pods (key →
     nodes), and how many of its pods each holds now (key → pods)."""
-    every = _every_domain(trial, level)
-    if every is None:
-        fit = {n: k for n in names if (k := pods_that_fit(trial[n].free, ps.resources)) > 0}
-        groups = topology.domains(((n, trial[n].labels) for n in fit), level, trial.levels)
-    else:  # (the same domains in the same order, each down to its nodes with room)
-        fit = _pods_that_fit_by_kind(trial, ps.resources, names)
-        groups = {}
-        for key, members in every.items():
-            inside = [n for n in members if n in fit]
-            if inside:
-                groups[key] = inside
+    fit = _pods_that_fit_by_kind(trial, ps.resources, names)
+    groups = {}
+    for key, members in _every_domain(trial, level).items():  # (in their order, each down to its nodes with room)
+        inside = [n for n in members if n in fit]
+        if inside:
+            groups[key] = inside
     return groups, {key: sum(fit[n] for n in members) for key, members in groups.items()}
 
 
@@ -451,14 +446,14 @@ def _pods_that_fit_by_kind(trial: _Trial, per_pod: dict[str, int], names: list[s
 _DOMAINS: dict[tuple, tuple[dict, object, dict]] = {}
 
 
-def _every_domain(trial: _Trial, level: str) -> dict[tuple[str, ...], list[str]] | None:
-    """The domains of ``level`` over all the state's nodes, kept from gang to gang and cycle to
-    cycle while the nodes are the same (grouping a topology's 640 nodes for every gang tried was most
-    of what the tas scenario's admission spent); None for rooms not from ``free_capacity``."""
-    rooms = getattr(trial.root, "state_rooms", None)
-    if rooms is None:
-        return None
+def _every_domain(trial: _Trial, level: str) -> dict[tuple[str, ...], list[str]]:
+    """The domains of ``level`` over all the root's nodes; for the state's rooms (``free_capacity``)
+    kept from gang to gang and cycle to cycle while the nodes are the same (grouping a topology's
+    640 nodes for every gang tried was most of what the tas scenario's admission spent)."""
     levels = trial.levels or None  # (no node has a Topology: as none given)
+    rooms = trial.root.state_rooms
+    if rooms is None:
+        return topology.domains(((n, room.labels) for n, room in trial.root.items()), level, levels)
     key = (id(rooms), level, id(levels))
     cached = _DOMAINS.get(key)
     if cached is not None and cached[0] is rooms and cached[1] is levels:
