@@ -172,15 +172,18 @@ def _release_quota(state: State, wl: WorkloadState) -> None:
 
 def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
     """An evicted workload goes back to its queue (Kueue's default: ordered by eviction time) —
-    unless its producer took it back meanwhile: then it is withdrawn (False)."""
+    unless its producer took it back meanwhile: then it is withdrawn (False). One ordered out as
+    its hand-over lapsed waits where it waited before: the work it was to take over overran, not
+    it."""
     _release_nodes(state, wl)
     _release_quota(state, wl)
     if wl.withdrawing is not None:
         _end_withdrawn(state, wl, env, wl.withdrawing)
         return False
     _set_phase(state, wl, "pending")
-    wl.seq = env.offset
-    wl.queued_ms = env.time_ms
+    if wl.eviction is None or wl.eviction.reason_code != C.HAND_OVER_LAPSED:
+        wl.seq = env.offset
+        wl.queued_ms = env.time_ms
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None

@@ -11,6 +11,7 @@ from gangway.events import catalogue as ev
 from gangway.events.codec import Envelope
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
 from gangway.events.reasons import ReasonCode
+from gangway.services.admission.policy import queue_order
 from gangway.services.admission.snapshot import HAND_OVER_WITHIN_MS
 from gangway.services.audit.replay import verify
 from gangway.services.binder.policy import due_reports
@@ -106,6 +107,8 @@ def test_a_hand_over_whose_work_overruns_its_grace_period_lapses():
     submit(sim, "next", 8, 1_000)
     sim._decide_all()
     assert sim.state.workloads["a/next"].phase == "placed"
+    queued_ms = sim.state.workloads["a/next"].queued_ms
+    submit(sim, "later", 8, 1_000)  # of the same priority, queued after "next"
     # "first" overruns (a real cluster: it runs on); the preemption service orders "next" out once
     # it is late by more than its grace period (2 s) and the horizon, and "next" queues again.
     end = sim.state.workloads["a/first"].started_ms + 1_000
@@ -118,6 +121,14 @@ def test_a_hand_over_whose_work_overruns_its_grace_period_lapses():
     [order] = events_of(sim, ev.EvictionOrdered, "a/next")
     assert order.data.reason_code == ReasonCode.HAND_OVER_LAPSED and order.data.preemptor == "HandOver/a/first"
     assert order.data.grace_ms == 0
+    # Once the cluster reports it out, it waits again where it waited before (the overrun was not
+    # its doing): ahead of "later".
+    [out] = [r for r in due_reports(sim.state, lapse) if r[2].workload == "a/next"]
+    assert isinstance(out[2], ev.WorkloadEvicted)
+    sim.append(*out, "gangway/binder")
+    assert sim.state.workloads["a/next"].phase == "pending"
+    assert sim.state.workloads["a/next"].queued_ms == queued_ms
+    assert [wl.spec.workload for wl in queue_order(sim.state)] == ["a/next", "a/later"]
     assert verify(sim.log).ok
 
 
