@@ -370,10 +370,13 @@ class Stack:
     restored: archive.Restored | None = None
     #: The state directory's lock, held while this stack runs (``_lock``).
     lock: IO | None = None
+    #: Its state directory, as GANGWAY_STATE_DIR named it when it started: what it restarts, waits
+    #: on and stops stays there, whatever the environment says later (another stack's, in a test).
+    dir: Path = field(default_factory=state_dir)
 
     def start(self) -> str:
         shell.admission_cycle_s()  # a wrong setting stops here, not in a service's log
-        sdir = state_dir()
+        sdir = self.dir = state_dir()
         (sdir / "logs").mkdir(parents=True, exist_ok=True)
         self.lock = _lock(sdir / LOCK_FILE)
         try:
@@ -415,10 +418,10 @@ class Stack:
     def _wait_for(self, names: tuple[str, ...], timeout_s: float) -> None:
         """Until each of ``names`` has written its ready file (supervising meanwhile)."""
         deadline = time.monotonic() + timeout_s
-        while missing := [n for n in names if not (state_dir() / f"{n}.ready").exists()]:
+        while missing := [n for n in names if not (self.dir / f"{n}.ready").exists()]:
             if time.monotonic() > deadline:
                 raise ServiceFailed(f"not ready after {timeout_s:g} s: {', '.join(missing)}; see "
-                                  + ", ".join(str(state_dir() / "logs" / f"{n}.log") for n in missing))
+                                  + ", ".join(str(self.dir / "logs" / f"{n}.log") for n in missing))
             self.supervise_once()
             time.sleep(0.05)
 
@@ -427,7 +430,7 @@ class Stack:
         self._wait_for(SERVICES, timeout_s)
 
     def _spawn(self, name: str) -> None:
-        sdir = state_dir()
+        sdir = self.dir
         env = dict(os.environ, GANGWAY_KAFKA=self.bootstrap, GANGWAY_CLOCK=self.clock.to_env(),
                    GANGWAY_STATE_DIR=str(sdir), PYTHONUNBUFFERED="1")
         if self.broker is not None:  # the embedded broker: no idempotent producers, short sessions
@@ -454,7 +457,7 @@ class Stack:
                 continue
             count = self.restarts.get(name, 0)
             if count >= RESTARTS_MAX:
-                raise ServiceFailed(f"service {name} keeps dying (exit {code}); see {state_dir() / 'logs' / (name + '.log')}")
+                raise ServiceFailed(f"service {name} keeps dying (exit {code}); see {self.dir / 'logs' / (name + '.log')}")
             self.restarts[name] = count + 1
             log.warning("service %s exited with %s; restarting", name, code)
             self._spawn(name)
@@ -466,7 +469,7 @@ class Stack:
         self.children.clear()
         if self.broker is not None:
             self.broker.stop()
-        path = state_dir() / "bootstrap"
+        path = self.dir / "bootstrap"
         if path.exists() and self.broker is not None:
             path.unlink()
         if self.lock is not None:

@@ -100,3 +100,28 @@ def test_a_lost_broker_is_said_once_in_a_while_not_at_every_retry():
     assert passed == ["Unable connect to node with id %s", "Unable to update metadata from [%s]",
                       "Fetched %s records", "Fetched %s records",
                       "Unable connect to node with id %s (and 49 more like it in the last 40 s)"]
+
+
+def test_a_stack_stops_in_its_own_state_directory_whatever_the_environment_says_later(tmp_path, monkeypatch):
+    """Two stacks in one process (the integration tests' session and module fixtures): stopping the
+    first while GANGWAY_STATE_DIR names the second's directory removed the second's bootstrap file
+    and left its own behind — the stack read its directory from the environment at stop time."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    monkeypatch.setenv("GANGWAY_STATE_DIR", str(ours))
+    running = stack.Stack()
+
+    class Broker:  # (what stop() asks of the embedded broker)
+        stopped = False
+
+        def stop(self):
+            Broker.stopped = True
+
+    running.broker = Broker()
+    for folder in (ours, theirs):
+        folder.mkdir()
+        (folder / "bootstrap").write_text("127.0.0.1:9092 embedded\n")
+    monkeypatch.setenv("GANGWAY_STATE_DIR", str(theirs))  # another stack started meanwhile
+    running.stop()
+    assert Broker.stopped
+    assert not (ours / "bootstrap").exists()
+    assert (theirs / "bootstrap").exists()
