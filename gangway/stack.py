@@ -370,13 +370,14 @@ class Stack:
     restored: archive.Restored | None = None
     #: The state directory's lock, held while this stack runs (``_lock``).
     lock: IO | None = None
-    #: Its state directory, as GANGWAY_STATE_DIR named it when it started: what it restarts, waits
-    #: on and stops stays there, whatever the environment says later (another stack's, in a test).
+    #: Its state directory, as GANGWAY_STATE_DIR named it when the stack was made: what it starts,
+    #: restarts, waits on and stops stays there, whatever the environment says later (another
+    #: stack's, with two in one process).
     dir: Path = field(default_factory=state_dir)
 
     def start(self) -> str:
         shell.admission_cycle_s()  # a wrong setting stops here, not in a service's log
-        sdir = self.dir = state_dir()
+        sdir = self.dir
         (sdir / "logs").mkdir(parents=True, exist_ok=True)
         self.lock = _lock(sdir / LOCK_FILE)
         try:
