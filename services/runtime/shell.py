@@ -62,6 +62,9 @@ SNAPSHOT_EVERY_EVENTS = 50_000
 #: (a quarter of a second at 20,000 workloads, a tenth of a 10,000-job burst's CPU when it fell in
 #: it), so spacing them in proportion keeps their share of the fold's cost the same at any size.
 SNAPSHOT_EVENTS_PER_WORKLOAD = 4
+#: The niceness a snapshot's writer adds to its service's (``snapshot_in_background``): the
+#: lowest priority, so it writes in what the services leave of the CPU.
+SNAPSHOT_NICE = 19
 #: The collector's thresholds in a service's own process: a full collection walks the whole folded
 #: state, and with Python's default (one per 10 of the middle generation's) a burst onto a big
 #: cluster spent a sixth of each service's time in them; one per 100 leaves about one a burst, and
@@ -124,6 +127,8 @@ class LogService:
         #: Whether the service was active at the last turn of the loop (None: not known yet).
         self.was_active: bool | None = None
         self._since_snapshot = 0
+        #: The forked process writing a snapshot (``snapshot_in_background``), until reaped.
+        self._writer: int | None = None
         #: No decide before this (monotonic s): ``decide_share``.
         self.next_decide_at = 0.0
         #: The folded offset last committed (next offset to fold), and when (monotonic s).
@@ -183,13 +188,60 @@ class LogService:
         return self.state_dir / f"{self.name}.snapshot"
 
     def save_snapshot(self) -> None:
+        """The state, written now (at a stop: the process ends next)."""
         if not self.snapshots or self.state.offset < 0:
             return
+        self._reap_writer(block=True)
+        self._write_snapshot()
+        self._since_snapshot = 0
+
+    def snapshot_in_background(self) -> None:
+        """The state, written by a forked copy of this process at the lowest priority, while this
+        one goes on folding and deciding. Encoding a big state holds the loop for a quarter of a
+        second and more, and every service reaches the threshold at about the same offset: written
+        in the loop, the pipeline stalled at once, on the work's critical path (a tenth of the
+        baseline's tail). The copy dies with this process (a snapshot half written is left as a
+        ``.tmp`` file, never as the snapshot). Without fork (or prctl), written now."""
+        if not self.snapshots or self.state.offset < 0 or not self._reap_writer(block=False):
+            return  # (one still being written: the next turn of the loop asks again)
+        if not _CAN_FORK:
+            self.save_snapshot()
+            return
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.snapshot_path.with_suffix(".tmp")
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the copy: write and leave, touching nothing of the parent's (sockets, loop, logs)
+            code = 1
+            try:
+                _die_with(parent)
+                os.nice(SNAPSHOT_NICE)
+                self._write_snapshot()
+                code = 0
+            finally:
+                os._exit(code)
+        self._writer = pid
+        self._since_snapshot = 0
+
+    def _reap_writer(self, block: bool) -> bool:
+        """Is no snapshot being written (the last writer, if any, has ended and is reaped)?"""
+        if self._writer is None:
+            return True
+        try:
+            pid, status = os.waitpid(self._writer, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self._writer, 0
+        if pid == 0:
+            return False
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.warning("%s: the snapshot writer (pid %d) failed: the last snapshot stands", self.name, pid)
+        self._writer = None
+        return True
+
+    def _write_snapshot(self) -> None:
+        tmp = self.snapshot_path.with_suffix(f".{os.getpid()}.tmp")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(msgspec.msgpack.encode(self.state))
         os.replace(tmp, self.snapshot_path)
-        self._since_snapshot = 0
 
     def load_snapshot(self) -> State | None:
         if not self.snapshots or not self.snapshot_path.exists():
@@ -322,7 +374,7 @@ class LogService:
             if self.to_quarantine and self.was_active:
                 await self._copy_quarantined(producer)
             if self._since_snapshot >= max(SNAPSHOT_EVERY_EVENTS, SNAPSHOT_EVENTS_PER_WORKLOAD * len(self.state.workloads)):
-                self.save_snapshot()
+                self.snapshot_in_background()
             if hole:  # a later batch showed up before an earlier one: fetch the earlier one again
                 consumer.seek(kafka.LOG_PARTITION, self.order.next)
                 wait_s = FETCH_WAIT_S
@@ -497,3 +549,26 @@ class DecidingService(LogService):
         # (preemption's decide is timed for its share: taken whole; the others' lazily, so what
         # they decide first is on its way while they decide the rest)
         return propose(self.name, state) if self.decide_share < 1.0 else proposals(self.name, state)
+
+
+def _prctl():
+    """Linux's prctl(2), or None."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl() if hasattr(os, "fork") else None
+#: Can a snapshot be written by a forked copy that dies with its service? (Linux: fork and prctl.)
+_CAN_FORK = _PRCTL is not None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """In a forked copy: be killed (SIGKILL) when ``parent``, the process that forked it, ends, so a
+    service killed while its snapshot is written leaves no process behind."""
+    import signal
+    if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+        os._exit(1)  # (or it ended before that took hold)
