@@ -19,6 +19,7 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -200,7 +201,7 @@ class LogService:
         one goes on folding and deciding. Encoding a big state holds the loop for a quarter of a
         second and more, and every service reaches the threshold at about the same offset: written
         in the loop, the pipeline stalled at once, on the work's critical path (a tenth of the
-        baseline's tail). The copy dies with this process (a snapshot half written is left as a
+        CPU of the baseline's tail in one sampled run). The copy dies with this process (a snapshot half written is left as a
         ``.tmp`` file, never as the snapshot). Without fork (or prctl), written now."""
         if not self.snapshots or self.state.offset < 0 or not self._reap_writer(block=False):
             return  # (one still being written: the next turn of the loop asks again)
@@ -568,7 +569,10 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with(parent: int) -> None:
     """In a forked copy: be killed (SIGKILL) when ``parent``, the process that forked it, ends, so a
-    service killed while its snapshot is written leaves no process behind."""
-    import signal
+    service killed while its snapshot is written leaves no process behind; a stop's signal ends it
+    at once, and no signal it gets wakes the parent's loop (their wake-up socket is shared)."""
+    signal.set_wakeup_fd(-1)
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, signal.SIG_DFL)
     if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
         os._exit(1)  # (or it ended before that took hold)
