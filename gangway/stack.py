@@ -381,12 +381,13 @@ class Stack:
         (sdir / "logs").mkdir(parents=True, exist_ok=True)
         self.lock = _lock(sdir / LOCK_FILE)
         try:
-            return self._start(sdir)
+            return self._start()
         except BaseException:
             self.stop()  # (what did start, and the lock)
             raise
 
-    def _start(self, sdir: Path) -> str:
+    def _start(self) -> str:
+        sdir = self.dir
         self.clock = ClusterClock.starting_now(self.time_scale)
         self.bootstrap = configured_bootstrap() or ""
         if not self.bootstrap:

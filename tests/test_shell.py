@@ -17,7 +17,9 @@ pytestmark = pytest.mark.broker
 
 
 def nodes(n: int, start: int = 0) -> list[Envelope]:
-    return [Envelope(id=f"node/{i}", source="gangway/binder", time_ms=1_000 + i,
+    """Nodes n<start>… observed, at offsets start… (a fold without the broker needs them; appending
+    gives the log's own)."""
+    return [Envelope(id=f"node/{i}", source="gangway/binder", time_ms=1_000 + i, offset=i,
                      data=NodeObserved(node=f"n{i}", allocatable={"nvidia.com/gpu": 8000})) for i in range(start, start + n)]
 
 

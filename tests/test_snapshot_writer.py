@@ -12,18 +12,13 @@ import time
 import msgspec
 import pytest
 
-from gangway.events.catalogue import Envelope, NodeObserved
 from gangway.events.state import State
 from gangway.services.runtime import shell
 from gangway.services.runtime.clock import ClusterClock
 from gangway.services.runtime.shell import DecidingService
+from test_shell import nodes  # (observed nodes at their offsets)
 
 needs_fork = pytest.mark.skipif(not shell._CAN_FORK, reason="no fork and prctl here: snapshots are written in the loop")
-
-
-def nodes(n: int, start: int = 0) -> list[Envelope]:
-    return [Envelope(id=f"node/{i}", source="gangway/binder", time_ms=1_000 + i, offset=i,
-                     data=NodeObserved(node=f"n{i}", allocatable={"nvidia.com/gpu": 8000})) for i in range(start, start + n)]
 
 
 def service(tmp_path) -> DecidingService:
@@ -78,7 +73,7 @@ def test_a_writer_dies_with_its_service(tmp_path):
     code = f"""
 import os, sys, time
 sys.path.insert(0, {os.path.dirname(__file__)!r})
-from test_snapshot_writer import nodes, service
+from test_snapshot_writer import nodes, service  # (nodes: test_shell's)
 from pathlib import Path
 s = service(Path({str(tmp_path)!r}))
 for env in nodes(2):

@@ -208,7 +208,6 @@ class LogService:
         if not _CAN_FORK:
             self.save_snapshot()
             return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the copy: write and leave, touching nothing of the parent's (sockets, loop, logs)
@@ -553,7 +552,9 @@ class DecidingService(LogService):
 
 
 def _prctl():
-    """Linux's prctl(2), or None."""
+    """Linux's prctl(2), or None (nor where there is no fork)."""
+    if not hasattr(os, "fork"):
+        return None
     try:
         import ctypes
         return ctypes.CDLL(None, use_errno=True).prctl
@@ -561,7 +562,7 @@ def _prctl():
         return None
 
 
-_PRCTL = _prctl() if hasattr(os, "fork") else None
+_PRCTL = _prctl()
 #: Can a snapshot be written by a forked copy that dies with its service? (Linux: fork and prctl.)
 _CAN_FORK = _PRCTL is not None
 _PR_SET_PDEATHSIG = 1
