@@ -165,6 +165,16 @@ class Taint(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     effect: str
     value: str = ""
 
+    def __str__(self) -> str:
+        """As kubectl writes it: ``key=value:effect`` (``key:effect`` without a value)."""
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+#: Taint effects Kubernetes accepts.
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: The effects that keep a pod off a node it does not tolerate (PreferNoSchedule only discourages).
+KEEPS_OFF = ("NoSchedule", "NoExecute")
+
 
 class Toleration(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """A pod's toleration, as Kubernetes writes it (``operator`` Equal or Exists; ``effect`` "" : any)."""
@@ -208,10 +218,25 @@ def toleration_of(item) -> Toleration:
         raise TolerationError("value", "must be empty when the operator is Exists")
     if operator == "Equal" and not fields.get("key"):
         raise TolerationError("key", "missing (only operator Exists may leave the key out)")
-    if fields.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+    if fields.get("effect", "") not in ("", *TAINT_EFFECTS):
         raise TolerationError("effect", f"{fields['effect']!r} is not NoSchedule, PreferNoSchedule or NoExecute")
     return Toleration(key=fields.get("key", ""), operator=operator, value=fields.get("value", ""),
                       effect=fields.get("effect", ""))
+
+
+def taint_of(item) -> Taint:
+    """A taint from its Kubernetes fields (a Node's ``spec.taints``, a ResourceFlavor's
+    ``spec.nodeTaints``; ``timeAdded`` does not matter to placing); raises TolerationError."""
+    if not isinstance(item, dict):
+        raise TolerationError("", f"must be a mapping, not {_type_of(item)}")
+    for key in ("key", "value", "effect"):
+        if item.get(key) is not None and not isinstance(item[key], str):
+            raise TolerationError(key, f"must be a string, not {_type_of(item[key])}")
+    if not item.get("key"):
+        raise TolerationError("key", "missing")
+    if item.get("effect") not in TAINT_EFFECTS:
+        raise TolerationError("effect", f"{item.get('effect')!r} is not one of {', '.join(TAINT_EFFECTS)}")
+    return Taint(key=item["key"], effect=item["effect"], value=item.get("value") or "")
 
 
 def _type_of(value) -> str:
@@ -230,6 +255,10 @@ class ResourceFlavor(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Kueue's ``spec.tolerations``: the pods of a workload admitted with this flavor tolerate these
     #: too (the binder adds them to its pod templates, as Kueue does), so a tainted pool is one flavor.
     tolerations: list[Toleration] = []
+    #: Kueue's ``spec.nodeTaints``: the taints this flavor's nodes carry (NoSchedule, NoExecute; a
+    #: PreferNoSchedule one keeps no pod off). As Kueue's flavor assigner, a workload is not assigned
+    #: this flavor when a pod set of it, with the flavor's tolerations, does not tolerate one of them.
+    node_taints: list[Taint] = []
 
 
 class Topology(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -58,6 +58,7 @@ class ReasonCode(enum.StrEnum):
     NO_PLACEMENT = "no_placement"
     TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"
     NO_MATCHING_NODES = "no_matching_nodes"
+    UNTOLERATED_TAINT = "untolerated_taint"
     RESERVATION_HELD = "reservation_held"
     RESERVED_FOR_ANOTHER_GANG = "reserved_for_another_gang"
     QUOTA_HELD_FOR_ANOTHER = "quota_held_for_another"
@@ -134,6 +135,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NO_PLACEMENT: "no placement for the whole gang on free capacity",
     C.TOPOLOGY_UNSATISFIABLE: "topology can never be satisfied: pod set {pod_set} has {request} topology {level}, but {missing}",
     C.NO_MATCHING_NODES: "no node can ever take pod set {pod_set}: {missing}",
+    C.UNTOLERATED_TAINT: ("no flavor of {cluster_queue} for {resources} ({flavors}) may take it: pod set {pod_set} "
+                          "does not tolerate flavor {flavor}'s node taint {taint} (spec.nodeTaints)"),
     C.RESERVATION_HELD: "no placement for the whole gang on free capacity",
     C.RESERVED_FOR_ANOTHER_GANG: "the room it needs is reserved for {gang}, expected to start at {start}",
     C.QUOTA_HELD_FOR_ANOTHER: ("fits its quota now, but that quota is held for {gang} of {cluster_queue}, expected "
@@ -205,10 +208,10 @@ QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LEN
 NEVER_PLACEABLE_CODES = (C.TOPOLOGY_UNSATISFIABLE, C.NO_MATCHING_NODES)
 #: The contract itself stands in the way: no queue, or no quota for what is asked, or never enough.
 CONFIG_CODES = (C.NO_CONFIG, C.UNKNOWN_CLUSTER_QUEUE, C.LOCAL_QUEUE_GONE, C.NO_QUOTA_FOR_RESOURCES, C.NO_QUOTA_IN_FLAVOR,
-                C.QUOTA_NEVER_ENOUGH)
+                C.QUOTA_NEVER_ENOUGH, C.UNTOLERATED_TAINT)
 #: What no cycle can change (only nodes joining, or a new contract): no start to forecast, and a
 #: StrictFIFO queue does not wait behind it.
-NEVER_CODES = (*NEVER_PLACEABLE_CODES, C.QUOTA_NEVER_ENOUGH, C.LOCAL_QUEUE_GONE)
+NEVER_CODES = (*NEVER_PLACEABLE_CODES, C.QUOTA_NEVER_ENOUGH, C.LOCAL_QUEUE_GONE, C.UNTOLERATED_TAINT)
 
 
 def render(code: ReasonCode, params: dict[str, Param]) -> str:

@@ -9,7 +9,7 @@ import msgspec
 
 from gangway.events import gpus
 from gangway.events.catalogue import PodAssignment, PodSet
-from gangway.events.contract import Contract, FlavorQuotas, Quota, Toleration
+from gangway.events.contract import KEEPS_OFF, Contract, FlavorQuotas, Quota, Taint, Toleration
 from gangway.events.quantity import MILLI
 from gangway.events.quota import QuotaStructure, fr_key, split_fr
 
@@ -65,6 +65,9 @@ class ContractIndex:
         self.flavors = {f.name: f for f in contract.flavors}
         #: Does any flavor give its pods tolerations? (Most contracts: no, and ``flavored`` is free.)
         self.tolerating = any(f.tolerations for f in contract.flavors)
+        #: The taints each flavor declares its nodes carry that keep pods off (``nodeTaints``).
+        self.flavor_taints = {f.name: [t for t in f.node_taints if t.effect in KEEPS_OFF] for f in contract.flavors}
+        self.tainting = any(self.flavor_taints.values())
         self._flavor_nodes: dict[tuple, tuple[dict, frozenset[str]]] = {}
         self.tree = QuotaStructure(contract)
         #: Per queue, per resource: the quota summed over flavors (what "covers" a resource).
@@ -151,6 +154,24 @@ class ContractIndex:
     def flavor_tolerations(self, flavors: dict[str, str]) -> list[Toleration]:
         """The tolerations the flavors of an assignment give its pods."""
         return [t for name in sorted(set(flavors.values())) if name in self.flavors for t in self.flavors[name].tolerations]
+
+    def tolerated(self, group: list[FlavorQuotas], pod_sets: list[PodSet]) -> list[FlavorQuotas]:
+        """The flavors of a resource group whose nodeTaints every pod set tolerates, with the flavor's
+        own tolerations (Kueue's flavor assigner passes over the others); the group itself when no
+        flavor declares taints."""
+        if not self.tainting:
+            return group
+        return [fq for fq in group if self.untolerated(fq.flavor, pod_sets) is None]
+
+    def untolerated(self, flavor: str, pod_sets: list[PodSet]) -> tuple[str, Taint] | None:
+        """The first (pod set, taint) of a flavor's nodeTaints that a pod set does not tolerate, with
+        the flavor's tolerations added (None: every pod set tolerates them all)."""
+        for taint in self.flavor_taints.get(flavor, ()):
+            for ps in pod_sets:
+                tolerations = [*ps.tolerations, *self.flavors[flavor].tolerations]
+                if not any(t.tolerates(taint) for t in tolerations):
+                    return ps.name, taint
+        return None
 
     def nodes_of(self, flavors: dict[str, str], state) -> frozenset[str] | None:
         """The state's nodes with the labels of every flavor in a flavor assignment (None: all)."""

@@ -188,6 +188,11 @@ class ContractBuilder:
         self._flavors[flavor] = msgspec.structs.replace(old, tolerations=list(tolerations))
         return self
 
+    def flavor_taints(self, flavor: str, *taints) -> ContractBuilder:
+        old = self._flavors.get(flavor, ResourceFlavor(name=flavor))
+        self._flavors[flavor] = msgspec.structs.replace(old, node_taints=list(taints))
+        return self
+
     def flavor_weight(self, flavor: str, resource: str, weight: float) -> ContractBuilder:
         old = self._flavors.get(flavor, ResourceFlavor(name=flavor))
         self._flavors[flavor] = msgspec.structs.replace(old, resource_weights={**old.resource_weights, resource: milli(weight)})

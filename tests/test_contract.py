@@ -215,14 +215,6 @@ WARNINGS = [
         id="a ClusterQueue's concurrentAdmissionPolicy is not enforced: a warning",
     ),
     pytest.param(
-        docs(FLAVOR.replace("name: default-flavor", "name: default-flavor\nspec:\n  nodeTaints: "
-                            "[{key: spot, value: 'true', effect: NoSchedule}]")),
-        "config.yaml: warning: ResourceFlavor default-flavor: spec.nodeTaints: not read: gangway sees each node's "
-        "taints on the node itself, and places a workload only on nodes whose taints it (or its flavor's "
-        "tolerations) tolerates",
-        id="a flavor's nodeTaints are not read (the nodes' own are): a warning",
-    ),
-    pytest.param(
         docs(FLAVOR, cluster_queue(extra="  admissionChecks: [prov]\n")),
         "config.yaml: warning: ClusterQueue team-a: spec.admissionChecks: not supported by gangway yet; ignored",
         id="a Kueue field gangway does not enforce is ignored with a warning",
@@ -733,6 +725,23 @@ def test_a_flavors_tolerations_are_read_and_a_wrong_one_is_refused_with_its_fiel
         "config.yaml: ResourceFlavor spot: spec.tolerations[0].operator: 'Sometimes' is neither Equal nor Exists"]
     assert problems_of(TAINTED_POOL.replace("{key: pool, value: training}", "{value: training}")) == [
         "config.yaml: ResourceFlavor spot: spec.tolerations[1].key: missing (only operator Exists may leave the key out)"]
+
+
+def test_a_flavors_node_taints_are_read_and_a_wrong_one_is_refused_with_its_field():
+    from gangway.events.contract import Taint
+    text = TAINTED_POOL.replace("  tolerations:", "  nodeTaints:\n  - {key: spot, value: 'true', effect: NoSchedule}\n"
+                                "  - {key: slow, effect: PreferNoSchedule}\n  tolerations:")
+    contract, warnings = read_contract(text, "config.yaml")
+    assert warnings == []  # read and enforced: no "not read" warning
+    assert contract.flavors[0].node_taints == [Taint(key="spot", value="true", effect="NoSchedule"),
+                                               Taint(key="slow", effect="PreferNoSchedule")]
+    assert problems_of(text.replace("effect: NoSchedule}\n  - {key: slow", "effect: Never}\n  - {key: slow")) == [
+        "config.yaml: ResourceFlavor spot: spec.nodeTaints[0].effect: 'Never' is not one of NoSchedule, "
+        "PreferNoSchedule, NoExecute"]
+    assert problems_of(text.replace("{key: slow, effect: PreferNoSchedule}", "{effect: NoExecute}")) == [
+        "config.yaml: ResourceFlavor spot: spec.nodeTaints[1].key: missing"]
+    assert problems_of(text.replace("value: 'true'", "value: 7")) == [
+        "config.yaml: ResourceFlavor spot: spec.nodeTaints[0].value: must be a string, not int"]
 
 
 def test_a_file_without_contract_objects_is_an_error_that_says_what_a_contract_holds(tmp_path):

@@ -297,7 +297,10 @@ def test_a_cluster_file_s_errors_name_the_node_and_what_is_wrong():
         load_nodes(cluster_file(cluster_node("n0"), cluster_node("n1"), cluster_node("n0")), "nodes.yaml")
     with pytest.raises(ClusterFileError, match="Node n0: gangway.io/nvlink-islands='a,b': 'a' is not a number"):
         load_nodes(cluster_file(cluster_node("n0", islands="a,b")), "nodes.yaml")
-    with pytest.raises(ClusterFileError, match="Node n0: taint x: effect 'NoScheduel' is not one of"):
+    with pytest.raises(ClusterFileError, match=r"Node n0: spec.taints\[0\].effect: 'NoScheduel' is not one of"):
         load_nodes(cluster_file(cluster_node("n0", spec="taints: [{key: x, effect: NoScheduel}]")), "nodes.yaml")
+    with pytest.raises(ClusterFileError, match=r"Node n0: spec.taints\[1\].key: missing"):
+        load_nodes(cluster_file(cluster_node("n0", spec="taints: [{key: x, effect: NoSchedule}, {effect: NoSchedule}]")),
+                   "nodes.yaml")
     with pytest.raises(ClusterFileError, match="spec.unschedulable must be true or false, not 'yes'"):
         load_nodes(cluster_file(cluster_node("n0", spec="unschedulable: 'yes'")), "nodes.yaml")

@@ -71,10 +71,12 @@ from gangway.events.contract import (
     ResourceFlavor,
     SelectorOperator,
     StopPolicy,
+    Taint,
     Toleration,
     TolerationError,
     Topology,
     WithinClusterQueue,
+    taint_of,
     toleration_of,
 )
 from gangway.events.quantity import QuantityError, parse_milli
@@ -557,25 +559,33 @@ def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
     if spec is None:
         return
     _check_fields(at, "spec", spec, {"nodeLabels", "topologyName", "tolerations", "nodeTaints"}, _FLAVOR_IGNORED)
-    if spec.get("nodeTaints"):
-        at.warn("spec.nodeTaints", "not read: gangway sees each node's taints on the node itself, and places a "
-                "workload only on nodes whose taints it (or its flavor's tolerations) tolerates")
     labels = _labels(at, "spec.nodeLabels", spec.get("nodeLabels"))
     topology = _name(at, "spec.topologyName", spec.get("topologyName"), required=False)
     refs = [("spec.topologyName", "Topology", topology)] if topology else []
     _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels, topology_name=topology,
-                                                          tolerations=_tolerations(at, spec.get("tolerations"))),
+                                                          tolerations=_tolerations(at, spec.get("tolerations")),
+                                                          node_taints=_node_taints(at, spec.get("nodeTaints"))),
               refs)
+
+
+def _node_taints(at: _At, value: Any) -> list[Taint]:
+    """A flavor's nodeTaints (Kubernetes' taint fields: key, value, effect)."""
+    return _each(at, "spec.nodeTaints", value, taint_of)
 
 
 def _tolerations(at: _At, value: Any) -> list[Toleration]:
     """A flavor's tolerations (Kubernetes' fields, as a pod's)."""
-    out: list[Toleration] = []
-    for i, item in enumerate(_list(at, "spec.tolerations", value) or []):
+    return _each(at, "spec.tolerations", value, toleration_of)
+
+
+def _each(at: _At, where: str, value: Any, read: Callable[[Any], Any]) -> list:
+    """Each item of a list field read by ``read``; an item it refuses is an error naming its field."""
+    out = []
+    for i, item in enumerate(_list(at, where, value) or []):
         try:
-            out.append(toleration_of(item))
+            out.append(read(item))
         except TolerationError as exc:
-            at.error(f"spec.tolerations[{i}]" + (f".{exc.field}" if exc.field else ""), exc.why)
+            at.error(f"{where}[{i}]" + (f".{exc.field}" if exc.field else ""), exc.why)
     return out
 
 

@@ -179,6 +179,8 @@ NEVER_STARTS = {
     C.TOPOLOGY_UNSATISFIABLE: "estimated start: never, unless nodes that meet its topology request join the cluster",
     C.NO_MATCHING_NODES: "estimated start: never, unless nodes it may use join the cluster",
     C.QUOTA_NEVER_ENOUGH: "estimated start: never, unless the contract gives {cluster_queue} more quota",
+    C.UNTOLERATED_TAINT: ("estimated start: never, unless it tolerates the taint or the contract gives {cluster_queue} "
+                          "a flavor it tolerates"),
     C.QUEUE_STOPPED: "estimated start: none while its queue is stopped (a contract with its stopPolicy None resumes it)",
     C.NO_CONFIG: "estimated start: none until a contract is applied",
     C.LOCAL_QUEUE_GONE: "estimated start: never, unless a contract brings its LocalQueue back",

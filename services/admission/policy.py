@@ -259,6 +259,7 @@ def _borrows(snap: Snapshot, wl: WorkloadState) -> bool:
     for group in snap.idx.groups[cq.name]:
         if not any(request.get(r, 0) > 0 for r in group[0].resources):
             continue
+        group = snap.idx.tolerated(group, wl.spec.pod_sets)
         now, _ = group_options(snap.bound_view(), cq, group, request, snap.idx.contract.fair_sharing.enable)
         if not now:
             return False

@@ -340,6 +340,10 @@ class Snapshot:
         for group in self.idx.groups[cq.name]:
             if not any(request.get(r, 0) > 0 for r in group[0].resources):
                 continue
+            tolerated = self.idx.tolerated(group, pod_sets)
+            if not tolerated:  # (no cycle changes that: only the contract or the job)
+                return Outcome(wl, None, untolerated_taint(self.idx, cq.name, group, pod_sets))
+            group = tolerated
             now, pre = group_options(self.bound_view(), cq, group, request, self.idx.contract.fair_sharing.enable,
                                      lambda option: self._may_preempt(wl, option))
             if wl.nominated_flavors and len(now) > 1:  # the flavor its victims made room in first
@@ -399,15 +403,17 @@ class Snapshot:
         what it is told, not the quota: it is set aside, no quota is held for it and no queue waits
         behind it (a 16-GPU pod where the largest node has 8 had quota held for it, ahead of work
         that fitted)."""
-        for flavors in _assignments(self._groups_asked(cq, request)):
+        for flavors in _assignments(self._groups_asked(cq, request, pod_sets)):
             if never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors),
                                self.state) is None:
                 return None
         return self._placeable_later(cq, request, pod_sets)  # (none could: in its words)
 
-    def _groups_asked(self, cq: str, request: dict[str, int]) -> list:
-        """``cq``'s resource groups that ``request`` asks something of."""
-        return [group for group in self.idx.groups[cq] if any(request.get(r, 0) > 0 for r in group[0].resources)]
+    def _groups_asked(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> list:
+        """``cq``'s resource groups that ``request`` asks something of, each with the flavors the pod
+        sets tolerate (``ContractIndex.tolerated``)."""
+        return [self.idx.tolerated(group, pod_sets) for group in self.idx.groups[cq]
+                if any(request.get(r, 0) > 0 for r in group[0].resources)]
 
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
         """Why a gang that no flavor assignment it fits now could ever take waits: the quota of the
@@ -415,7 +421,7 @@ class Snapshot:
         placeable reason of the queue's first assignment (its preferred flavors). (Every assignment
         it was tried under is never placeable, or it would have been told another reason: one whose
         nodes could take it is one it does not fit now.)"""
-        groups = self._groups_asked(cq, request)
+        groups = self._groups_asked(cq, request, pod_sets)
         first: Reason | None = None
         tried: list[frozenset[str] | None] = []  # each assignment's nodes (None: every node)
         for flavors in _assignments(groups):
@@ -713,6 +719,14 @@ def not_topology_aware(idx: ContractIndex, pod_sets: list[PodSet], flavors: dict
                               missing=f"flavor {plain[0]} names no Topology (topologyName): Kueue places a topology "
                                       "request only in flavors that do")
     return None
+
+
+def untolerated_taint(idx: ContractIndex, cq: str, group: list, pod_sets: list[PodSet]) -> Reason:
+    """Why no flavor of a resource group may take a gang: each declares a node taint one of its pod
+    sets does not tolerate (``ContractIndex.untolerated``); the first flavor's is named."""
+    pod_set, taint = idx.untolerated(group[0].flavor, pod_sets)
+    return reason(C.UNTOLERATED_TAINT, cluster_queue=cq, resources=", ".join(sorted(group[0].resources)),
+                  flavors=", ".join(fq.flavor for fq in group), pod_set=pod_set, flavor=group[0].flavor, taint=str(taint))
 
 
 def _told(told: Reason | None, failed: Reason | None) -> Reason | None:

@@ -18,7 +18,8 @@ import yaml
 from gangway.contract.kueue import name_problem
 from gangway.contract.yamldocs import documents
 from gangway.events import gpus as gpu_slots
-from gangway.events.catalogue import NodeObserved, Taint
+from gangway.events.catalogue import NodeObserved
+from gangway.events.contract import KEEPS_OFF, TolerationError, taint_of
 from gangway.events.quantity import QuantityError, is_extended_resource, parse_milli
 from gangway.events.resources import GPU
 from gangway.events.text import NotUtf8, utf8_text
@@ -77,9 +78,6 @@ def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
                                + ": each Node must be named once")
     return nodes
 
-
-#: Taint effects Kubernetes accepts.
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def node_unavailable(node: dict) -> str:
@@ -144,16 +142,15 @@ def _node(item: dict, filename: str, index: int = 0) -> NodeObserved:
     if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
         raise ClusterFileError(f"{where}: status.conditions must be a list of conditions")
     taints = []
-    for taint in spec.get("taints") or []:
-        if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
-            raise ClusterFileError(f"{where}: a taint without a key")
-        if taint.get("effect") not in TAINT_EFFECTS:
-            raise ClusterFileError(f"{where}: taint {taint['key']}: effect {taint.get('effect')!r} is not one of "
-                                   f"{', '.join(TAINT_EFFECTS)}")
+    for i, written in enumerate(spec.get("taints") or []):
+        try:
+            taint = taint_of(written)
+        except TolerationError as exc:
+            raise ClusterFileError(f"{where}: spec.taints[{i}]{'.' + exc.field if exc.field else ''}: {exc.why}") from None
         # Kubernetes' own taints (node.kubernetes.io/…) make the node unavailable (node_unavailable);
         # PreferNoSchedule keeps no pod off.
-        if taint["effect"] != "PreferNoSchedule" and not taint["key"].startswith(SYSTEM_TAINT_PREFIX):
-            taints.append(Taint(key=taint["key"], effect=taint["effect"], value=str(taint.get("value") or "")))
+        if taint.effect in KEEPS_OFF and not taint.key.startswith(SYSTEM_TAINT_PREFIX):
+            taints.append(taint)
     return NodeObserved(node=name, allocatable=resources, labels=labels, islands=islands,
                         unavailable=node_unavailable(item),
                         taints=sorted(taints, key=lambda t: (t.key, t.effect, t.value)))

@@ -889,7 +889,7 @@ def _no_node_for(free: Free, ps: PodSet, nodes: Container[str] | None) -> str:
     if any(admits(free[n].labels, free[n].taints, ps.node_selector, ps.tolerations, n, ps.node_affinity)
            for n in labelled):
         return ""
-    taints = sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for n in labelled
+    taints = sorted({str(t) for n in labelled
                      for t in free[n].taints if not any(tol.tolerates(t) for tol in ps.tolerations)})
     return f"every node it may use has a taint it does not tolerate ({', '.join(taints[:3])})"
 
