@@ -6,6 +6,8 @@ tests/integration/test_stories_on_the_stack.py).
 
 from __future__ import annotations
 
+import pytest
+
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
@@ -163,6 +165,18 @@ def test_a_workload_expected_to_end_within_its_grace_period_is_waited_for_not_ev
 def test_a_workload_expected_to_run_longer_than_its_grace_period_is_evicted():
     assert victims(declared_runtime_queue(ran_ms=54_000)) == ["v"]  # 6 s to go
     assert victims(declared_runtime_queue(ran_ms=54_000, runtime_ms=None)) == ["v"]  # no runtime declared
+
+
+@pytest.mark.parametrize("ran_ms, walks", [(56_000, False), (54_000, True)])
+def test_preemption_walks_the_queue_only_while_some_admitted_workload_is_unprotected(monkeypatch, ran_ms, walks):
+    """Every workload holding quota protected (here: ending within its grace period): no rule could
+    find a victim, so the admission cycle is not walked at all; one unprotected: it is."""
+    from gangway.services.preemption import policy
+    log = declared_runtime_queue(ran_ms=ran_ms)
+    walked = []
+    monkeypatch.setattr(policy, "admission_cycle", lambda *args: walked.append(1) or iter(()))
+    assert decide_preemption(log.state) == []
+    assert bool(walked) is walks
 
 
 def test_a_workload_late_by_more_than_a_grace_period_is_no_longer_waited_for():

@@ -21,7 +21,7 @@ from gangway.events.resources import GPU, ContractIndex, index_of
 from gangway.events.state import ORDER_OUT_FROM, State, WorkloadState, shape_of
 from gangway.services.admission.policy import admission_cycle
 from gangway.services.admission.snapshot import Snapshot, hand_over_lapses
-from gangway.services.admission.victims import choose_victims, work_lost_ms
+from gangway.services.admission.victims import anyone_preemptible, choose_victims, work_lost_ms
 from gangway.services.placement.policy import victims_in_flight
 from gangway.services.preemption.defrag import plan_moves
 
@@ -41,7 +41,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
     idx = index_of(state.contract)
     yield from drained(state, idx)
     yield from lapsed(state, idx)
-    if not state.pending:
+    if not state.pending or not anyone_preemptible(state, idx):
         return
     waiting = victims_in_flight(state)
     ordered_out: set[str] = set()
