@@ -195,7 +195,8 @@ class Toleration(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fal
 
 
 class TolerationError(ValueError):
-    """A toleration as written is wrong: ``field`` (key, operator, value, effect; "" for the whole) and why."""
+    """A toleration or a taint as written is wrong: ``field`` (key, operator, value, effect; "" for the
+    whole) and why."""
 
     def __init__(self, field: str, why: str):
         super().__init__(why)

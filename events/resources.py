@@ -166,10 +166,13 @@ class ContractIndex:
     def untolerated(self, flavor: str, pod_sets: list[PodSet]) -> tuple[str, Taint] | None:
         """The first (pod set, taint) of a flavor's nodeTaints that a pod set does not tolerate, with
         the flavor's tolerations added (None: every pod set tolerates them all)."""
-        for taint in self.flavor_taints.get(flavor, ()):
+        taints = self.flavor_taints.get(flavor)
+        if not taints:
+            return None
+        given = self.flavors[flavor].tolerations
+        for taint in taints:
             for ps in pod_sets:
-                tolerations = [*ps.tolerations, *self.flavors[flavor].tolerations]
-                if not any(t.tolerates(taint) for t in tolerations):
+                if not any(t.tolerates(taint) for t in (*ps.tolerations, *given)):
                     return ps.name, taint
         return None
 
