@@ -188,6 +188,7 @@ CLAUSES: dict[str, str] = {
     "idle_first": "; {idle_first}",
     "workload_phase": " (workload {workload_phase})",
     "last_error": ": {last_error}",
+    "passed_over": "; passed over for their node taints: {passed_over}",
 }
 
 #: Codes a decision event may carry, by event: what a consumer of each event type switches on.

@@ -103,3 +103,16 @@ def test_the_rules_say_which_taints_a_flavors_nodes_carry():
     text = rules.as_text(rules.sections(c))
     assert ("Flavor spot: nodes labelled pool=spot; its nodes carry spot=true:NoSchedule: a job is assigned it only "
             "if its pods tolerate them, with the flavor's tolerations [untolerated_taint].") in text
+
+
+def test_a_gang_another_flavor_cannot_take_either_is_told_which_flavor_its_taints_passed_over():
+    """spot (16 GPUs, tainted) then on-demand (8): a 2 × 8-GPU gang not tolerating spot is told
+    on-demand's reason, and that spot was passed over for its taint (else "never enough" would read
+    as if the queue had no more)."""
+    sim = cluster(contract(cluster_queue("q").flavor("spot").gpus(16).flavor("on-demand").gpus(8))
+                  .flavor_taints("spot", SPOT), nodes_per_flavor=2)
+    run(sim, workload("big").queue("q").gpus(8, pods=2).obj())
+    lines = explain(sim.log, "big")
+    assert lines[-3].startswith("now pending (quota_never_enough): q can never hold it"), lines
+    assert lines[-3].endswith("; passed over for their node taints: spot (pod set main does not tolerate "
+                              "spot=true:NoSchedule)"), lines

@@ -209,6 +209,8 @@ class Snapshot:
                 not any(self._preemption_possible(wl, flavors) for flavors in outcome.preempt_flavors):
             outcome = self._partial(wl, outcome)
         if outcome.admission is None:
+            if self.idx.tainting and outcome.reason is not None and outcome.reason.code != C.UNTOLERATED_TAINT:
+                outcome.reason = outcome.reason.plus(passed_over=self._passed_over(wl, cq.name))
             self.failed[key] = outcome
             if self._settles(key):
                 self.settled.add(key[0])
@@ -409,10 +411,20 @@ class Snapshot:
                 return None
         return self._placeable_later(cq, request, pod_sets)  # (none could: in its words)
 
-    def _groups_asked(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> list:
+    def _passed_over(self, wl: WorkloadState, cq: str) -> str | None:
+        """The flavors of ``cq`` passed over for ``wl`` for node taints a pod set of it does not
+        tolerate, in words (None: none), so that a gang told another flavor's reason knows why not
+        the tainted one."""
+        request = self.idx.asked(wl)
+        said = [f"{fq.flavor} (pod set {found[0]} does not tolerate {found[1]})"
+                for group in self._groups_asked(cq, request) for fq in group
+                if (found := self.idx.untolerated(fq.flavor, wl.spec.pod_sets)) is not None]
+        return ", ".join(said) or None
+
+    def _groups_asked(self, cq: str, request: dict[str, int], pod_sets: list[PodSet] | None = None) -> list:
         """``cq``'s resource groups that ``request`` asks something of, each with the flavors the pod
-        sets tolerate (``ContractIndex.tolerated``)."""
-        return [self.idx.tolerated(group, pod_sets) for group in self.idx.groups[cq]
+        sets tolerate (``ContractIndex.tolerated``; all of them without ``pod_sets``)."""
+        return [group if pod_sets is None else self.idx.tolerated(group, pod_sets) for group in self.idx.groups[cq]
                 if any(request.get(r, 0) > 0 for r in group[0].resources)]
 
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
