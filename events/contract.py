@@ -206,12 +206,7 @@ class TolerationError(ValueError):
 def toleration_of(item) -> Toleration:
     """A toleration from its Kubernetes fields (``tolerationSeconds`` does not matter to placing);
     raises TolerationError."""
-    if not isinstance(item, dict):
-        raise TolerationError("", f"must be a mapping, not {_type_of(item)}")
-    fields = {k: item.get(k) for k in ("key", "operator", "value", "effect") if item.get(k) is not None}
-    for key, text in fields.items():
-        if not isinstance(text, str):
-            raise TolerationError(key, f"must be a string, not {_type_of(text)}")
+    fields = _string_fields(item, ("key", "operator", "value", "effect"))
     operator = fields.get("operator", "Equal")
     if operator not in ("Equal", "Exists"):
         raise TolerationError("operator", f"{operator!r} is neither Equal nor Exists")
@@ -228,16 +223,24 @@ def toleration_of(item) -> Toleration:
 def taint_of(item) -> Taint:
     """A taint from its Kubernetes fields (a Node's ``spec.taints``, a ResourceFlavor's
     ``spec.nodeTaints``; ``timeAdded`` does not matter to placing); raises TolerationError."""
+    fields = _string_fields(item, ("key", "value", "effect"))
+    if not fields.get("key"):
+        raise TolerationError("key", "missing")
+    if fields.get("effect") not in TAINT_EFFECTS:
+        raise TolerationError("effect", f"{fields.get('effect')!r} is not one of {', '.join(TAINT_EFFECTS)}")
+    return Taint(key=fields["key"], effect=fields["effect"], value=fields.get("value", ""))
+
+
+def _string_fields(item, keys: tuple[str, ...]) -> dict[str, str]:
+    """The ``keys`` a mapping of Kubernetes fields sets (None: not set), each a string; raises
+    TolerationError naming the first that is not (the field "" when ``item`` is no mapping)."""
     if not isinstance(item, dict):
         raise TolerationError("", f"must be a mapping, not {_type_of(item)}")
-    for key in ("key", "value", "effect"):
-        if item.get(key) is not None and not isinstance(item[key], str):
-            raise TolerationError(key, f"must be a string, not {_type_of(item[key])}")
-    if not item.get("key"):
-        raise TolerationError("key", "missing")
-    if item.get("effect") not in TAINT_EFFECTS:
-        raise TolerationError("effect", f"{item.get('effect')!r} is not one of {', '.join(TAINT_EFFECTS)}")
-    return Taint(key=item["key"], effect=item["effect"], value=item.get("value") or "")
+    fields = {k: item[k] for k in keys if item.get(k) is not None}
+    for key, text in fields.items():
+        if not isinstance(text, str):
+            raise TolerationError(key, f"must be a string, not {_type_of(text)}")
+    return fields
 
 
 def _type_of(value) -> str:
@@ -260,6 +263,11 @@ class ResourceFlavor(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: PreferNoSchedule one keeps no pod off). As Kueue's flavor assigner, a workload is not assigned
     #: this flavor when a pod set of it, with the flavor's tolerations, does not tolerate one of them.
     node_taints: list[Taint] = []
+
+    @property
+    def keeping_off(self) -> list[Taint]:
+        """Its node taints that keep off the pods not tolerating them (not PreferNoSchedule)."""
+        return [t for t in self.node_taints if t.effect in KEEPS_OFF]
 
 
 class Topology(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -9,7 +9,7 @@ import msgspec
 
 from gangway.events import gpus
 from gangway.events.catalogue import PodAssignment, PodSet
-from gangway.events.contract import KEEPS_OFF, Contract, FlavorQuotas, Quota, Taint, Toleration
+from gangway.events.contract import Contract, FlavorQuotas, Quota, Taint, Toleration
 from gangway.events.quantity import MILLI
 from gangway.events.quota import QuotaStructure, fr_key, split_fr
 
@@ -66,7 +66,7 @@ class ContractIndex:
         #: Does any flavor give its pods tolerations? (Most contracts: no, and ``flavored`` is free.)
         self.tolerating = any(f.tolerations for f in contract.flavors)
         #: The taints each flavor declares its nodes carry that keep pods off (``nodeTaints``).
-        self.flavor_taints = {f.name: [t for t in f.node_taints if t.effect in KEEPS_OFF] for f in contract.flavors}
+        self.flavor_taints = {f.name: f.keeping_off for f in contract.flavors}
         self.tainting = any(self.flavor_taints.values())
         self._flavor_nodes: dict[tuple, tuple[dict, frozenset[str]]] = {}
         self.tree = QuotaStructure(contract)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from gangway.events.contract import KEEPS_OFF, WEIGHT_ONE, ClusterQueue, Contract, FlavorQuotas, LabelSelector, Toleration
+from gangway.events.contract import WEIGHT_ONE, ClusterQueue, Contract, FlavorQuotas, LabelSelector, Toleration
 from gangway.events.resources import GPU
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
@@ -51,9 +51,8 @@ def _flavors(contract: Contract) -> list[str]:
         nodes = ("nodes labelled " + ", ".join(f"{k}={v}" for k, v in sorted(f.node_labels.items()))
                  if f.node_labels else "any node")
         line = f"Flavor {f.name}: {nodes}"
-        taints = [t for t in f.node_taints if t.effect in KEEPS_OFF]
-        if taints:
-            line += "; its nodes carry " + ", ".join(map(str, taints)) + \
+        if f.keeping_off:
+            line += "; its nodes carry " + ", ".join(map(str, f.keeping_off)) + \
                 ": a job is assigned it only if its pods tolerate them, with the flavor's tolerations" + \
                 _codes(C.UNTOLERATED_TAINT)
         if f.tolerations:

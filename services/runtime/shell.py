@@ -200,9 +200,10 @@ class LogService:
         """The state, written by a forked copy of this process at the lowest priority, while this
         one goes on folding and deciding. Encoding a big state holds the loop for a quarter of a
         second and more, and every service reaches the threshold at about the same offset: written
-        in the loop, the pipeline stalled at once, on the work's critical path (a tenth of the
-        CPU of the baseline's tail in one sampled run). The copy dies with this process (a snapshot half written is left as a
-        ``.tmp`` file, never as the snapshot). Without fork (or prctl), written now."""
+        in the loop, the pipeline stalled at once, on the work's critical path (a tenth of the CPU
+        of the baseline's tail in one sampled run). The copy dies with this process (a snapshot
+        half written is left as a ``.tmp`` file, never as the snapshot). Without fork (or prctl),
+        written now."""
         if not self.snapshots or self.state.offset < 0 or not self._reap_writer(block=False):
             return  # (one still being written: the next turn of the loop asks again)
         if not _CAN_FORK:
