@@ -324,6 +324,24 @@ class IdleRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return f"SM active below {self.sm_active_below / 10:g} % for {self.for_ms / 60_000:g} min"
 
 
+class Backfill(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """gangway extension: how admission keeps room for work that waits, a platform team's trade
+    between the priorities. ``quota_holds_per_tree``: how many workloads kept out by quota alone
+    have quota held for them in one quota tree each cycle (from the highest priority, then the
+    oldest; work of lower priority may use held quota only if it ends before the hold starts —
+    Slurm's ``bf_max_job_test``); 0 holds none (Kueue's BestEffortFIFO: whatever fits goes).
+    ``hand_over_within_ms``: a workload kept out by quota alone is admitted to take over the quota
+    of running work expected to end within this long; 0 turns hand-overs off."""
+
+    #: 8: with one, a second gang of the first one's priority had nothing kept for it — in Kueue's
+    #: baseline work of lower priority took each bit of quota freed before the first one started,
+    #: the large gangs fell behind one another and their waits grew for the rest of the run.
+    quota_holds_per_tree: int = 8
+    #: 100 ms: the turnover a hand-over saves (admission's round trip) was 60-100 ms on this
+    #: machine in Kueue's baseline; for this long the quota taken over is counted twice.
+    hand_over_within_ms: int = 100
+
+
 class PodPriorityClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A Kubernetes PriorityClass (``scheduling.k8s.io/v1``): the priority of a job whose pod template
     names it (``priorityClassName``) and that carries no WorkloadPriorityClass label, as in Kueue."""
@@ -375,6 +393,7 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return None
 
     topologies: list[Topology] = []
+    backfill: Backfill = Backfill()
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

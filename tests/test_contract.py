@@ -11,7 +11,7 @@ import yaml
 import gangway
 from gangway.contract import ConfigError, check_file, contract_digest, load_contract, read_contract, validate_file
 from gangway.events.contract import (
-    BorrowWithinCohort, Cohort, FairSharing, FlavorFungibility, FlavorQuotas, Preemption, Price, Quota,
+    Backfill, BorrowWithinCohort, Cohort, FairSharing, FlavorFungibility, FlavorQuotas, Preemption, Price, Quota,
 )
 
 DEMO = Path(gangway.__file__).parent / "demo"
@@ -609,6 +609,7 @@ POLICY = docs(FLAVOR, cluster_queue(), y("""
       prices:
         currency: EUR
         perHour: [{flavor: default-flavor, resource: cpu, price: "0.04"}]
+      backfill: {quotaHoldsPerTree: 2, handOverWithinMilliseconds: 0}
     """))
 
 
@@ -621,6 +622,8 @@ def test_the_scheduling_policy_sets_runtimes_fair_sharing_checkpoints_and_prices
     assert contract.flavors[0].resource_weights == {"cpu": 3000}
     assert contract.checkpoint_aware is False
     assert (contract.currency, contract.prices) == ("EUR", [Price("default-flavor", "cpu", 40_000)])
+    assert contract.backfill == Backfill(quota_holds_per_tree=2, hand_over_within_ms=0)
+    assert load_contract(docs(FLAVOR, cluster_queue())).backfill == Backfill(quota_holds_per_tree=8, hand_over_within_ms=100)
 
 
 @pytest.mark.parametrize("field, value, why", [
@@ -634,6 +637,11 @@ def test_the_scheduling_policy_sets_runtimes_fair_sharing_checkpoints_and_prices
     ("fairSharing", "{flavorWeights: {gold: {cpu: 2}}}", 'spec.fairSharing.flavorWeights.gold: ResourceFlavor "gold" is not defined'),
     ("priorityClasses", "[{name: research}]",
      "spec.priorityClasses[0]: says nothing: give gracePeriodSeconds, minRuntimeSeconds or both"),
+    ("backfill", "{quotaHoldsPerTree: -1}", "spec.backfill.quotaHoldsPerTree: -1 is out of range: 0 to 64"),
+    ("backfill", '{handOverWithinMilliseconds: "100ms"}', 'spec.backfill.handOverWithinMilliseconds: "100ms" is not an integer'),
+    ("backfill", "{handOverWithinMilliseconds: 600000}",
+     "spec.backfill.handOverWithinMilliseconds: 600000 is out of range: 0 to 60000"),
+    ("backfill", "[8]", "spec.backfill: must be a mapping, not a list"),
 ])
 def test_a_bad_scheduling_policy_field_is_refused_precisely(field, value, why):
     text = docs(FLAVOR, cluster_queue(), "apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\n"

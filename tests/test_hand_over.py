@@ -1,23 +1,26 @@
 """Hand-over: a workload kept out by quota alone is admitted to take over from running work that
-is expected to end within ``HAND_OVER_WITHIN_MS``; the binder starts it the moment that work has
+is expected to end within the contract's ``backfill.hand_over_within_ms``; the binder starts it the moment that work has
 ended, with no admission round trip in between. Pure core (Simulation); every log replays."""
 
 from __future__ import annotations
 
+import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangway.events import catalogue as ev
 from gangway.events.codec import Envelope
-from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
+from gangway.events.contract import Backfill, ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
 from gangway.events.reasons import ReasonCode
 from gangway.services.admission.policy import queue_order
-from gangway.services.admission.snapshot import HAND_OVER_WITHIN_MS
 from gangway.services.audit.replay import verify
 from gangway.services.binder.policy import due_reports
 from gangway.sim import Simulation
 from builders import node
 from test_quota_hold import CONTRACT as COHORT  # two teams of 4 CPUs in one cohort, each may borrow all of the other's
+
+HAND_OVER_WITHIN_MS = Backfill().hand_over_within_ms
 
 #: One team of 8 CPUs on one node of 8 CPUs; a grace period of 2 s.
 CONTRACT = Contract(
@@ -28,9 +31,9 @@ CONTRACT = Contract(
 )
 
 
-def started() -> Simulation:
+def started(contract: Contract = CONTRACT) -> Simulation:
     sim = Simulation()
-    sim.configure(CONTRACT)
+    sim.configure(contract)
     sim.add_nodes([node("n0").cpu(8).obj()])
     return sim
 
@@ -45,9 +48,9 @@ def events_of(sim: Simulation, kind, workload: str) -> list[Envelope]:
     return [env for env in sim.log if isinstance(env.data, kind) and env.data.workload == workload]
 
 
-def running_first(runtime_ms: int = 1_000) -> Simulation:
+def running_first(runtime_ms: int = 1_000, contract: Contract = CONTRACT) -> Simulation:
     """"a/first" (the whole queue and node) running since now."""
-    sim = started()
+    sim = started(contract)
     submit(sim, "first", 8, runtime_ms)
     sim.step()
     assert sim.state.workloads["a/first"].phase == "running"
@@ -85,6 +88,19 @@ def test_work_that_frees_later_than_the_horizon_is_not_handed_over():
     assert not events_of(sim, ev.WorkloadAdmitted, "a/next")
     sim.run()
     assert [a.data.after for a in events_of(sim, ev.WorkloadAdmitted, "a/next")] == [[]]  # admitted once it ended
+    assert verify(sim.log).ok
+
+
+@pytest.mark.parametrize("within_ms, ends_in, handed_over", [(0, 50, False), (100, 50, True), (100, 400, False),
+                                                             (500, 400, True)])
+def test_the_contract_sets_the_horizon_and_zero_turns_hand_overs_off(within_ms, ends_in, handed_over):
+    contract = msgspec.structs.replace(CONTRACT, backfill=Backfill(hand_over_within_ms=within_ms))
+    sim = running_first(contract=contract)
+    sim.run(until_ms=sim.now_ms + 1_000 - ends_in)
+    submit(sim, "next", 8, 1_000)
+    sim.step()
+    assert [a.data.after for a in events_of(sim, ev.WorkloadAdmitted, "a/next")] == ([["a/first"]] if handed_over else [])
+    sim.run()
     assert verify(sim.log).ok
 
 

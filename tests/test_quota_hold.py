@@ -4,11 +4,12 @@ big one of higher priority out for good. Pure core (Simulation); every log repla
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gangway.events import catalogue as ev
-from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
+from gangway.events.contract import Backfill, ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
 from gangway.events.reasons import ReasonCode
 from gangway.read.explain import pending_report
 from gangway.services.audit.replay import verify
@@ -26,9 +27,9 @@ CONTRACT = Contract(
 )
 
 
-def started() -> Simulation:
+def started(contract: Contract = CONTRACT) -> Simulation:
     sim = Simulation()
-    sim.configure(CONTRACT)
+    sim.configure(contract)
     sim.add_nodes([node("n0").cpu(8).obj()])
     return sim
 
@@ -67,6 +68,16 @@ def test_a_big_job_is_not_kept_out_by_a_stream_of_small_ones():
     start = admitted_ms(sim, "b/big") - sim.log[0].time_ms
     assert 5_000 <= start <= 5_000 + 1_000 + 125  # the running small jobs end (1 s), nothing new in between
     assert all(wl.phase == "finished" for wl in sim.state.workloads.values())
+    assert verify(sim.log).ok
+
+
+def test_a_contract_that_holds_no_quota_lets_the_stream_keep_the_big_job_out():
+    # backfill.quota_holds_per_tree 0 (Kueue's BestEffortFIFO): whatever fits goes, and each CPU a
+    # small job frees is taken by the next small one before the big job's 8 are ever free together.
+    sim = started(msgspec.structs.replace(CONTRACT, backfill=Backfill(quota_holds_per_tree=0)))
+    stream(sim, "b", until_ms=20_000, big=("b", 5_000))
+    start = admitted_ms(sim, "b/big") - sim.log[0].time_ms
+    assert start >= 19_000, start  # once the stream stops (with the default hold: by about 6.1 s)
     assert verify(sim.log).ok
 
 

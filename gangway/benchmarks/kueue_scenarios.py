@@ -21,9 +21,11 @@ import os
 import re
 import statistics
 import tempfile
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from gangway import stack
@@ -31,7 +33,7 @@ from gangway.adapters import kafka
 from gangway.benchmarks.results import reference_data, write_json
 from gangway.events import catalogue as ev
 from gangway.events.contract import (
-    ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
+    Backfill, ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
 )
 from gangway.events.quantity import parse_milli
 
@@ -438,12 +440,16 @@ def median_run(results: list[dict]) -> dict:
 
 
 def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: str | None = None,
-         runs: int = 3, provenance=lambda result: result, simulated: int | None = None) -> int:
+         runs: int = 3, provenance=lambda result: result, simulated: int | None = None,
+         quota_holds: int | None = None) -> int:
     if not re.fullmatch(r"[a-z-]+", scenario):
         raise SystemExit(f"gangway: bad scenario name {scenario!r}")
     needs = f"kueue-perf/{scenario}/generator.yaml"
     path = reference_data(data_dir, needs) / needs
     sc = load(path, shrink)
+    if quota_holds is not None:  # the platform team's trade between the priorities' waits
+        sc = dataclasses.replace(sc, contract=msgspec.structs.replace(
+            sc.contract, backfill=Backfill(quota_holds_per_tree=quota_holds)))
     if sc.topology:
         print(f"note: {scenario} has a topology ({sc.topology['name']}): its nodes carry the level labels and "
               f"the pod sets Kueue's TAS constraints; placement honours what the code of this branch supports")
@@ -453,6 +459,7 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
     for i in range(runs):
         result = run(sc) if simulated is None else simulate(sc, simulated)
         result["shrink"] = shrink
+        result["quota_holds_per_tree"] = sc.contract.backfill.quota_holds_per_tree
         print(f"--- run {i + 1} of {runs}\n{report(result)}", flush=True)
         done.append(result)
     result = provenance(median_run(done))
@@ -462,6 +469,7 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
               f"{result['wall_vs_lower_bound']:.2f} × the lower bound (the run kept in the results)")
     if result["goals"]:
         print(goals_report(result["goals"]))
-    kind = "-shrunk" * bool(shrink) + (f"-simulated-{simulated}ms" if simulated is not None else "")
+    kind = "-shrunk" * bool(shrink) + (f"-simulated-{simulated}ms" if simulated is not None else "") + \
+        (f"-holds-{quota_holds}" if quota_holds is not None else "")
     write_json(result, out or f"bench/results/kueue-{scenario}{kind}.json")
     return 0

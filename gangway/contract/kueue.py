@@ -44,6 +44,7 @@ import yaml
 from gangway.contract.yamldocs import documents
 from gangway.events.contract import (
     WEIGHT_ONE,
+    Backfill,
     Billing,
     BillingPeriod,
     BorrowWithinCohort,
@@ -424,6 +425,7 @@ class _Policy:
     currency: str | None = None
     billing: Billing | None = None
     idle_rule: IdleRule | None = None
+    backfill: Backfill | None = None
 
 
 @dataclass
@@ -508,7 +510,8 @@ def _assemble(parsed: _Parsed) -> Contract:
     defaults = {"default_grace_ms": policy.default_grace_ms,
                 "default_priority": policy.default_priority if policy.default_priority is not None else global_default,
                 "fair_sharing": policy.fair_sharing, "checkpoint_aware": policy.checkpoint_aware,
-                "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule}
+                "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule,
+                "backfill": policy.backfill}
     classes = [
         msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name),
                                 min_runtime_ms=policy.min_runtime_ms.get(name))
@@ -755,7 +758,7 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     if spec is None:
         return
     _check_fields(at, "spec", spec, {"defaultGracePeriodSeconds", "defaultPriority", "priorityClasses",
-                                     "fairSharing", "checkpointAware", "prices", "billing", "idleRule"})
+                                     "fairSharing", "checkpointAware", "prices", "billing", "idleRule", "backfill"})
     grace_s = _int(at, "spec.defaultGracePeriodSeconds", spec.get("defaultGracePeriodSeconds"), _GRACE_SECONDS)
     priority = _int(at, "spec.defaultPriority", spec.get("defaultPriority"), _INT32)
     policy = _Policy(None if grace_s is None else grace_s * 1000, priority)
@@ -768,6 +771,7 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     refs += _policy_prices(at, "spec.prices", spec.get("prices"), policy)
     policy.billing = _policy_billing(at, "spec.billing", spec.get("billing"))
     policy.idle_rule = _policy_idle_rule(at, "spec.idleRule", spec.get("idleRule"))
+    policy.backfill = _policy_backfill(at, "spec.backfill", spec.get("backfill"))
     if parsed.policies:
         first = next(iter(parsed.policies.values())).at
         at.error("", f"only one SchedulingPolicy is allowed; {first.name} is in {first.where()}")
@@ -952,6 +956,24 @@ def _policy_idle_rule(at: _At, path: str, value: Any) -> IdleRule | None:
         first = False
     return IdleRule(sm_active_below=IdleRule().sm_active_below if below is None else below,
                     for_ms=IdleRule().for_ms if seconds is None else seconds * 1000, preempt_first=first)
+
+
+#: At most this many quota holds a tree: each is one more quota walk per blocked workload and cycle.
+_HOLDS = (0, 64)
+#: A hand-over counts the quota it takes over twice for this long at most (one minute).
+_HAND_OVER_MS = (0, 60_000)
+
+
+def _policy_backfill(at: _At, path: str, value: Any) -> Backfill | None:
+    """``backfill: {quotaHoldsPerTree: 8, handOverWithinMilliseconds: 100}`` (``Backfill``)."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return None
+    _check_fields(at, path, spec, {"quotaHoldsPerTree", "handOverWithinMilliseconds"})
+    holds = _int(at, f"{path}.quotaHoldsPerTree", spec.get("quotaHoldsPerTree"), _HOLDS)
+    within = _int(at, f"{path}.handOverWithinMilliseconds", spec.get("handOverWithinMilliseconds"), _HAND_OVER_MS)
+    return Backfill(quota_holds_per_tree=Backfill().quota_holds_per_tree if holds is None else holds,
+                    hand_over_within_ms=Backfill().hand_over_within_ms if within is None else within)
 
 
 _READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from gangway.events.contract import WEIGHT_ONE, ClusterQueue, Contract, FlavorQuotas, LabelSelector, Toleration
+from gangway.events.contract import WEIGHT_ONE, Backfill, ClusterQueue, Contract, FlavorQuotas, LabelSelector, Toleration
 from gangway.events.resources import GPU
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
@@ -121,6 +121,17 @@ def _overview(contract: Contract, digest: str) -> list[str]:
     return lines
 
 
+def _holds_words(backfill: Backfill) -> str:
+    """How many jobs that quota keeps out have quota held for them (``Backfill``)."""
+    n = backfill.quota_holds_per_tree
+    held = ("no quota is held for a job its cohort's quota keeps out (whatever fits goes first), and " if n == 0 else
+            "the first job its cohort's quota keeps out has the quota that frees soonest held for it against jobs "
+            "of lower priority, and " if n == 1 else
+            f"the first {n} jobs its cohort's quota keeps out (each cycle) have the quota that frees soonest held "
+            "for them against jobs of lower priority, and ")
+    return held
+
+
 #: How a queue gets back what it lent, by its reclaimWithinCohort policy.
 _TAKES_BACK = {"Never": "gets it back as the borrowers' jobs end (it preempts none of them)",
                "LowerPriority": "takes it back when it needs it by preempting the borrowers' lower-priority jobs "
@@ -175,11 +186,13 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it (one that can "
                  "never fit is set aside)" + _codes(C.STRICT_FIFO) + "." if cq.queueing_strategy == "StrictFIFO" else
                  "Jobs are admitted by priority, then age; a job that does not fit lets smaller ones pass, "
-                 "but the first job its cohort's quota keeps out has the quota that frees soonest held for it against "
-                 "jobs of lower priority, and "
+                 f"but {_holds_words(contract.backfill)}"
                  "a gang that fits its quota and waits for busy nodes the nodes that free soonest (only jobs that end "
                  "in time, or leave it room, use them; another queue's jobs within their nominal quota are not held "
                  "back)" + _codes(C.QUOTA_HELD_FOR_ANOTHER, C.RESERVATION_HELD, C.RESERVED_FOR_ANOTHER_GANG) + ".")
+    if contract.backfill.hand_over_within_ms:
+        lines.append("A job quota keeps out is admitted ahead to take over from running work expected to end within "
+                     f"{contract.backfill.hand_over_within_ms} ms: its pods start as that work ends.")
     lines.extend(_preemption_words(cq, contract.fair_sharing.enable))
     if contract.fair_sharing.enable:
         lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g}.")

@@ -89,22 +89,6 @@ class QuotaHold:
     end_ms: int | None
 
 
-#: At most this many workloads blocked by quota have quota held for them in one quota tree and
-#: cycle, in the order the walk finds them (priority, then age), each from when the quota held for
-#: those before it leaves it enough (Slurm's backfill plans a start for each job it passes over, up
-#: to ``bf_max_job_test``). With one, a second gang of the first one's priority had nothing kept for
-#: it: in Kueue's baseline, work of lower priority took each bit of quota freed before the first one
-#: started, the large gangs fell behind one another, and their waits grew for the rest of the run.
-HOLDS_PER_TREE_MAX = 8
-
-#: A workload kept out by quota alone is admitted now to take over the quota of running work
-#: expected to end within this long (cluster ms), when that is what it waits for: its pods start
-#: the moment the last of that work ends, with no round trip through admission in between
-#: (``Snapshot.take_over``). Its quota is counted from now, so for this long nothing else may use
-#: it; the turnover it saves was 60-100 ms on this machine in Kueue's baseline.
-HAND_OVER_WITHIN_MS = 100
-
-
 class Snapshot:
     """Quota usage and free capacity as a cycle sees them; trial changes never touch ``State``.
 
@@ -284,9 +268,9 @@ class Snapshot:
 
     def may_hold(self, wl: WorkloadState) -> bool:
         """Could quota be held for ``wl`` (``hold_quota``): its quota tree has fewer than
-        ``HOLDS_PER_TREE_MAX`` holds, and work of lower priority pending, which a hold keeps out?"""
+        the contract's ``backfill.quota_holds_per_tree`` holds, and work of lower priority pending, which a hold keeps out?"""
         root = self.root(wl.spec.cluster_queue)
-        return root is not None and len(self.holds.get(root, ())) < HOLDS_PER_TREE_MAX and \
+        return root is not None and len(self.holds.get(root, ())) < self.idx.contract.backfill.quota_holds_per_tree and \
             wl.spec.priority > self._lowest_pending(root)
 
     def _lowest_pending(self, root: str) -> int:
@@ -540,7 +524,7 @@ class Snapshot:
         it then, is admitted in that tree — a stream of small workloads, each taking what the last
         one freed, no longer keeps one of higher priority out for good (among equal priorities
         Kueue's BestEffortFIFO stands: a later workload that fits passes). At most
-        ``HOLDS_PER_TREE_MAX`` per tree and cycle, for the workloads the walk finds blocked there
+        ``backfill.quota_holds_per_tree`` (the contract's) per tree and cycle, for the workloads the walk finds blocked there
         first (the highest priority, then the oldest): the caller asks ``may_hold`` first (before it
         works out the flavors the workload waits in)."""
         cq = wl.spec.cluster_queue
@@ -580,7 +564,7 @@ class Snapshot:
 
     def take_over(self, wl: WorkloadState, flavors: dict[str, str]) -> Outcome | None:
         """Admit a workload kept out by quota alone now, to take over from running work of its
-        quota tree expected to end within ``HAND_OVER_WITHIN_MS`` (a hand-over): that work is given
+        quota tree expected to end within the contract's ``backfill.hand_over_within_ms`` (a hand-over): that work is given
         back, quota and nodes, in the order it is expected to end until the workload fits both, and
         the workload's pods start once the last of it has ended (``WorkloadAdmitted.after``; the
         binder starts them then, with no decision in between). Not when a hold of higher priority
@@ -597,13 +581,14 @@ class Snapshot:
         cq = wl.spec.cluster_queue
         root = self.root(cq)
         held = by_flavor(self.idx.asked(wl), flavors)
-        if root is None or not_topology_aware(self.idx, wl.spec.pod_sets, flavors):
+        if root is None or not self.idx.contract.backfill.hand_over_within_ms or \
+                not_topology_aware(self.idx, wl.spec.pod_sets, flavors):
             self.no_hand_over.add(tried)
             return None
         self.no_hand_over.add(tried)  # (taken out again below if it hands over: the next may too)
         if self._ends is None:
             self._ends = quota_ends(self.state, self.idx)
-        horizon = self.state.time_ms + HAND_OVER_WITHIN_MS
+        horizon = self.state.time_ms + self.idx.contract.backfill.hand_over_within_ms
         quota = room = None  # (copied once some work ends in time: most trials find none)
         pod_sets, nodes = self.idx.flavored(wl.spec.pod_sets, flavors), self.flavor_nodes(flavors)
         after: list[WorkloadState] = []
@@ -677,7 +662,7 @@ def declared_end(wl: WorkloadState) -> int | None:
 def hand_over_lapses(state: State, idx: ContractIndex, wl: WorkloadState) -> tuple[int, str] | None:
     """When a hand-over that has not started lapses, and the work it waits for that makes it: the
     first of that work to be late past its declared end by more than its grace period (preemption
-    stops waiting for such work then, too) and ``HAND_OVER_WITHIN_MS``. None: it does not (yet), or
+    stops waiting for such work then, too) and the contract's ``backfill.hand_over_within_ms``. None: it does not (yet), or
     ``wl`` is no hand-over waiting to start."""
     if not waits_to_take_over(wl):
         return None
@@ -686,7 +671,7 @@ def hand_over_lapses(state: State, idx: ContractIndex, wl: WorkloadState) -> tup
         other = state.workloads[name]
         end = declared_end(other)
         if end is not None:
-            lapses.append((end + idx.grace_ms(other.spec.priority_class) + HAND_OVER_WITHIN_MS + 1, name))
+            lapses.append((end + idx.grace_ms(other.spec.priority_class) + idx.contract.backfill.hand_over_within_ms + 1, name))
     return min(lapses) if lapses else None
 
 
