@@ -405,8 +405,9 @@ ERRORS = [
               borowingLimit: 2
             - name: memory
               nominalQuota: 36Gi""")),
-        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].borowingLimit: unknown field",
-        id="a misspelt field is refused rather than silently dropped",
+        "config.yaml: ClusterQueue team-a: spec.resourceGroups[0].flavors[0].resources[0].borowingLimit: unknown field "
+        "(did you mean borrowingLimit?)",
+        id="a misspelt field is refused rather than silently dropped, and the field it may mean named",
     ),
     pytest.param(
         docs(FLAVOR, cluster_queue().replace("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")),

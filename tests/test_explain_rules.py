@@ -188,6 +188,21 @@ def test_the_rules_say_how_a_queue_gets_back_what_it_lends_as_its_reclaim_policy
     assert said in text
 
 
+@pytest.mark.parametrize("backfill, said, unsaid", [
+    ({}, ["the first 8 jobs its cohort's quota keeps out (each cycle) have the quota that frees soonest held",
+          "running work expected to end within 100 ms"], ["no quota is held"]),
+    ({"quota_holds_per_tree": 1, "hand_over_within_ms": 250},
+     ["the first job its cohort's quota keeps out has the quota", "expected to end within 250 ms"], []),
+    ({"quota_holds_per_tree": 0, "hand_over_within_ms": 0},
+     ["no quota is held for a job its cohort's quota keeps out (whatever fits goes first)"], ["take over"]),
+])
+def test_the_rules_say_what_backfill_keeps_for_waiting_jobs(backfill, said, unsaid):
+    from gangway.events.contract import Backfill
+    c = msgspec.structs.replace(contract(cluster_queue("a").cohort("all").gpus(8)).obj(), backfill=Backfill(**backfill))
+    text = rules.as_text(rules.sections(c))
+    assert all(s in text for s in said) and not any(s in text for s in unsaid), text
+
+
 def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
     c = (contract(cluster_queue("a").cohort("all").gpus(8, borrowing=4, lending=2).weight(2)
                   .borrow_within_cohort("LowerPriority", 10), cluster_queue("b").cohort("all").gpus(8))

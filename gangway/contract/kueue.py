@@ -1206,7 +1206,8 @@ def _check_fields(at: _At, path: str, obj: dict, read: set[str], ignored: dict[s
         elif _RENAMED.get(key) in read:
             at.error(key_path, f"unknown field in {at.api_version}, which calls it {_RENAMED[key]}")
         else:
-            at.error(key_path, "unknown field")
+            close = difflib.get_close_matches(str(key), sorted(read), n=1, cutoff=0.75)
+            at.error(key_path, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
 
 
 def _dict(at: _At, path: str, value: Any) -> dict | None:

@@ -124,12 +124,11 @@ def _overview(contract: Contract, digest: str) -> list[str]:
 def _holds_words(backfill: Backfill) -> str:
     """How many jobs that quota keeps out have quota held for them (``Backfill``)."""
     n = backfill.quota_holds_per_tree
-    held = ("no quota is held for a job its cohort's quota keeps out (whatever fits goes first), and " if n == 0 else
-            "the first job its cohort's quota keeps out has the quota that frees soonest held for it against jobs "
-            "of lower priority, and " if n == 1 else
-            f"the first {n} jobs its cohort's quota keeps out (each cycle) have the quota that frees soonest held "
-            "for them against jobs of lower priority, and ")
-    return held
+    if n == 0:
+        return "no quota is held for a job its cohort's quota keeps out (whatever fits goes first)"
+    return (("the first job its cohort's quota keeps out has" if n == 1 else
+             f"the first {n} jobs its cohort's quota keeps out (each cycle) have")
+            + " the quota that frees soonest held against jobs of lower priority")
 
 
 #: How a queue gets back what it lent, by its reclaimWithinCohort policy.
@@ -186,8 +185,8 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     lines.append("Jobs are admitted strictly in order: a job that does not fit blocks those behind it (one that can "
                  "never fit is set aside)" + _codes(C.STRICT_FIFO) + "." if cq.queueing_strategy == "StrictFIFO" else
                  "Jobs are admitted by priority, then age; a job that does not fit lets smaller ones pass, "
-                 f"but {_holds_words(contract.backfill)}"
-                 "a gang that fits its quota and waits for busy nodes the nodes that free soonest (only jobs that end "
+                 f"but {_holds_words(contract.backfill)}, and "
+                 "a gang that fits its quota and waits for busy nodes has the nodes that free soonest kept (only jobs that end "
                  "in time, or leave it room, use them; another queue's jobs within their nominal quota are not held "
                  "back)" + _codes(C.QUOTA_HELD_FOR_ANOTHER, C.RESERVATION_HELD, C.RESERVED_FOR_ANOTHER_GANG) + ".")
     if contract.backfill.hand_over_within_ms:
