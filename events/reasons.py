@@ -189,6 +189,7 @@ CLAUSES: dict[str, str] = {
     "workload_phase": " (workload {workload_phase})",
     "last_error": ": {last_error}",
     "passed_over": "; passed over for their node taints: {passed_over}",
+    "other_flavors": "; nor the other flavors': {other_flavors}",
 }
 
 #: Codes a decision event may carry, by event: what a consumer of each event type switches on.

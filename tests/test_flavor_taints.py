@@ -116,3 +116,17 @@ def test_a_gang_another_flavor_cannot_take_either_is_told_which_flavor_its_taint
     assert lines[-3].startswith("now pending (quota_never_enough): q can never hold it"), lines
     assert lines[-3].endswith("; passed over for their node taints: spot (pod set main does not tolerate "
                               "spot=true:NoSchedule)"), lines
+
+
+def test_a_workload_no_flavor_tolerates_hears_every_flavors_taint():
+    """Both flavors tainted: the first flavor's taint is the reason, the second's its clause (the
+    job has to tolerate one of them, and may pick either)."""
+    gpu_taint = Taint(key="nvidia.com/gpu", value="present", effect="NoExecute")
+    sim = cluster(contract(cluster_queue("q").flavor("spot").gpus(8).flavor("on-demand").gpus(8))
+                  .flavor_taints("spot", SPOT).flavor_taints("on-demand", gpu_taint))
+    run(sim, workload("plain").queue("q").gpus(2).obj())
+    assert sim.state.workloads["plain"].phase == "pending"
+    assert explain(sim.log, "plain")[-3] == (
+        "now pending (untolerated_taint): no flavor of q for nvidia.com/gpu (spot, on-demand) may take it: pod set main "
+        "does not tolerate flavor spot's node taint spot=true:NoSchedule (spec.nodeTaints); nor the other flavors': "
+        "on-demand (pod set main does not tolerate nvidia.com/gpu=present:NoExecute)")

@@ -400,10 +400,8 @@ class Snapshot:
         tolerate, in words (None: none), so that a gang told another flavor's reason knows why not
         the tainted one."""
         request = self.idx.asked(wl)
-        said = [f"{fq.flavor} (pod set {found[0]} does not tolerate {found[1]})"
-                for group in self._groups_asked(cq, request) for fq in group
-                if (found := self.idx.untolerated(fq.flavor, wl.spec.pod_sets)) is not None]
-        return ", ".join(said) or None
+        return _untolerated_words(self.idx, [fq for group in self._groups_asked(cq, request) for fq in group],
+                                  wl.spec.pod_sets)
 
     def _groups_asked(self, cq: str, request: dict[str, int], pod_sets: list[PodSet] | None = None) -> list:
         """``cq``'s resource groups that ``request`` asks something of, each with the flavors the pod
@@ -720,10 +718,20 @@ def not_topology_aware(idx: ContractIndex, pod_sets: list[PodSet], flavors: dict
 
 def untolerated_taint(idx: ContractIndex, cq: str, group: list, pod_sets: list[PodSet]) -> Reason:
     """Why no flavor of a resource group may take a gang: each declares a node taint one of its pod
-    sets does not tolerate (``ContractIndex.untolerated``); the first flavor's is named."""
+    sets does not tolerate (``ContractIndex.untolerated``); the first flavor's is named, and the
+    others' in the clause ``other_flavors``."""
     pod_set, taint = idx.untolerated(group[0].flavor, pod_sets)
     return reason(C.UNTOLERATED_TAINT, cluster_queue=cq, resources=", ".join(sorted(group[0].resources)),
-                  flavors=", ".join(fq.flavor for fq in group), pod_set=pod_set, flavor=group[0].flavor, taint=str(taint))
+                  flavors=", ".join(fq.flavor for fq in group), pod_set=pod_set, flavor=group[0].flavor, taint=str(taint),
+                  other_flavors=_untolerated_words(idx, group[1:], pod_sets))
+
+
+def _untolerated_words(idx: ContractIndex, flavors: list, pod_sets: list[PodSet]) -> str | None:
+    """Each of ``flavors`` whose node taints a pod set does not tolerate, with the first such pod set
+    and taint, in words (None: none)."""
+    said = [f"{fq.flavor} (pod set {found[0]} does not tolerate {found[1]})" for fq in flavors
+            if (found := idx.untolerated(fq.flavor, pod_sets)) is not None]
+    return ", ".join(said) or None
 
 
 def _told(told: Reason | None, failed: Reason | None) -> Reason | None:
