@@ -267,10 +267,12 @@ class Snapshot:
         return self.holds.get(self.root(cq), []) if self.holds else []
 
     def may_hold(self, wl: WorkloadState) -> bool:
-        """Could quota be held for ``wl`` (``hold_quota``): its quota tree has fewer than
-        the contract's ``backfill.quota_holds_per_tree`` holds, and work of lower priority pending, which a hold keeps out?"""
+        """Could quota be held for ``wl`` (``hold_quota``): its quota tree has fewer holds than the
+        contract's ``backfill.quota_holds_per_tree``, and work of lower priority pending, which a
+        hold keeps out?"""
         root = self.root(wl.spec.cluster_queue)
-        return root is not None and len(self.holds.get(root, ())) < self.idx.contract.backfill.quota_holds_per_tree and \
+        holds_max = self.idx.contract.backfill.quota_holds_per_tree
+        return root is not None and len(self.holds.get(root, ())) < holds_max and \
             wl.spec.priority > self._lowest_pending(root)
 
     def _lowest_pending(self, root: str) -> int:
@@ -521,10 +523,10 @@ class Snapshot:
         it starts, only work of lower priority that ends before that time, or that leaves room for
         it then, is admitted in that tree — a stream of small workloads, each taking what the last
         one freed, no longer keeps one of higher priority out for good (among equal priorities
-        Kueue's BestEffortFIFO stands: a later workload that fits passes). At most
-        ``backfill.quota_holds_per_tree`` (the contract's) per tree and cycle, for the workloads the walk finds blocked there
-        first (the highest priority, then the oldest): the caller asks ``may_hold`` first (before it
-        works out the flavors the workload waits in)."""
+        Kueue's BestEffortFIFO stands: a later workload that fits passes). At most the contract's
+        ``backfill.quota_holds_per_tree`` per tree and cycle, for the workloads the walk finds
+        blocked there first (the highest priority, then the oldest): the caller asks ``may_hold``
+        first (before it works out the flavors the workload waits in)."""
         cq = wl.spec.cluster_queue
         root = self.root(cq)
         holds = self.holds.get(root, [])
@@ -562,17 +564,18 @@ class Snapshot:
 
     def take_over(self, wl: WorkloadState, flavors: dict[str, str]) -> Outcome | None:
         """Admit a workload kept out by quota alone now, to take over from running work of its
-        quota tree expected to end within the contract's ``backfill.hand_over_within_ms`` (a hand-over): that work is given
-        back, quota and nodes, in the order it is expected to end until the workload fits both, and
-        the workload's pods start once the last of it has ended (``WorkloadAdmitted.after``; the
-        binder starts them then, with no decision in between). Not when a hold of higher priority
-        in its tree would be taken from; work not started yet, or running with no declared
-        runtime or late past it, is not taken over (when it ends is not known; a hand-over whose
-        work overruns by more than its grace period lapses: ``hand_over_lapses``). Work another hand-over takes over may be
-        taken over again: that one's quota and room are counted (as every admission's are) before
-        this one is tried. Its quota and room are counted from now — the quota in use, and a
-        node's free room, may show below zero until the work it takes over ends — so every later
-        decision is checked with it in; the fold checks it with that work given back."""
+        quota tree expected to end within the contract's ``backfill.hand_over_within_ms`` (a
+        hand-over; none when it is 0): that work is given back, quota and nodes, in the order it is
+        expected to end until the workload fits both, and the workload's pods start once the last
+        of it has ended (``WorkloadAdmitted.after``; the binder starts them then, with no decision
+        in between). Not when a hold of higher priority in its tree would be taken from; work not
+        started yet, or running with no declared runtime or late past it, is not taken over (when
+        it ends is not known; a hand-over whose work overruns by more than its grace period
+        lapses: ``hand_over_lapses``). Work another hand-over takes over may be taken over again:
+        that one's quota and room are counted (as every admission's are) before this one is
+        tried. Its quota and room are counted from now — the quota in use, and a node's free
+        room, may show below zero until the work it takes over ends — so every later decision is
+        checked with it in; the fold checks it with that work given back."""
         tried = (wl.shape or shape_of(wl.spec), wl.spec.priority, tuple(sorted(flavors.items())))
         if tried in self.no_hand_over:
             return None
@@ -660,16 +663,16 @@ def declared_end(wl: WorkloadState) -> int | None:
 def hand_over_lapses(state: State, idx: ContractIndex, wl: WorkloadState) -> tuple[int, str] | None:
     """When a hand-over that has not started lapses, and the work it waits for that makes it: the
     first of that work to be late past its declared end by more than its grace period (preemption
-    stops waiting for such work then, too) and the contract's ``backfill.hand_over_within_ms``. None: it does not (yet), or
-    ``wl`` is no hand-over waiting to start."""
+    stops waiting for such work then, too) and the contract's ``backfill.hand_over_within_ms``.
+    None: it does not (yet), or ``wl`` is no hand-over waiting to start."""
     if not waits_to_take_over(wl):
         return None
-    lapses = []
+    lapses, within = [], idx.contract.backfill.hand_over_within_ms
     for name in handing_over(state, wl):
         other = state.workloads[name]
         end = declared_end(other)
         if end is not None:
-            lapses.append((end + idx.grace_ms(other.spec.priority_class) + idx.contract.backfill.hand_over_within_ms + 1, name))
+            lapses.append((end + idx.grace_ms(other.spec.priority_class) + within + 1, name))
     return min(lapses) if lapses else None
 
 
