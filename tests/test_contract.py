@@ -651,6 +651,56 @@ def test_a_bad_scheduling_policy_field_is_refused_precisely(field, value, why):
     assert problems_of(text) == [f"config.yaml: SchedulingPolicy p: {why}"]
 
 
+# --- Kueue's own Configuration -------------------------------------------------------------------
+
+KUEUE_CONFIGURATION = y("""
+    apiVersion: config.kueue.x-k8s.io/v1beta1
+    kind: Configuration
+    health: {healthProbeBindAddress: ":8081"}
+    waitForPodsReady: {enable: true, timeout: 5m}
+    fairSharing:
+      enable: true
+      preemptionStrategies: [LessThanInitialShare]
+    integrations: {frameworks: [batch/job]}
+    fairShareing: {}
+    """)
+
+
+def test_kueues_configuration_gives_the_contract_its_fair_sharing_and_names_what_else_it_sets():
+    contract, warnings = read_contract(docs(FLAVOR, cluster_queue(), KUEUE_CONFIGURATION), "config.yaml")
+    assert contract.fair_sharing == FairSharing(enable=True, preemption_strategies=["LessThanInitialShare"])
+    said = [str(w) for w in warnings]
+    assert "config.yaml: warning: document 3 (Configuration): waitForPodsReady: not read from the contract; gangway " \
+           "has it as gangway up --kubernetes --pods-ready-timeout SECONDS" in said, said
+    for field in ("health", "integrations"):
+        assert f"config.yaml: warning: document 3 (Configuration): {field}: not supported by gangway; ignored" in said
+    assert any("fairShareing: not a field of Kueue's Configuration that gangway knows; ignored (did you mean "
+               "fairSharing?)" in w for w in said), said
+    # Without fairSharing it changes nothing; alone it is no contract (as a file of Namespaces is not).
+    plain = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nmanageJobsWithoutQueueName: true\n"
+    assert read_contract(docs(FLAVOR, cluster_queue(), plain), "config.yaml")[0].fair_sharing == FairSharing()
+    assert problems_of(plain) and "no contract" in " ".join(problems_of(plain)).lower()
+
+
+@pytest.mark.parametrize("extra, why", [
+    ("apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\nspec:\n  fairSharing: {enable: false}\n",
+     "config.yaml: document 3 (Configuration): fairSharing: the SchedulingPolicy in document 4 sets fairSharing too; say it in one of them"),
+    ("apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\n",
+     "config.yaml: document 4 (Configuration): only one Kueue Configuration is allowed; another is in document 3"),
+    (None, 'config.yaml: document 3 (Configuration): fairSharing.preemptionStrategies[0]: "Fairest" is not one of '
+           'LessThanOrEqualToFinalShare, LessThanInitialShare'),
+    (None, "config.yaml: document 3 (Configuration): fairSharing.usageHalfLifeSeconds: unknown field"),
+])
+def test_a_kueue_configuration_that_cannot_be_used_is_refused_precisely(extra, why):
+    if extra is None:  # a bad fairSharing of its own
+        config = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nfairSharing:\n  " + (
+            "preemptionStrategies: [Fairest]\n" if "Fairest" in why else "usageHalfLifeSeconds: 60\n")
+        text = docs(FLAVOR, cluster_queue(), config)
+    else:
+        text = docs(FLAVOR, cluster_queue(), KUEUE_CONFIGURATION, extra)
+    assert why in problems_of(text)
+
+
 # --- Kueue's Topology and a flavor's topologyName ------------------------------------------------
 
 TOPOLOGY = y("""
@@ -769,15 +819,18 @@ def test_a_file_without_contract_objects_is_an_error_that_says_what_a_contract_h
     assert "no contract objects" in validate_file(namespaces)[0]
 
 
-@pytest.mark.parametrize("api_version", ["config.kueue.x-k8s.io/v1beta1", "config.kueue.x-k8s.io/v1beta2",
-                                         "visibility.kueue.x-k8s.io/v1beta1"])
-def test_kueues_other_api_groups_are_not_the_contract_and_are_ignored_with_a_warning(api_version, tmp_path):
+@pytest.mark.parametrize("api_version, ignored", [("config.kueue.x-k8s.io/v1beta1", False),
+                                                  ("config.kueue.x-k8s.io/v1beta2", False),
+                                                  ("visibility.kueue.x-k8s.io/v1beta1", True)])
+def test_kueues_other_api_groups_are_not_the_contract_and_are_ignored_with_a_warning(api_version, ignored, tmp_path):
+    """Kueue's own Configuration is read (its fairSharing: above); what else Kueue serves is not."""
     config = tmp_path / "config.yaml"
     config.write_text(f"apiVersion: {api_version}\nkind: Configuration\nmetadata: {{name: kueue}}\n---\n"
                       "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: gpus}\n")
     errors, warnings = check_file(config)
     assert errors == []
-    assert warnings == [f"{config}: warning: Configuration kueue: Configuration is not part of the contract; ignored"]
+    assert warnings == ([f"{config}: warning: Configuration kueue: Configuration is not part of the contract; ignored"]
+                        if ignored else [])
 
 
 def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_default_priority():

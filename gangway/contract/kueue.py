@@ -15,8 +15,10 @@ extension for what Kueue has no object for (eviction grace periods, the default 
 Loading is all or nothing: every problem in the file is collected, each located down to its field
 path, and raised together as one ConfigError. Fields Kueue does not have are errors (as
 ``kubectl apply`` makes them); Kueue fields gangway does not act on yet are accepted with a
-warning, silently when they hold Kueue's neutral default. Objects of other Kubernetes kinds are
-ignored with a warning; a ``kind: List`` (``kubectl get -o yaml``) is read item by item.
+warning, silently when they hold Kueue's neutral default. Kueue's own ``Configuration``
+(``config.kueue.x-k8s.io``) gives its ``fairSharing``, each other field it sets named in a warning.
+Objects of other Kubernetes kinds are ignored with a warning; a ``kind: List`` (``kubectl get -o
+yaml``) is read item by item.
 
 A ClusterQueue's ``namespaceSelector`` is enforced: a job whose namespace it does not select is
 rejected (``namespace_not_selected``), as Kueue leaves such a workload inadmissible. Namespace
@@ -86,6 +88,8 @@ from gangway.events.text import NotUtf8, utf8_text
 _log = logging.getLogger(__name__)
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+#: Kueue's own configuration file (its manager's ``Configuration``), read for its fair sharing.
+KUEUE_CONFIG_GROUP = f"config.{KUEUE_GROUP}"
 GANGWAY_API = "gangway.io/v1alpha1"
 #: The Kueue versions that serve each kind gangway reads.
 KUEUE_VERSIONS = {
@@ -226,6 +230,7 @@ def read_contract(text: str, filename: str = "<config>") -> tuple[Contract, list
         report.problems.append(Problem(filename, None, "", "", "", _NO_CONTRACT))
     _check_references(parsed)
     _check_prices(parsed)
+    _check_fair_sharing_once(parsed)
     errors = report.of("error")
     if errors:
         raise ConfigError(errors, report.of("warning"))
@@ -348,8 +353,9 @@ def _read_object(at: _At, obj: dict, parsed: _Parsed) -> None:
         at.name = metadata["name"]
     reader = _reader(at, api_version, kind)
     if reader is not None:
-        # (Namespaces only give their labels to the queues' namespaceSelectors: a file of them is no contract)
-        parsed.objects += reader is not _read_namespace
+        # (Namespaces only give their labels to the queues' namespaceSelectors, Kueue's Configuration its
+        # fair sharing: a file of them is no contract)
+        parsed.objects += reader not in (_read_namespace, _read_kueue_configuration)
         reader(at, obj, parsed)
 
 
@@ -380,7 +386,9 @@ def _reader(at: _At, api_version: str, kind: str) -> Callable[[_At, dict, _Parse
         return _read_namespace
     elif api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
         return _read_pod_priority_class
-    elif group in _LEGACY_K8S_GROUPS or group.endswith((".k8s.io", f".{KUEUE_GROUP}")):  # (Kueue's Configuration)
+    elif group == KUEUE_CONFIG_GROUP and kind == "Configuration" and version in _ANY_KUEUE_VERSION:
+        return _read_kueue_configuration
+    elif group in _LEGACY_K8S_GROUPS or group.endswith((".k8s.io", f".{KUEUE_GROUP}")):  # (e.g. Kueue's visibility API)
         if _K8S_VERSION.fullmatch(version):
             at.warn("", f"{kind} is not part of the contract; ignored")
             return None
@@ -441,6 +449,9 @@ class _Parsed:
     topologies: dict[str, _Entry] = field(default_factory=dict)
     #: Contract objects read (valid or not): a file with none is not a contract.
     objects: int = 0
+    #: Kueue's Configuration (``config.kueue.x-k8s.io``): where it is, and its fairSharing if it sets one.
+    configuration: _At | None = None
+    configuration_fair_sharing: FairSharing | None = None
 
     def entries(self) -> Iterator[_Entry]:
         for table in (self.flavors, self.cluster_queues, self.cohorts, self.local_queues,
@@ -509,7 +520,8 @@ def _assemble(parsed: _Parsed) -> Contract:
     global_default = min((pc.value for pc in pod_classes if pc.global_default), default=None)
     defaults = {"default_grace_ms": policy.default_grace_ms,
                 "default_priority": policy.default_priority if policy.default_priority is not None else global_default,
-                "fair_sharing": policy.fair_sharing, "checkpoint_aware": policy.checkpoint_aware,
+                "fair_sharing": policy.fair_sharing or parsed.configuration_fair_sharing,
+                "checkpoint_aware": policy.checkpoint_aware,
                 "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule,
                 "backfill": policy.backfill}
     classes = [
@@ -777,6 +789,55 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
         at.error("", f"only one SchedulingPolicy is allowed; {first.name} is in {first.where()}")
         return
     _register(at, parsed.policies, at.name, policy, refs)
+
+
+#: What else a Kueue Configuration may say, and where gangway has it instead (None: nowhere).
+_CONFIGURATION_ELSEWHERE = {
+    "waitForPodsReady": "gangway up --kubernetes --pods-ready-timeout SECONDS",
+    "manageJobsWithoutQueueName": None, "managedJobsNamespaceSelector": None, "integrations": None,
+    "resources": None, "admissionFairSharing": None, "multiKueue": None, "objectRetentionPolicies": None,
+    "featureGates": None, "queueVisibility": None, "namespace": None, "internalCertManagement": None,
+    "clientConnection": None, "controller": None, "health": None, "metrics": None, "webhook": None,
+    "leaderElection": None, "pprofBindAddress": None,
+}
+
+
+def _check_fair_sharing_once(parsed: _Parsed) -> None:
+    """Fair sharing is said once: in Kueue's Configuration or in the SchedulingPolicy."""
+    policy = next(iter(parsed.policies.values()), None)
+    if parsed.configuration_fair_sharing is not None and policy is not None and policy.value.fair_sharing is not None:
+        parsed.configuration.error("fairSharing", f"the SchedulingPolicy in {policy.at.where()} sets fairSharing too; "
+                                                  "say it in one of them")
+
+
+def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
+    """Kueue's ``Configuration``: its ``fairSharing`` (``enable``, ``preemptionStrategies``) is the
+    contract's, as if a SchedulingPolicy said it; every other field set is named in a warning."""
+    if parsed.configuration is not None:
+        at.error("", f"only one Kueue Configuration is allowed; another is in {parsed.configuration.where()}")
+        return
+    parsed.configuration = at
+    for key in obj:
+        if key in ("apiVersion", "kind", "metadata", "fairSharing"):
+            continue
+        if key not in _CONFIGURATION_ELSEWHERE:  # (a field of a later Kueue, or a typo: said, not refused)
+            close = difflib.get_close_matches(str(key), ["fairSharing", *_CONFIGURATION_ELSEWHERE], n=1, cutoff=0.75)
+            at.warn(str(key), "not a field of Kueue's Configuration that gangway knows; ignored"
+                    + (f" (did you mean {close[0]}?)" if close else ""))
+        elif (instead := _CONFIGURATION_ELSEWHERE[key]) is not None:
+            at.warn(str(key), f"not read from the contract; gangway has it as {instead}")
+        else:
+            at.warn(str(key), "not supported by gangway; ignored")
+    value = obj.get("fairSharing")
+    if value is None:
+        return
+    spec = _dict(at, "fairSharing", value)
+    if spec is None:
+        return
+    _check_fields(at, "fairSharing", spec, {"enable", "preemptionStrategies"})
+    policy = _Policy()
+    _policy_fair_sharing(at, "fairSharing", spec, policy)
+    parsed.configuration_fair_sharing = policy.fair_sharing
 
 
 def _policy_classes(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:
