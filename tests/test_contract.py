@@ -662,7 +662,7 @@ KUEUE_CONFIGURATION = y("""
       enable: true
       preemptionStrategies: [LessThanInitialShare]
     integrations: {frameworks: [batch/job]}
-    fairShareing: {}
+    fairShareing: {enable: true}
     """)
 
 
@@ -680,6 +680,10 @@ def test_kueues_configuration_gives_the_contract_its_fair_sharing_and_names_what
     plain = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nmanageJobsWithoutQueueName: true\n"
     assert read_contract(docs(FLAVOR, cluster_queue(), plain), "config.yaml")[0].fair_sharing == FairSharing()
     assert problems_of(plain) and "no contract" in " ".join(problems_of(plain)).lower()
+    # A field at Kueue's neutral value says nothing, and is not warned of.
+    neutral = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nwaitForPodsReady: {enable: false}\n" \
+              "manageJobsWithoutQueueName: false\n"
+    assert warnings_of(docs(FLAVOR, cluster_queue(), neutral)) == []
 
 
 @pytest.mark.parametrize("extra, why", [

@@ -810,6 +810,11 @@ def _check_fair_sharing_once(parsed: _Parsed) -> None:
                                                   "say it in one of them")
 
 
+def _neutral(value: Any) -> bool:
+    """Does a Configuration field say nothing (absent, false, empty, or ``enable: false``)?"""
+    return value in (None, False, {}, [], "") or (isinstance(value, dict) and value.get("enable") is False)
+
+
 def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
     """Kueue's ``Configuration``: its ``fairSharing`` (``enable``, ``preemptionStrategies``) is the
     contract's, as if a SchedulingPolicy said it; every other field set is named in a warning."""
@@ -817,8 +822,8 @@ def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
         at.error("", f"only one Kueue Configuration is allowed; another is in {parsed.configuration.where()}")
         return
     parsed.configuration = at
-    for key in obj:
-        if key in ("apiVersion", "kind", "metadata", "fairSharing"):
+    for key, value in obj.items():
+        if key in ("apiVersion", "kind", "metadata", "fairSharing") or _neutral(value):
             continue
         if key not in _CONFIGURATION_ELSEWHERE:  # (a field of a later Kueue, or a typo: said, not refused)
             close = difflib.get_close_matches(str(key), ["fairSharing", *_CONFIGURATION_ELSEWHERE], n=1, cutoff=0.75)
