@@ -157,6 +157,9 @@ class WorkloadQueued(_Event, frozen=True):
     #: The CloudEvent it was submitted as, ``"<source> <id>"`` (empty for a plain JSON job): a
     #: later record of the same CloudEvent is a re-delivery, not a second job.
     submitted_as: str = ""
+    #: Kueue's maximum execution time (label ``kueue.x-k8s.io/max-exec-time-seconds``): once it has
+    #: been admitted this long, all its attempts counted, it is ordered out and deactivated.
+    max_execution_ms: int | None = None
 
 
 RejectionReason = Literal[
@@ -289,9 +292,12 @@ class EvictionOrdered(_Event, frozen=True):
 
     def ordered_by(self) -> str:
         """Who ordered it out, in words: ``preempted by <preemptor>``, or for a queue stopped with
-        HoldAndDrain (``preemptor`` names the queue) ``drained by <queue>'s stopPolicy``."""
+        HoldAndDrain (``preemptor`` names the queue) ``drained by <queue>'s stopPolicy``, or for a
+        workload that used up its maximum execution time ``deactivated for its maximum execution time``."""
         if self.reason_code == ReasonCode.QUEUE_DRAINED:
             return f"drained by {self.preemptor}'s stopPolicy"
+        if self.reason_code == ReasonCode.MAX_EXECUTION_TIME_EXCEEDED:
+            return "deactivated for its maximum execution time"
         return f"preempted by {self.preemptor}"
 
 
@@ -324,7 +330,9 @@ class WorkloadEvicted(_Event, frozen=True):
     #: A gang that did not bind whole (rolled back) is requeued with a backoff: how many of its
     #: binds in a row failed, counting this one (0: not a failed bind), and the cluster time before
     #: which admission leaves it alone (0: none). ``reason_code`` says which: ``bind_backoff``, or
-    #: ``bind_failures_exceeded`` when it is deactivated (it never runs again).
+    #: ``bind_failures_exceeded`` when it is deactivated (it never runs again). An eviction ordered
+    #: for its maximum execution time carries that order's code, reason and parameters
+    #: (``max_execution_time_exceeded``): it is deactivated too.
     bind_failures: int = 0
     retry_after_ms: int = 0
     reason_code: ReasonCode | None = None

@@ -20,7 +20,7 @@ from gangway.events import catalogue as ev
 from gangway.events import freeindex, gpus, money
 from gangway.events.decay import bring_up_to_date
 from gangway.events.quota import QuotaView
-from gangway.events.reasons import C, Reason, reason
+from gangway.events.reasons import DEACTIVATING_CODES, C, Reason, reason
 from gangway.events.resources import (
     GPU, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
 )
@@ -529,15 +529,28 @@ def _finished(state: State, env: ev.Envelope, e: ev.WorkloadFinished) -> None:
 
 def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
     wl = state.workloads.get(e.workload)
-    if _report(state, wl, e.attempt, EVICT_FROM) and _requeue(state, wl, env):
+    if not _report(state, wl, e.attempt, EVICT_FROM):
+        return
+    order, admitted_ms = wl.eviction, wl.admitted_ms
+    if _requeue(state, wl, env):
+        if admitted_ms is not None:
+            wl.executed_ms += env.time_ms - admitted_ms
         wl.bind_failures, wl.retry_after_ms = e.bind_failures, e.retry_after_ms
         if e.retry_after_ms:
             state.backing_off[e.workload] = e.retry_after_ms
-        if e.reason_code == C.BIND_FAILURES_EXCEEDED:  # deactivated: out of its queue for good
-            _dequeue(state, wl)
-            _set_phase(state, wl, "finished")
-            wl.finished_ms = env.time_ms
-            wl.deactivated = e.reason or "deactivated"
+        # Deactivated (out of its queue for good): after too many failed binds, or once ordered
+        # out for its maximum execution time (the order decides, whatever the report says).
+        if e.reason_code in DEACTIVATING_CODES:
+            _deactivate(state, wl, env, e.reason or "deactivated", e.reason_code)
+        elif order is not None and order.reason_code in DEACTIVATING_CODES:
+            _deactivate(state, wl, env, order.reason, order.reason_code)
+
+
+def _deactivate(state: State, wl: WorkloadState, env: ev.Envelope, why: str, code: C) -> None:
+    _dequeue(state, wl)
+    _set_phase(state, wl, "finished")
+    wl.finished_ms = env.time_ms
+    wl.deactivated, wl.deactivated_code = why, code
 
 
 def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:

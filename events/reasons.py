@@ -43,6 +43,8 @@ class ReasonCode(enum.StrEnum):
     #: Not a preemption: the workload's queue was stopped with stopPolicy HoldAndDrain.
     QUEUE_DRAINED = "queue_drained"
     HAND_OVER_LAPSED = "hand_over_lapsed"
+    #: Not a preemption: the workload used up its maximum execution time (it is deactivated).
+    MAX_EXECUTION_TIME_EXCEEDED = "max_execution_time_exceeded"
     # --- why a pending workload is not admitted (the admission cycle; explain, status) --------
     ADMISSIBLE = "admissible"
     NO_CONFIG = "no_config"
@@ -167,6 +169,8 @@ MESSAGES: dict[ReasonCode, str] = {
     C.NO_LONGER_IDLE: "the workload is no longer running idle",
     C.BIND_BACKOFF: "backing off after {failures} failed bind(s) in a row: back in its queue at {retry_at}",
     C.BIND_FAILURES_EXCEEDED: "deactivated after {failures} failed binds in a row (limit {limit})",
+    C.MAX_EXECUTION_TIME_EXCEEDED: ("admitted for {executed_s} s in all, its maximum execution time (label "
+                                    "kueue.x-k8s.io/max-exec-time-seconds: {maximum_s}): deactivated"),
     C.RESUMED_WITHOUT_PLACEMENT: ("{kind} {object} was resumed with {pods} pod(s) on nodes, but the log holds no "
                                   "placement for it"),
     C.PODS_BOUND_WITHOUT_PLACEMENT: ("{kind} {object} is suspended, yet {pods} pod(s) of it are on nodes, and the "
@@ -196,7 +200,8 @@ CLAUSES: dict[str, str] = {
 ADMISSION_CODES = (C.FITS_NOMINAL, C.FITS_BORROWING)
 PLACEMENT_CODES = (C.BEST_FIT,)
 PREEMPTION_CODES = (C.WITHIN_QUEUE_LOWER_PRIORITY, C.WITHIN_QUEUE_NEWER_EQUAL_PRIORITY, C.RECLAIM_WITHIN_COHORT,
-                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION, C.QUEUE_DRAINED, C.HAND_OVER_LAPSED)
+                    C.BORROW_WITHIN_COHORT, C.FAIR_SHARING, C.DEFRAGMENTATION, C.QUEUE_DRAINED, C.HAND_OVER_LAPSED,
+                    C.MAX_EXECUTION_TIME_EXCEEDED)
 #: The codes each decision event carries, by event type name.
 DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
     "WorkloadAdmitted": ADMISSION_CODES, "PlacementDecided": PLACEMENT_CODES, "EvictionOrdered": PREEMPTION_CODES,
@@ -204,6 +209,8 @@ DECISION_CODES: dict[str, tuple[ReasonCode, ...]] = {
 #: Codes of what reconciling found (``ClusterReconciled``), and of a failed bind's requeue (``WorkloadEvicted``).
 RECONCILE_CODES = (C.RESUMED_WITHOUT_PLACEMENT, C.PODS_BOUND_WITHOUT_PLACEMENT, C.PODS_VANISHED, C.PODS_REPLACED)
 BIND_FAILURE_CODES = (C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)
+#: An eviction with one of these codes deactivates the workload: it is never queued again.
+DEACTIVATING_CODES = (C.BIND_FAILURES_EXCEEDED, C.MAX_EXECUTION_TIME_EXCEEDED)
 #: Quota stands in the way of a workload, for now (the admission cycle keeps quota for the first one).
 QUOTA_CODES = (C.OVER_NOMINAL_QUOTA, C.OVER_BORROWING_LIMIT, C.NOMINAL_QUOTA_LENT_OUT, C.COHORT_EXHAUSTED)
 #: A workload no node of the cluster can ever take (until nodes it may use join): never waited for.

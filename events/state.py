@@ -51,6 +51,14 @@ def runtime_key(wl: "WorkloadState") -> int:
     return wl.spec.runtime_ms if wl.spec.runtime_ms is not None else NO_RUNTIME
 
 
+def execution_deadline(wl: "WorkloadState") -> int | None:
+    """When an admitted workload uses up its maximum execution time (Kueue's: admitted time, all
+    its attempts counted); None without one, or while it is not admitted."""
+    if wl.spec.max_execution_ms is None or wl.admitted_ms is None:
+        return None
+    return wl.admitted_ms + wl.spec.max_execution_ms - wl.executed_ms
+
+
 #: Node label naming a node's GPU model (NVIDIA GPU feature discovery); a ResourceFlavor that
 #: selects it restricts its workloads to that model.
 GPU_MODEL_LABEL = "nvidia.com/gpu.product"
@@ -173,8 +181,12 @@ class WorkloadState(msgspec.Struct):
     #: leaves it alone (its requeue backoff; 0: none).
     bind_failures: int = 0
     retry_after_ms: int = 0
-    #: Why it was deactivated (too many failed binds): it is "finished" and never runs again.
+    #: Why it was deactivated (too many failed binds, its maximum execution time used up): it is
+    #: "finished" and never runs again; and the reason's code.
     deactivated: str | None = None
+    deactivated_code: ReasonCode | None = None
+    #: How long its earlier attempts were admitted (Kueue's accumulated execution time).
+    executed_ms: int = 0
 
 
 class State(msgspec.Struct):

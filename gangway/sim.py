@@ -83,15 +83,17 @@ class Simulation:
     def _may_decide(self, service: str) -> bool:
         """False when the service has nothing to decide about: admission and preemption act only
         for pending workloads, placement only for admitted ones (skipping it changes nothing).
-        Preemption also acts while a queue drains (HoldAndDrain) or a hand-over waits (it may lapse)."""
+        Preemption also acts while a queue drains (HoldAndDrain), a hand-over waits (it may lapse) or
+        a workload has a maximum execution time (it may use it up)."""
         contract = self.state.contract
         if service == "placement":
             return bool(self.state.unplaced)
         if service == "idle-hunt":
             return contract is not None and contract.idle_rule is not None and bool(self.state.active)
         if service == "preemption" and contract is not None and self.state.active and (
-                index_of(contract).drains or any(waits_to_take_over(self.state.workloads[n]) for n in self.state.active)):
-            return True  # (a queue drains, or a hand-over may lapse)
+                index_of(contract).drains or any(waits_to_take_over(wl) or wl.spec.max_execution_ms is not None
+                                                 for wl in map(self.state.workloads.__getitem__, self.state.active))):
+            return True  # (a queue drains, a hand-over may lapse, a maximum execution time may end)
         return bool(self.state.pending)
 
     def run(self, until_ms: int | None = None, rounds_max: int = 100_000, stop=None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from gangway.events import catalogue as ev
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_milli
-from gangway.events.reasons import C, sentence
+from gangway.events.reasons import DEACTIVATING_CODES, C, sentence
 from gangway.events.resources import GPU, total_request
 
 
@@ -55,10 +55,12 @@ def _own(d, superseded: str | None, islands: bool = True) -> str:
         return f"eviction by {d.preemptor} superseded: {superseded}"
     if isinstance(d, ev.EvictionOrdered) and d.reason_code == C.QUEUE_DRAINED:
         return f"drained: {_terms(d)}"
+    if isinstance(d, ev.EvictionOrdered) and d.reason_code == C.MAX_EXECUTION_TIME_EXCEEDED:
+        return f"ordered out: {_terms(d)}"
     if isinstance(d, ev.EvictionOrdered):
         return f"preempted by {d.preemptor}: {_terms(d)}"
-    if isinstance(d, ev.WorkloadEvicted) and d.reason_code == C.BIND_FAILURES_EXCEEDED:
-        return f"evicted (attempt {d.attempt + 1}): {sentence(d)}; deactivated [{d.reason_code}]"
+    if isinstance(d, ev.WorkloadEvicted) and d.reason_code in DEACTIVATING_CODES:
+        return f"evicted (attempt {d.attempt + 1}): {sentence(d)} [{d.reason_code}]"
     if isinstance(d, ev.WorkloadEvicted):
         backoff = ""
         if d.retry_after_ms:

@@ -22,6 +22,7 @@ import msgspec
 from gangway.events.catalogue import ClockTicked, Envelope, JobRejected
 from gangway.events.codec import format_time
 from gangway.events.contract import Contract
+from gangway.events.reasons import C
 from gangway.read.explain import pending_report, standing_lines
 from gangway.services.binder.cluster import read_cluster_file
 from gangway.services.submission.manifests import ManifestError, iter_jobs
@@ -135,7 +136,8 @@ def report(run: DryRun) -> list[str]:
             course.insert(0, "; ".join(f"{n} of {sizes.get(ps, n)} pods of {ps}" for ps, n in sorted(wl.admission.counts.items())))
         nodes = sorted({a.node for a in wl.placement.assignments}) if wl.placement is not None else []
         where = f" on {', '.join(nodes)}" if nodes else ""
-        lines.append(f"{name}: {wl.phase}{where}" + (f" ({'; '.join(course)})" if course else ""))
+        phase = f"deactivated [{wl.deactivated_code or C.BIND_FAILURES_EXCEEDED}]" if wl.deactivated else wl.phase
+        lines.append(f"{name}: {phase}{where}" + (f" ({'; '.join(course)})" if course else ""))
         if wl.phase == "pending":
             lines += [f"    {line}" for line in standing_lines(run.sim.log, state, workload, reports)]
     last = run.sim.log[-1].time_ms

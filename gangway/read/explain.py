@@ -210,7 +210,7 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
                 lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None
                              else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
     elif wl is not None and wl.deactivated:
-        lines.append(f"now deactivated ({C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
+        lines.append(f"now deactivated ({wl.deactivated_code or C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
     elif wl is not None and wl.withdrawn:
         lines.append(f"now withdrawn: {wl.withdrawn}")
     elif wl is not None and wl.withdrawing:

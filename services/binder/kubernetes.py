@@ -46,7 +46,7 @@ from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import admitted_pod_sets, index_of
 from gangway.events.state import HOLDS_NODES, State, WorkloadState, handing_over
 from gangway.services.binder import objects as ob
-from gangway.services.binder.policy import RequeueBackoff, bind_failed, rule_deadlines
+from gangway.services.binder.policy import RequeueBackoff, bind_failed, deactivating, rule_deadlines
 
 log = logging.getLogger(__name__)
 RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
@@ -724,7 +724,9 @@ class KubernetesBinder:
             await self._suspend(obj, "")
             lost = f"; work lost {order.work_lost_ms / 1000:.0f} s" if order.work_lost_ms else ""
             by = order.ordered_by()
-            await self.tell(obj, "Warning", "Drained" if order.reason_code == C.QUEUE_DRAINED else "Preempted",
+            kind = {C.QUEUE_DRAINED: "Drained", C.MAX_EXECUTION_TIME_EXCEEDED: "Deactivated"}.get(order.reason_code,
+                                                                                                  "Preempted")
+            await self.tell(obj, "Warning", kind,
                             f"{by[0].upper()}{by[1:]}: {order.reason or 'eviction ordered'}{lost}; "
                             f"{order.grace_ms / 1000:g} s grace", status="False")
             ev.told = True
@@ -735,7 +737,7 @@ class KubernetesBinder:
             self.evicting.pop((name, attempt), None)
             out.reports.append((f"evicted/{name}/{attempt}", now_ms, WorkloadEvicted(
                 workload=name, attempt=attempt, preemptor=order.preemptor,
-                reason=f"{order.ordered_by()}: {order.reason or 'eviction ordered'}; pods gone")))
+                **deactivating(order, f"{order.ordered_by()}: {order.reason or 'eviction ordered'}; pods gone"))))
             return
         await asyncio.gather(*(self._evict_pod(p, ev, now) for p in on_nodes))
 

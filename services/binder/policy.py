@@ -17,13 +17,13 @@ import msgspec
 
 from gangway.events import money
 from gangway.events.catalogue import (
-    CheckpointSaved, ClockTicked, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted,
+    CheckpointSaved, ClockTicked, EvictionOrdered, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted,
     WorkloadFinished, WorkloadProgress, WorkloadRunning, WorkloadWithdrawn,
 )
 from gangway.events.codec import format_time
-from gangway.events.reasons import C, reason
+from gangway.events.reasons import DEACTIVATING_CODES, C, reason
 from gangway.events.resources import index_of
-from gangway.events.state import State, WorkloadState, handing_over
+from gangway.events.state import State, WorkloadState, execution_deadline, handing_over
 from gangway.services.admission.snapshot import hand_over_lapses
 
 DEFAULT_RUNTIME_MS = 600_000
@@ -88,11 +88,20 @@ def evict_at(wl: WorkloadState) -> int | None:
     return wl.eviction_ms + wl.eviction.grace_ms
 
 
+def deactivating(order: EvictionOrdered, said: str) -> dict:
+    """A ``WorkloadEvicted``'s reason for the eviction ``order`` carried out: ``said``, or, when the
+    order deactivates the workload (``DEACTIVATING_CODES``), the order's own reason and code."""
+    if order.reason_code in DEACTIVATING_CODES:
+        return {"reason": order.reason, "reason_code": order.reason_code, "reason_params": order.reason_params}
+    return {"reason": said}
+
+
 def rule_deadlines(state: State) -> list[tuple[int, str]]:
     """Future moments at which a time-based rule changes what may be decided, while anyone waits.
 
     Today: the moment a hand-over not started yet lapses (the work it waits for is late past its
-    grace period: preemption orders it out), the end of a running workload's minimum runtime (it
+    grace period: preemption orders it out), the moment an admitted workload uses up its maximum
+    execution time (preemption orders it out, whoever waits), the end of a running workload's minimum runtime (it
     becomes preemptible), the moment one that declared its runtime is late by more than its grace
     period (preemption stops waiting for it to end, ``defrag.protected``), and the end of a pending
     workload's requeue backoff after a failed bind (it may be admitted again).
@@ -102,6 +111,8 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
     idx = index_of(state.contract)
     found = [(t[0], f"the hand-over of {name} lapses") for name in state.active
              if (t := hand_over_lapses(state, idx, state.workloads[name])) is not None and t[0] > state.time_ms]
+    found += [(t, f"the maximum execution time of {name} ends") for name in state.active
+              if (t := execution_deadline(state.workloads[name])) is not None and t > state.time_ms]
     if not state.pending:
         return sorted(found)
     found += [(t, f"requeue backoff of {name} ends") for name, t in state.backing_off.items() if t > state.time_ms]
@@ -154,7 +165,7 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
         elif leaves is not None and leaves <= now_ms:
             reports.append((f"evicted/{key}", leaves, WorkloadEvicted(
                 workload=name, attempt=wl.attempt, preemptor=wl.eviction.preemptor,
-                reason=f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period",
+                **deactivating(wl.eviction, f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period"),
             )))
             gone.add(name)
     for wl in successors:

@@ -18,7 +18,7 @@ from gangway.events.catalogue import EvictionOrdered
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import C, reason, said
 from gangway.events.resources import GPU, ContractIndex, index_of
-from gangway.events.state import ORDER_OUT_FROM, State, WorkloadState, shape_of
+from gangway.events.state import ORDER_OUT_FROM, State, WorkloadState, execution_deadline, shape_of
 from gangway.services.admission.policy import admission_cycle
 from gangway.services.admission.snapshot import Snapshot, hand_over_lapses
 from gangway.services.admission.victims import anyone_preemptible, choose_victims, work_lost_ms
@@ -41,6 +41,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
     idx = index_of(state.contract)
     yield from drained(state, idx)
     yield from lapsed(state, idx)
+    yield from overran(state, idx)
     if not state.pending or not anyone_preemptible(state, idx):
         return
     waiting = victims_in_flight(state)
@@ -116,6 +117,22 @@ def lapsed(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
             yield EvictionOrdered(
                 workload=name, preemptor=f"HandOver/{lapse[1]}", based_on=state.offset, grace_ms=0, work_lost_ms=0,
                 **said(reason(C.HAND_OVER_LAPSED, workload=lapse[1])))
+
+
+def overran(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
+    """A workload admitted for its whole maximum execution time (``execution_deadline``) is ordered
+    out, with its grace period, as ``MaximumExecutionTime``; once out it is deactivated (the fold),
+    as Kueue deactivates it."""
+    for name in state.active:
+        wl = state.workloads[name]
+        deadline = execution_deadline(wl)
+        if deadline is not None and deadline <= state.time_ms and wl.phase in ORDER_OUT_FROM and wl.eviction is None:
+            executed = wl.executed_ms + state.time_ms - wl.admitted_ms
+            yield EvictionOrdered(
+                workload=name, preemptor="MaximumExecutionTime", based_on=state.offset,
+                grace_ms=idx.grace_ms(wl.spec.priority_class), work_lost_ms=work_lost_ms(wl, state.time_ms),
+                **said(reason(C.MAX_EXECUTION_TIME_EXCEEDED, executed_s=executed // 1000,
+                              maximum_s=wl.spec.max_execution_ms // 1000)))
 
 
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],

@@ -53,7 +53,7 @@ from gangway.events.catalogue import (
 )
 from gangway.events.quantity import MILLI, QuantityError, format_milli, is_extended_resource, parse_milli
 from gangway.events.text import NotUtf8, utf8_text
-from gangway.services.submission.policy import Invalid, check_job, check_record_size
+from gangway.services.submission.policy import MAX_EXEC_LABEL, Invalid, check_job, check_record_size
 
 GANGWAY_API = "gangway.io/v1alpha1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -214,7 +214,8 @@ def _check_submittable(where: _Where, job: JobSubmitted) -> None:
 
 #: The Kueue labels and annotations gangway reads from a manifest; any other ``kueue.x-k8s.io/`` key
 #: is ignored, and ``_unread`` names it.
-KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS})
+KUEUE_KEYS_READ = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MAX_EXEC_LABEL, MIN_PARALLELISM_ANNOTATION,
+                             *TOPOLOGY_ANNOTATIONS})
 
 
 def _unread(doc: Any, index: int, filename: str) -> list[str]:
@@ -490,7 +491,7 @@ PROFILE_ANNOTATIONS = {
     "gangway.io/tokens-per-second": 1e12, "gangway.io/checkpoint-seconds": 1e9,
 }
 #: Where gangway reads each key it reads (as Kueue does): one put in the other place is not read.
-READ_AS_LABEL = frozenset({QUEUE_LABEL, PRIORITY_LABEL})
+READ_AS_LABEL = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MAX_EXEC_LABEL})
 #: Annotations read from the object's own metadata (the others, topology, from each pod template's).
 OBJECT_ANNOTATIONS = frozenset({MIN_PARALLELISM_ANNOTATION, RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS})
 READ_AS_ANNOTATION = frozenset({MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS, RUNTIME_ANNOTATION,

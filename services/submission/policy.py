@@ -384,6 +384,21 @@ def _check_entitled(job: JobSubmitted | JobWithdrawn, entitled: str | None, subm
         )
 
 
+#: Kueue's maximum execution time, a label in whole seconds (Kueue: a positive int32).
+MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+
+
+def max_execution_ms(labels: Mapping[str, str]) -> int | None:
+    """The maximum execution time a job's labels give (``MAX_EXEC_LABEL``); raises Invalid."""
+    value = labels.get(MAX_EXEC_LABEL)
+    if value is None:
+        return None
+    if not (isinstance(value, str) and value.isascii() and value.isdigit() and 0 < int(value) <= 2**31 - 1):
+        raise Invalid("invalid_field", f"labels[{MAX_EXEC_LABEL!r}] is {value!r}: a whole number of seconds, "
+                                       f"1 to {2**31 - 1}")
+    return int(value) * 1000
+
+
 def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], submission: str,
               submitted_as: str = "") -> WorkloadQueued:
     """The workload a valid job becomes; raises Invalid for the first thing wrong with it."""
@@ -408,6 +423,7 @@ def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], sub
         labels=dict(job.labels),
         submission=submission,
         submitted_as=submitted_as,
+        max_execution_ms=max_execution_ms(job.labels),
     )
 
 
@@ -417,6 +433,7 @@ def check_job(job: JobSubmitted) -> tuple[list[PodSet], int | None]:
     and ``gangway submit`` runs it on every job of a file before sending any (a value the record's
     JSON cannot carry, e.g. an infinite runtime, is refused there, not turned into none)."""
     _check_names(job)
+    max_execution_ms(job.labels)
     return _pod_sets(job.pod_sets), _runtime_ms(job.runtime_seconds)
 
 
