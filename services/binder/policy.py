@@ -17,8 +17,8 @@ import msgspec
 
 from gangway.events import money
 from gangway.events.catalogue import (
-    CheckpointSaved, ClockTicked, EvictionOrdered, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound, WorkloadEvicted,
-    WorkloadFinished, WorkloadProgress, WorkloadRunning, WorkloadWithdrawn,
+    CheckpointSaved, ClockTicked, EvictionOrdered, GpuSample, GpuTelemetry, NodeObserved, NodeRemoved, WorkloadBound,
+    WorkloadEvicted, WorkloadFinished, WorkloadProgress, WorkloadRunning, WorkloadWithdrawn,
 )
 from gangway.events.codec import format_time
 from gangway.events.reasons import DEACTIVATING_CODES, C, reason
@@ -165,7 +165,8 @@ def due_reports(state: State, now_ms: int, default_runtime_ms: int = DEFAULT_RUN
         elif leaves is not None and leaves <= now_ms:
             reports.append((f"evicted/{key}", leaves, WorkloadEvicted(
                 workload=name, attempt=wl.attempt, preemptor=wl.eviction.preemptor,
-                **deactivating(wl.eviction, f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period"),
+                **deactivating(wl.eviction,
+                               f"{wl.eviction.ordered_by()} after a {wl.eviction.grace_ms} ms grace period"),
             )))
             gone.add(name)
     for wl in successors:
