@@ -538,12 +538,12 @@ def _evicted(state: State, env: ev.Envelope, e: ev.WorkloadEvicted) -> None:
         wl.bind_failures, wl.retry_after_ms = e.bind_failures, e.retry_after_ms
         if e.retry_after_ms:
             state.backing_off[e.workload] = e.retry_after_ms
-        # Deactivated (out of its queue for good): after too many failed binds, or once ordered
-        # out for its maximum execution time (the order decides, whatever the report says).
-        if e.reason_code in DEACTIVATING_CODES:
-            _deactivate(state, wl, env, e.reason or "deactivated", e.reason_code)
-        elif order is not None and order.reason_code in DEACTIVATING_CODES:
-            _deactivate(state, wl, env, order.reason, order.reason_code)
+        # Deactivated (out of its queue for good): after too many failed binds (the report says
+        # so), or once ordered out for its maximum execution time (the order does, whatever the
+        # report says: a pod lost meanwhile is reported without it).
+        said = next((x for x in (e, order) if x is not None and x.reason_code in DEACTIVATING_CODES), None)
+        if said is not None:
+            _deactivate(state, wl, env, said.reason or "deactivated", said.reason_code)
 
 
 def _deactivate(state: State, wl: WorkloadState, env: ev.Envelope, why: str, code: C) -> None:

@@ -21,8 +21,7 @@ import os
 import re
 import statistics
 import tempfile
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import msgspec
@@ -448,7 +447,7 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
     path = reference_data(data_dir, needs) / needs
     sc = load(path, shrink)
     if quota_holds is not None:  # the platform team's trade between the priorities' waits
-        sc = dataclasses.replace(sc, contract=msgspec.structs.replace(
+        sc = replace(sc, contract=msgspec.structs.replace(
             sc.contract, backfill=Backfill(quota_holds_per_tree=quota_holds)))
     if sc.topology:
         print(f"note: {scenario} has a topology ({sc.topology['name']}): its nodes carry the level labels and "

@@ -826,22 +826,14 @@ def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
         if key in ("apiVersion", "kind", "metadata", "fairSharing") or _neutral(value):
             continue
         if key not in _CONFIGURATION_ELSEWHERE:  # (a field of a later Kueue, or a typo: said, not refused)
-            close = difflib.get_close_matches(str(key), ["fairSharing", *_CONFIGURATION_ELSEWHERE], n=1, cutoff=0.75)
             at.warn(str(key), "not a field of Kueue's Configuration that gangway knows; ignored"
-                    + (f" (did you mean {close[0]}?)" if close else ""))
+                    + _meant(key, ["fairSharing", *_CONFIGURATION_ELSEWHERE]))
         elif (instead := _CONFIGURATION_ELSEWHERE[key]) is not None:
             at.warn(str(key), f"not read from the contract; gangway has it as {instead}")
         else:
             at.warn(str(key), "not supported by gangway; ignored")
-    value = obj.get("fairSharing")
-    if value is None:
-        return
-    spec = _dict(at, "fairSharing", value)
-    if spec is None:
-        return
-    _check_fields(at, "fairSharing", spec, {"enable", "preemptionStrategies"})
     policy = _Policy()
-    _policy_fair_sharing(at, "fairSharing", spec, policy)
+    _policy_fair_sharing(at, "fairSharing", obj.get("fairSharing"), policy, _KUEUE_FAIR_SHARING)
     parsed.configuration_fair_sharing = policy.fair_sharing
 
 
@@ -864,12 +856,18 @@ def _policy_classes(at: _At, path: str, value: Any, policy: _Policy) -> list[_Re
     return refs
 
 
-def _policy_fair_sharing(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:
-    """Kueue's Configuration.fairSharing, plus a usage half-life and flavor values."""
+#: Kueue's Configuration.fairSharing, and what gangway's SchedulingPolicy adds to it.
+_KUEUE_FAIR_SHARING = {"enable", "preemptionStrategies"}
+_FAIR_SHARING = {*_KUEUE_FAIR_SHARING, "usageHalfLifeSeconds", "flavorWeights"}
+
+
+def _policy_fair_sharing(at: _At, path: str, value: Any, policy: _Policy,
+                         fields: set[str] = _FAIR_SHARING) -> list[_Ref]:
+    """Kueue's Configuration.fairSharing, plus (``fields`` allowing) a usage half-life and flavor values."""
     spec = _dict(at, path, value)
     if not spec:
         return []
-    _check_fields(at, path, spec, {"enable", "preemptionStrategies", "usageHalfLifeSeconds", "flavorWeights"})
+    _check_fields(at, path, spec, fields)
     enable = spec.get("enable", False)
     if not isinstance(enable, bool):
         at.error(f"{path}.enable", f"must be true or false, not {_type_name(enable)}")
@@ -1272,8 +1270,14 @@ def _check_fields(at: _At, path: str, obj: dict, read: set[str], ignored: dict[s
         elif _RENAMED.get(key) in read:
             at.error(key_path, f"unknown field in {at.api_version}, which calls it {_RENAMED[key]}")
         else:
-            close = difflib.get_close_matches(str(key), sorted(read), n=1, cutoff=0.75)
-            at.error(key_path, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
+            at.error(key_path, "unknown field" + _meant(key, read))
+
+
+def _meant(key: Any, fields) -> str:
+    """`` (did you mean <field>?)`` for the one of ``fields`` an unknown ``key`` may be a misspelling
+    of ('' for none)."""
+    close = difflib.get_close_matches(str(key), sorted(fields), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _dict(at: _At, path: str, value: Any) -> dict | None:

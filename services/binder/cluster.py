@@ -79,7 +79,6 @@ def load_nodes(text: str, filename: str = "<cluster>") -> list[NodeObserved]:
     return nodes
 
 
-
 def node_unavailable(node: dict) -> str:
     """Why a Node takes no new pods ('' when it does): cordoned, NotReady, or a Kubernetes taint."""
     spec, status = node.get("spec") or {}, node.get("status") or {}

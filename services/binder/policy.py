@@ -101,18 +101,22 @@ def rule_deadlines(state: State) -> list[tuple[int, str]]:
 
     Today: the moment a hand-over not started yet lapses (the work it waits for is late past its
     grace period: preemption orders it out), the moment an admitted workload uses up its maximum
-    execution time (preemption orders it out, whoever waits), the end of a running workload's minimum runtime (it
-    becomes preemptible), the moment one that declared its runtime is late by more than its grace
+    execution time (preemption orders it out, whoever waits), the end of a running workload's
+    minimum runtime (it becomes preemptible), the moment one that declared its runtime is late by more than its grace
     period (preemption stops waiting for it to end, ``defrag.protected``), and the end of a pending
     workload's requeue backoff after a failed bind (it may be admitted again).
     """
     if state.contract is None:
         return []
     idx = index_of(state.contract)
-    found = [(t[0], f"the hand-over of {name} lapses") for name in state.active
-             if (t := hand_over_lapses(state, idx, state.workloads[name])) is not None and t[0] > state.time_ms]
-    found += [(t, f"the maximum execution time of {name} ends") for name in state.active
-              if (t := execution_deadline(state.workloads[name])) is not None and t > state.time_ms]
+    found = []
+    for name in state.active:
+        wl = state.workloads[name]
+        lapse, deadline = hand_over_lapses(state, idx, wl), execution_deadline(wl)
+        if lapse is not None and lapse[0] > state.time_ms:
+            found.append((lapse[0], f"the hand-over of {name} lapses"))
+        if deadline is not None and deadline > state.time_ms:
+            found.append((deadline, f"the maximum execution time of {name} ends"))
     if not state.pending:
         return sorted(found)
     found += [(t, f"requeue backoff of {name} ends") for name, t in state.backing_off.items() if t > state.time_ms]

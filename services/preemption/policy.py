@@ -40,8 +40,7 @@ def evictions(state: State) -> Iterator[EvictionOrdered]:
         return
     idx = index_of(state.contract)
     yield from drained(state, idx)
-    yield from lapsed(state, idx)
-    yield from overran(state, idx)
+    yield from timed_out(state, idx)
     if not state.pending or not anyone_preemptible(state, idx):
         return
     waiting = victims_in_flight(state)
@@ -105,34 +104,31 @@ def drained(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
             **said(reason(C.QUEUE_DRAINED, queue_kind=kind, queue=queue)))
 
 
-def lapsed(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
-    """A hand-over (``WorkloadAdmitted.after``) not started yet whose work to take over is late past
-    its declared end by more than its grace period (``hand_over_lapses``) is ordered out at once
-    (it holds quota and nodes it cannot use): it waits in its queue again, where preemption may
-    make room for it. The order names that work as ``HandOver/<workload>``."""
+def timed_out(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
+    """The orders time alone makes, in one look at each active workload: first, a hand-over
+    (``WorkloadAdmitted.after``) not started yet whose work to take over is late past its declared
+    end by more than its grace period (``hand_over_lapses``) is ordered out at once (it holds quota
+    and nodes it cannot use): it waits in its queue again, where preemption may make room for it;
+    the order names that work as ``HandOver/<workload>``. Then a workload admitted for its whole
+    maximum execution time (``execution_deadline``) is ordered out, with its grace period, as
+    ``MaximumExecutionTime``; once out it is deactivated (the fold), as Kueue deactivates it."""
+    now, overran = state.time_ms, []
     for name in state.active:
         wl = state.workloads[name]
         lapse = hand_over_lapses(state, idx, wl)
-        if lapse is not None and lapse[0] <= state.time_ms:
+        if lapse is not None and lapse[0] <= now:
             yield EvictionOrdered(
                 workload=name, preemptor=f"HandOver/{lapse[1]}", based_on=state.offset, grace_ms=0, work_lost_ms=0,
                 **said(reason(C.HAND_OVER_LAPSED, workload=lapse[1])))
-
-
-def overran(state: State, idx: ContractIndex) -> Iterator[EvictionOrdered]:
-    """A workload admitted for its whole maximum execution time (``execution_deadline``) is ordered
-    out, with its grace period, as ``MaximumExecutionTime``; once out it is deactivated (the fold),
-    as Kueue deactivates it."""
-    for name in state.active:
-        wl = state.workloads[name]
         deadline = execution_deadline(wl)
-        if deadline is not None and deadline <= state.time_ms and wl.phase in ORDER_OUT_FROM and wl.eviction is None:
-            executed = wl.executed_ms + state.time_ms - wl.admitted_ms
-            yield EvictionOrdered(
-                workload=name, preemptor="MaximumExecutionTime", based_on=state.offset,
-                grace_ms=idx.grace_ms(wl.spec.priority_class), work_lost_ms=work_lost_ms(wl, state.time_ms),
-                **said(reason(C.MAX_EXECUTION_TIME_EXCEEDED, executed_s=executed // 1000,
-                              maximum_s=wl.spec.max_execution_ms // 1000)))
+        if deadline is not None and deadline <= now and wl.phase in ORDER_OUT_FROM and wl.eviction is None:
+            overran.append(wl)
+    for wl in overran:
+        yield EvictionOrdered(
+            workload=wl.spec.workload, preemptor="MaximumExecutionTime", based_on=state.offset,
+            grace_ms=idx.grace_ms(wl.spec.priority_class), work_lost_ms=work_lost_ms(wl, now),
+            **said(reason(C.MAX_EXECUTION_TIME_EXCEEDED, executed_s=(wl.executed_ms + now - wl.admitted_ms) // 1000,
+                          maximum_s=wl.spec.max_execution_ms // 1000)))
 
 
 def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
