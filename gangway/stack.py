@@ -105,7 +105,7 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
     if name == "binder" and kubernetes is not None:
         from gangway.adapters.kubernetes import Kube
         from gangway.services.binder.kubernetes_service import KubernetesBinderService
-        from gangway.services.submission.kubernetes import job_from_object
+        from gangway.services.submission.kubernetes import check_object, job_from_object
         from gangway.services.binder.policy import RequeueBackoff
         default = RequeueBackoff()
         backoff = RequeueBackoff(float(kubernetes.get("bind-backoff") or default.base_s),
@@ -120,7 +120,8 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         from gangway.services.binder.kubernetes import PODS_READY_TIMEOUT_S
         ready = kubernetes.get("pods-ready-timeout")
         return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
-                                       job_from_object, sdir, webhook=webhook, pending=pending, backoff=backoff,
+                                       job_from_object, sdir, webhook=webhook, check=check_object, pending=pending,
+                                       backoff=backoff,
                                        pods_ready_timeout_s=PODS_READY_TIMEOUT_S if ready is None else float(ready))
     if name == "submission":
         from gangway.services.submission.service import SubmissionService

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 
 from gangway.adapters.broker import free_ports
 from gangway.services.binder import webhook as wh
+from gangway.services.submission.kubernetes import check_object
 
 
 def job(kind: str = "Job", labels: dict | None = None, annotations: dict | None = None, spec: dict | None = None,
@@ -81,6 +82,66 @@ def test_a_request_that_is_no_admission_review_gets_400_and_why():
     ok = client.post(wh.PATH, json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                     "request": {"uid": "u-1", "operation": "CREATE", "object": job()}})
     assert ok.status_code == 200 and patch_of(ok.json()) is not None
+
+
+def gpu_job(labels: dict | None = None, pod_annotations: dict | None = None, name: str | None = "train",
+            gpus: object = 1) -> dict:
+    """A Job as `kubectl apply` sends it: one pod of ``gpus`` GPUs, its template's annotations."""
+    meta = {"namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "default", **(labels or {})}}
+    meta.update({"name": name} if name else {"generateName": "train-"})
+    container = {"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    template = {"metadata": {"annotations": pod_annotations or {}},
+                "spec": {"restartPolicy": "Never", "containers": [container]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {"parallelism": 1, "template": template}}
+
+
+def checked(obj: dict, operation: str = "CREATE") -> tuple[dict, list]:
+    """The webhook's answer given the intake's check, and the rejections it handed on."""
+    refused = []
+    answer = wh.review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "request": {"uid": "u-1", "operation": operation, "object": obj}}, check_object, refused.append)
+    return answer["response"], refused
+
+
+@pytest.mark.parametrize("obj, reason, words", [
+    (gpu_job({"kueue.x-k8s.io/max-exec-time-seconds": "0"}), "invalid_field",
+     "kueue.x-k8s.io/max-exec-time-seconds"),
+    (gpu_job(gpus=100), "absurd_quantity", "a pod asks for at most 64 GPUs"),
+    (gpu_job(pod_annotations={"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname",
+                              "kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}), "invalid_field",
+     "required and preferred are exclusive"),
+])
+def test_a_job_no_contract_admits_is_refused_as_it_is_created_and_its_rejection_kept(obj, reason, words):
+    response, refused = checked(obj)
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"]["code"] == 422 and response["status"]["reason"] == "Invalid"
+    message = response["status"]["message"]
+    assert message.startswith(f"gangway refuses Job team/train: {reason}: ") and words in message, message
+    [rejection] = refused  # (for gangway.rejections, the object as its owner wrote it)
+    assert (rejection.job_id, rejection.namespace, rejection.reason) == ("train", "team", reason)
+    assert rejection.submission == "Job/u-1" and json.loads(rejection.original) == obj
+
+
+def test_what_the_check_lets_through_is_suspended_and_told_what_gangway_ignores():
+    response, refused = checked(gpu_job({"kueue.x-k8s.io/podset-group-name": "g"}))
+    assert response["allowed"] is True and not refused
+    assert json.loads(base64.b64decode(response["patch"])) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert "suspended by gangway" in response["warnings"][0]
+    assert response["warnings"][1].startswith("Ignored by gangway: ") and "podset-group-name" in response["warnings"][1]
+    # named by generateName (no name until it is stored): checked under its prefix
+    response, refused = checked(gpu_job(name=None))
+    assert response["allowed"] is True and not refused
+    response, refused = checked(gpu_job({"kueue.x-k8s.io/max-exec-time-seconds": "-5"}, name=None))
+    assert response["allowed"] is False and refused[0].job_id == "train-"
+
+
+@pytest.mark.parametrize("obj, operation", [
+    (gpu_job({"kueue.x-k8s.io/max-exec-time-seconds": "0"}), "UPDATE"),  # the intake's, at its next pass
+    ({**gpu_job({"kueue.x-k8s.io/max-exec-time-seconds": "0"}), "kind": "Deployment"}, "CREATE"),  # not a kind of gangway's
+])
+def test_the_check_leaves_what_is_not_a_queued_object_being_created(obj, operation):
+    response, refused = checked(obj, operation)
+    assert response["allowed"] is True and not refused
 
 
 def test_gangways_own_certificate_serves_the_names_it_was_made_for_until_near_its_end():

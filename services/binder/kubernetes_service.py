@@ -19,7 +19,7 @@ from typing import Awaitable, Callable
 from gangway.adapters import kafka
 from gangway.adapters.kubernetes import Kube
 from gangway.events import codec, topics
-from gangway.events.catalogue import Envelope
+from gangway.events.catalogue import Envelope, JobRejected
 from gangway.events.state import State
 from gangway.services.binder import webhook as webhook_mod
 from gangway.services.binder.kubernetes import Intake, KubernetesBinder, submission_id
@@ -36,10 +36,12 @@ class KubernetesBinderService(LogService):
 
     def __init__(self, bootstrap: str, connect: Callable[[], Awaitable[Kube]], intake: Intake,
                  state_dir: str | Path = ".gangway", clock: ClusterClock | None = None,
-                 webhook: webhook_mod.Options | None = None, **binder_options):
+                 webhook: webhook_mod.Options | None = None, check: webhook_mod.Check | None = None,
+                 **binder_options):
         super().__init__(bootstrap, state_dir, clock)
         self.connect, self.intake, self.binder_options = connect, intake, binder_options
-        self.webhook = webhook
+        #: the webhook's check of an object as it is created (``webhook.review``)
+        self.webhook, self.check = webhook, check
         self.binder: KubernetesBinder | None = None
         self.outbox: list[Proposal] = []
         self.submit_producer = None
@@ -50,8 +52,9 @@ class KubernetesBinderService(LogService):
         namespace = os.environ.get("POD_NAMESPACE", "gangway")
         self.binder = KubernetesBinder(kube, identity, intake=self.intake, namespace=namespace, **self.binder_options)
         serving = None
-        if self.webhook is not None:  # (every replica serves: the webhook only suspends)
-            server = webhook_mod.WebhookServer(await self.webhook.certs(kube, namespace), self.webhook.port)
+        if self.webhook is not None:  # (every replica serves: the webhook decides nothing)
+            server = webhook_mod.WebhookServer(await self.webhook.certs(kube, namespace), self.webhook.port,
+                                               check=self.check, refused=self._rejected)
             serving = await server.start(stop)
             log.info("webhook: serving HTTPS on port %d", self.webhook.port)
         self.binder.start(stop)
@@ -73,10 +76,8 @@ class KubernetesBinderService(LogService):
             now_ms = max(self.clock.now_ms(), self.state.time_ms)
             out = await self.binder.step(self.state, now_ms)
             self.outbox.extend(out.reports)
-            # (on gangway.rejections, where `gangway explain` finds a job that never reached the log)
-            version = (self.state.contract_digest or "")[:12]
-            self.outbox.extend(Proposal(f"rejected/{r.submission}/{self.state.offset}/{version}", now_ms, r, topics.REJECTIONS)
-                               for r in out.rejections)
+            for r in out.rejections:
+                self._rejected(r, now_ms)
             for job, version in [(job, None) for job in out.submissions] + out.moves:
                 env = Envelope(id=submission_id(job, version), source="gangway/binder", time_ms=self.clock.now_ms(),
                                data=job)
@@ -85,6 +86,13 @@ class KubernetesBinderService(LogService):
                                                          headers=headers, partition=0)
         waited = await super()._decide_and_append(producer)
         return min(waited, STEP_EVERY_S)
+
+    def _rejected(self, rejection: JobRejected, now_ms: int | None = None) -> None:
+        """Put ``rejection`` on gangway.rejections (where `gangway explain` finds a job that never
+        reached the log) with what is appended next: the intake's, and the webhook's (any replica's)."""
+        version = (self.state.contract_digest or "")[:12]
+        self.outbox.append(Proposal(f"rejected/{rejection.submission}/{self.state.offset}/{version}",
+                                    self.clock.now_ms() if now_ms is None else now_ms, rejection, topics.REJECTIONS))
 
     def decide(self, state: State) -> list[Proposal]:
         out, self.outbox = self.outbox, []

@@ -3,15 +3,21 @@ not suspended is stored suspended, so its controller never makes a pod before ga
 (Kueue's webhook does the same). Without the webhook the binder suspends such an object at its next
 pass over the cluster (``KubernetesBinder._intake``), and a pod made meanwhile is deleted.
 
-- ``review``: an AdmissionReview (``admission.k8s.io/v1``) in, its answer out: always allowed, with a
-  JSON patch that suspends the object when it needs one. Pure.
+- ``review``: an AdmissionReview (``admission.k8s.io/v1``) in, its answer out: a JSON patch that
+  suspends the object when it needs one, and, given the intake's ``check`` (the stack passes
+  ``submission.kubernetes.check_object``), a queued object created with a manifest gangway would
+  refuse whatever the contract says (a malformed Kueue key, a pod set it cannot take) refused there
+  and then, as Kueue's webhook refuses one: the owner's ``kubectl apply`` says why, and the
+  rejection, the object as written kept, goes to gangway.rejections (``refused``) as the intake's
+  would. Keys gangway ignores come back as warnings (``kubectl`` prints them). Pure.
 - ``issue`` / ``own_certs`` / ``publish_ca``: the API server calls webhooks over HTTPS only. Unless
   the platform mounts a certificate (``--webhook-cert-dir``: cert-manager's ``tls.crt`` and
   ``tls.key``), gangway makes its own, as Kueue's internal certificates do: a CA and a serving
   certificate for the webhook's Service, kept in one Secret of gangway's namespace (the first replica
   makes it, the others read it), and the CA written into the MutatingWebhookConfiguration's caBundle.
 - ``WebhookServer``: HTTPS on ``POST /mutate`` (and ``GET /healthz``), beside the binder in its process;
-  every replica serves (the webhook decides nothing: it only suspends).
+  every replica serves (the webhook decides nothing: it suspends, and refuses what no contract
+  admits; whether the queue exists, and everything else the contract says, stays the intake's).
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
+from gangway.events.catalogue import JobRejected
 from gangway.services.binder import objects as ob
 from gangway.services.binder.errors import WebhookError
 
@@ -51,9 +59,15 @@ class ReviewError(ValueError):
     """The body is not an AdmissionReview gangway can answer (the server says so with HTTP 400)."""
 
 
-def review(body: object) -> dict:
+#: The intake's check of an object as it is created: its rejection, or what of it gangway ignores.
+Check = Callable[[dict, str], "JobRejected | list[str]"]
+
+
+def review(body: object, check: Check | None = None, refused: Callable[[JobRejected], None] | None = None) -> dict:
     """The answer to an AdmissionReview: allowed, with a JSON patch suspending the object when it is a
-    kind gangway takes, carries a queue label, is not suspended and is not one gangway resumed."""
+    kind gangway takes, carries a queue label, is not suspended and is not one gangway resumed; with
+    ``check``, such an object created with a manifest gangway refuses is not allowed (HTTP 422 in the
+    status, the reason and message of its rejection), and its rejection is handed to ``refused``."""
     if not isinstance(body, dict) or body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
         raise ReviewError("not an AdmissionReview: expected {\"kind\": \"AdmissionReview\", \"request\": {…}}")
     request = body["request"]
@@ -62,11 +76,32 @@ def review(body: object) -> dict:
         raise ReviewError("the AdmissionReview's request has no uid")
     response: dict = {"uid": uid, "allowed": True}
     obj = request.get("object")
-    ops = suspend_ops(obj) if request.get("operation") == "CREATE" and isinstance(obj, dict) else []
+    creating = request.get("operation") == "CREATE" and isinstance(obj, dict)
+    warnings = []
+    if creating and check is not None and ob.kind_of(obj) in ob.KINDS and ob.queued_object(obj):
+        if not isinstance((obj.get("metadata") or {}).get("namespace"), str):  # (as the API server fills it in)
+            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": request.get("namespace") or ""}}
+        checked = check(obj, uid)
+        if isinstance(checked, JobRejected):
+            if refused is not None:
+                refused(checked)
+            response.update(allowed=False, status={
+                "code": 422, "reason": "Invalid",
+                "message": f"gangway refuses {ob.kind_of(obj)} {checked.namespace}/{checked.job_id}: "
+                           f"{checked.reason}: {checked.message}"})
+            return _answer(body, response)
+        warnings += [f"Ignored by gangway: {why}" for why in checked]
+    ops = suspend_ops(obj) if creating else []
     if ops:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-        response["warnings"] = [f"{ob.kind_of(obj)} created without suspend: suspended by gangway until it is admitted"]
+        warnings.insert(0, f"{ob.kind_of(obj)} created without suspend: suspended by gangway until it is admitted")
+    if warnings:
+        response["warnings"] = warnings
+    return _answer(body, response)
+
+
+def _answer(body: dict, response: dict) -> dict:
     return {"apiVersion": body.get("apiVersion") or "admission.k8s.io/v1", "kind": "AdmissionReview",
             "response": response}
 
@@ -229,7 +264,7 @@ async def publish_ca(kube: Kube, ca: bytes, configuration: str = CONFIGURATION) 
 # --- the server --------------------------------------------------------------------------------------
 
 
-def create_app():
+def create_app(check: Check | None = None, refused: Callable[[JobRejected], None] | None = None):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse
@@ -238,7 +273,7 @@ def create_app():
     async def mutate(request: Request):
         raw = await request.body()
         try:
-            answer = review(json.loads(raw))
+            answer = review(json.loads(raw), check, refused)
         except ValueError as exc:  # (a ReviewError, or json's JSONDecodeError)
             log.warning("webhook: refused a request of %d bytes: %s", len(raw), exc)
             return PlainTextResponse(f"gangway webhook: {exc}\n", status_code=400)
@@ -281,8 +316,10 @@ class Options:
 class WebhookServer:
     """HTTPS for the API server: ``create_app`` on ``host:port`` with ``certs`` (PEM)."""
 
-    def __init__(self, certs: Certs, port: int, host: str = "0.0.0.0"):
+    def __init__(self, certs: Certs, port: int, host: str = "0.0.0.0", check: Check | None = None,
+                 refused: Callable[[JobRejected], None] | None = None):
         self.certs, self.port, self.host = certs, port, host
+        self.check, self.refused = check, refused
         self.server = None
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -299,7 +336,7 @@ class WebhookServer:
             cert.write_bytes(self.certs.cert + self.certs.ca)
             key.touch(mode=0o600)
             key.write_bytes(self.certs.key)
-            config = uvicorn.Config(create_app(), ssl_certfile=str(cert), ssl_keyfile=str(key), log_level="warning",
+            config = uvicorn.Config(create_app(self.check, self.refused), ssl_certfile=str(cert), ssl_keyfile=str(key), log_level="warning",
                                     lifespan="off", access_log=False)
             self.server = uvicorn.Server(config)
             task = asyncio.create_task(self.server.serve(sockets=[sock]))

@@ -15,7 +15,7 @@ import json
 from gangway.events.catalogue import UID_LABEL, JobRejected, JobSubmitted
 from gangway.events.state import State
 from gangway.services.submission.manifests import ManifestError, job_of_object, unread
-from gangway.services.submission.policy import Invalid, move, queue_job, same_object, workload_id
+from gangway.services.submission.policy import Invalid, check_job, move, queue_job, same_object, workload_id
 
 
 
@@ -34,17 +34,11 @@ def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] |
     message and the object as its owner wrote it (JSON), as gangway.rejections keeps bad input."""
     meta = obj.get("metadata") or {}
     uid = str(meta.get("uid") or "")
-    where = f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
     manifest = _manifest(obj)
-
-    def refused(reason: str, message: str) -> JobRejected:
-        return JobRejected(job_id=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""),
-                           reason=reason, message=message, original=json.dumps(manifest, sort_keys=True).encode(),
-                           submission=f"{obj.get('kind')}/{uid}")
     try:
-        job = job_of_object(manifest, where)
+        job = job_of_object(manifest, _where(manifest))
     except ManifestError as exc:
-        return refused(exc.reason, f"{exc.field}: {exc.problem}" if exc.field else exc.problem)
+        return _rejection(manifest, exc.reason, _problem(exc), uid)
     known = state.workloads.get(f"{job.namespace}/{job.job_id}")
     if known is not None and known.spec.labels.get(UID_LABEL) != uid:
         job = JobSubmitted(**{**_fields(job), "job_id": f"{job.job_id}-{uid[:8]}"})
@@ -58,10 +52,49 @@ def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] |
             queue_job(job, state, {}, submission="")
     except Invalid as bad:
         if moving:
-            return refused(bad.reason, f"moving to queue {job.queue}: {bad.message}; it still waits in queue "
-                                       f"{mine.spec.queue}")
-        return refused(bad.reason, bad.message)
+            return _rejection(manifest, bad.reason, f"moving to queue {job.queue}: {bad.message}; it still waits in "
+                                                    f"queue {mine.spec.queue}", uid)
+        return _rejection(manifest, bad.reason, bad.message, uid)
     return job, unread(manifest)
+
+
+def check_object(obj: dict, request_uid: str) -> JobRejected | list[str]:
+    """What the binder's webhook asks of an object as it is created, before it is stored: the
+    rejection of a manifest gangway cannot read or a job it would refuse whatever the contract says
+    (a malformed key of Kueue's or gangway's, a pod set it cannot take: ``job_of_object`` and
+    ``check_job``, as the intake would refuse it), else what of it gangway ignores (``unread``). Nothing here reads the contract: a queue it does not name is
+    still the intake's to refuse, as it can change before the object is read. An object named by
+    ``metadata.generateName`` is checked under a name of that prefix; the rejection's submission is
+    the object's kind and ``request_uid`` (an object has no uid before it is stored)."""
+    manifest = _manifest(obj)
+    meta = manifest["metadata"]
+    checked = manifest
+    if not meta.get("name") and isinstance(meta.get("generateName"), str):
+        checked = {**manifest, "metadata": {**meta, "name": meta["generateName"] + "00000"}}
+    try:
+        check_job(job_of_object(checked, _where(manifest)))
+    except ManifestError as exc:
+        return _rejection(manifest, exc.reason, _problem(exc), request_uid)
+    except Invalid as bad:
+        return _rejection(manifest, bad.reason, bad.message, request_uid)
+    return unread(manifest)
+
+
+def _where(manifest: dict) -> str:
+    meta = manifest["metadata"]
+    return f"{manifest.get('kind')} {meta.get('namespace')}/{meta.get('name') or meta.get('generateName')}"
+
+
+def _problem(exc: ManifestError) -> str:
+    return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
+
+
+def _rejection(manifest: dict, reason: str, message: str, uid: str) -> JobRejected:
+    """The JobRejected of an object: the object as its owner wrote it (JSON) kept."""
+    meta = manifest["metadata"]
+    return JobRejected(job_id=str(meta.get("name") or meta.get("generateName") or ""),
+                       namespace=str(meta.get("namespace") or ""), reason=reason, message=message,
+                       original=json.dumps(manifest, sort_keys=True).encode(), submission=f"{manifest.get('kind')}/{uid}")
 
 
 def _fields(job: JobSubmitted) -> dict:

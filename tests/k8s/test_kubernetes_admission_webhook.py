@@ -1,11 +1,13 @@
 """The binder's webhook called by a real kube-apiserver: infra/k8s/binder-webhook.yaml registered (its
 Service swapped for a loopback URL), gangway's own certificate made and its CA published by the
-binder's ServiceAccount, and objects created unsuspended stored suspended."""
+binder's ServiceAccount, objects created unsuspended stored suspended, and one no contract admits
+refused as it is created."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import pytest
 import yaml
@@ -15,6 +17,7 @@ from gangway.adapters.broker import free_ports
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.services.binder import webhook as wh
+from gangway.services.submission.kubernetes import check_object
 import k8s_envtest as envtest
 from k8s_harness import ensure_namespace
 
@@ -38,7 +41,8 @@ def job(name: str, kind: str = "Job", labels: dict | None = None, owner: dict | 
             "labels": {"kueue.x-k8s.io/queue-name": "default"} if labels is None else labels}
     if owner:
         meta["ownerReferences"] = [owner]
-    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+    pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+                                                              "resources": {"requests": {"cpu": "100m"}}}]}}
     if kind == "PyTorchJob":
         return api.PYTORCHJOBS, {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": meta,
                                  "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod}}}}
@@ -71,7 +75,9 @@ async def test_a_job_created_unsuspended_is_stored_suspended_by_gangways_webhook
         stored = await kube.get(wh.WEBHOOK_CONFIGURATIONS, wh.CONFIGURATION)
         assert base64.b64decode(stored["webhooks"][0]["clientConfig"]["caBundle"]) == certs.ca
 
-        serving = await wh.WebhookServer(certs, port, host="127.0.0.1").start(stop)
+        refusals = []
+        serving = await wh.WebhookServer(certs, port, host="127.0.0.1", check=check_object,
+                                         refused=refusals.append).start(stop)
         for res, obj in (job("eager"), job("torch", "PyTorchJob"), job("plain", labels={}),
                          job("child", owner={"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
                                              "uid": "0000", "controller": True})):
@@ -81,6 +87,20 @@ async def test_a_job_created_unsuspended_is_stored_suspended_by_gangways_webhook
         # not gangway's: no queue label, or a JobSet's Job (it runs when its JobSet does)
         assert (await kube.get(api.JOBS, "plain", "team"))["spec"]["suspend"] is False
         assert (await kube.get(api.JOBS, "child", "team"))["spec"]["suspend"] is False
+        # one no contract admits is refused there and then (kubectl says why), its rejection handed on
+        res, capped = job("capped", labels={"kueue.x-k8s.io/queue-name": "default",
+                                            "kueue.x-k8s.io/max-exec-time-seconds": "an hour"})
+        with pytest.raises(ApiError) as bad:
+            await kube.create(res, capped, "team")
+        assert bad.value.status == 422 and "suspend.gangway.io" in bad.value.message
+        assert "gangway refuses Job team/capped: invalid_field: " in bad.value.message
+        assert "max-exec-time-seconds" in bad.value.message
+        with pytest.raises(ApiError) as gone:
+            await kube.get(api.JOBS, "capped", "team")
+        assert gone.value.not_found
+        [rejection] = refusals
+        assert (rejection.job_id, rejection.namespace, rejection.reason) == ("capped", "team", "invalid_field")
+        assert json.loads(rejection.original)["metadata"]["labels"] == capped["metadata"]["labels"]
 
         # failurePolicy Fail, as Kueue's: with no webhook answering, no queued Job slips past
         stop.set()

@@ -68,6 +68,20 @@ async def test_gangway_up_kubernetes_binds_a_kubectl_applied_job(kube, binder_ku
             said = subprocess.run([str(Path(sys.executable).parent / "gangway"), "explain", "team/lost-way"], capture_output=True, text=True,
                                   env={**os.environ, "GANGWAY_KAFKA": running.bootstrap}, timeout=60)
             assert said.returncode == 0 and "unknown_queue" in said.stdout and "nowhere" in said.stdout, said
+            # One no contract admits is refused by the webhook as it is created (its owner's apply says
+            # why), and its rejection reaches gangway.rejections all the same.
+            with pytest.raises(api.ApiError) as refused:
+                await apply_manifests(kube, job("capped", pods=1, gpus=1).replace(
+                    "queue-name: default}", 'queue-name: default, kueue.x-k8s.io/max-exec-time-seconds: "0"}'))
+            assert refused.value.status == 422 and "max-exec-time-seconds" in refused.value.message
+            deadline = time.monotonic() + 60
+            while not any(e.data.job_id == "capped" for e in await stack.read_rejections(running.bootstrap)):
+                assert time.monotonic() < deadline, "the webhook's rejection not on gangway.rejections"
+                running.supervise_once()
+                await asyncio.sleep(0.2)
+            said = subprocess.run([str(Path(sys.executable).parent / "gangway"), "explain", "team/capped"], capture_output=True,
+                                  text=True, env={**os.environ, "GANGWAY_KAFKA": running.bootstrap}, timeout=60)
+            assert said.returncode == 0 and "invalid_field" in said.stdout and "max-exec-time-seconds" in said.stdout, said
             # A Job waiting in a full queue moved by its label: the binder submits it again, the
             # submission service moves it, and it runs from the other queue.
             await apply_manifests(kube, job("mover", pods=1, gpus=8))
