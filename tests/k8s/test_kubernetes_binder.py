@@ -561,3 +561,42 @@ async def test_a_waiting_jobs_queue_name_label_moves_it_taken_off_withdraws_it_a
         [w] = log.of_type(ev.WorkloadWithdrawn)
         assert w.reason.endswith("its queue-name label removed: gangway schedules it no more"), w.reason
         assert (await kube.get(api.JOBS, "third", "team"))["spec"]["suspend"] is True
+
+
+async def test_a_job_past_its_maximum_execution_time_is_evicted_and_deactivated_on_the_api_server(kube, make_binder):
+    """Kueue's ``kueue.x-k8s.io/max-exec-time-seconds``: admitted that long, the Job is suspended, its
+    pods go, its owner is told it is deactivated, and it is never admitted again."""
+    log = LocalLog()
+    log.configure(load_contract(CONTRACT + """---
+apiVersion: gangway.io/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: default}
+spec: {defaultGracePeriodSeconds: 1}
+"""))
+    await four_nodes(kube)
+    binder = await make_binder()
+    await run_until(log, [binder], lambda: len(log.state.nodes) == 4, what="four nodes on the log")
+    wl = log.state.workloads
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("capped", pods=2, gpus=4).replace(
+            "queue-name: default}", 'queue-name: default, kueue.x-k8s.io/max-exec-time-seconds: "2"}'))
+        await run_until(log, [binder], running(log, "team/capped"), what="the capped Job running")
+        assert wl["team/capped"].spec.max_execution_ms == 2000
+        await run_until(log, [binder], lambda: wl["team/capped"].deactivated_code is not None, timeout_s=30,
+                        what="the capped Job deactivated")
+        [order] = log.of_type(ev.EvictionOrdered)
+        assert (order.reason_code, order.preemptor) == (C.MAX_EXECUTION_TIME_EXCEEDED, "MaximumExecutionTime")
+        admitted = next(e for e in log.envelopes if isinstance(e.data, ev.WorkloadAdmitted))
+        assert order.workload == "team/capped" and log.envelopes[-1].time_ms - admitted.time_ms >= 2000
+        assert wl["team/capped"].deactivated_code == C.MAX_EXECUTION_TIME_EXCEEDED
+        assert (await kube.get(api.JOBS, "capped", "team"))["spec"]["suspend"] is True
+        assert not await pods_of(kube, "capped")
+        events, _ = await kube.list(api.EVENTS, "team", field_selector="involvedObject.name=capped")
+        [told] = [e for e in events if e["reason"] == "Deactivated"]
+        assert told["type"] == "Warning" and told["message"].startswith(
+            "Deactivated for its maximum execution time: admitted for 2 s in all, its maximum execution time (label "
+            "kueue.x-k8s.io/max-exec-time-seconds: 2): deactivated"), told["message"]
+        for _ in range(20):  # never queued again
+            await log.turn(binder)
+            await asyncio.sleep(0.05)
+        assert len(log.of_type(ev.WorkloadAdmitted)) == 1 and wl["team/capped"].phase != "running"
