@@ -324,6 +324,21 @@ class IdleRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return f"SM active below {self.sm_active_below / 10:g} % for {self.for_ms / 60_000:g} min"
 
 
+class PodsReady(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Kueue's ``waitForPodsReady``, from its Configuration in the contract file (its defaults when
+    enabled): the Kubernetes binder rolls back a bound gang whose pods are not all running
+    ``timeout_ms`` after its admission, and a running gang short of a pod for ``recovery_timeout_ms``
+    (None: never), and requeues it after ``backoff_base_ms`` × 2^(n−1) (at most ``backoff_max_ms``,
+    no jitter, so the log says it exactly) for its n-th failure in a row; after ``backoff_limit``
+    in a row it is deactivated (0: never, Kueue's null). The binder's flags, given, win."""
+
+    timeout_ms: int = 300_000
+    recovery_timeout_ms: int | None = None
+    backoff_base_ms: int = 60_000
+    backoff_max_ms: int = 3_600_000
+    backoff_limit: int = 0
+
+
 class Backfill(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """gangway extension: how admission keeps room for work that waits, a platform team's trade
     between the priorities. ``quota_holds_per_tree``: how many workloads kept out by quota alone
@@ -394,6 +409,8 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     topologies: list[Topology] = []
     backfill: Backfill = Backfill()
+    #: Kueue's waitForPodsReady (None: the binder's flags and defaults)
+    pods_ready: PodsReady | None = None
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

@@ -810,7 +810,9 @@ def _kubernetes_flags(s) -> None:
     s.add_argument("--context", help="with --kubernetes: kubeconfig context (default: the current one)")
     s.add_argument("--bind-backoff", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: a gang whose bind failed waits this long before admission tries it "
-                        "again, doubling with each failed bind in a row (default 10)")
+                        "again, doubling with each failed bind in a row (default: the contract's Kueue Configuration "
+                        "waitForPodsReady.requeuingStrategy, else 10; any of the three --bind-backoff flags given, "
+                        "they win over the contract's, gangway's defaults for the others)")
     s.add_argument("--bind-backoff-max", type=_seconds, metavar="SECONDS",
                    help="with --kubernetes: the longest such wait (default 3600)")
     s.add_argument("--bind-backoff-limit", type=_bounded(int, 0, sys.maxsize, "must be 0 or more"), metavar="N",
@@ -820,7 +822,9 @@ def _kubernetes_flags(s) -> None:
                    help="with --kubernetes: a bound gang whose pods are not all running this long after its admission "
                         "(an image that does not pull, a device that fails) gives its nodes back and is requeued with the "
                         "bind backoff, as Kueue's waitForPodsReady; a running gang not whole again this long after it "
-                        "lost a pod is requeued too, as its recoveryTimeout (default 600; 0: never)")
+                        "lost a pod is requeued too, as its recoveryTimeout (default: the contract's Kueue Configuration "
+                        "waitForPodsReady timeout and recoveryTimeout, else 600 for both; given, it wins over the "
+                        "contract's for both; 0: never)")
     s.add_argument("--webhook-port", type=_port, metavar="PORT",
                    help="with --kubernetes: serve the mutating webhook (HTTPS) on PORT, which stores a Job, JobSet or "
                         "PyTorchJob created with a queue label and not suspended as suspended (infra/k8s/binder-webhook.yaml "

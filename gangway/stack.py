@@ -108,21 +108,23 @@ def build_service(name: str, bootstrap: str, cluster_file: str | None, default_r
         from gangway.services.submission.kubernetes import check_object, job_from_object
         from gangway.services.binder.policy import RequeueBackoff
         default = RequeueBackoff()
-        backoff = RequeueBackoff(float(kubernetes.get("bind-backoff") or default.base_s),
-                                 float(kubernetes.get("bind-backoff-max") or default.max_s),
-                                 int(kubernetes.get("bind-backoff-limit") or default.limit))
+        given = [kubernetes.get(key) for key in ("bind-backoff", "bind-backoff-max", "bind-backoff-limit")]
+        # (none given: the contract's waitForPodsReady, else gangway's defaults, decide at each step)
+        backoff = None if all(value is None for value in given) else RequeueBackoff(
+            float(given[0] if given[0] is not None else default.base_s),
+            float(given[1] if given[1] is not None else default.max_s),
+            int(given[2] if given[2] is not None else default.limit))
         webhook = None
         if kubernetes.get("webhook-port"):
             from gangway.services.binder import webhook as wh
             webhook = wh.Options(int(kubernetes["webhook-port"]), kubernetes.get("webhook-service") or wh.SERVICE,
                                  kubernetes.get("webhook-configuration") or wh.CONFIGURATION,
                                  kubernetes.get("webhook-cert-dir"), kubernetes.get("webhook-host"))
-        from gangway.services.binder.kubernetes import PODS_READY_TIMEOUT_S
         ready = kubernetes.get("pods-ready-timeout")
         return KubernetesBinderService(bootstrap, lambda: Kube.connect(kubernetes.get("kubeconfig"), kubernetes.get("context")),
                                        job_from_object, sdir, webhook=webhook, check=check_object, pending=pending,
                                        backoff=backoff,
-                                       pods_ready_timeout_s=PODS_READY_TIMEOUT_S if ready is None else float(ready))
+                                       pods_ready_timeout_s=None if ready is None else float(ready))
     if name == "submission":
         from gangway.services.submission.service import SubmissionService
         return SubmissionService(bootstrap, sdir)

@@ -11,7 +11,7 @@ import yaml
 import gangway
 from gangway.contract import ConfigError, check_file, contract_digest, load_contract, read_contract, validate_file
 from gangway.events.contract import (
-    Backfill, BorrowWithinCohort, Cohort, FairSharing, FlavorFungibility, FlavorQuotas, Preemption, Price, Quota,
+    Backfill, BorrowWithinCohort, Cohort, FairSharing, FlavorFungibility, FlavorQuotas, PodsReady, Preemption, Price, Quota,
 )
 
 DEMO = Path(gangway.__file__).parent / "demo"
@@ -670,8 +670,8 @@ def test_kueues_configuration_gives_the_contract_its_fair_sharing_and_names_what
     contract, warnings = read_contract(docs(FLAVOR, cluster_queue(), KUEUE_CONFIGURATION), "config.yaml")
     assert contract.fair_sharing == FairSharing(enable=True, preemption_strategies=["LessThanInitialShare"])
     said = [str(w) for w in warnings]
-    assert "config.yaml: warning: document 3 (Configuration): waitForPodsReady: not read from the contract; gangway " \
-           "has it as gangway up --kubernetes --pods-ready-timeout SECONDS" in said, said
+    assert contract.pods_ready == PodsReady(timeout_ms=300_000)  # (Kueue's defaults for the rest)
+    assert not any("waitForPodsReady" in w for w in said), said
     for field in ("health", "integrations"):
         assert f"config.yaml: warning: document 3 (Configuration): {field}: not supported by gangway; ignored" in said
     assert any("fairShareing: not a field of Kueue's Configuration that gangway knows; ignored (did you mean "
@@ -703,6 +703,47 @@ def test_a_kueue_configuration_that_cannot_be_used_is_refused_precisely(extra, w
     else:
         text = docs(FLAVOR, cluster_queue(), KUEUE_CONFIGURATION, extra)
     assert why in problems_of(text)
+
+
+def test_kueues_wait_for_pods_ready_is_the_binders_as_kueue_defines_it():
+    config = y("""
+        apiVersion: config.kueue.x-k8s.io/v1beta1
+        kind: Configuration
+        waitForPodsReady:
+          enable: true
+          timeout: 2m30s
+          recoveryTimeout: 1.5m
+          blockAdmission: true
+          requeuingStrategy: {timestamp: Creation, backoffBaseSeconds: 5, backoffMaxSeconds: 600, backoffLimitCount: 3}
+        """)
+    contract, warnings = read_contract(docs(FLAVOR, cluster_queue(), config), "config.yaml")
+    assert contract.pods_ready == PodsReady(timeout_ms=150_000, recovery_timeout_ms=90_000, backoff_base_ms=5_000,
+                                            backoff_max_ms=600_000, backoff_limit=3)
+    said = [str(w) for w in warnings]
+    assert [w.split(": ")[3] for w in said] == ["waitForPodsReady.blockAdmission", "waitForPodsReady.requeuingStrategy.timestamp"], said
+    # only enabled it says anything; without a Configuration the binder's own flags and defaults rule
+    assert read_contract(docs(FLAVOR, cluster_queue(), config.replace("enable: true", "enable: false")),
+                         "config.yaml")[0].pods_ready is None
+    assert read_contract(docs(FLAVOR, cluster_queue()), "config.yaml")[0].pods_ready is None
+
+
+@pytest.mark.parametrize("field, why", [
+    ("timeout: 5 minutes", 'waitForPodsReady.timeout: "5 minutes" is not a duration (Go\'s form: 5m, 90s, 1h30m)'),
+    ("timeout: -5m", 'waitForPodsReady.timeout: "-5m" is not a duration (Go\'s form: 5m, 90s, 1h30m)'),
+    ("timeout: 300", "waitForPodsReady.timeout: 300 is not a duration (Go's form: 5m, 90s, 1h30m)"),
+    ("timeout: 0s", 'waitForPodsReady.timeout: "0s" is out of range: 1 ms to 168 h'),
+    ("recoveryTimeout: 200h", 'waitForPodsReady.recoveryTimeout: "200h" is out of range: 1 ms to 168 h'),
+    ("enable: 'yes'", 'waitForPodsReady.enable: "yes" is not true or false'),
+    ("requeuingStrategy: {backoffBaseSeconds: 0}", "waitForPodsReady.requeuingStrategy.backoffBaseSeconds: 0 is out of "
+                                                   "range: 1 to 2147483647"),
+    ("requeuingStrategy: {timestamp: Later}", 'waitForPodsReady.requeuingStrategy.timestamp: "Later" is not one of '
+                                              'Eviction, Creation'),
+    ("timeOut: 5m", "waitForPodsReady.timeOut: unknown field (did you mean timeout?)"),
+])
+def test_a_bad_wait_for_pods_ready_is_refused_precisely(field, why):
+    config = "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nwaitForPodsReady:\n  " + (
+        field if field.startswith("enable") else "enable: true\n  " + field) + "\n"
+    assert problems_of(docs(FLAVOR, cluster_queue(), config)) == [f"config.yaml: document 3 (Configuration): {why}"]
 
 
 # --- Kueue's Topology and a flavor's topologyName ------------------------------------------------

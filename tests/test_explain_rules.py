@@ -203,6 +203,24 @@ def test_the_rules_say_what_backfill_keeps_for_waiting_jobs(backfill, said, unsa
     assert all(s in text for s in said) and not any(s in text for s in unsaid), text
 
 
+@pytest.mark.parametrize("ready, said", [
+    (None, None),
+    ({"timeout_ms": 150_000, "recovery_timeout_ms": 90_000, "backoff_base_ms": 5_000, "backoff_max_ms": 600_000,
+      "backoff_limit": 3},
+     "On Kubernetes, a bound gang whose pods are not all running 150 s after its admission gives its nodes back and "
+     "waits 5 s, doubling with each time in a row up to 600 s, before it is admitted again (after 3 in a row it is "
+     "deactivated); so does a running gang short of a pod for 90 s (Kueue's waitForPodsReady)"),
+    ({}, "before it is admitted again (it is never deactivated for it); a running gang short of a pod is left to its "
+         "controller"),
+])
+def test_the_rules_say_kueues_wait_for_pods_ready_when_the_contract_sets_it(ready, said):
+    from gangway.events.contract import PodsReady
+    c = msgspec.structs.replace(contract(cluster_queue("a").gpus(8)).obj(),
+                                pods_ready=None if ready is None else PodsReady(**ready))
+    text = rules.as_text(rules.sections(c))
+    assert (said in text) if said else "waitForPodsReady" not in text, text
+
+
 def test_the_rules_cover_limits_fair_sharing_minimum_runtimes_and_prices():
     c = (contract(cluster_queue("a").cohort("all").gpus(8, borrowing=4, lending=2).weight(2)
                   .borrow_within_cohort("LowerPriority", 10), cluster_queue("b").cohort("all").gpus(8))

@@ -65,6 +65,7 @@ from gangway.events.contract import (
     LocalQueue,
     Namespace,
     PodPriorityClass,
+    PodsReady,
     Preemption,
     Price,
     PriorityClass,
@@ -452,6 +453,8 @@ class _Parsed:
     #: Kueue's Configuration (``config.kueue.x-k8s.io``): where it is, and its fairSharing if it sets one.
     configuration: _At | None = None
     configuration_fair_sharing: FairSharing | None = None
+    #: Its waitForPodsReady, when enabled.
+    pods_ready: PodsReady | None = None
 
     def entries(self) -> Iterator[_Entry]:
         for table in (self.flavors, self.cluster_queues, self.cohorts, self.local_queues,
@@ -523,7 +526,7 @@ def _assemble(parsed: _Parsed) -> Contract:
                 "fair_sharing": policy.fair_sharing or parsed.configuration_fair_sharing,
                 "checkpoint_aware": policy.checkpoint_aware,
                 "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule,
-                "backfill": policy.backfill}
+                "backfill": policy.backfill, "pods_ready": parsed.pods_ready}
     classes = [
         msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name),
                                 min_runtime_ms=policy.min_runtime_ms.get(name))
@@ -793,7 +796,6 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
 
 #: What else a Kueue Configuration may say, and where gangway has it instead (None: nowhere).
 _CONFIGURATION_ELSEWHERE = {
-    "waitForPodsReady": "gangway up --kubernetes --pods-ready-timeout SECONDS",
     "manageJobsWithoutQueueName": None, "managedJobsNamespaceSelector": None, "integrations": None,
     "resources": None, "admissionFairSharing": None, "multiKueue": None, "objectRetentionPolicies": None,
     "featureGates": None, "queueVisibility": None, "namespace": None, "internalCertManagement": None,
@@ -823,7 +825,7 @@ def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
         return
     parsed.configuration = at
     for key, value in obj.items():
-        if key in ("apiVersion", "kind", "metadata", "fairSharing") or _neutral(value):
+        if key in ("apiVersion", "kind", "metadata", "fairSharing", "waitForPodsReady") or _neutral(value):
             continue
         if key not in _CONFIGURATION_ELSEWHERE:  # (a field of a later Kueue, or a typo: said, not refused)
             at.warn(str(key), "not a field of Kueue's Configuration that gangway knows; ignored"
@@ -835,6 +837,67 @@ def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
     policy = _Policy()
     _policy_fair_sharing(at, "fairSharing", obj.get("fairSharing"), policy, _KUEUE_FAIR_SHARING)
     parsed.configuration_fair_sharing = policy.fair_sharing
+    parsed.pods_ready = _pods_ready(at, "waitForPodsReady", obj.get("waitForPodsReady"))
+
+
+#: Kueue's waitForPodsReady.timeout when it gives none (5m); at most a week for either timeout.
+_PODS_READY_MS = (1, 7 * 24 * 3_600_000)
+_BACKOFF_SECONDS = (1, 2**31 - 1)
+
+
+def _pods_ready(at: _At, path: str, value: Any) -> PodsReady | None:
+    """``waitForPodsReady: {enable, timeout, recoveryTimeout, requeuingStrategy: {backoffBaseSeconds,
+    backoffMaxSeconds, backoffLimitCount, timestamp}, blockAdmission}`` (``PodsReady``, Kueue's
+    defaults for what it leaves out); None when absent or not enabled."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return None
+    _check_fields(at, path, spec, {"enable", "timeout", "recoveryTimeout", "requeuingStrategy", "blockAdmission"})
+    enable = spec.get("enable")
+    if enable is not None and not isinstance(enable, bool):
+        at.error(f"{path}.enable", f"{_show(enable)} is not true or false")
+    if spec.get("blockAdmission"):
+        at.warn(f"{path}.blockAdmission", "not read: gangway admits while earlier gangs start (it binds each gang "
+                                          "whole or not at all, so none holds part of a node at its rendezvous)")
+    strategy = _dict(at, f"{path}.requeuingStrategy", spec.get("requeuingStrategy")) or {}
+    where = f"{path}.requeuingStrategy"
+    _check_fields(at, where, strategy, {"timestamp", "backoffLimitCount", "backoffBaseSeconds", "backoffMaxSeconds"})
+    if _choice(at, f"{where}.timestamp", strategy.get("timestamp"), ("Eviction", "Creation"), "Eviction") == "Creation":
+        at.warn(f"{where}.timestamp", "not read: gangway queues a workload rolled back from the time of its "
+                                      "eviction (Kueue's Eviction), behind the work queued before it")
+    timeout = _duration_ms(at, f"{path}.timeout", spec.get("timeout"), _PODS_READY_MS)
+    recovery = _duration_ms(at, f"{path}.recoveryTimeout", spec.get("recoveryTimeout"), _PODS_READY_MS)
+    base = _int(at, f"{where}.backoffBaseSeconds", strategy.get("backoffBaseSeconds"), _BACKOFF_SECONDS)
+    most = _int(at, f"{where}.backoffMaxSeconds", strategy.get("backoffMaxSeconds"), _BACKOFF_SECONDS)
+    limit = _int(at, f"{where}.backoffLimitCount", strategy.get("backoffLimitCount"), (0, 2**31 - 1))
+    if enable is not True:
+        return None
+    default = PodsReady()
+    return PodsReady(timeout_ms=default.timeout_ms if timeout is None else timeout, recovery_timeout_ms=recovery,
+                     backoff_base_ms=default.backoff_base_ms if base is None else base * 1000,
+                     backoff_max_ms=default.backoff_max_ms if most is None else most * 1000,
+                     backoff_limit=limit or 0)
+
+
+#: Go's duration units (``time.ParseDuration``, which Kubernetes' metav1.Duration reads) in ms.
+_GO_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def _duration_ms(at: _At, path: str, value: Any, bounds: tuple[int, int]) -> int | None:
+    """A Go duration (``5m``, ``90s``, ``1h30m``) in whole milliseconds; None when absent or wrong (reported)."""
+    if value is None:
+        return None
+    parts = _GO_PART.findall(value) if isinstance(value, str) else []
+    if not parts or "".join(number + unit for number, unit in parts) != value:
+        at.error(path, f"{_show(value)} is not a duration (Go's form: 5m, 90s, 1h30m)")
+        return None
+    ms = round(sum(float(number) * _GO_UNITS[unit] for number, unit in parts))
+    low, high = bounds
+    if not low <= ms <= high:
+        at.error(path, f"{_show(value)} is out of range: {low} ms to {high // 3_600_000} h")
+        return None
+    return ms
 
 
 def _policy_classes(at: _At, path: str, value: Any, policy: _Policy) -> list[_Ref]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from gangway.events.contract import WEIGHT_ONE, Backfill, ClusterQueue, Contract, FlavorQuotas, LabelSelector, Toleration
+from gangway.events.contract import WEIGHT_ONE, Backfill, ClusterQueue, Contract, FlavorQuotas, LabelSelector, PodsReady, Toleration
 from gangway.events.resources import GPU
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
@@ -108,6 +108,8 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         lines.append(f"Contract version {digest[:12]}: every decision on the log names the offset of the state it "
                      "was decided on, and so the contract version in force there.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
+    if contract.pods_ready is not None:
+        lines.append(_pods_ready_words(contract.pods_ready))
     fs = contract.fair_sharing
     if fs.enable:
         decay = (f" Past usage counts too, halving every {fs.usage_half_life_ms / 3_600_000:g} h."
@@ -119,6 +121,18 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         lines.append("When several workloads could be preempted, the one that loses least work since its "
                      "last checkpoint goes first.")
     return lines
+
+
+def _pods_ready_words(ready: PodsReady) -> str:
+    """Kueue's waitForPodsReady as the contract sets it (the Kubernetes binder's flags, given, win)."""
+    limit = (f"after {ready.backoff_limit} in a row it is deactivated" if ready.backoff_limit
+             else "it is never deactivated for it")
+    recovery = (f"so does a running gang short of a pod for {ready.recovery_timeout_ms / 1000:g} s"
+                if ready.recovery_timeout_ms else "a running gang short of a pod is left to its controller")
+    return (f"On Kubernetes, a bound gang whose pods are not all running {ready.timeout_ms / 1000:g} s after its "
+            f"admission gives its nodes back and waits {ready.backoff_base_ms / 1000:g} s, doubling with each time in "
+            f"a row up to {ready.backoff_max_ms / 1000:g} s, before it is admitted again ({limit}); {recovery} "
+            f"(Kueue's waitForPodsReady){_codes(C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)}.")
 
 
 def _holds_words(backfill: Backfill) -> str:

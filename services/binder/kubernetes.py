@@ -42,6 +42,7 @@ from gangway.events.catalogue import (
     ClockTicked, ClusterReconciled, JobRejected, JobSubmitted, NodeRemoved, Toleration, WorkloadBound, WorkloadEvicted, WorkloadFinished,
     WorkloadRunning, WorkloadWithdrawn,
 )
+from gangway.events.contract import PodsReady
 from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import admitted_pod_sets, index_of
 from gangway.events.state import HOLDS_NODES, State, WorkloadState, handing_over
@@ -118,18 +119,22 @@ class KubernetesBinder:
                  lease_name: str = "gangway-binder", lease_s: float = 15.0, pods_timeout_s: float = 60.0,
                  scheduler: str = ob.SCHEDULER_NAME, bind_concurrency: int = 32, kinds: tuple[str, ...] = ob.KINDS,
                  watch_timeout_s: int = 60, pending: Callable[[State], dict] | None = None,
-                 backoff: RequeueBackoff = RequeueBackoff(), gate: str = ob.GATE,
-                 pods_ready_timeout_s: float = PODS_READY_TIMEOUT_S):
+                 backoff: RequeueBackoff | None = None, gate: str = ob.GATE,
+                 pods_ready_timeout_s: float | None = None):
         self.kube, self.identity, self.intake = kube, identity, intake
         #: pending(state) → workload → an object with reason and eta_ms (gangway explain's pending report).
         self.pending = pending
         self.scheduler, self.pods_timeout_s = scheduler, pods_timeout_s
-        #: How a gang whose bind failed is requeued; the scheduling gate of objects whose pods cannot
-        #: name gangway's scheduler.
+        #: How a gang whose bind failed is requeued (None: as the contract's waitForPodsReady says, else
+        #: ``RequeueBackoff()``); the scheduling gate of objects whose pods cannot name gangway's scheduler.
         self.backoff, self.gate = backoff, gate
-        #: A bound gang whose pods are not all running this long after its admission is rolled back and
-        #: requeued with its backoff (Kueue's waitForPodsReady timeout; 0: never).
+        #: A bound gang whose pods are not all running this long after its admission, or a running one
+        #: short of a pod this long, is rolled back and requeued with its backoff (Kueue's
+        #: waitForPodsReady timeout and recoveryTimeout; 0: never; None: as the contract's
+        #: waitForPodsReady says, else ``PODS_READY_TIMEOUT_S`` for both).
         self.pods_ready_timeout_s = pods_ready_timeout_s
+        #: What this step goes by (``_pods_ready``): the requeue backoff, and the two timeouts (s; 0: never).
+        self.requeue, self.ready_s, self.recovery_s = backoff or RequeueBackoff(), PODS_READY_TIMEOUT_S, PODS_READY_TIMEOUT_S
         self.wake = asyncio.Event()
         self.reflectors: dict[str, Reflector] = {
             kind: Reflector(kube, res, on_change=self._changed, on_relist=self._relisted,
@@ -197,6 +202,7 @@ class KubernetesBinder:
         if not self.elector.leading or not self.synced:
             return out
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        self._pods_ready(state.contract.pods_ready if state.contract is not None else None)
         self._ticks(state, out, now_ms)
         self._nodes(state, out, now_ms)
         objs, by_uid = self._objects(state)
@@ -514,6 +520,23 @@ class KubernetesBinder:
                 return f"pod {m['name']} to {node}: {exc}"
         return ""
 
+    def _pods_ready(self, ready: PodsReady | None) -> None:
+        """The timeouts and backoff of this step: the binder's own where given, else the contract's
+        waitForPodsReady, else gangway's defaults."""
+        if self.backoff is not None:
+            self.requeue = self.backoff
+        elif ready is not None:
+            self.requeue = RequeueBackoff(ready.backoff_base_ms / 1000, ready.backoff_max_ms / 1000, ready.backoff_limit)
+        else:
+            self.requeue = RequeueBackoff()
+        if self.pods_ready_timeout_s is not None:
+            self.ready_s = self.recovery_s = self.pods_ready_timeout_s
+        elif ready is not None:
+            self.ready_s = ready.timeout_ms / 1000
+            self.recovery_s = (ready.recovery_timeout_ms or 0) / 1000
+        else:
+            self.ready_s = self.recovery_s = PODS_READY_TIMEOUT_S
+
     async def _roll_back(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int,
                          why: str, failed: str = "gang not bound") -> None:
         """The gang did not bind whole (or did not start in time): delete its pods, suspend the object,
@@ -523,7 +546,7 @@ class KubernetesBinder:
         await self._suspend(obj, "")
         removed = await self._delete_pods(pods, grace=0)
         said = f"{failed}: {why}; {removed} pod(s) deleted and the {ob.kind_of(obj)} suspended again"
-        report = bind_failed(wl, now_ms, said, self.backoff)
+        report = bind_failed(wl, now_ms, said, self.requeue)
         if report.reason_code == C.BIND_FAILURES_EXCEEDED:
             await self.tell(obj, "Warning", "Deactivated", f"Deactivated by gangway: {report.reason}; delete and "
                             f"create the {ob.kind_of(obj)} again to retry", status="False")
@@ -593,15 +616,15 @@ class KubernetesBinder:
             if wl.phase == "bound":
                 out.reports.append((f"running/{name}/{attempt}", now_ms, WorkloadRunning(workload=name, attempt=attempt)))
             return
-        if not self.pods_ready_timeout_s:
+        if not (self.ready_s if wl.phase == "bound" else self.recovery_s):
             return
         first = (f"{ob.meta(starting[0]).get('name')}: {ob.waiting_reason(starting[0])}" if starting
                  else "no replacement made by its controller")
         if wl.phase == "bound":
             # Half a gang running at its rendezvous holds every GPU of it: give them back, try again later.
-            if wl.admitted_ms is not None and now_ms - wl.admitted_ms > self.pods_ready_timeout_s * 1000:
+            if wl.admitted_ms is not None and now_ms - wl.admitted_ms > self.ready_s * 1000:
                 await self._roll_back(wl, obj, pods, out, now_ms, f"{short} of its {want} pods not running "
-                                      f"{self.pods_ready_timeout_s:g} s after its admission ({first})",
+                                      f"{self.ready_s:g} s after its admission ({first})",
                                       failed="gang not running")
             return
         # Running, and short of a pod (failed, deleted): its controller's replacement takes the place
@@ -612,11 +635,11 @@ class KubernetesBinder:
             if gang.short_since is None:  # (the condition keeps the time for a leader to come)
                 gang.short_since = time.monotonic()
                 await self.tell(obj, "Warning", RECOVERING, f"{RECOVERING}: {short} of its {want} pods not running "
-                                f"({first}); back in its queue unless whole again within {self.pods_ready_timeout_s:g} s",
+                                f"({first}); back in its queue unless whole again within {self.recovery_s:g} s",
                                 status="True")
-        elif time.monotonic() - gang.short_since > self.pods_ready_timeout_s:
+        elif time.monotonic() - gang.short_since > self.recovery_s:
             await self._roll_back_lost(wl, obj, pods, out, now_ms, short, f"gang not whole again: {short} of its {want} "
-                                       f"pods not running {self.pods_ready_timeout_s:g} s after it lost one ({first})")
+                                       f"pods not running {self.recovery_s:g} s after it lost one ({first})")
 
     async def _bind_replacements(self, wl: WorkloadState, obj: dict, pods: list[dict], gang: Gang, out: Step,
                                  now_ms: int, unavailable: dict[str, str]) -> bool:

@@ -80,9 +80,9 @@ async def four_nodes(kube, gpus: int = 8) -> None:
                           {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": str(gpus), "pods": "110"})
 
 
-async def setup(kube, make_binder, **options):
+async def setup(kube, make_binder, contract: str = CONTRACT, **options):
     log = LocalLog()
-    log.configure(load_contract(CONTRACT))
+    log.configure(load_contract(contract))
     await four_nodes(kube)
     binder = await make_binder(**options)
     await run_until(log, [binder], lambda: len(log.state.nodes) == 4, what="four nodes on the log")
@@ -393,12 +393,29 @@ async def test_a_gang_whose_last_bind_fails_is_rolled_back_and_requeued_after_a_
         assert any(e["reason"] == "GangRolledBack" for e in events)
 
 
-async def test_a_bound_gang_whose_pod_cannot_start_gives_its_nodes_back_and_is_requeued(kube, make_binder):
+#: Kueue's own Configuration in the contract file: its waitForPodsReady is the binder's when no flag says otherwise.
+PODS_READY_CONFIGURATION = """---
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+waitForPodsReady:
+  enable: true
+  timeout: 2s
+  requeuingStrategy: {backoffBaseSeconds: 1, backoffMaxSeconds: 5, backoffLimitCount: 4}
+"""
+
+
+@pytest.mark.parametrize("said_by", ["flags", "contract"])
+async def test_a_bound_gang_whose_pod_cannot_start_gives_its_nodes_back_and_is_requeued(kube, make_binder, said_by):
     """Kueue's waitForPodsReady: one pod's image does not pull, so the gang's other pod runs on at its
     rendezvous holding GPUs; past the timeout (from admission) the gang is rolled back and requeued
-    with the bind backoff, the kubelet's reason in what the log and the Job's owner are told."""
-    log, binder = await setup(kube, make_binder, pods_ready_timeout_s=2.0,
-                              backoff=RequeueBackoff(base_s=1.0, max_s=5.0, limit=4))
+    with the bind backoff, the kubelet's reason in what the log and the Job's owner are told. The
+    timeout and backoff are the binder's flags, or Kueue's Configuration in the contract."""
+    if said_by == "flags":
+        log, binder = await setup(kube, make_binder, pods_ready_timeout_s=2.0,
+                                  backoff=RequeueBackoff(base_s=1.0, max_s=5.0, limit=4))
+    else:
+        log, binder = await setup(kube, make_binder, CONTRACT + PODS_READY_CONFIGURATION)
+        assert log.state.contract.pods_ready.timeout_ms == 2000
     async with cluster_running(kube, ["team"], kubelet=False):
         await apply_manifests(kube, job("stuck", pods=2, gpus=8))
         wl = log.state.workloads
