@@ -445,6 +445,18 @@ class JobWithdrawn(_Event, frozen=True):
     reason: str = ""
 
 
+class JobMoved(_Event, frozen=True):
+    """A producer sends a job it submitted, still waiting, to another LocalQueue of its namespace
+    (topic ``gangway.submissions``, as a CloudEvent: `gangway move`) — what changing a Kubernetes
+    object's ``kueue.x-k8s.io/queue-name`` label does for a job that is one. The submission service
+    checks it as a new job's queue is checked and appends a ``WorkloadMoved``."""
+
+    job_id: str
+    namespace: str
+    queue: str
+    reason: str = ""
+
+
 class WithdrawalRequested(_Event, frozen=True):
     """The submission service accepted a ``JobWithdrawn``: a workload still in its queue leaves it at
     once (the fold); one holding quota or nodes is stopped by the binder, which reports
@@ -461,7 +473,7 @@ Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
     NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn, ClusterReconciled,
-    JobWithdrawn, WithdrawalRequested, WorkloadMoved,
+    JobWithdrawn, WithdrawalRequested, WorkloadMoved, JobMoved,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -487,6 +499,7 @@ EVENT_TYPES: dict[type, str] = {
     JobWithdrawn: "io.gangway.job.withdrawn.v1",
     WithdrawalRequested: "io.gangway.withdrawal.requested.v1",
     WorkloadMoved: "io.gangway.workload.moved.v1",
+    JobMoved: "io.gangway.job.moved.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

@@ -239,21 +239,40 @@ def cmd_submit(args) -> int:
 def cmd_withdraw(args) -> int:
     """Take jobs back (JobWithdrawn on gangway.submissions); with --wait, say what became of each."""
     from gangway.events.catalogue import JobWithdrawn
+    return _ask(args, lambda namespace, job_id: JobWithdrawn(job_id=job_id, namespace=namespace, reason=args.reason or ""),
+                lambda name: f"withdrawal of {name} sent (`gangway explain {name}` says when it is withdrawn, or why not)",
+                _withdrawn)
+
+
+def cmd_move(args) -> int:
+    """Send waiting jobs to another queue of their namespace (JobMoved on gangway.submissions); with
+    --wait, say where each waits now, or why it was not moved."""
+    from gangway.events.catalogue import JobMoved
+    return _ask(args, lambda namespace, job_id: JobMoved(job_id=job_id, namespace=namespace, queue=args.queue,
+                                                         reason=args.reason or ""),
+                lambda name: f"move of {name} to queue {args.queue} sent (`gangway explain {name}` says where it waits)",
+                lambda bootstrap, names, since_ms, wait_s: _moved(bootstrap, names, args.queue, since_ms, wait_s))
+
+
+def _ask(args, make, sent, outcomes) -> int:
+    """A producer's request about each of ``args.jobs`` (``make(namespace, job_id)``) sent on
+    gangway.submissions; without --wait, ``sent(name)`` said of each; with it, what ``outcomes``
+    found became of each (exit 1 unless every one did what was asked)."""
     requests = []
     for name in args.jobs:
         namespace, _, job_id = name.partition("/")
         if not namespace or not job_id or "/" in job_id:
             return _fail(f"{name!r}: name a job as NAMESPACE/JOB")
-        requests.append(JobWithdrawn(job_id=job_id, namespace=namespace, reason=args.reason or ""))
+        requests.append(make(namespace, job_id))
     bootstrap = _bootstrap()
     sent_ms = int(time.time() * 1000)
     asyncio.run(stack.publish_jobs(bootstrap, requests, retry_s=SUBMIT_RETRY_S))
     names = [f"{r.namespace}/{r.job_id}" for r in requests]
     if not args.wait:
         for name in names:
-            console.print(f"withdrawal of {name} sent (`gangway explain {name}` says when it is withdrawn, or why not)")
+            console.print(sent(name))
         return 0
-    outcome = asyncio.run(_withdrawn(bootstrap, names, sent_ms, args.wait))
+    outcome = asyncio.run(outcomes(bootstrap, names, sent_ms, args.wait))
     for name in names:
         said, ok = outcome.get(name, (f"{name}: nothing on the log within {args.wait:g} s; `gangway explain {name}` "
                                       "says what became of it", False))
@@ -261,34 +280,61 @@ def cmd_withdraw(args) -> int:
     return 0 if all(outcome.get(name, ("", False))[1] for name in names) else 1
 
 
+async def _moved(bootstrap: str, names: list[str], queue: str, since_ms: int,
+                 wait_s: float) -> dict[str, tuple[str, bool]]:
+    """What became of each move sent at ``since_ms``: (what to say, whether it waits in ``queue``)."""
+    from gangway.events.catalogue import WorkloadMoved
+
+    def judge(state, name: str) -> tuple[str, bool]:
+        wl = state.workloads[name]
+        if wl.spec.queue == queue:
+            return f"{name}: moved to queue {queue} (ClusterQueue {wl.spec.cluster_queue})", True
+        return f"{name}: not moved: it was {wl.phase} (a workload keeps the queue it was admitted from)", False
+    return await _outcomes(bootstrap, names, since_ms, wait_s, judge, lambda env: env.data.workload if isinstance(
+        env.data, WorkloadMoved) and env.data.queue == queue else None)
+
+
 async def _withdrawn(bootstrap: str, names: list[str], since_ms: int, wait_s: float) -> dict[str, tuple[str, bool]]:
-    """What became of each withdrawal sent at ``since_ms``: (what to say, whether it was withdrawn).
-    The log and the rejections are read once, then only what was added since the last look."""
+    """What became of each withdrawal sent at ``since_ms``: (what to say, whether it was withdrawn)."""
+    from gangway.events.catalogue import WithdrawalRequested
+
+    def judge(state, name: str) -> tuple[str, bool] | None:
+        wl = state.workloads[name]
+        if wl.withdrawn is not None:
+            return f"{name}: withdrawn ({wl.withdrawn})", True
+        if wl.phase == "finished":
+            return f"{name}: it had ended already: nothing to withdraw", False
+        return None  # (a running one is withdrawn once its pods are gone)
+    return await _outcomes(bootstrap, names, since_ms, wait_s, judge,
+                           lambda env: env.data.workload if isinstance(env.data, WithdrawalRequested) else None)
+
+
+async def _outcomes(bootstrap: str, names: list[str], since_ms: int, wait_s: float, judge, asked_for) -> dict[str, tuple[str, bool]]:
+    """What became of each request sent at ``since_ms`` (for ``names``), until all are known or
+    ``wait_s`` has passed: refused (gangway.rejections), or ``judge(state, name)`` once the log has
+    taken it (``asked_for(env)``, the workload a log event answers for; ``judge`` None: not yet). The
+    log and the rejections are read once, then only what was added since the last look."""
     from gangway.adapters import kafka
     from gangway.events import topics
-    from gangway.events.catalogue import WithdrawalRequested
     from gangway.events.fold import apply
     from gangway.events.state import State
     deadline, state, ends = time.monotonic() + wait_s, State(), {topics.LOG: 0, topics.REJECTIONS: 0}
     found: dict[str, tuple[str, bool]] = {}
-    requested: set[str] = set()
+    taken: set[str] = set()
     while True:
         async for env in kafka.read_log(bootstrap, start=ends[topics.LOG]):
             apply(state, env)
             ends[topics.LOG] = env.offset + 1
-            if isinstance(env.data, WithdrawalRequested) and env.time_ms >= since_ms:
-                requested.add(env.data.workload)
+            if env.time_ms >= since_ms and (name := asked_for(env)) is not None:
+                taken.add(name)
         async for env in kafka.read_log(bootstrap, start=ends[topics.REJECTIONS], topic=topics.REJECTIONS):
             ends[topics.REJECTIONS] = env.offset + 1
             name = f"{env.data.namespace}/{env.data.job_id}"
             if name in names and env.time_ms >= since_ms:
                 found[name] = (f"{name}: refused: {env.data.reason}: {env.data.message}", False)
-        for name in set(names) & requested:
-            wl = state.workloads[name]
-            if wl.withdrawn is not None:
-                found[name] = (f"{name}: withdrawn ({wl.withdrawn})", True)
-            elif wl.phase == "finished":
-                found[name] = (f"{name}: it had ended already: nothing to withdraw", False)
+        for name in (set(names) & taken) - set(found):
+            if (said := judge(state, name)) is not None:
+                found[name] = said
         if len(found) == len(names) or time.monotonic() > deadline:
             return found
         await asyncio.sleep(0.3)
@@ -892,6 +938,15 @@ def parser() -> argparse.ArgumentParser:
                    help="wait this long for each job to be withdrawn, or refused, and say which (default 10; 0: "
                         "send and return)")
     s.set_defaults(func=cmd_withdraw)
+    s = sub.add_parser("move", help="send waiting jobs to another queue of their namespace (JobMoved on "
+                                    "gangway.submissions), as changing a Kubernetes Job's queue-name label does")
+    s.add_argument("jobs", nargs="+", metavar="NAMESPACE/JOB")
+    s.add_argument("--queue", required=True, help="the LocalQueue of their namespace to wait in")
+    s.add_argument("--reason", help="why (on the log and in `gangway explain`)")
+    s.add_argument("--wait", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for each job to be moved, or refused, and say which (default 10; 0: "
+                        "send and return)")
+    s.set_defaults(func=cmd_move)
     s = sub.add_parser("dry-run", help="where jobs would go, which would wait and why: a contract, a cluster "
                        "and jobs decided offline on a simulated clock (no broker)")
     s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, PyTorchJob), submitted at once")

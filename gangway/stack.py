@@ -19,7 +19,7 @@ from typing import IO
 from gangway.adapters import archive, kafka, processes
 from gangway.adapters.broker import BrokerError, EmbeddedBroker, configured_bootstrap, port_free
 from gangway.events import topics
-from gangway.events.catalogue import ConfigApplied, Envelope, JobSubmitted, JobWithdrawn
+from gangway.events.catalogue import ConfigApplied, Envelope, JobMoved, JobSubmitted, JobWithdrawn
 from gangway.contract import contract_digest
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
@@ -226,10 +226,10 @@ async def read_rejections(bootstrap: str) -> list[Envelope]:
     return [env async for env in kafka.read_log(bootstrap, topic=topics.REJECTIONS)]
 
 
-async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted | JobWithdrawn], rate_per_s: float | None = None,
+async def publish_jobs(bootstrap: str, jobs: list[JobSubmitted | JobWithdrawn | JobMoved], rate_per_s: float | None = None,
                        at_s: list[float] | None = None, source: str = "gangway/cli",
                        retry_s: float = 0.0) -> dict[str, int]:
-    """Publish jobs (or their withdrawals) as a producer does (binary-mode CloudEvents on gangway.submissions): all at
+    """Publish jobs (or their moves or withdrawals) as a producer does (binary-mode CloudEvents on gangway.submissions): all at
     once, ``rate_per_s`` a second, or each ``at_s[i]`` seconds after the call; a job whose send
     failed while the broker was away is sent again for up to ``retry_s`` (the submission service
     takes a job twice as once). Returns workload id → wall-clock ms when it was first sent, for

@@ -349,6 +349,7 @@ def scenario() -> LogBuilder:
             .nodes(node("n3").gpus(8))
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
             .add(ev.JobWithdrawn(job_id="w", namespace="ns", reason="not needed"))
+            .add(ev.JobMoved(job_id="w", namespace="ns", queue="spare"))
             .add(ev.WithdrawalRequested(workload="w", reason="withdrawn by its producer: not needed"))
             .finish("g").add(ev.WorkloadWithdrawn(workload="w", reason="Job deleted")).add(ev.NodeRemoved(node="n3"))
             .add(ev.ClusterReconciled(kind="Job", namespace="ns", name="w", uid="u", reason="resumed",

@@ -90,6 +90,7 @@ SAMPLES: dict[type, object] = {
         log_id="gangway.log/0/abc", cut_offset=900),
     ev.WorkloadWithdrawn: ev.WorkloadWithdrawn(workload="ml/j-0", reason="Job ml/j-0 deleted"),
     ev.JobWithdrawn: ev.JobWithdrawn(job_id="j-1", namespace="ml", reason="wrong data set"),
+    ev.JobMoved: ev.JobMoved(job_id="j-1", namespace="ml", queue="spare", reason="its queue is full"),
     ev.WithdrawalRequested: ev.WithdrawalRequested(
         workload="ml/j-1", reason="withdrawn by its producer (gangway/cli): wrong data set",
         submission="gangway.submissions/0/17", requested_as="gangway/cli withdraw/ml/j-1/1796083200000/5f0c"),
@@ -165,7 +166,7 @@ def test_asyncapi_lists_the_topics_and_their_messages():
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
                       "ClockTicked", "WorkloadWithdrawn", "ClusterReconciled", "WorkloadIdle"]
     assert list(channels["config"]["messages"]) == ["ConfigApplied"]
-    assert list(channels["submissions"]["messages"]) == ["JobSubmitted", "JobWithdrawn"]
+    assert list(channels["submissions"]["messages"]) == ["JobSubmitted", "JobMoved", "JobWithdrawn"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]
     assert list(channels["telemetry"]["messages"]) == ["CheckpointSaved", "WorkloadProgress", "GpuTelemetry"]
     assert list(channels["invoices"]["messages"]) == ["InvoiceIssued"]

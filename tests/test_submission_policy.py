@@ -726,8 +726,48 @@ def test_a_move_gangway_cannot_make_is_rejected_and_the_workload_stays(queue, ui
     assert result.original == value
 
 
+def move_record(queue: str, namespace: str = "team-a", job_id: str = "train-1", reason: str = "") -> tuple[bytes, list]:
+    from gangway.events.catalogue import JobMoved
+    from gangway.services.submission.manifests import to_cloudevent_record
+    _, value, headers = to_cloudevent_record(JobMoved(job_id=job_id, namespace=namespace, queue=queue, reason=reason),
+                                             "gangway/cli", 5, nonce="n")
+    return value, headers
+
+
+def test_a_producer_moves_its_waiting_job_to_another_queue_and_that_record_moves_it_once():
+    """`gangway move` (a JobMoved CloudEvent): what a queue-name label change is for a Kubernetes object."""
+    state = make_state(MOVES, queued=[queued()])
+    value, headers = move_record("spare", reason="the training queue is full")
+    moved = decide_submission(value, KEY, headers, state, {}, SUBMISSION)
+    assert moved == WorkloadMoved(workload="team-a/train-1", from_queue="training", queue="spare", cluster_queue="spare-cq",
+                                  reason="sent to queue spare by its producer (gangway/cli): the training queue is full",
+                                  submission=SUBMISSION, requested_as="gangway/cli move/team-a/train-1/5/n")
+    state = apply(state, Envelope(id="moved/1", source="gangway/submission", time_ms=3_000, data=moved, offset=5))
+    assert state.workloads["team-a/train-1"].spec.queue == "spare" and len(state.pending_order["spare-cq"]) == 1
+    assert decide_submission(value, KEY, headers, state, {}, SUBMISSION) is None  # (delivered again)
+    back, back_headers = move_record("training")
+    assert decide_submission(back, KEY, back_headers, state, {}, "gangway.submissions/0/43").queue == "training"
+
+
+@pytest.mark.parametrize("state, queue, entitled, reason, said", [
+    (make_state(MOVES), "spare", None, "unknown_job", "no job team-a/train-1 is on the log: nothing to move"),
+    (make_state(MOVES, queued=[queued()]), "nowhere", None, "unknown_queue", "no LocalQueue 'nowhere' in namespace 'team-a'"),
+    (make_state(MOVES, queued=[queued()]), "training", None, "duplicate_job", "already waits in queue training"),
+    (make_state(MOVES, queued=[queued()]), "spare", "team-b", "not_entitled", "may submit only into namespace 'team-b'"),
+    (make_state(MOVES, queued=[of_object()]), "spare", None, "kubernetes_object",
+     "made from a Kubernetes Job: change its label (kubectl label job -n team-a train-1 "
+     "kueue.x-k8s.io/queue-name=spare --overwrite)"),
+])
+def test_a_move_a_producer_cannot_make_is_rejected_with_its_bytes(state, queue, entitled, reason, said):
+    value, headers = move_record(queue)
+    got = decide_submission(value, KEY, headers, state, {}, SUBMISSION, entitled=entitled)
+    assert isinstance(got, JobRejected) and (got.reason, got.job_id, got.namespace) == (reason, "train-1", "team-a")
+    assert said in got.message and got.original == value, got.message
+
+
 def test_a_producers_job_submitted_again_under_another_queue_is_a_duplicate_not_a_move():
-    """Only a Kubernetes object (the same ``gangway.io/uid``) moves: a producer's job name is its identity."""
+    """Only a Kubernetes object (the same ``gangway.io/uid``) moves by being sent again: a producer's job
+    name is its identity, and a producer moves its job with a JobMoved (`gangway move`)."""
     state = make_state(MOVES, queued=[queued()])
     result = decide_submission(plain(job(queue="spare")), KEY, [], state, {}, SUBMISSION)
     assert isinstance(result, JobRejected) and result.reason == "duplicate_job"

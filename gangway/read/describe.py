@@ -144,6 +144,8 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
         return f"{d.namespace}/{d.job_id} submitted to {d.queue}"
     if isinstance(d, ev.JobWithdrawn):
         return f"{d.namespace}/{d.job_id} withdrawn by its producer" + (f": {d.reason}" if d.reason else "")
+    if isinstance(d, ev.JobMoved):
+        return f"{d.namespace}/{d.job_id} sent to queue {d.queue} by its producer" + (f": {d.reason}" if d.reason else "")
     if isinstance(d, ev.ClusterReconciled):
         return (f"{d.kind} {d.namespace}/{d.name} reconciled with the cluster [{d.reason_code}]: {sentence(d)}"
                 + (f"; {d.action}" if d.action else ""))

@@ -51,8 +51,9 @@ class Channel(NamedTuple):
 CHANNELS = (
     Channel(
         topics.SUBMISSIONS,
-        "Jobs that producers ask to run, and take back, from any Kafka client.",
-        {"producers": (ev.JobSubmitted, ev.JobWithdrawn)},
+        "Jobs that producers ask to run, move to another queue while they wait, and take back, from any "
+        "Kafka client.",
+        {"producers": (ev.JobSubmitted, ev.JobMoved, ev.JobWithdrawn)},
         ("submission",),
     ),
     Channel(

@@ -48,7 +48,7 @@ import yaml
 from gangway.contract.yamldocs import documents
 from gangway.events import codec
 from gangway.events.catalogue import (
-    Envelope, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
+    Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
 from gangway.events.quantity import MILLI, QuantityError, format_milli, is_extended_resource, parse_milli
@@ -293,18 +293,18 @@ def job_of_object(obj: dict, where: str) -> JobSubmitted:
     return _jobs_of(_Where(where, 1), obj)[0]
 
 
-def to_cloudevent_record(job: JobSubmitted | JobWithdrawn, source: str, now_ms: int,
+def to_cloudevent_record(job: JobSubmitted | JobWithdrawn | JobMoved, source: str, now_ms: int,
                          nonce: str | None = None) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """The binary-mode CloudEvent record of a job (or of its withdrawal) for ``gangway.submissions``:
-    (key, value, headers).
+    """The binary-mode CloudEvent record of a job (or of its move or withdrawal) for
+    ``gangway.submissions``: (key, value, headers).
 
-    Its id, ``submit/<namespace>/<job_id>/<ms>/<nonce>`` (``withdraw/…`` for a withdrawal; a random
+    Its id, ``submit/<namespace>/<job_id>/<ms>/<nonce>`` (``move/…``, ``withdraw/…``; a random
     nonce unless given), is this submission's own: submission takes another record with the same
     source and id as a re-delivery of it (the same bytes sent again), so two submissions must never
     share one — another document of the same job is a second submission (``duplicate_job``), not a
     re-delivery."""
     nonce = nonce if nonce is not None else uuid.uuid4().hex
-    verb = "withdraw" if isinstance(job, JobWithdrawn) else "submit"
+    verb = {JobWithdrawn: "withdraw", JobMoved: "move"}.get(type(job), "submit")
     env = Envelope(id=f"{verb}/{job.namespace}/{job.job_id}/{now_ms}/{nonce}", source=source, time_ms=now_ms,
                    data=job)
     value, headers = codec.to_binary(env)

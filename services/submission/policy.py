@@ -27,7 +27,7 @@ import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    EVENT_TYPES, UID_LABEL, Envelope, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest,
+    EVENT_TYPES, UID_LABEL, Envelope, JobMoved, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest,
     TopologyRequest, WithdrawalRequested, WorkloadMoved, WorkloadQueued,
 )
 from gangway.events.contract import Contract, LocalQueue
@@ -37,6 +37,9 @@ from gangway.events.state import State, WorkloadState
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
 WITHDRAW_TYPE = EVENT_TYPES[JobWithdrawn]
+MOVE_TYPE = EVENT_TYPES[JobMoved]
+#: What a producer may send on gangway.submissions (a move or a withdrawal only as a CloudEvent).
+REQUEST_TYPES = (JOB_TYPE, MOVE_TYPE, WITHDRAW_TYPE)
 MAX_BYTES = 1_048_576
 #: A bad record up to this size is read for the job id and namespace its rejection names.
 PROBE_BYTES_MAX = 16 * MAX_BYTES
@@ -93,8 +96,10 @@ def decide_submission(
         job, submitted_as = read_submission(value, headers, max_bytes)
     except Invalid as bad:
         return recovered(bad, value, key, headers, submission)
-    if isinstance(job, JobWithdrawn):
+    if isinstance(job, (JobWithdrawn, JobMoved)):
         try:
+            if isinstance(job, JobMoved):
+                return relocation(job, state, entitled, submission, submitted_as)
             return withdrawal(job, state, in_flight, entitled, submission, submitted_as)
         except Invalid as bad:
             return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
@@ -108,7 +113,7 @@ def decide_submission(
     try:
         _check_entitled(job, entitled, submission)
         if known is not None and same_object(known, job):
-            return move(job, known, state, submission, submitted_as)
+            return move(job.queue, known, state, submission, submitted_as)
         return queue_job(job, state, in_flight, submission, submitted_as)
     except Invalid as bad:
         return rejected(bad, job.job_id, value, key, headers, submission, job.namespace)
@@ -129,23 +134,45 @@ def same_object(known: WorkloadState, job: JobSubmitted) -> bool:
     return uid is not None and job.labels.get(UID_LABEL) == uid
 
 
-def move(job: JobSubmitted, known: WorkloadState, state: State, submission: str = "",
-         submitted_as: str = "") -> WorkloadMoved:
-    """The object a workload was made from names another LocalQueue (its queue-name label changed):
-    the workload goes there, checked as a new job's queue is (it exists in the namespace, its
-    ClusterQueue admits the namespace and covers every resource asked). Raises Invalid for a queue
-    it cannot go to, and for an object that names the queue it is in (nothing to move: a second
-    submission of the same object). Whether it still waits is the fold's to say (it holds only then)."""
-    if job.queue == known.spec.queue:
-        raise Invalid("duplicate_job", f"{known.spec.kind} {known.spec.workload} already waits in queue {job.queue}: "
+def move(queue: str, known: WorkloadState, state: State, submission: str = "", submitted_as: str = "",
+         said: str = "") -> WorkloadMoved:
+    """A workload goes to LocalQueue ``queue`` of its namespace (the object it was made from names
+    that queue now: its queue-name label changed; or its producer sent a ``JobMoved``), checked as a
+    new job's queue is (it exists in the namespace, its ClusterQueue admits the namespace and covers
+    every resource asked). Raises Invalid for a queue it cannot go to, and for the queue it is in
+    (nothing to move: a second submission of the same object). Whether it still waits is the fold's
+    to say (it holds only then)."""
+    if queue == known.spec.queue:
+        raise Invalid("duplicate_job", f"{known.spec.kind} {known.spec.workload} already waits in queue {queue}: "
                                        "nothing to move")
     idx = _index(state.contract)
-    local_queue = _local_queue(idx, job)
+    local_queue = _local_queue(idx, known.spec.namespace, queue)
     _check_quota_covers(idx, local_queue.cluster_queue, known.spec.pod_sets)
-    said = f"queue-name label changed from {known.spec.queue} to {job.queue}"
-    return WorkloadMoved(workload=known.spec.workload, from_queue=known.spec.queue, queue=job.queue,
-                         cluster_queue=local_queue.cluster_queue, reason=said, submission=submission,
-                         requested_as=submitted_as)
+    return WorkloadMoved(workload=known.spec.workload, from_queue=known.spec.queue, queue=queue,
+                         cluster_queue=local_queue.cluster_queue,
+                         reason=said or f"queue-name label changed from {known.spec.queue} to {queue}",
+                         submission=submission, requested_as=submitted_as)
+
+
+def relocation(request: JobMoved, state: State, entitled: str | None, submission: str,
+               submitted_as: str = "") -> WorkloadMoved | None:
+    """A producer sends its waiting job to another queue (``move``). None for a re-delivery (the
+    request that moved it last, or one before it on its partition). Raises Invalid for a job the
+    log does not hold, or one made from a Kubernetes object (its queue-name label moves it)."""
+    _check_entitled(request, entitled, submission)
+    workload = f"{request.namespace}/{request.job_id}"
+    known = state.workloads.get(workload)
+    if known is None:
+        raise Invalid("unknown_job", f"no job {workload} is on the log: nothing to move")
+    if UID_LABEL in known.spec.labels:
+        raise Invalid("kubernetes_object", f"{workload} was made from a Kubernetes {known.spec.kind}: change its label "
+                                           f"(kubectl label {known.spec.kind.lower()} -n {request.namespace} "
+                                           f"{request.job_id} kueue.x-k8s.io/queue-name={request.queue} --overwrite)")
+    if _not_after(submission, known.moved_by):
+        return None
+    said = f"sent to queue {request.queue} by its producer ({submitted_as.split(' ', 1)[0]})"
+    return move(request.queue, known, state, submission, submitted_as,
+                f"{said}: {request.reason}" if request.reason else said)
 
 
 def withdrawal(request: JobWithdrawn, state: State, in_flight: Mapping[str, str], entitled: str | None,
@@ -227,8 +254,9 @@ def check_record_size(job: JobSubmitted, max_bytes: int = MAX_BYTES) -> None:
                                    "labels or pod sets smaller")
 
 
-def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_BYTES) -> tuple[JobSubmitted | JobWithdrawn, str]:
-    """The JobSubmitted (or, in a CloudEvent, JobWithdrawn) in a record, and the CloudEvent it came
+def read_submission(value: bytes | None, headers: Headers,
+                    max_bytes: int = MAX_BYTES) -> tuple[JobSubmitted | JobWithdrawn | JobMoved, str]:
+    """The JobSubmitted (or, in a CloudEvent, JobWithdrawn or JobMoved) in a record, and the CloudEvent it came
     as (``"<source> <id>"``; empty for a plain JSON job, which has no identity of its own); raises
     Invalid."""
     if value is None:
@@ -245,7 +273,7 @@ def read_submission(value: bytes | None, headers: Headers, max_bytes: int = MAX_
     return _guarded(codec.decode_data, JOB_TYPE, value), ""
 
 
-def _event(env: Envelope) -> tuple[JobSubmitted | JobWithdrawn, str]:
+def _event(env: Envelope) -> tuple[JobSubmitted | JobWithdrawn | JobMoved, str]:
     return env.data, f"{env.source} {env.id}"
 
 
@@ -263,7 +291,7 @@ def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None])
             "malformed_cloudevent", "header ce_specversion is missing (ce_ headers make a binary-mode CloudEvent)"
         )
     ce_type = ce_headers.get("ce_type")
-    if ce_type is not None and ce_type not in (JOB_TYPE.encode(), WITHDRAW_TYPE.encode()):
+    if ce_type is not None and ce_type not in {t.encode() for t in REQUEST_TYPES}:
         shown = ce_type.decode("utf-8", "replace")
         raise Invalid("wrong_event_type", f"header ce_type is {shown!r}; {_ONLY_JOBS}")
     return _guarded(codec.from_record, value, headers)
@@ -271,12 +299,12 @@ def _binary(value: bytes, headers: Headers, ce_headers: dict[str, bytes | None])
 
 def _structured(value: bytes, headers: Headers, probe: _Probe) -> Envelope:
     ce_type = _json_value(probe.type)
-    if isinstance(ce_type, str) and ce_type not in (JOB_TYPE, WITHDRAW_TYPE):
+    if isinstance(ce_type, str) and ce_type not in REQUEST_TYPES:
         raise Invalid("wrong_event_type", f"CloudEvent attribute type is {ce_type!r}; {_ONLY_JOBS}")
     return _guarded(codec.from_record, value, headers)
 
 
-_ONLY_JOBS = f"gangway.submissions takes only {JOB_TYPE} and {WITHDRAW_TYPE}"
+_ONLY_JOBS = f"gangway.submissions takes only {', '.join(REQUEST_TYPES[:-1])} and {REQUEST_TYPES[-1]}"
 
 
 def _probe(value: bytes) -> _Probe:
@@ -373,7 +401,7 @@ def _data_field(raw: msgspec.Raw, name: str) -> object:
 # --- validating the job --------------------------------------------------------------------------
 
 
-def _check_entitled(job: JobSubmitted | JobWithdrawn, entitled: str | None, submission: str) -> None:
+def _check_entitled(job: JobSubmitted | JobWithdrawn | JobMoved, entitled: str | None, submission: str) -> None:
     """A tenant's topic submits into that tenant's namespace only (what a topic ACL cannot see)."""
     if entitled is not None and job.namespace != entitled:
         topic = submission.rsplit("/", 2)[0]
@@ -405,7 +433,7 @@ def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], sub
     pod_sets, runtime_ms = check_job(job)
     _check_unique(workload_id(job), state, in_flight)
     idx = _index(state.contract)
-    local_queue = _local_queue(idx, job)
+    local_queue = _local_queue(idx, job.namespace, job.queue)
     priority = _priority(idx, job.priority_class, next(
         (ps.priority_class_name for ps in job.pod_sets if ps.priority_class_name), None))
     _check_quota_covers(idx, local_queue.cluster_queue, pod_sets)
@@ -598,28 +626,28 @@ def _index(contract: Contract | None) -> ContractIndex:
     return index_of(contract)
 
 
-def _local_queue(idx: ContractIndex, job: JobSubmitted) -> LocalQueue:
-    local_queue = idx.local_queues.get((job.namespace, job.queue))
+def _local_queue(idx: ContractIndex, namespace: str, queue: str) -> LocalQueue:
+    local_queue = idx.local_queues.get((namespace, queue))
     if local_queue is None:
-        offered = sorted(name for namespace, name in idx.local_queues if namespace == job.namespace)
+        offered = sorted(name for namespace, name in idx.local_queues if namespace == namespace)
         raise Invalid(
             "unknown_queue",
-            f"queue: no LocalQueue {job.queue!r} in namespace {job.namespace!r} "
+            f"queue: no LocalQueue {queue!r} in namespace {namespace!r} "
             f"(there: {', '.join(offered) or 'none'})",
         )
     if local_queue.cluster_queue not in idx.quotas:
         raise Invalid(
             "unknown_queue",
-            f"queue: LocalQueue {job.namespace}/{job.queue} points at ClusterQueue "
+            f"queue: LocalQueue {namespace}/{queue} points at ClusterQueue "
             f"{local_queue.cluster_queue!r}, which the contract does not define",
         )
     cluster_queue = idx.cluster_queues[local_queue.cluster_queue]
-    if not idx.contract.selects_namespace(cluster_queue, job.namespace):
-        labels = ", ".join(f"{k}={v}" for k, v in sorted(idx.contract.namespace_labels(job.namespace).items()))
+    if not idx.contract.selects_namespace(cluster_queue, namespace):
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(idx.contract.namespace_labels(namespace).items()))
         raise Invalid(
             "namespace_not_selected",
-            f"queue: ClusterQueue {cluster_queue.name!r} (LocalQueue {job.namespace}/{job.queue}) does not admit "
-            f"namespace {job.namespace!r}: its namespaceSelector does not match the namespace's labels ({labels}); "
+            f"queue: ClusterQueue {cluster_queue.name!r} (LocalQueue {namespace}/{queue}) does not admit "
+            f"namespace {namespace!r}: its namespaceSelector does not match the namespace's labels ({labels}); "
             "Kueue leaves such a workload inadmissible",
         )
     return local_queue
