@@ -512,13 +512,13 @@ def cmd_explain(args) -> int:
     log = read_export(args.log, rejections) if args.log else _log_of(args)
     lines = explain(log, args.job, forecast=not args.no_forecast)
     # Refused at submission? Its rejections are on gangway.rejections (a dry run's export ends with
-    # them): all of it for a job that never reached the log, else the later submissions refused
-    # (the same job sent again: duplicate_job).
+    # them): all of it for a job that never reached the log, else the later requests refused
+    # (the same job sent again: duplicate_job; a move or a withdrawal it could not take).
     refused = rejected_lines(rejections if args.log else asyncio.run(stack.read_rejections(_bootstrap())), args.job)
     if lines[0].endswith("no such job in the log"):
         lines = refused or lines
     elif refused:
-        lines += ["submitted again and refused:", *(f"    {line}" for line in refused)]
+        lines += ["later requests refused (sent again, moved, withdrawn):", *(f"    {line}" for line in refused)]
     for line in lines:
         print(line)
     return 1 if lines[0].endswith("no such job in the log") else 0

@@ -375,4 +375,4 @@ def test_explain_tells_of_a_job_sent_again_and_refused(tmp_path):
     assert result.returncode == 2, result.stderr  # (one job refused)
     explained = gangway("explain", "team/one", "--log", "log.jsonl", cwd=tmp_path)
     out = explained.stdout
-    assert "queued in" in out and "submitted again and refused:" in out and "duplicate_job" in out, out
+    assert "queued in" in out and "later requests refused (sent again, moved, withdrawn):" in out and "duplicate_job" in out, out
