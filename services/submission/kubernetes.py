@@ -47,7 +47,7 @@ def job_from_object(obj: dict, state: State) -> tuple[JobSubmitted, list[str]] |
     moving = mine is not None and same_object(mine, job)  # (its queue-name label changed)
     try:
         if moving:
-            move(job, mine, state)
+            move(job.queue, mine, state)
         else:
             queue_job(job, state, {}, submission="")
     except Invalid as bad:
