@@ -329,8 +329,9 @@ class PodsReady(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     enabled): the Kubernetes binder rolls back a bound gang whose pods are not all running
     ``timeout_ms`` after its admission, and a running gang short of a pod for ``recovery_timeout_ms``
     (None: never), and requeues it after ``backoff_base_ms`` × 2^(n−1) (at most ``backoff_max_ms``,
-    no jitter, so the log says it exactly) for its n-th failure in a row; after ``backoff_limit``
-    in a row it is deactivated (0: never, Kueue's null). The binder's flags, given, win."""
+    no jitter, so the log says it exactly) for its n-th failure in a row; at the ``backoff_limit``-th
+    in a row it is deactivated instead (Kueue's backoffLimitCount + 1: that many requeues, then
+    deactivated; 0: never, Kueue's null). The binder's flags, given, win."""
 
     timeout_ms: int = 300_000
     recovery_timeout_ms: int | None = None

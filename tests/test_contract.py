@@ -717,14 +717,21 @@ def test_kueues_wait_for_pods_ready_is_the_binders_as_kueue_defines_it():
           requeuingStrategy: {timestamp: Creation, backoffBaseSeconds: 5, backoffMaxSeconds: 600, backoffLimitCount: 3}
         """)
     contract, warnings = read_contract(docs(FLAVOR, cluster_queue(), config), "config.yaml")
+    # (backoffLimitCount 3: requeued three times, deactivated at the fourth failure)
     assert contract.pods_ready == PodsReady(timeout_ms=150_000, recovery_timeout_ms=90_000, backoff_base_ms=5_000,
-                                            backoff_max_ms=600_000, backoff_limit=3)
+                                            backoff_max_ms=600_000, backoff_limit=4)
     said = [str(w) for w in warnings]
     assert [w.split(": ")[3] for w in said] == ["waitForPodsReady.blockAdmission", "waitForPodsReady.requeuingStrategy.timestamp"], said
     # only enabled it says anything; without a Configuration the binder's own flags and defaults rule
     assert read_contract(docs(FLAVOR, cluster_queue(), config.replace("enable: true", "enable: false")),
                          "config.yaml")[0].pods_ready is None
     assert read_contract(docs(FLAVOR, cluster_queue()), "config.yaml")[0].pods_ready is None
+    # backoffLimitCount 0: deactivated at the first failure; left out (null): never
+    first = read_contract(docs(FLAVOR, cluster_queue(), config.replace("backoffLimitCount: 3", "backoffLimitCount: 0")),
+                          "config.yaml")[0].pods_ready
+    assert first.backoff_limit == 1
+    assert read_contract(docs(FLAVOR, cluster_queue(), config.replace(", backoffLimitCount: 3", "")),
+                         "config.yaml")[0].pods_ready.backoff_limit == 0
 
 
 @pytest.mark.parametrize("field, why", [

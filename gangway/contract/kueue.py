@@ -876,7 +876,9 @@ def _pods_ready(at: _At, path: str, value: Any) -> PodsReady | None:
     return PodsReady(timeout_ms=default.timeout_ms if timeout is None else timeout, recovery_timeout_ms=recovery,
                      backoff_base_ms=default.backoff_base_ms if base is None else base * 1000,
                      backoff_max_ms=default.backoff_max_ms if most is None else most * 1000,
-                     backoff_limit=limit or 0)
+                     # (Kueue deactivates once a workload has been requeued backoffLimitCount times: at the
+                     # next failure; null: never)
+                     backoff_limit=0 if limit is None else limit + 1)
 
 
 #: Go's duration units (``time.ParseDuration``, which Kubernetes' metav1.Duration reads) in ms.
