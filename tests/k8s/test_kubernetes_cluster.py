@@ -167,6 +167,21 @@ async def test_a_watch_that_expires_lists_again_and_misses_nothing(kube, make_bi
     assert jobs.lists > lists - 1
 
 
+async def test_a_kind_the_cluster_does_not_serve_leaves_the_binder_working_with_the_others(kube, make_binder, monkeypatch):
+    """A cluster without the Kubeflow training operator (no PyTorchJob CRD; here a version of it not
+    served): the binder syncs without that kind, says so, and admits and binds Jobs as ever (it
+    waited for a list that could never succeed, and acted on nothing, before)."""
+    from gangway.services.binder import kubernetes as binder_mod
+    monkeypatch.setitem(binder_mod.RESOURCES, "PyTorchJob", api.Resource("kubeflow.org", "v9", "pytorchjobs", "PyTorchJob"))
+    log, binder = await setup(kube, make_binder)
+    absent = binder.reflectors["PyTorchJob"]
+    assert absent.absent and absent.synced.is_set() and not absent.store
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("plain", pods=2, gpus=4))
+        await run_until(log, [binder], running(log, "team/plain"), what="a Job running beside the kind not served")
+    assert binder.reflectors["PyTorchJob"].absent and not binder.reflectors["Job"].absent
+
+
 async def test_a_pod_of_a_bound_gang_replaced_by_its_controller_is_bound_in_the_place_it_left(kube, make_binder):
     """The controller re-creates a deleted pod (same name, new uid, unbound, gated) before the
     binder's next look: the gang is bound, not running, so only the uid tells the replacement. It is

@@ -5,6 +5,11 @@ resource type. Watches end normally every ``watch_timeout_s`` and are resumed fr
 resourceVersion seen (bookmarks included); a ``410 Gone`` (that version was compacted away) or any
 other failure lists again — after an exponential backoff for failures — and calls ``on_relist`` so
 the owner can reconcile what it may have missed.
+
+A type the cluster does not serve (``404`` on its list: a CRD not installed, e.g. no JobSet or
+Kubeflow training operator) is synced as empty — its owner goes on with the types it has, as Kueue
+skips an integration whose CRD is missing — and is listed again every ``ABSENT_RELIST_S``, so a
+CRD installed later is taken up (``absent`` says which it is meanwhile).
 """
 
 from __future__ import annotations
@@ -19,6 +24,16 @@ from gangway.adapters.kubernetes.client import ApiError, Kube, Resource
 log = logging.getLogger(__name__)
 BACKOFF_MIN_S = 0.2
 BACKOFF_MAX_S = 10.0
+#: How often a type the cluster does not serve is listed again (s).
+ABSENT_RELIST_S = 30.0
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or until ``stop``."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
 
 
 def key_of(obj: dict) -> str:
@@ -38,12 +53,36 @@ class Reflector:
         self.store: dict[str, dict] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
+        #: The cluster does not serve this type (its last list was a 404).
+        self.absent = False
         #: Lists made (the first one included) and watches that ended in 410 Gone.
         self.lists = 0
         self.gone = 0
 
-    async def _list(self) -> None:
-        items, rv = await self.kube.list(self.res, self.namespace, self.label_selector)
+    async def _absent(self) -> None:
+        """The type is not served: an empty store, synced (said once until it is served again)."""
+        if not self.absent:
+            log.warning("%s (%s) is not served by this cluster (its CRD is not installed?): none is taken until it "
+                        "is; listing again every %g s", self.res.plural, self.res.api_version, ABSENT_RELIST_S)
+        self.absent = True
+        for old in self.store.values():
+            if self.on_change:
+                self.on_change("DELETED", old)
+        self.store = {}
+        self.synced.set()
+
+    async def _list(self) -> bool:
+        """List (False: the type is not served, ``_absent``)."""
+        try:
+            items, rv = await self.kube.list(self.res, self.namespace, self.label_selector)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            await self._absent()
+            return False
+        if self.absent:
+            log.info("%s (%s) is served now", self.res.plural, self.res.api_version)
+            self.absent = False
         fresh = {key_of(o): o for o in items}
         for k, old in self.store.items():
             if k not in fresh and self.on_change:
@@ -59,6 +98,7 @@ class Reflector:
             result = self.on_relist(self.store)
             if asyncio.iscoroutine(result):
                 await result
+        return True
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = BACKOFF_MIN_S
@@ -66,7 +106,9 @@ class Reflector:
         while not stop.is_set():
             try:
                 if need_list:
-                    await self._list()
+                    if not await self._list():
+                        await _sleep(stop, ABSENT_RELIST_S)
+                        continue
                     need_list = False
                 await self._watch(stop)
                 backoff = BACKOFF_MIN_S
@@ -85,10 +127,7 @@ class Reflector:
                     raise
                 need_list = True
                 log.warning("watch of %s broke: %r; listing again in %.1f s", self.res.plural, exc, backoff)
-            try:
-                await asyncio.wait_for(stop.wait(), backoff * (0.5 + random.random()))
-            except asyncio.TimeoutError:
-                pass
+            await _sleep(stop, backoff * (0.5 + random.random()))
             backoff = min(BACKOFF_MAX_S, backoff * 2)
 
     async def _watch(self, stop: asyncio.Event) -> None:
