@@ -365,6 +365,9 @@ class NodeObserved(_Event, frozen=True):
     unavailable: str = ""
     #: Its other NoSchedule/NoExecute taints: only pods that tolerate them all go there.
     taints: list[Taint] = []
+    #: What pods gangway does not manage hold there (a Deployment's, a DaemonSet's, a Job without a
+    #: queue label), already taken out of ``allocatable``: gangway places nothing in that room.
+    held_by_others: dict[str, int] = {}
 
     def __post_init__(self) -> None:
         # Each GPU is an entry of its own in the fold: a count beyond any node's (a crafted log's) is

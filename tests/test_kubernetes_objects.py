@@ -58,10 +58,57 @@ def test_a_node_object_with_more_gpus_than_any_node_has_is_left_out_with_why(cap
     binder = KubernetesBinder(None, "test")  # (no API server: only its node pass, on objects it was given)
     binder.reflectors["Node"].store.update({"n1": huge, "n2": fine})
     out = Step()
-    binder._nodes(State(), out, 0)
+    binder._nodes(State(), out, 0, {})
     assert [report.node for _, _, report in out.reports] == ["n2"]
     assert "Node n1: status.allocatable.nvidia.com/gpu: '1025' GPUs on one node: at most 1024" in caplog.text
     assert "left out" in caplog.text
+
+
+def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
+    """A GPU Deployment's pod, a DaemonSet's, a Job without a queue label: the kubelet counts what they
+    hold, so gangway's view of the node leaves it out (it double-booked those GPUs before)."""
+    from gangway.events.state import State
+    from gangway.read.describe import describe
+    from gangway.services.binder.kubernetes import KubernetesBinder, Step
+    n1 = node_obj()
+    n1["status"]["allocatable"].update({"cpu": "64", "memory": "512Gi"})
+
+    def a_pod(name: str, node: str | None = "n1", phase: str = "Running", labels: dict | None = None,
+              annotations: dict | None = None, **spec) -> dict:
+        return {"metadata": {"name": name, "namespace": "infer", "labels": labels or {}, "annotations": annotations or {}},
+                "spec": {"nodeName": node, **spec}, "status": {"phase": phase}}
+    serving = a_pod("serve", containers=[{"resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "4"}}},
+                                         {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+                    initContainers=[{"resources": {"requests": {"cpu": "8"}}}], overhead={"cpu": "250m"})
+    assert ob.pod_requests(serving) == {"nvidia.com/gpu": 2000, "cpu": 8250, "memory": 1024 ** 3 * 1000}
+    exporter = a_pod("dcgm-exporter", containers=[{"resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}])
+    queued_job = {"kind": "Job", "metadata": {"name": "train", "namespace": "infer", "uid": "u-1",
+                                              "labels": {"kueue.x-k8s.io/queue-name": "default"}}}
+    not_held = [a_pod("done", phase="Succeeded", containers=[{"resources": {"requests": {"nvidia.com/gpu": "8"}}}]),
+                a_pod("unbound", node=None, containers=[{"resources": {"requests": {"nvidia.com/gpu": "8"}}}]),
+                a_pod("ours", labels={"batch.kubernetes.io/job-name": "train"},
+                      containers=[{"resources": {"requests": {"nvidia.com/gpu": "4"}}}]),
+                a_pod("ours-left", annotations={ob.GPUS_ANNOTATION: "4,5"},  # (its object deleted: it terminates)
+                      containers=[{"resources": {"requests": {"nvidia.com/gpu": "2"}}}])]
+    binder = KubernetesBinder(None, "test")  # (no API server: its node pass on objects it was given)
+    binder.reflectors["Node"].store.update({"n1": n1})
+    binder.reflectors["Pod"].store.update({f"infer/{p['metadata']['name']}": p for p in [serving, exporter, *not_held]})
+    held = binder._held_by_others({"u-1": queued_job})
+    assert held == {"n1": {"nvidia.com/gpu": 2000, "cpu": 8350, "memory": 1024 ** 3 * 1000 + 128 * 1024 ** 2 * 1000}}
+    out = Step()
+    binder._nodes(State(), out, 0, held)
+    [(_, _, seen)] = out.reports
+    assert seen.allocatable == {"nvidia.com/gpu": 6000, "cpu": 64000 - 8350,
+                                "memory": 512 * 1024 ** 3 * 1000 - held["n1"]["memory"]}
+    assert seen.held_by_others == held["n1"]
+    assert describe(ev.Envelope(id="n", source="gangway/binder", time_ms=0, data=seen)) == \
+        "node n1 observed: 6 GPUs (besides 2 GPUs held by pods gangway does not manage)"
+    # placement sees 6 free GPUs there: an 8-GPU pod does not go, a 6-GPU one does
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(16))).add(seen)
+    log.queue(workload("eight").queue("q").gpus(8)).admit("eight")
+    assert decide_placement(log.state) == []
+    log.queue(workload("six").queue("q").gpus(6)).admit("six")
+    assert [(p.workload, [a.node for a in p.assignments]) for p in decide_placement(log.state)] == [("six", ["n1"])]
 
 
 def pod(name: str, index: int, rtype: str | None = None) -> dict:

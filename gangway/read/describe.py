@@ -132,7 +132,9 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
         if said:
             return f"{workload} {said}"
     if isinstance(d, ev.NodeObserved):
-        return f"node {d.node} observed: {gpus_said(d.allocatable.get(GPU, 0))}"
+        others = d.held_by_others.get(GPU, 0)
+        return f"node {d.node} observed: {gpus_said(d.allocatable.get(GPU, 0))}" + (
+            f" (besides {gpus_said(others)} held by pods gangway does not manage)" if others else "")
     if isinstance(d, ev.NodeRemoved):
         return f"node {d.node} removed"
     if isinstance(d, ev.ConfigApplied):

@@ -204,9 +204,9 @@ class KubernetesBinder:
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         self._pods_ready(state.contract.pods_ready if state.contract is not None else None)
         self._ticks(state, out, now_ms)
-        self._nodes(state, out, now_ms)
         objs, by_uid = self._objects(state)
         pods = self._pods()
+        self._nodes(state, out, now_ms, self._held_by_others(by_uid))
         await self._intake(state, by_uid, out)
         await self._moves(state, objs, out)
         await self._withdrawals(state, objs, pods, out, now_ms)
@@ -243,13 +243,14 @@ class KubernetesBinder:
 
     # --- nodes ---------------------------------------------------------------------------------------
 
-    def _nodes(self, state: State, out: Step, now_ms: int) -> None:
+    def _nodes(self, state: State, out: Step, now_ms: int, held: dict[str, dict[str, int]]) -> None:
         seen = set()
         for obj in self.reflectors["Node"].store.values():
             node = ob.node_observed(obj)
             if isinstance(node, str):
                 log.warning("%s; left out", node)
                 continue
+            node = ob.without_others(node, held.get(node.node, {}))
             seen.add(node.node)
             if node.unavailable:
                 changed = state.unavailable.get(node.node) != node.unavailable
@@ -281,6 +282,26 @@ class KubernetesBinder:
             if uid in by_uid:
                 objs[name] = by_uid[uid]
         return objs, by_uid
+
+    def _held_by_others(self, by_uid: dict[str, dict]) -> dict[str, dict[str, int]]:
+        """Node → what the pods gangway does not manage hold there (milli): pods bound to it and not
+        ended that are neither of a queued object (``by_uid``) nor bound by gangway (its GPU-indexes
+        annotation, which a pod of a deleted object keeps while it terminates)."""
+        ours = {(ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")) for obj in by_uid.values()}
+        held: dict[str, dict[str, int]] = {}
+        for pod in self.reflectors["Pod"].store.values():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            if ob.GPUS_ANNOTATION in (ob.meta(pod).get("annotations") or {}):
+                continue
+            ns = ob.meta(pod).get("namespace")
+            if any((kind, ns, ob.owner_name(kind, pod)) in ours for kind in RESOURCES):
+                continue
+            on_node = held.setdefault(node, {})
+            for resource, milli in ob.pod_requests(pod).items():
+                on_node[resource] = on_node.get(resource, 0) + milli
+        return held
 
     def _pods(self) -> dict[tuple[str, str, str], list[dict]]:
         found: dict[tuple[str, str, str], list[dict]] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 
 from gangway.events.catalogue import UID_LABEL, NodeObserved, PodAssignment, Toleration  # noqa: F401 (ob.UID_LABEL)
+from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
 SCHEDULER_NAME = "gangway"
@@ -273,6 +274,44 @@ def ungate_patch(pod: dict, node: str, gpus: list[int], gate: str) -> dict:
     annotations = {GPUS_ANNOTATION: ",".join(map(str, gpus))} if gpus else {}
     return {"metadata": {"annotations": annotations},
             "spec": {"nodeSelector": {HOSTNAME_LABEL: node}, "schedulingGates": rest or None}}
+
+
+def pod_requests(pod: dict) -> dict[str, int]:
+    """What a pod holds on its node (milli units), as the kubelet counts it: its containers' requests
+    summed, at least its largest init container's, plus its overhead (a quantity that cannot be read
+    is left out: the API server refuses those)."""
+    spec = pod.get("spec") or {}
+
+    def requests(container: object) -> dict[str, int]:
+        out = {}
+        written = ((container.get("resources") or {}).get("requests") or {}) if isinstance(container, dict) else {}
+        for resource, quantity in written.items():
+            try:
+                out[str(resource)] = parse_milli(quantity)
+            except QuantityError:
+                continue
+        return out
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for resource, milli in requests(container).items():
+            total[resource] = total.get(resource, 0) + milli
+    for container in spec.get("initContainers") or []:
+        for resource, milli in requests(container).items():
+            total[resource] = max(total.get(resource, 0), milli)
+    for resource, milli in requests({"resources": {"requests": spec.get("overhead") or {}}}).items():
+        total[resource] = total.get(resource, 0) + milli
+    return total
+
+
+def without_others(node: NodeObserved, held: dict[str, int]) -> NodeObserved:
+    """``node`` with what pods gangway does not manage hold there taken out of its allocatable (never
+    below zero), and said (``held_by_others``)."""
+    held = {r: v for r, v in sorted(held.items()) if v > 0 and r in node.allocatable}
+    if not held:
+        return node
+    allocatable = {r: max(0, v - held.get(r, 0)) for r, v in node.allocatable.items()}
+    return NodeObserved(node=node.node, allocatable=allocatable, labels=node.labels, islands=node.islands,
+                        unavailable=node.unavailable, taints=node.taints, held_by_others=held)
 
 
 def live(pod: dict) -> bool:

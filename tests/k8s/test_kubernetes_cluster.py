@@ -13,7 +13,7 @@ from gangway.adapters.kubernetes import client as api
 from gangway.events import catalogue as ev
 from gangway.events.reasons import C
 from gangway.services.binder import objects as ob
-from k8s_harness import cluster_running, LocalLog, apply_manifests, create_node, node_object, run_until
+from k8s_harness import cluster_running, LocalLog, apply_manifests, create_node, ensure_namespace, node_object, run_until
 from test_kubernetes_binder import job, pods_of, setup
 
 pytestmark = pytest.mark.kubernetes
@@ -180,6 +180,30 @@ async def test_a_kind_the_cluster_does_not_serve_leaves_the_binder_working_with_
         await apply_manifests(kube, job("plain", pods=2, gpus=4))
         await run_until(log, [binder], running(log, "team/plain"), what="a Job running beside the kind not served")
     assert binder.reflectors["PyTorchJob"].absent and not binder.reflectors["Job"].absent
+
+
+async def test_gpus_held_by_a_pod_gangway_does_not_manage_are_not_given_to_a_gang(kube, make_binder):
+    """An inference server's pod (no queue label, bound by another scheduler) holds node-0's 8 GPUs:
+    the log's view of node-0 leaves them out, a gang of three 8-GPU pods runs on the other nodes, and
+    the GPUs come back once that pod is gone."""
+    log, binder = await setup(kube, make_binder)
+    await ensure_namespace(kube, "infer")
+    gpus = {"nvidia.com/gpu": "8"}
+    await kube.create(api.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "serving", "namespace": "infer"},
+                                 "spec": {"nodeName": "node-0", "containers": [
+                                     {"name": "server", "image": "vllm", "resources": {"requests": gpus, "limits": gpus}}]}},
+                      "infer")
+    await run_until(log, [binder], lambda: log.state.nodes["node-0"].allocatable.get("nvidia.com/gpu") == 0,
+                    what="node-0's GPUs held by the serving pod")
+    [seen] = [e.data for e in log.envelopes if isinstance(e.data, ev.NodeObserved) and e.data.held_by_others]
+    assert seen.node == "node-0" and seen.held_by_others["nvidia.com/gpu"] == 8000
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("trio", pods=3, gpus=8))
+        await run_until(log, [binder], running(log, "team/trio"), what="the gang running")
+        assert sorted(p["spec"]["nodeName"] for p in await pods_of(kube, "trio")) == ["node-1", "node-2", "node-3"]
+    await kube.delete(api.PODS, "serving", "infer", grace_seconds=0)
+    await run_until(log, [binder], lambda: log.state.nodes["node-0"].allocatable.get("nvidia.com/gpu") == 8000,
+                    what="node-0's GPUs back once the serving pod is gone")
 
 
 async def test_a_pod_of_a_bound_gang_replaced_by_its_controller_is_bound_in_the_place_it_left(kube, make_binder):
