@@ -381,6 +381,18 @@ class NodeRemoved(_Event, frozen=True):
     node: str
 
 
+class PriorityClassObserved(_Event, frozen=True):
+    """A Kubernetes PriorityClass (``scheduling.k8s.io/v1``) of the cluster, as the binder sees it
+    (``gone``: deleted): a job whose pod template names it (``priorityClassName``) takes its value,
+    as Kueue reads the cluster's classes — unless the contract publishes a class of that name, which
+    wins (the contract is the rules)."""
+
+    name: str
+    value: int
+    global_default: bool = False
+    gone: bool = False
+
+
 class ConfigApplied(_Event, frozen=True):
     contract: Contract
     #: sha256 of the canonical contract, so equal contracts are one version.
@@ -476,7 +488,7 @@ Event = Union[
     JobSubmitted, WorkloadQueued, JobRejected, WorkloadAdmitted, PlacementDecided,
     EvictionOrdered, WorkloadBound, WorkloadRunning, WorkloadFinished, WorkloadEvicted,
     NodeObserved, NodeRemoved, ConfigApplied, CheckpointSaved, ClockTicked, WorkloadWithdrawn, ClusterReconciled,
-    JobWithdrawn, WithdrawalRequested, WorkloadMoved, JobMoved,
+    JobWithdrawn, WithdrawalRequested, WorkloadMoved, JobMoved, PriorityClassObserved,
 ]
 Decision = Union[WorkloadAdmitted, PlacementDecided, EvictionOrdered]
 
@@ -503,6 +515,7 @@ EVENT_TYPES: dict[type, str] = {
     WithdrawalRequested: "io.gangway.withdrawal.requested.v1",
     WorkloadMoved: "io.gangway.workload.moved.v1",
     JobMoved: "io.gangway.job.moved.v1",
+    PriorityClassObserved: "io.gangway.priorityclass.observed.v1",
 }
 TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in EVENT_TYPES.items()}
 DECISION_TYPES = (WorkloadAdmitted, PlacementDecided, EvictionOrdered)

@@ -345,8 +345,8 @@ LOG_WRITERS: dict[str, frozenset[type]] = {
     "gangway/placement": frozenset({ev.PlacementDecided}),
     "gangway/preemption": frozenset({ev.EvictionOrdered}),
     # the binder reports the cluster: the simulated one's telemetry too, the Kubernetes one's withdrawals
-    "gangway/binder": frozenset({ev.NodeObserved, ev.NodeRemoved, ev.WorkloadBound, ev.WorkloadRunning,
-                                 ev.WorkloadFinished, ev.WorkloadEvicted, ev.ClockTicked, ev.WorkloadWithdrawn,
+    "gangway/binder": frozenset({ev.NodeObserved, ev.NodeRemoved, ev.PriorityClassObserved, ev.WorkloadBound,
+                                 ev.WorkloadRunning, ev.WorkloadFinished, ev.WorkloadEvicted, ev.ClockTicked, ev.WorkloadWithdrawn,
                                  ev.ClusterReconciled, ev.CheckpointSaved, ev.GpuTelemetry, ev.WorkloadProgress}),
     # the idle-GPU hunt: decided by accounting's shell
     "gangway/accounting": frozenset({ev.WorkloadIdle}),

@@ -586,6 +586,13 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
         _gpus_held(state, wl, sign=-1, only=e.node)
 
 
+def _priority_class(state: State, env: ev.Envelope, e: ev.PriorityClassObserved) -> None:
+    if e.gone:
+        state.cluster_priority_classes.pop(e.name, None)
+    else:
+        state.cluster_priority_classes[e.name] = e.value
+
+
 def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:
     if e.node not in state.nodes and e.node not in state.unavailable:
         state.ignored += 1
@@ -794,6 +801,7 @@ _HANDLERS = {
     ev.WorkloadEvicted: _evicted,
     ev.NodeObserved: _node_observed,
     ev.NodeRemoved: _node_removed,
+    ev.PriorityClassObserved: _priority_class,
     ev.ConfigApplied: _config,
     ev.CheckpointSaved: _checkpoint,
     ev.GpuTelemetry: _telemetry,

@@ -204,6 +204,8 @@ class State(msgspec.Struct):
     unavailable: dict[str, str] = {}
     #: Bumped whenever a node appears, changes or goes (caches of node sets key on it).
     node_epoch: int = 0
+    #: The cluster's Kubernetes PriorityClasses (``PriorityClassObserved``): name → value.
+    cluster_priority_classes: dict[str, int] = {}
     #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).
     free_index: FreeIndex = msgspec.field(default_factory=FreeIndex)
     #: Pods queued so far per shape (``pod_shape_key``), decaying with a half-life on the log's

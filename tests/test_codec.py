@@ -57,6 +57,7 @@ SAMPLES: list[object] = [
     ev.WorkloadMoved(workload="ns/w2", from_queue="a", queue="b", cluster_queue="cq-b", reason="label changed",
                      submission="gangway.submissions/0/10", requested_as="gangway/binder k8s/u-2/7"),
     ev.JobMoved(job_id="w1", namespace="ns", queue="spare", reason="its queue is full"),
+    ev.PriorityClassObserved(name="team-high", value=500, global_default=False),
     ev.GpuTelemetry(node="n1", samples=[ev.GpuSample(gpu=3, sm_active=312, gpu_util=64, fb_used_mib=512, workload="w1")],
                     observed_ms=T - 1),
     ev.WorkloadProgress(workload="w1", step=7, tokens=10_000_000_000, observed_ms=T - 1),

@@ -350,6 +350,7 @@ def scenario() -> LogBuilder:
             .admit("w").place("w", [("main", "n3", 1)]).bind("w")
             .add(ev.JobWithdrawn(job_id="w", namespace="ns", reason="not needed"))
             .add(ev.JobMoved(job_id="w", namespace="ns", queue="spare"))
+            .add(ev.PriorityClassObserved(name="team-high", value=500))
             .add(ev.WithdrawalRequested(workload="w", reason="withdrawn by its producer: not needed"))
             .finish("g").add(ev.WorkloadWithdrawn(workload="w", reason="Job deleted")).add(ev.NodeRemoved(node="n3"))
             .add(ev.ClusterReconciled(kind="Job", namespace="ns", name="w", uid="u", reason="resumed",

@@ -91,6 +91,7 @@ SAMPLES: dict[type, object] = {
     ev.WorkloadWithdrawn: ev.WorkloadWithdrawn(workload="ml/j-0", reason="Job ml/j-0 deleted"),
     ev.JobWithdrawn: ev.JobWithdrawn(job_id="j-1", namespace="ml", reason="wrong data set"),
     ev.JobMoved: ev.JobMoved(job_id="j-1", namespace="ml", queue="spare", reason="its queue is full"),
+    ev.PriorityClassObserved: ev.PriorityClassObserved(name="team-high", value=500),
     ev.WithdrawalRequested: ev.WithdrawalRequested(
         workload="ml/j-1", reason="withdrawn by its producer (gangway/cli): wrong data set",
         submission="gangway.submissions/0/17", requested_as="gangway/cli withdraw/ml/j-1/1796083200000/5f0c"),
@@ -164,7 +165,7 @@ def test_asyncapi_lists_the_topics_and_their_messages():
     assert on_log == ["WorkloadQueued", "CheckpointSaved", "GpuTelemetry", "WorkloadProgress", "ConfigApplied",
                       "WithdrawalRequested", "WorkloadMoved", "WorkloadAdmitted", "PlacementDecided", "EvictionOrdered", "WorkloadBound",
                       "WorkloadRunning", "WorkloadFinished", "WorkloadEvicted", "NodeObserved", "NodeRemoved",
-                      "ClockTicked", "WorkloadWithdrawn", "ClusterReconciled", "WorkloadIdle"]
+                      "PriorityClassObserved", "ClockTicked", "WorkloadWithdrawn", "ClusterReconciled", "WorkloadIdle"]
     assert list(channels["config"]["messages"]) == ["ConfigApplied"]
     assert list(channels["submissions"]["messages"]) == ["JobSubmitted", "JobMoved", "JobWithdrawn"]
     assert list(channels["rejections"]["messages"]) == ["JobRejected"]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gangway.events import codec
+from gangway.events import catalogue as ev, codec
 from gangway.events.catalogue import (
     UID_LABEL, ConfigApplied, Envelope, JobRejected, PodSet, TopologyRequest, WorkloadMoved, WorkloadQueued,
 )
@@ -374,6 +374,28 @@ def test_a_kubernetes_priority_class_sets_the_priority_of_a_job_without_the_labe
     unknown = decide_submission(plain(job(pod_sets=[pod_set(priority_class_name="nope")])), KEY, [],
                                 make_state(K8S_CLASSES), {}, SUBMISSION)
     assert unknown.reason == "unknown_priority_class" and "defined: batch-high, cluster-default" in unknown.message
+
+
+def test_a_pod_template_may_name_one_of_the_clusters_priority_classes_and_the_contracts_wins():
+    """Kueue reads the cluster's PriorityClasses: the binder puts them on the log
+    (PriorityClassObserved); one the contract publishes under the same name keeps the contract's value."""
+    state = make_state(K8S_CLASSES)
+    for offset, observed in enumerate([ev.PriorityClassObserved(name="team-high", value=900),
+                                       ev.PriorityClassObserved(name="batch-high", value=1),
+                                       ev.PriorityClassObserved(name="old", value=3),
+                                       ev.PriorityClassObserved(name="old", value=3, gone=True)], start=10):
+        state = apply(state, Envelope(id=f"pc/{offset}", source="gangway/binder", time_ms=2_000, data=observed,
+                                      offset=offset))
+    assert state.cluster_priority_classes == {"team-high": 900, "batch-high": 1}
+
+    def priority(pod_class: str):
+        return decide_submission(plain(job(pod_sets=[pod_set(priority_class_name=pod_class)])), KEY, [], state, {},
+                                 SUBMISSION)
+    assert priority("team-high").priority == 900
+    assert priority("batch-high").priority == 500  # (the contract's)
+    gone = priority("old")
+    assert gone.reason == "unknown_priority_class" and "in the contract or the cluster (defined: batch-high, " \
+        "cluster-default, team-high)" in gone.message, gone.message
 
 
 def test_a_label_naming_a_kubernetes_priority_class_says_where_that_class_is_named():

@@ -137,6 +137,9 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
             f" (besides {gpus_said(others)} held by pods gangway does not manage)" if others else "")
     if isinstance(d, ev.NodeRemoved):
         return f"node {d.node} removed"
+    if isinstance(d, ev.PriorityClassObserved):
+        return (f"Kubernetes PriorityClass {d.name} deleted" if d.gone else
+                f"Kubernetes PriorityClass {d.name} observed: {d.value}" + (" (globalDefault)" if d.global_default else ""))
     if isinstance(d, ev.ConfigApplied):
         c = d.contract
         return f"contract {d.digest[:12]} applied: {len(c.cluster_queues)} ClusterQueues, {len(c.local_queues)} LocalQueues"

@@ -6,7 +6,9 @@ reflectors see it, with the folded log, and acts on the difference), so a restar
 needs nothing special — the next pass reconciles. It returns the reports to append to the log and
 the submissions to publish. Only the replica holding the Lease acts; the others keep their caches warm.
 
-- Nodes → NodeObserved (``unavailable`` when cordoned, NotReady or tainted by Kubernetes) / NodeRemoved.
+- Nodes → NodeObserved (``unavailable`` when cordoned, NotReady or tainted by Kubernetes; what pods
+  gangway does not manage request there left out: ``held_by_others``) / NodeRemoved.
+- PriorityClasses → PriorityClassObserved (a job's pod template may name one of the cluster's).
 - Job, JobSet and PyTorchJob objects with a queue label, created suspended → JobSubmitted (through the
   injected ``intake``, which also says why a manifest is refused: a Warning Event and a condition
   on the object). Deleted → WorkloadWithdrawn.
@@ -39,8 +41,8 @@ from gangway.adapters.kubernetes import client as api
 from gangway.adapters.kubernetes.lease import micro_time
 from gangway.events.codec import format_time
 from gangway.events.catalogue import (
-    ClockTicked, ClusterReconciled, JobRejected, JobSubmitted, NodeRemoved, Toleration, WorkloadBound, WorkloadEvicted, WorkloadFinished,
-    WorkloadRunning, WorkloadWithdrawn,
+    ClockTicked, ClusterReconciled, JobRejected, JobSubmitted, NodeRemoved, PriorityClassObserved, Toleration,
+    WorkloadBound, WorkloadEvicted, WorkloadFinished, WorkloadRunning, WorkloadWithdrawn,
 )
 from gangway.events.contract import PodsReady
 from gangway.events.reasons import C, Reason, reason
@@ -139,7 +141,8 @@ class KubernetesBinder:
         self.reflectors: dict[str, Reflector] = {
             kind: Reflector(kube, res, on_change=self._changed, on_relist=self._relisted,
                             watch_timeout_s=watch_timeout_s)
-            for kind, res in [("Node", api.NODES), ("Pod", api.PODS)] + [(k, RESOURCES[k]) for k in kinds]}
+            for kind, res in [("Node", api.NODES), ("Pod", api.PODS), ("PriorityClass", api.PRIORITY_CLASSES)]
+            + [(k, RESOURCES[k]) for k in kinds]}
         self.elector = LeaseElector(kube, namespace, lease_name, identity, duration_s=lease_s)
         self.gangs: dict[tuple[str, int], Gang] = {}
         self.evicting: dict[tuple[str, int], Evicting] = {}
@@ -207,7 +210,8 @@ class KubernetesBinder:
         objs, by_uid = self._objects(state)
         pods = self._pods()
         self._nodes(state, out, now_ms, self._held_by_others(by_uid))
-        await self._intake(state, by_uid, out)
+        if not self._priority_classes(state, out, now_ms):  # (a job naming a class it reports waits for it)
+            await self._intake(state, by_uid, out)
         await self._moves(state, objs, out)
         await self._withdrawals(state, objs, pods, out, now_ms)
         work = []
@@ -282,6 +286,26 @@ class KubernetesBinder:
             if uid in by_uid:
                 objs[name] = by_uid[uid]
         return objs, by_uid
+
+    def _priority_classes(self, state: State, out: Step, now_ms: int) -> bool:
+        """Report the cluster's PriorityClasses the log does not have as they are (and those deleted);
+        True when it reported one."""
+        seen = {}
+        for obj in self.reflectors["PriorityClass"].store.values():
+            name, value = ob.meta(obj).get("name"), obj.get("value")
+            if isinstance(name, str) and isinstance(value, int) and not isinstance(value, bool):
+                seen[name] = (value, obj.get("globalDefault") is True)
+        reported = False
+        for name, (value, default) in sorted(seen.items()):
+            if state.cluster_priority_classes.get(name) != value:
+                out.reports.append((f"priorityclass/{name}/{value}/{state.offset}", now_ms,
+                                    PriorityClassObserved(name=name, value=value, global_default=default)))
+                reported = True
+        for name in sorted(set(state.cluster_priority_classes) - set(seen)):
+            out.reports.append((f"priorityclass-gone/{name}/{state.offset}", now_ms,
+                                PriorityClassObserved(name=name, value=state.cluster_priority_classes[name], gone=True)))
+            reported = True
+        return reported
 
     def _held_by_others(self, by_uid: dict[str, dict]) -> dict[str, dict[str, int]]:
         """Node → what the pods gangway does not manage hold there (milli): pods bound to it and not

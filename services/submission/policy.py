@@ -435,7 +435,7 @@ def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], sub
     idx = _index(state.contract)
     local_queue = _local_queue(idx, job.namespace, job.queue)
     priority = _priority(idx, job.priority_class, next(
-        (ps.priority_class_name for ps in job.pod_sets if ps.priority_class_name), None))
+        (ps.priority_class_name for ps in job.pod_sets if ps.priority_class_name), None), state.cluster_priority_classes)
     _check_quota_covers(idx, local_queue.cluster_queue, pod_sets)
     _check_topology_exists(state, pod_sets)
     return WorkloadQueued(
@@ -653,18 +653,21 @@ def _local_queue(idx: ContractIndex, namespace: str, queue: str) -> LocalQueue:
     return local_queue
 
 
-def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | None) -> int:
+def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | None,
+              cluster_classes: Mapping[str, int] = {}) -> int:
     """Kueue's order: the WorkloadPriorityClass label, else the pod template's Kubernetes
-    PriorityClass (which must be in the contract, as the API server refuses a pod naming an unknown
-    one), else the default (a globalDefault PriorityClass's, or the SchedulingPolicy's)."""
+    PriorityClass (the contract's of that name, else the cluster's, ``cluster_classes``: the API
+    server refuses a pod naming one it does not have), else the default (a globalDefault
+    PriorityClass's, or the SchedulingPolicy's)."""
     if priority_class is None and pod_class is not None:
-        pod_classes = {pc.name: pc for pc in idx.contract.pod_priority_classes}
-        if pod_class not in pod_classes:
-            offered = ", ".join(sorted(pod_classes)) or "none"
+        pod_classes = {pc.name: pc.value for pc in idx.contract.pod_priority_classes}
+        value = pod_classes.get(pod_class, cluster_classes.get(pod_class))
+        if value is None:
+            offered = ", ".join(sorted({*pod_classes, *cluster_classes})) or "none"
             raise Invalid("unknown_priority_class", f"priorityClassName: no Kubernetes PriorityClass {pod_class!r} in "
-                          f"the contract (defined: {offered}); publish it with the contract, or set the label "
-                          f"kueue.x-k8s.io/priority-class")
-        return pod_classes[pod_class].value
+                          f"the contract or the cluster (defined: {offered}); publish it with the contract, create "
+                          f"it in the cluster, or set the label kueue.x-k8s.io/priority-class")
+        return value
     if priority_class is None:
         return idx.contract.default_priority
     found = idx.priority_classes.get(priority_class)

@@ -26,8 +26,8 @@ import msgspec
 from gangway.adapters import kafka
 from gangway.events import topics
 from gangway.events.catalogue import (
-    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, WithdrawalRequested, WorkloadMoved,
-    WorkloadQueued,
+    EVENT_TYPES, ConfigApplied, JobRejected, NodeObserved, NodeRemoved, PriorityClassObserved, WithdrawalRequested,
+    WorkloadMoved, WorkloadQueued,
 )
 from gangway.events.state import State
 from gangway.services.runtime.shell import LogService, Proposal
@@ -47,11 +47,12 @@ class SubmissionService(LogService):
     name = "submission"
     waits_for_own_writes = False
     copies_quarantine = True
-    #: Submission reads the contract in force, the nodes' labels and the workloads as they were
-    #: queued (their names and where each came from) and moved: nothing later in a workload's life
-    #: (a move it folds is taken as holding; the full fold's word on it is the one that counts). Folding
-    #: admissions, placements and the binder's reports too was a third of its CPU in a burst.
-    folds = frozenset({ConfigApplied, NodeObserved, NodeRemoved, WorkloadQueued, WorkloadMoved})
+    #: Submission reads the contract in force, the nodes' labels, the cluster's PriorityClasses and the
+    #: workloads as they were queued (their names and where each came from) and moved: nothing later
+    #: in a workload's life (a move it folds is taken as holding; the full fold's word on it is the
+    #: one that counts). Folding admissions, placements and the binder's reports too was a third of
+    #: its CPU in a burst.
+    folds = frozenset({ConfigApplied, NodeObserved, NodeRemoved, PriorityClassObserved, WorkloadQueued, WorkloadMoved})
 
     def __init__(self, *args, max_bytes: int = 1_048_576, **kwargs):
         super().__init__(*args, **kwargs)

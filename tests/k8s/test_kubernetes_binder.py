@@ -617,3 +617,23 @@ spec: {defaultGracePeriodSeconds: 1}
             await log.turn(binder)
             await asyncio.sleep(0.05)
         assert len(log.of_type(ev.WorkloadAdmitted)) == 1 and wl["team/capped"].phase != "running"
+
+
+async def test_a_job_naming_one_of_the_clusters_priority_classes_takes_its_value(kube, make_binder):
+    """Kueue reads the cluster's PriorityClasses: one created in the cluster (not in the contract) is
+    put on the log by the binder, and a Job whose pod template names it is queued with its value."""
+    try:
+        await kube.create(api.PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                                 "metadata": {"name": "team-high"}, "value": 500})
+    except api.ApiError as exc:
+        assert exc.conflict, exc  # (made by an earlier run on this control plane)
+    log, binder = await setup(kube, make_binder)
+    await run_until(log, [binder], lambda: log.state.cluster_priority_classes.get("team-high") == 500,
+                    what="the cluster's PriorityClass on the log")
+    assert log.state.cluster_priority_classes["system-cluster-critical"] == 2_000_000_000  # (Kubernetes' own)
+    await apply_manifests(kube, job("urgent", pods=1, gpus=1, pod_spec="priorityClassName: team-high"))
+    await run_until(log, [binder], lambda: "team/urgent" in log.state.workloads, what="the Job queued")
+    assert log.state.workloads["team/urgent"].spec.priority == 500
+    await kube.delete(api.PRIORITY_CLASSES, "team-high")
+    await run_until(log, [binder], lambda: "team-high" not in log.state.cluster_priority_classes,
+                    what="the deleted PriorityClass gone from the log")

@@ -60,8 +60,9 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 BY_KIND: dict[str, Resource] = {r.kind: r for r in (NODES, PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, PYTORCHJOBS,
-                                                    LEASES, PDBS, CRDS, SERVICE_ACCOUNTS)}
+                                                    LEASES, PDBS, CRDS, SERVICE_ACCOUNTS, PRIORITY_CLASSES)}
 
 
 class ApiError(Exception):
