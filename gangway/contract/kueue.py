@@ -840,7 +840,7 @@ def _read_kueue_configuration(at: _At, obj: dict, parsed: _Parsed) -> None:
     parsed.pods_ready = _pods_ready(at, "waitForPodsReady", obj.get("waitForPodsReady"))
 
 
-#: Kueue's waitForPodsReady.timeout when it gives none (5m); at most a week for either timeout.
+#: A waitForPodsReady timeout (or recoveryTimeout) is 1 ms to a week; a backoff, 1 s or more.
 _PODS_READY_MS = (1, 7 * 24 * 3_600_000)
 _BACKOFF_SECONDS = (1, 2**31 - 1)
 

@@ -135,8 +135,9 @@ class KubernetesBinder:
         #: waitForPodsReady timeout and recoveryTimeout; 0: never; None: as the contract's
         #: waitForPodsReady says, else ``PODS_READY_TIMEOUT_S`` for both).
         self.pods_ready_timeout_s = pods_ready_timeout_s
-        #: What this step goes by (``_pods_ready``): the requeue backoff, and the two timeouts (s; 0: never).
-        self.requeue, self.ready_s, self.recovery_s = backoff or RequeueBackoff(), PODS_READY_TIMEOUT_S, PODS_READY_TIMEOUT_S
+        #: What this step goes by (``_pods_ready``): ``requeue`` (the backoff), ``ready_s`` and
+        #: ``recovery_s`` (the two timeouts, s; 0: never).
+        self._pods_ready(None)
         self.wake = asyncio.Event()
         self.reflectors: dict[str, Reflector] = {
             kind: Reflector(kube, res, on_change=self._changed, on_relist=self._relisted,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 
+import msgspec
+
 from gangway.events.catalogue import UID_LABEL, NodeObserved, PodAssignment, Toleration  # noqa: F401 (ob.UID_LABEL)
 from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
@@ -310,8 +312,7 @@ def without_others(node: NodeObserved, held: dict[str, int]) -> NodeObserved:
     if not held:
         return node
     allocatable = {r: max(0, v - held.get(r, 0)) for r, v in node.allocatable.items()}
-    return NodeObserved(node=node.node, allocatable=allocatable, labels=node.labels, islands=node.islands,
-                        unavailable=node.unavailable, taints=node.taints, held_by_others=held)
+    return msgspec.structs.replace(node, allocatable=allocatable, held_by_others=held)
 
 
 def live(pod: dict) -> bool:
