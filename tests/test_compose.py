@@ -140,6 +140,7 @@ def test_only_the_binder_may_touch_pods_and_nodes():
     assert granted == {
         ("pods", "list"), ("pods", "watch"), ("pods", "delete"), ("pods", "patch"), ("pods/binding", "create"),
         ("pods/eviction", "create"), ("nodes", "list"), ("nodes", "watch"), ("events", "create"),
+        ("priorityclasses", "list"), ("priorityclasses", "watch"),
         *((kind, verb) for kind in ("jobs", "jobsets", "pytorchjobs") for verb in ("list", "watch", "patch")),
         *((f"{kind}/status", "patch") for kind in ("jobs", "jobsets", "pytorchjobs")),
         ("mutatingwebhookconfigurations", "get"), ("mutatingwebhookconfigurations", "patch"),
