@@ -75,7 +75,8 @@ def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
 
     def a_pod(name: str, node: str | None = "n1", phase: str = "Running", labels: dict | None = None,
               annotations: dict | None = None, **spec) -> dict:
-        return {"metadata": {"name": name, "namespace": "infer", "labels": labels or {}, "annotations": annotations or {}},
+        return {"metadata": {"name": name, "namespace": "infer", "uid": f"u-{name}", "resourceVersion": "1",
+                             "labels": labels or {}, "annotations": annotations or {}},
                 "spec": {"nodeName": node, **spec}, "status": {"phase": phase}}
     serving = a_pod("serve", containers=[{"resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "4"}}},
                                          {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
@@ -95,6 +96,12 @@ def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
     binder.reflectors["Pod"].store.update({f"infer/{p['metadata']['name']}": p for p in [serving, exporter, *not_held]})
     held = binder._held_by_others({"u-1": queued_job})
     assert held == {"n1": {"nvidia.com/gpu": 2000, "cpu": 8350, "memory": 1024 ** 3 * 1000 + 128 * 1024 ** 2 * 1000}}
+    assert binder._held_by_others({"u-1": queued_job}) == held  # (each pod's requests read once per version)
+    bigger = {**serving, "metadata": {**serving["metadata"], "resourceVersion": "2"},
+              "spec": {**serving["spec"], "containers": [{"resources": {"requests": {"nvidia.com/gpu": "3"}}}]}}
+    binder.reflectors["Pod"].store["infer/serve"] = bigger
+    assert binder._held_by_others({"u-1": queued_job})["n1"]["nvidia.com/gpu"] == 3000
+    binder.reflectors["Pod"].store["infer/serve"] = serving
     out = Step()
     binder._nodes(State(), out, 0, held)
     [(_, _, seen)] = out.reports

@@ -145,6 +145,8 @@ class KubernetesBinder:
             for kind, res in [("Node", api.NODES), ("Pod", api.PODS), ("PriorityClass", api.PRIORITY_CLASSES)]
             + [(k, RESOURCES[k]) for k in kinds]}
         self.elector = LeaseElector(kube, namespace, lease_name, identity, duration_s=lease_s)
+        #: (uid, resourceVersion) of each pod gangway does not manage → what it requests (``_held_by_others``).
+        self.pod_requests: dict[tuple, dict[str, int]] = {}
         self.gangs: dict[tuple[str, int], Gang] = {}
         self.evicting: dict[tuple[str, int], Evicting] = {}
         #: (uid, None) → when an object was last submitted at intake; (uid, queue) → when a waiting one was
@@ -314,6 +316,7 @@ class KubernetesBinder:
         annotation, which a pod of a deleted object keeps while it terminates)."""
         ours = {(ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")) for obj in by_uid.values()}
         held: dict[str, dict[str, int]] = {}
+        known, self.pod_requests = self.pod_requests, {}
         for pod in self.reflectors["Pod"].store.values():
             node = (pod.get("spec") or {}).get("nodeName")
             if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -323,8 +326,13 @@ class KubernetesBinder:
             ns = ob.meta(pod).get("namespace")
             if any((kind, ns, ob.owner_name(kind, pod)) in ours for kind in RESOURCES):
                 continue
+            # (read once per version of the pod: every pass looks at every pod of the cluster)
+            key = (ob.meta(pod).get("uid"), ob.meta(pod).get("resourceVersion"))
+            asked = known[key] if key in known else ob.pod_requests(pod)
+            if all(key):
+                self.pod_requests[key] = asked
             on_node = held.setdefault(node, {})
-            for resource, milli in ob.pod_requests(pod).items():
+            for resource, milli in asked.items():
                 on_node[resource] = on_node.get(resource, 0) + milli
         return held
 
