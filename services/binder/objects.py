@@ -284,24 +284,26 @@ def pod_requests(pod: dict) -> dict[str, int]:
     is left out: the API server refuses those)."""
     spec = pod.get("spec") or {}
 
-    def requests(container: object) -> dict[str, int]:
+    def milli(written: object) -> dict[str, int]:
         out = {}
-        written = ((container.get("resources") or {}).get("requests") or {}) if isinstance(container, dict) else {}
-        for resource, quantity in written.items():
+        for resource, quantity in (written.items() if isinstance(written, dict) else ()):
             try:
                 out[str(resource)] = parse_milli(quantity)
             except QuantityError:
                 continue
         return out
+
+    def requests(container: object) -> dict[str, int]:
+        return milli(((container.get("resources") or {}).get("requests")) if isinstance(container, dict) else None)
     total: dict[str, int] = {}
     for container in spec.get("containers") or []:
-        for resource, milli in requests(container).items():
-            total[resource] = total.get(resource, 0) + milli
+        for resource, amount in requests(container).items():
+            total[resource] = total.get(resource, 0) + amount
     for container in spec.get("initContainers") or []:
-        for resource, milli in requests(container).items():
-            total[resource] = max(total.get(resource, 0), milli)
-    for resource, milli in requests({"resources": {"requests": spec.get("overhead") or {}}}).items():
-        total[resource] = total.get(resource, 0) + milli
+        for resource, amount in requests(container).items():
+            total[resource] = max(total.get(resource, 0), amount)
+    for resource, amount in milli(spec.get("overhead")).items():
+        total[resource] = total.get(resource, 0) + amount
     return total
 
 
