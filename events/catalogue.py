@@ -16,7 +16,8 @@ from gangway.events import gpus
 from gangway.events.contract import Contract, Taint, Toleration, TolerationError, toleration_of  # noqa: F401 (re-exported)
 from gangway.events.reasons import Param, ReasonCode
 
-JobKind = Literal["Job", "JobSet", "PyTorchJob"]
+#: The Kubernetes kinds a job may be (``kubeflow.TRAINING_KINDS`` are the last six; a test keeps them alike).
+JobKind = Literal["Job", "JobSet", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "MPIJob"]
 
 
 class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=False, gc=False):

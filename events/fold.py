@@ -591,6 +591,10 @@ def _priority_class(state: State, env: ev.Envelope, e: ev.PriorityClassObserved)
         state.cluster_priority_classes.pop(e.name, None)
     else:
         state.cluster_priority_classes[e.name] = e.value
+    if e.global_default and not e.gone:
+        state.cluster_default_class = e.name
+    elif state.cluster_default_class == e.name:
+        state.cluster_default_class = ""
 
 
 def _node_removed(state: State, env: ev.Envelope, e: ev.NodeRemoved) -> None:

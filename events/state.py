@@ -206,6 +206,8 @@ class State(msgspec.Struct):
     node_epoch: int = 0
     #: The cluster's Kubernetes PriorityClasses (``PriorityClassObserved``): name → value.
     cluster_priority_classes: dict[str, int] = {}
+    #: The one of them marked ``globalDefault`` ("" when none is).
+    cluster_default_class: str = ""
     #: Whole GPUs free per island, node, rack and block, kept by the fold (``events/freeindex.py``).
     free_index: FreeIndex = msgspec.field(default_factory=FreeIndex)
     #: Pods queued so far per shape (``pod_shape_key``), decaying with a half-life on the log's

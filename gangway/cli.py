@@ -873,7 +873,7 @@ def _kubernetes_flags(s) -> None:
                         "contract's for both; 0: never)")
     s.add_argument("--webhook-port", type=_port, metavar="PORT",
                    help="with --kubernetes: serve the mutating webhook (HTTPS) on PORT, which stores a Job, JobSet or "
-                        "PyTorchJob created with a queue label and not suspended as suspended (infra/k8s/binder-webhook.yaml "
+                        "Kubeflow job created with a queue label and not suspended as suspended (infra/k8s/binder-webhook.yaml "
                         "registers it); without it such an object is suspended at the binder's next pass")
     s.add_argument("--webhook-service", metavar="NAME",
                    help="with --webhook-port: the webhook's Service in the binder's namespace, which gangway's own "
@@ -928,7 +928,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="Kueue YAML: ResourceFlavors, ClusterQueues, LocalQueues, Cohorts, Topologies, "
                                 "WorkloadPriorityClasses, gangway's SchedulingPolicy")
     s.set_defaults(func=cmd_config)
-    s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, PyTorchJob)")
+    s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, Kubeflow PyTorchJob, TFJob, MPIJob…)")
     s.add_argument("file", help="a file, or - for standard input")
     s.set_defaults(func=cmd_submit)
     s = sub.add_parser("withdraw", help="take jobs back, waiting or running (JobWithdrawn on gangway.submissions)")
@@ -949,7 +949,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_move)
     s = sub.add_parser("dry-run", help="where jobs would go, which would wait and why: a contract, a cluster "
                        "and jobs decided offline on a simulated clock (no broker)")
-    s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, PyTorchJob), submitted at once")
+    s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, Kubeflow PyTorchJob, TFJob, MPIJob…), submitted at once")
     s.add_argument("--config", required=True, help="Kueue YAML contract")
     s.add_argument("--cluster", required=True, help="cluster file of Kubernetes Node objects")
     s.add_argument("--hours", type=float, default=HORIZON_HOURS,

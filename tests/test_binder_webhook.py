@@ -48,10 +48,11 @@ def test_a_job_created_with_a_queue_label_and_not_suspended_is_stored_suspended(
     assert patch_of(ask(job("JobSet", spec={"suspend": False}))) == [{"op": "add", "path": "/spec/suspend", "value": True}]
 
 
-def test_a_pytorchjob_is_suspended_in_its_run_policy_whether_it_has_one_or_not():
-    assert patch_of(ask(job("PyTorchJob", spec={"pytorchReplicaSpecs": {}}))) == [
+@pytest.mark.parametrize("kind", ["PyTorchJob", "TFJob", "MPIJob", "JAXJob"])
+def test_a_kubeflow_job_is_suspended_in_its_run_policy_whether_it_has_one_or_not(kind):
+    assert patch_of(ask(job(kind, spec={"pytorchReplicaSpecs": {}}))) == [
         {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]
-    assert patch_of(ask(job("PyTorchJob", spec={"runPolicy": {"backoffLimit": 2}}))) == [
+    assert patch_of(ask(job(kind, spec={"runPolicy": {"backoffLimit": 2}}))) == [
         {"op": "add", "path": "/spec/runPolicy/suspend", "value": True}]
 
 

@@ -133,6 +133,9 @@ def test_every_deployment_command_names_a_real_service():
         assert container["env"][0]["valueFrom"]["configMapKeyRef"]["key"] == "GANGWAY_KAFKA"
 
 
+JOB_KINDS = ("jobs", "jobsets", "pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs")
+
+
 def test_only_the_binder_may_touch_pods_and_nodes():
     (role,) = k8s_objects("ClusterRole")
     granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
@@ -141,8 +144,8 @@ def test_only_the_binder_may_touch_pods_and_nodes():
         ("pods", "list"), ("pods", "watch"), ("pods", "delete"), ("pods", "patch"), ("pods/binding", "create"),
         ("pods/eviction", "create"), ("nodes", "list"), ("nodes", "watch"), ("events", "create"),
         ("priorityclasses", "list"), ("priorityclasses", "watch"),
-        *((kind, verb) for kind in ("jobs", "jobsets", "pytorchjobs") for verb in ("list", "watch", "patch")),
-        *((f"{kind}/status", "patch") for kind in ("jobs", "jobsets", "pytorchjobs")),
+        *((kind, verb) for kind in JOB_KINDS for verb in ("list", "watch", "patch")),
+        *((f"{kind}/status", "patch") for kind in JOB_KINDS),
         ("mutatingwebhookconfigurations", "get"), ("mutatingwebhookconfigurations", "patch"),
     }
     (binding,) = k8s_objects("ClusterRoleBinding")

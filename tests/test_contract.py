@@ -87,7 +87,7 @@ def test_the_demo_contract_loads_without_warnings():
     ]
     classes = {pc.name: (pc.value, pc.grace_ms) for pc in contract.priority_classes}
     assert classes == {"production": (1000, 30_000), "research": (100, 60_000), "best-effort": (10, 10_000)}
-    assert (contract.default_grace_ms, contract.default_priority) == (30_000, 0)
+    assert (contract.default_grace_ms, contract.default_priority) == (30_000, 0)  # (its SchedulingPolicy says 0)
 
 
 def test_the_demo_quotas_fit_the_demo_cluster():
@@ -909,6 +909,9 @@ def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_defaul
         "config.yaml: warning: PriorityClass cluster-default: preemptionPolicy: not supported by gangway yet; ignored"]
     policy = "apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\nspec: {defaultPriority: 3}\n"
     assert read_contract(docs(classes, policy), "config.yaml")[0].default_priority == 3  # gangway's own wins
+    # Neither: not said, so the cluster's globalDefault class gives it (test_submission_policy).
+    assert read_contract(classes.replace("globalDefault: true", "globalDefault: false"),
+                         "config.yaml")[0].default_priority is None
     assert problems_of(classes.replace("value: 500", "value: high")) == [
         "config.yaml: PriorityClass batch-high: value: \"high\" is not an integer"]
 

@@ -150,6 +150,35 @@ def test_resuming_names_gangways_scheduler_in_every_template_of_every_kind():
         {"type": "Succeeded", "status": "True", "reason": "Done"}]}}) == (True, True, "PyTorchJob Succeeded (Done)")
 
 
+def test_an_mpijob_and_a_tfjob_are_suspended_resumed_and_read_as_kubeflow_kinds():
+    """MPIJob (the MPI operator's v2beta1: its pods say their replica type in job-role) and TFJob
+    (the training operator's), as PyTorchJob: runPolicy.suspend, templates in their replica specs,
+    pods labelled with the job's name, Succeeded / Failed conditions."""
+    mpi = {"kind": "MPIJob", "metadata": {"name": "m", "labels": {ob.QUEUE_LABEL: "q"}},
+           "spec": {"runPolicy": {"suspend": True}, "mpiReplicaSpecs": {"Launcher": {}, "Worker": {"replicas": 2}}}}
+    assert ob.is_suspended(mpi) and not ob.needs_suspending(mpi)
+    patch = ob.suspend_patch(mpi, False, "ns/m", 0, gate=ob.GATE)
+    assert patch["spec"]["runPolicy"] == {"suspend": False}
+    assert {t: rs["template"]["spec"]["schedulingGates"] for t, rs in patch["spec"]["mpiReplicaSpecs"].items()} == {
+        "Launcher": [{"name": ob.GATE}], "Worker": [{"name": ob.GATE}]}
+    assert len(ob.templates(mpi)) == 2
+    worker = {"metadata": {"name": "m-worker-1", "labels": {
+        "training.kubeflow.org/job-name": "m", "training.kubeflow.org/job-role": "worker",
+        "training.kubeflow.org/replica-index": "1"}}}
+    assert (ob.owner_name("MPIJob", worker), ob.pod_set_of("MPIJob", worker, ["launcher", "worker"])) == ("m", "worker")
+    assert ob.finished({"kind": "MPIJob", "status": {"conditions": [{"type": "Failed", "status": "True"}]}}) == (
+        True, False, "MPIJob Failed")
+    tf = {"kind": "TFJob", "spec": {"tfReplicaSpecs": {"PS": {}, "Worker": {}}}}
+    assert not ob.is_suspended(tf)
+    assert set(ob.suspend_patch(tf, False, "ns/t", 0)["spec"]["tfReplicaSpecs"]) == {"PS", "Worker"}
+    ps = {"metadata": {"name": "t-ps-0", "labels": {"training.kubeflow.org/job-name": "t",
+                                                    "training.kubeflow.org/replica-type": "ps"},
+                       "ownerReferences": [{"kind": "TFJob", "name": "t", "controller": True}]}}
+    assert (ob.owner_name("TFJob", ps), ob.pod_set_of("TFJob", ps, ["ps", "worker"])) == ("t", "ps")
+    # (a PyTorchJob of the same name in the namespace does not take the TFJob's pod)
+    assert ob.owner_name("PyTorchJob", ps) is None
+
+
 def base() -> LogBuilder:
     return LogBuilder().configure(contract(cluster_queue("q").gpus(16))).nodes(node("n1").gpus(8), node("n2").gpus(8))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import msgspec
 import pytest
 from pathlib import Path
 from msgspec.structs import replace
@@ -214,6 +215,65 @@ PYTORCH_SIMPLE = JobSubmitted(
         PodSetRequest(name="worker", count=3, resources={"cpu": 1, "memory": "200Mi", "nvidia.com/gpu": 1}),
     ],
 )
+TF_JOB = """
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata:
+  name: tf-dist
+  namespace: ml
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+spec:
+  runPolicy: {suspend: true}
+  tfReplicaSpecs:
+    Worker:
+      replicas: 4
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf, resources: {limits: {nvidia.com/gpu: 2}, requests: {cpu: 4}}}]
+    PS:
+      replicas: 2
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf, resources: {requests: {cpu: 2}}}]
+    Chief:
+      template:
+        spec:
+          containers: [{name: tensorflow, image: tf, resources: {requests: {cpu: 1}}}]
+"""
+TF_DIST = JobSubmitted(
+    job_id="tf-dist", namespace="ml", queue="user-queue", kind="TFJob",
+    pod_sets=[  # (Chief, PS, Worker: the training operator's order, as Kueue lists them)
+        PodSetRequest(name="chief", count=1, resources={"cpu": 1}),
+        PodSetRequest(name="ps", count=2, resources={"cpu": 2}),
+        PodSetRequest(name="worker", count=4, resources={"cpu": 4, "nvidia.com/gpu": 2}),
+    ],
+)
+MPI_JOB = """
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata:
+  name: mpi-allreduce
+  namespace: ml
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+spec:
+  slotsPerWorker: 8
+  mpiReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers: [{name: worker, image: mpi, resources: {limits: {nvidia.com/gpu: 8}}}]
+    Launcher:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: launcher, image: mpi, resources: {requests: {cpu: "500m"}}}]
+"""
+MPI_ALLREDUCE = JobSubmitted(
+    job_id="mpi-allreduce", namespace="ml", queue="user-queue", kind="MPIJob",
+    pod_sets=[PodSetRequest(name="launcher", count=1, resources={"cpu": "500m"}),
+              PodSetRequest(name="worker", count=2, resources={"nvidia.com/gpu": 8})],
+)
 NOTEBOOK_42 = JobSubmitted(
     job_id="notebook-42", namespace="team-a", queue="training", runtime_seconds=600.0,
     pod_sets=[PodSetRequest(name="main", count=1, resources={"cpu": 4, "nvidia.com/gpu": 1})],
@@ -228,6 +288,11 @@ LOADS = [
     ("a batch/v1 Job sums its containers' requests, falling back to limits", BATCH_JOB, [SAMPLE_JOB]),
     ("a JobSet has one pod set per replicatedJob of replicas times parallelism", JOBSET, [LLM_PRETRAIN]),
     ("a PyTorchJob has a master and a worker pod set", PYTORCH_JOB, [PYTORCH_SIMPLE]),
+    ("a TFJob has a pod set per replica type, chief first", TF_JOB, [TF_DIST]),
+    ("an MPIJob has a launcher and a worker pod set", MPI_JOB, [MPI_ALLREDUCE]),
+    ("an XGBoostJob is read as the other Kubeflow kinds",
+     PYTORCH_JOB.replace("PyTorchJob", "XGBoostJob").replace("pytorchReplicaSpecs", "xgbReplicaSpecs"),
+     [msgspec.structs.replace(PYTORCH_SIMPLE, kind="XGBoostJob")]),
     ("a List yields each of its items in order", LIST, [SAMPLE_JOB, PYTORCH_SIMPLE]),
     ("gangway's own JobSubmitted is read as it is", GANGWAY_JOB, [NOTEBOOK_42]),
     ("gangway's JobSubmitted wrapped in apiVersion and kind is read from spec", WRAPPED_GANGWAY_JOB, [NOTEBOOK_43]),
@@ -262,7 +327,7 @@ ERRORS = [
     ("an unsupported kind is refused", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
      1, "Deployment", "web", "kind"),
     ("a JobSet of another API version is refused", JOBSET.replace("v1alpha2", "v1alpha1"), 1, "JobSet", "llm-pretrain",
-     "kind"),
+     "apiVersion"),
     ("a document that is not a mapping is refused", "---\n" + GANGWAY_JOB + "---\njust a string\n", 2, "", "", ""),
     ("YAML that does not parse is refused with its document", GANGWAY_JOB + "---\nkey: [unclosed\n", 2, "", "", ""),
     ("a label that is not a string is refused", BATCH_JOB.replace("team: vision", "gpu: true"),
@@ -285,6 +350,10 @@ ERRORS = [
      1, "Job", "sample-job", "spec.template.spec.containers[1].resources.requests['memory']"),
     ("a bad quantity summed over containers is refused", BATCH_JOB.replace("cpu: 500m", "cpu: half"),
      1, "Job", "sample-job", "spec.template.spec.containers[1].resources.requests['cpu']"),
+    ("an MPIJob of the training operator's old version is refused, naming the one read",
+     MPI_JOB.replace("v2beta1", "v1"), 1, "MPIJob", "mpi-allreduce", "apiVersion"),
+    ("a TFJob's replica specs under PyTorch's field are refused", TF_JOB.replace("tfReplicaSpecs", "pytorchReplicaSpecs"),
+     1, "TFJob", "tf-dist", "spec.tfReplicaSpecs"),
     ("a PyTorchJob without replica specs is refused", PYTORCH_JOB.split("  pytorchReplicaSpecs:")[0]
      + "  pytorchReplicaSpecs: {}\n", 1, "PyTorchJob", "pytorch-simple", "spec.pytorchReplicaSpecs"),
     ("a gangway job with a wrongly typed field names it", GANGWAY_JOB.replace("count: 1", "count: one"),
@@ -655,3 +724,35 @@ def test_a_kueue_label_on_gangways_own_job_format_is_named_too():
     load_jobs("job_id: n1\nnamespace: team\nqueue: q\nlabels: {kueue.x-k8s.io/podset-group-name: g}\n"
               "pod_sets: [{name: main, count: 1, resources: {nvidia.com/gpu: 1}}]\n", "n.yaml", on_unread=unread.append)
     assert unread == ["n.yaml: warning: document 1: kueue.x-k8s.io/podset-group-name is not read by gangway; ignored"]
+
+
+def test_every_kubeflow_kind_is_a_kind_a_job_may_be_and_is_read():
+    """The event catalogue's JobKind names every kind the intake reads (a Kubeflow kind added to one
+    and not the other would be read and then refused as an event, or never read)."""
+    import typing
+
+    from gangway.events.catalogue import JobKind
+    from gangway.events.kubeflow import TRAINING_KINDS
+    assert set(typing.get_args(JobKind)) == {"Job", "JobSet", *TRAINING_KINDS}
+    for kind in TRAINING_KINDS.values():
+        text = PYTORCH_JOB.replace("kubeflow.org/v1", kind.api_version).replace("PyTorchJob", kind.kind).replace(
+            "pytorchReplicaSpecs", kind.replica_specs)
+        [job] = load_jobs(text, "jobs.yaml")
+        assert (job.kind, sorted(ps.name for ps in job.pod_sets)) == (kind.kind, ["master", "worker"])
+
+
+def test_a_pod_asking_for_nothing_is_refused_and_one_asking_through_dra_is_told_so():
+    """A pod with no request (BestEffort) is refused; one that asks for its GPU through a DRA claim
+    would look the same, so it is told that gangway reads extended resources, not claims."""
+    bare = BATCH_JOB.split("      containers:")[0] + "      containers: [{name: c, image: busybox}]\n"
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(bare, "jobs.yaml")
+    assert (caught.value.field, caught.value.problem) == (
+        "spec.template.spec.containers", "no container requests any resource (set resources.requests)")
+    dra = BATCH_JOB.split("      containers:")[0] + (
+        "      resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n"
+        "      containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]\n")
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(dra, "jobs.yaml")
+    assert caught.value.field == "spec.template.spec.resourceClaims"
+    assert "Dynamic Resource Allocation" in caught.value.problem and "nvidia.com/gpu" in caught.value.problem

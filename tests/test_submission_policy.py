@@ -398,6 +398,29 @@ def test_a_pod_template_may_name_one_of_the_clusters_priority_classes_and_the_co
         "cluster-default, team-high)" in gone.message, gone.message
 
 
+def test_the_clusters_global_default_priority_class_gives_the_default_unless_the_contract_says_one():
+    """Kubernetes and Kueue: a job that names no class takes the globalDefault PriorityClass's value.
+    The contract's default (a SchedulingPolicy's, or a globalDefault class it publishes) wins; a
+    class no longer globalDefault, or deleted, gives the default back (0)."""
+    def default_priority(contract, *observed):
+        state = make_state(contract)
+        for offset, e in enumerate(observed, start=10):
+            state = apply(state, Envelope(id=f"pc/{offset}", source="gangway/binder", time_ms=2_000, data=e,
+                                          offset=offset))
+        return decide_submission(plain(job()), KEY, [], state, {}, SUBMISSION).priority
+
+    silent = msgspec.structs.replace(CONTRACT, default_priority=None)
+    cluster_default = ev.PriorityClassObserved(name="team-normal", value=40, global_default=True)
+    assert default_priority(silent) == 0
+    assert default_priority(silent, cluster_default) == 40
+    assert default_priority(CONTRACT, cluster_default) == CONTRACT.default_priority == 100
+    assert default_priority(silent, cluster_default, ev.PriorityClassObserved(name="team-normal", value=40)) == 0
+    assert default_priority(silent, cluster_default,
+                            ev.PriorityClassObserved(name="team-normal", value=40, gone=True)) == 0
+    assert default_priority(silent, ev.PriorityClassObserved(name="other", value=5),
+                            cluster_default) == 40
+
+
 def test_a_label_naming_a_kubernetes_priority_class_says_where_that_class_is_named():
     result = decide_submission(plain(job(priority_class="batch-high")), KEY, [], make_state(K8S_CLASSES), {}, SUBMISSION)
     assert result.reason == "unknown_priority_class"

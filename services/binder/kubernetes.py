@@ -9,7 +9,7 @@ the submissions to publish. Only the replica holding the Lease acts; the others 
 - Nodes → NodeObserved (``unavailable`` when cordoned, NotReady or tainted by Kubernetes; what pods
   gangway does not manage request there left out: ``held_by_others``) / NodeRemoved.
 - PriorityClasses → PriorityClassObserved (a job's pod template may name one of the cluster's).
-- Job, JobSet and PyTorchJob objects with a queue label, created suspended → JobSubmitted (through the
+- Job, JobSet and Kubeflow job objects (PyTorchJob, TFJob, MPIJob…) with a queue label, created suspended → JobSubmitted (through the
   injected ``intake``, which also says why a manifest is refused: a Warning Event and a condition
   on the object). Deleted → WorkloadWithdrawn.
 - PlacementDecided → the object resumed with gangway's scheduler in its pod templates; once all its
@@ -52,7 +52,7 @@ from gangway.services.binder import objects as ob
 from gangway.services.binder.policy import RequeueBackoff, bind_failed, deactivating, rule_deadlines
 
 log = logging.getLogger(__name__)
-RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
+RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, **api.TRAINING_JOBS}
 #: Proposal: (event id, cluster time ms, event).
 Report = tuple[str, int, object]
 #: intake(object, state) → the JobSubmitted it becomes and what of it gangway ignores (sentences), or
@@ -300,8 +300,8 @@ class KubernetesBinder:
                 seen[name] = (value, obj.get("globalDefault") is True)
         reported = False
         for name, (value, default) in sorted(seen.items()):
-            if state.cluster_priority_classes.get(name) != value:
-                out.reports.append((f"priorityclass/{name}/{value}/{state.offset}", now_ms,
+            if state.cluster_priority_classes.get(name) != value or (state.cluster_default_class == name) != default:
+                out.reports.append((f"priorityclass/{name}/{value}/{default}/{state.offset}", now_ms,
                                     PriorityClassObserved(name=name, value=value, global_default=default)))
                 reported = True
         for name in sorted(set(state.cluster_priority_classes) - set(seen)):

@@ -4,8 +4,9 @@
   ``unavailable`` when the node takes no new pods: ``spec.unschedulable`` (cordoned), a Ready
   condition that is not True, or a ``node.kubernetes.io/*`` NoSchedule/NoExecute taint (the ones
   Kubernetes itself sets). Other taints are left to the pods' tolerations.
-- Jobs of the three kinds gangway accepts: how each is suspended, where its pod templates are, how
-  its pods are labelled (pod set, index), and whether it has finished.
+- Jobs of the kinds gangway accepts (Job, JobSet, the Kubeflow training kinds of
+  ``gangway.events.kubeflow``): how each is suspended, where its pod templates are, how its pods are
+  labelled (pod set, index), and whether it has finished.
 - Pods → assignments: the pods of each pod set, in index order, take the placement's assignments in
   their order, so the same placement and the same pods always give the same binding.
 """
@@ -16,7 +17,9 @@ import copy
 
 import msgspec
 
+from gangway.events import kubeflow
 from gangway.events.catalogue import UID_LABEL, NodeObserved, PodAssignment, Toleration  # noqa: F401 (ob.UID_LABEL)
+from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
@@ -33,12 +36,12 @@ CONDITION_TYPE = "GangwayScheduling"
 #: gangway pins it to its node and lifts the gate (Kueue's topology-aware scheduling does the same).
 GATE = "gangway.io/placement"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-KINDS = ("Job", "JobSet", "PyTorchJob")
+KINDS = ("Job", "JobSet", *TRAINING_KINDS)
 #: Labels that name a pod's owner object, per kind.
 OWNER_LABELS = {
     "Job": ("batch.kubernetes.io/job-name", "job-name"),
     "JobSet": ("jobset.sigs.k8s.io/jobset-name",),
-    "PyTorchJob": ("training.kubeflow.org/job-name",),
+    **{kind: (kubeflow.JOB_NAME_LABEL,) for kind in TRAINING_KINDS},
 }
 
 
@@ -95,7 +98,7 @@ def waiting_reason(pod: dict) -> str:
 
 def is_suspended(obj: dict) -> bool:
     spec = obj.get("spec") or {}
-    if kind_of(obj) == "PyTorchJob":
+    if kind_of(obj) in TRAINING_KINDS:
         return bool((spec.get("runPolicy") or {}).get("suspend"))
     return bool(spec.get("suspend"))
 
@@ -109,8 +112,8 @@ def templates(obj: dict) -> list[dict]:
     if kind == "JobSet":
         return [rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
                 for rj in spec.get("replicatedJobs") or []]
-    if kind == "PyTorchJob":
-        return [rs.setdefault("template", {}) for rs in (spec.get("pytorchReplicaSpecs") or {}).values()]
+    if kind in TRAINING_KINDS:
+        return [rs.setdefault("template", {}) for rs in (spec.get(TRAINING_KINDS[kind].replica_specs) or {}).values()]
     return []
 
 
@@ -125,7 +128,7 @@ def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0
     patch: dict = {}
     if not suspend:
         patch["metadata"] = {"annotations": {WORKLOAD_ANNOTATION: workload, ATTEMPT_ANNOTATION: str(attempt)}}
-    if kind == "PyTorchJob":
+    if kind in TRAINING_KINDS:
         patch["spec"] = {"runPolicy": {"suspend": suspend}}
     else:
         patch["spec"] = {"suspend": suspend}
@@ -164,10 +167,10 @@ def _template_fields(obj: dict, patch_spec: dict, fields) -> None:
             tspec = rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
             tspec.update(fields(tspec))
         patch_spec["replicatedJobs"] = rjs
-    elif kind == "PyTorchJob":
-        patch_spec["pytorchReplicaSpecs"] = {
-            t: {"template": {"spec": fields(((rs or {}).get("template") or {}).get("spec") or {})}}
-            for t, rs in (spec.get("pytorchReplicaSpecs") or {}).items()}
+    elif kind in TRAINING_KINDS:
+        field = TRAINING_KINDS[kind].replica_specs
+        patch_spec[field] = {t: {"template": {"spec": fields(((rs or {}).get("template") or {}).get("spec") or {})}}
+                             for t, rs in (spec.get(field) or {}).items()}
 
 
 def names_scheduler(obj: dict, scheduler: str) -> bool:
@@ -179,8 +182,8 @@ def names_scheduler(obj: dict, scheduler: str) -> bool:
 def finished(obj: dict) -> tuple[bool, bool, str] | None:
     """(finished, succeeded, what Kubernetes said) once the object has ended, else None."""
     kind = kind_of(obj)
-    good, bad = {"Job": ("Complete", "Failed"), "JobSet": ("Completed", "Failed"),
-                 "PyTorchJob": ("Succeeded", "Failed")}.get(kind, ("Complete", "Failed"))
+    good, bad = ("Succeeded", "Failed") if kind in TRAINING_KINDS else \
+        {"JobSet": ("Completed", "Failed")}.get(kind, ("Complete", "Failed"))
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("status") != "True":
             continue
@@ -209,6 +212,11 @@ def with_condition(obj: dict, status: str, reason: str, message: str, now: str) 
 
 
 def owner_name(kind: str, pod: dict) -> str | None:
+    """The name of the ``kind`` object that made ``pod``, from its labels (None: none of that kind).
+    The Kubeflow kinds label their pods alike: one owned by another of them is not this kind's."""
+    if kind in TRAINING_KINDS and any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in TRAINING_KINDS
+                                      and ref.get("kind") != kind for ref in meta(pod).get("ownerReferences") or []):
+        return None
     labels = meta(pod).get("labels") or {}
     for key in OWNER_LABELS.get(kind, ()):
         if key in labels:
@@ -222,8 +230,8 @@ def pod_set_of(kind: str, pod: dict, pod_sets: list[str]) -> str | None:
         return pod_sets[0] if pod_sets else None
     if kind == "JobSet":
         return labels.get("jobset.sigs.k8s.io/replicatedjob-name")
-    if kind == "PyTorchJob":
-        rt = labels.get("training.kubeflow.org/replica-type")
+    if kind in TRAINING_KINDS:
+        rt = labels.get(TRAINING_KINDS[kind].role_label)
         return rt.lower() if rt else None
     return None
 
@@ -241,7 +249,7 @@ def pod_order(pod: dict) -> tuple:
     labels, annotations = m.get("labels") or {}, m.get("annotations") or {}
     completion = annotations.get("batch.kubernetes.io/job-completion-index",
                                  labels.get("batch.kubernetes.io/job-completion-index"))
-    replica = labels.get("training.kubeflow.org/replica-index")
+    replica = labels.get(kubeflow.REPLICA_INDEX_LABEL)
     return (_int(labels.get("jobset.sigs.k8s.io/job-index", 0)), _int(completion if completion is not None else replica),
             str(m.get("name")))
 

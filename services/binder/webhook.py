@@ -1,5 +1,5 @@
-"""The binder's mutating admission webhook: a Job, JobSet or PyTorchJob created with a queue label and
-not suspended is stored suspended, so its controller never makes a pod before gangway admits it
+"""The binder's mutating admission webhook: a Job, JobSet or Kubeflow job (PyTorchJob, TFJob, MPIJob…)
+created with a queue label and not suspended is stored suspended, so its controller never makes a pod before gangway admits it
 (Kueue's webhook does the same). Without the webhook the binder suspends such an object at its next
 pass over the cluster (``KubernetesBinder._intake``), and a pod made meanwhile is deleted.
 
@@ -37,6 +37,7 @@ from typing import Callable
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.events.catalogue import JobRejected
+from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.services.binder import objects as ob
 from gangway.services.binder.errors import WebhookError
 
@@ -112,7 +113,7 @@ def suspend_ops(obj: dict) -> list[dict]:
     spec = obj.get("spec")
     if not isinstance(spec, dict) or not ob.needs_suspending(obj):
         return []  # (no spec object: the API server refuses it on its own)
-    if ob.kind_of(obj) == "PyTorchJob":
+    if ob.kind_of(obj) in TRAINING_KINDS:
         if isinstance(spec.get("runPolicy"), dict):
             return [{"op": "add", "path": "/spec/runPolicy/suspend", "value": True}]
         return [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]

@@ -9,8 +9,10 @@
   ``spec.completions`` is smaller, as Kubernetes runs no more pods than completions);
 - a ``jobset.x-k8s.io/v1alpha2`` JobSet: one pod set per replicatedJob, named after it, of
   ``replicas`` × the Job's pod count;
-- a ``kubeflow.org/v1`` PyTorchJob: one pod set per replica type in ``pytorchReplicaSpecs``, named
-  in lower case as Kueue does (``master``, ``worker``), of ``replicas`` pods (default 1);
+- a Kubeflow job — ``kubeflow.org/v1`` PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob and
+  ``kubeflow.org/v2beta1`` MPIJob (``gangway.events.kubeflow``): one pod set per replica type in its
+  replica specs (``pytorchReplicaSpecs``, ``tfReplicaSpecs``, ``mpiReplicaSpecs``…), named in lower
+  case as Kueue does (``master``, ``worker``, ``launcher``), of ``replicas`` pods (default 1);
 - a ``kind: List`` of those (and a top-level sequence, read the same way).
 
 For the Kubernetes kinds: job_id is ``metadata.name`` — or, for a manifest with only
@@ -51,6 +53,7 @@ from gangway.events.catalogue import (
     Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
+from gangway.events.kubeflow import TRAINING_KINDS, replica_types
 from gangway.events.quantity import MILLI, QuantityError, format_milli, is_extended_resource, parse_milli
 from gangway.events.text import NotUtf8, utf8_text
 from gangway.services.submission.policy import MAX_EXEC_LABEL, Invalid, check_job, check_record_size
@@ -68,8 +71,6 @@ TOPOLOGY_ANNOTATIONS = {
     "kueue.x-k8s.io/podset-slice-required-topology": "slice_required",
     "kueue.x-k8s.io/podset-slice-size": "slice_size",
 }
-#: PyTorchJob replica types in the order their pod sets are listed (others follow, sorted).
-PYTORCH_REPLICA_ORDER = ("Master", "Worker")
 Quantity = str | int | float
 
 
@@ -288,7 +289,7 @@ def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -
 
 
 def job_of_object(obj: dict, where: str) -> JobSubmitted:
-    """The job of one Kubernetes object as the API server returns it (a Job, JobSet or PyTorchJob
+    """The job of one Kubernetes object as the API server returns it (a Job, JobSet or Kubeflow job
     that has its name); raises ManifestError naming ``where``."""
     return _jobs_of(_Where(where, 1), obj)[0]
 
@@ -350,6 +351,9 @@ def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
                      if isinstance(meta, dict) else "")
     reader = _READERS.get((api, kind))
     if reader is None:
+        read_as = next((a for a, k in _READERS if k == kind), None)
+        if read_as is not None:
+            raise where.error("apiVersion", f"{api!r}: gangway reads {kind} as apiVersion {read_as}")
         supported = ", ".join(f"{a} {k}" for a, k in _READERS)
         raise where.error("kind", f"unsupported apiVersion {api!r} kind {kind!r} (supported: {supported}, v1 List)")
     return [reader(where, doc)]
@@ -437,18 +441,19 @@ def _replicated_job(where: _Where, field: str, rj: Any) -> PodSetRequest:
     return _pod_set(where, name, count, job_spec.get("template"), f"{field}.template.spec.template")
 
 
-def _pytorch_job(where: _Where, doc: dict) -> JobSubmitted:
+def _training_job(where: _Where, doc: dict) -> JobSubmitted:
+    """A Kubeflow job (``gangway.events.kubeflow``): one pod set per replica type, named in lower case."""
+    kind = TRAINING_KINDS[doc["kind"]]
+    field = f"spec.{kind.replica_specs}"
     spec = _mapping(where, doc, "spec", required=True)
-    replica_specs = _mapping(where, spec, "pytorchReplicaSpecs", "spec.pytorchReplicaSpecs", required=True)
+    replica_specs = _mapping(where, spec, kind.replica_specs, field, required=True)
     if not replica_specs:
-        raise where.error("spec.pytorchReplicaSpecs", "is empty: give at least a Master or a Worker")
-    order = [t for t in PYTORCH_REPLICA_ORDER if t in replica_specs]
-    order += sorted(t for t in replica_specs if t not in PYTORCH_REPLICA_ORDER)
-    pod_sets = [_pytorch_replicas(where, f"spec.pytorchReplicaSpecs.{t}", t, replica_specs[t]) for t in order]
-    return _k8s_job(where, doc, "PyTorchJob", pod_sets)
+        raise where.error(field, f"is empty: give at least {' or '.join(f'a {t}' for t in kind.order[-2:])}")
+    pod_sets = [_replicas(where, f"{field}.{t}", t, replica_specs[t]) for t in replica_types(kind, replica_specs)]
+    return _k8s_job(where, doc, kind.kind, pod_sets)
 
 
-def _pytorch_replicas(where: _Where, field: str, replica_type: str, replica_spec: Any) -> PodSetRequest:
+def _replicas(where: _Where, field: str, replica_type: str, replica_spec: Any) -> PodSetRequest:
     if not isinstance(replica_spec, dict):
         raise where.error(field, f"must be a mapping, not {_type_name(replica_spec)}")
     count = _count(where, replica_spec, "replicas", f"{field}.replicas")
@@ -652,6 +657,13 @@ def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quant
     everything = app + [asked for _, asked in init] + [overhead]
     named = [r for asked in everything for r in asked]
     if not named:
+        claims = pod_spec.get("resourceClaims") or any(
+            isinstance(c, dict) and isinstance(c.get("resources"), dict) and c["resources"].get("claims")
+            for key in ("containers", "initContainers") for c in pod_spec.get(key) or [])
+        if claims:
+            raise where.error(f"{field}.resourceClaims", "asks for its devices through Dynamic Resource Allocation, "
+                                                          "which gangway does not read: request them as an extended "
+                                                          "resource (resources.limits: {nvidia.com/gpu: N})")
         raise where.error(f"{field}.containers", "no container requests any resource (set resources.requests)")
     out: dict[str, Quantity] = {}
     for resource in dict.fromkeys(named):
@@ -796,6 +808,6 @@ def _type_name(value: Any) -> str:
 _READERS: dict[tuple[str, str], Callable[[_Where, dict], JobSubmitted]] = {
     ("batch/v1", "Job"): _batch_job,
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): _jobset,
-    ("kubeflow.org/v1", "PyTorchJob"): _pytorch_job,
+    **{(kind.api_version, kind.kind): _training_job for kind in TRAINING_KINDS.values()},
     (GANGWAY_API, "JobSubmitted"): _wrapped_gangway_job,
 }

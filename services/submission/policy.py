@@ -435,7 +435,7 @@ def queue_job(job: JobSubmitted, state: State, in_flight: Mapping[str, str], sub
     idx = _index(state.contract)
     local_queue = _local_queue(idx, job.namespace, job.queue)
     priority = _priority(idx, job.priority_class, next(
-        (ps.priority_class_name for ps in job.pod_sets if ps.priority_class_name), None), state.cluster_priority_classes)
+        (ps.priority_class_name for ps in job.pod_sets if ps.priority_class_name), None), state)
     _check_quota_covers(idx, local_queue.cluster_queue, pod_sets)
     _check_topology_exists(state, pod_sets)
     return WorkloadQueued(
@@ -653,12 +653,13 @@ def _local_queue(idx: ContractIndex, namespace: str, queue: str) -> LocalQueue:
     return local_queue
 
 
-def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | None,
-              cluster_classes: Mapping[str, int] = {}) -> int:
+def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | None, state: State) -> int:
     """Kueue's order: the WorkloadPriorityClass label, else the pod template's Kubernetes
-    PriorityClass (the contract's of that name, else the cluster's, ``cluster_classes``: the API
-    server refuses a pod naming one it does not have), else the default (a globalDefault
-    PriorityClass's, or the SchedulingPolicy's)."""
+    PriorityClass (the contract's of that name, else the cluster's as the binder reported them: the
+    API server refuses a pod naming one it does not have), else the default (the contract's —
+    SchedulingPolicy or a globalDefault class it publishes — else the cluster's globalDefault
+    class's, else 0)."""
+    cluster_classes = state.cluster_priority_classes
     if priority_class is None and pod_class is not None:
         pod_classes = {pc.name: pc.value for pc in idx.contract.pod_priority_classes}
         value = pod_classes.get(pod_class, cluster_classes.get(pod_class))
@@ -669,7 +670,9 @@ def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | N
                           f"it in the cluster, or set the label kueue.x-k8s.io/priority-class")
         return value
     if priority_class is None:
-        return idx.contract.default_priority
+        if idx.contract.default_priority is not None:
+            return idx.contract.default_priority
+        return cluster_classes.get(state.cluster_default_class, 0)
     found = idx.priority_classes.get(priority_class)
     if found is None:
         offered = ", ".join(sorted(idx.priority_classes)) or "none"

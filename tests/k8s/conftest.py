@@ -1,5 +1,5 @@
 """Fixtures of the Kubernetes tests: one real control plane per session (etcd + kube-apiserver,
-``envtest.py``), the CRDs of JobSet and PyTorchJob installed, the binder's RBAC applied from
+``envtest.py``), the CRDs of JobSet and the Kubeflow kinds installed, the binder's RBAC applied from
 ``infra/k8s/binder-rbac.yaml``, and binders that run as its ServiceAccount."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import yaml
 
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
+from gangway.events import kubeflow
+from gangway.events.kubeflow import TRAINING_KINDS, TrainingKind
 from gangway.services.binder.kubernetes import KubernetesBinder
 from gangway.services.submission.kubernetes import job_from_object
 import k8s_envtest as envtest
@@ -25,6 +27,19 @@ BINDER_SA = "gangway-binder"
 USED: set[tuple[str, str]] = set()
 
 
+def training_crd(kind: TrainingKind) -> dict:
+    """A small stand-in for a Kubeflow kind's CRD (the real ones carry the full OpenAPI schema): enough
+    for the API server to store, watch and patch such objects and their status."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{kind.plural}.{kubeflow.GROUP}"},
+            "spec": {"group": kubeflow.GROUP, "scope": "Namespaced",
+                     "names": {"kind": kind.kind, "plural": kind.plural, "singular": kind.kind.lower(),
+                               "listKind": f"{kind.kind}List"},
+                     "versions": [{"name": kind.version, "served": True, "storage": True, "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
 @pytest.fixture(scope="session")
 def control_plane():
     why = envtest.missing()
@@ -33,9 +48,11 @@ def control_plane():
     started = time.monotonic()
     cp = envtest.ControlPlane(envtest.binaries_dir()).start()
     try:
-        for crd in sorted((DATA / "crds").glob("*.yaml")):
-            cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(crd.read_text()))
-        _wait_served(cp, ["/apis/jobset.x-k8s.io/v1alpha2/jobsets", "/apis/kubeflow.org/v1/pytorchjobs"])
+        crds = [yaml.safe_load(crd.read_text()) for crd in sorted((DATA / "crds").glob("*.yaml"))]
+        for crd in crds + [training_crd(k) for k in TRAINING_KINDS.values()]:
+            cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        _wait_served(cp, ["/apis/jobset.x-k8s.io/v1alpha2/jobsets",
+                          *(f"/apis/{k.api_version}/{k.plural}" for k in TRAINING_KINDS.values())])
         cp.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": BINDER_NAMESPACE}})
         for doc in yaml.safe_load_all(RBAC.read_text()):
@@ -94,7 +111,7 @@ async def kube(control_plane):
 
 
 async def _clean(k: Kube) -> None:
-    for res in (api.JOBS, api.JOBSETS, api.PYTORCHJOBS, api.PDBS):
+    for res in (api.JOBS, api.JOBSETS, *api.TRAINING_JOBS.values(), api.PDBS):
         items, _ = await k.list(res)
         await asyncio.gather(*(k.delete(res, o["metadata"]["name"], o["metadata"]["namespace"], grace_seconds=0,
                                         propagation="Background") for o in items))
@@ -103,6 +120,9 @@ async def _clean(k: Kube) -> None:
                            for p in pods))
     nodes, _ = await k.list(api.NODES)
     await asyncio.gather(*(k.delete(api.NODES, n["metadata"]["name"]) for n in nodes))
+    classes, _ = await k.list(api.PRIORITY_CLASSES)  # (a globalDefault one would give later pods its value)
+    await asyncio.gather(*(k.delete(api.PRIORITY_CLASSES, c["metadata"]["name"]) for c in classes
+                           if not c["metadata"]["name"].startswith("system-")))
     try:
         await k.delete(api.LEASES, "gangway-binder", BINDER_NAMESPACE)
     except ApiError:

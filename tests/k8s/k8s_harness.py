@@ -15,17 +15,18 @@ import yaml
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import contract_digest
-from gangway.events import codec
+from gangway.events import codec, kubeflow
 from gangway.events.catalogue import ConfigApplied, Envelope, JobRejected, JobSubmitted
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
+from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.events.state import State
 from gangway.read.describe import describe
 from gangway.services.binder.kubernetes import KubernetesBinder, submission_id
 from gangway.services.deciders import DECIDERS, id_of
 from gangway.services.submission.policy import Invalid, decide_submission, queue_job
 
-KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, "PyTorchJob": api.PYTORCHJOBS}
+KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, **api.TRAINING_JOBS}
 
 
 class LocalLog:
@@ -159,7 +160,7 @@ async def ensure_namespace(kube: Kube, name: str) -> None:
 
 
 async def apply_manifests(kube: Kube, text: str, namespace: str | None = None) -> list[dict]:
-    """Create every Job, JobSet and PyTorchJob in a YAML text (``kubectl create``: generateName honoured)."""
+    """Create every Job, JobSet and Kubeflow job in a YAML text (``kubectl create``: generateName honoured)."""
     made = []
     for doc in yaml.safe_load_all(text):
         if not doc:
@@ -191,12 +192,13 @@ def _pods_wanted(obj: dict) -> list[tuple[str, dict, dict, dict]]:
                                 {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
                                  "jobset.sigs.k8s.io/job-index": str(j)},
                                 {"batch.kubernetes.io/job-completion-index": str(i)}, job_spec["template"]))
-    elif kind == "PyTorchJob":
-        for rtype, rs in (spec.get("pytorchReplicaSpecs") or {}).items():
+    elif kind in TRAINING_KINDS:  # (as the training operator and the MPI operator label them)
+        training = TRAINING_KINDS[kind]
+        for rtype, rs in (spec.get(training.replica_specs) or {}).items():
             for i in range(rs.get("replicas", 1)):
                 out.append((f"{name}-{rtype.lower()}-{i}",
-                            {"training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": rtype.lower(),
-                             "training.kubeflow.org/replica-index": str(i)}, {}, rs["template"]))
+                            {kubeflow.JOB_NAME_LABEL: name, training.role_label: rtype.lower(),
+                             kubeflow.REPLICA_INDEX_LABEL: str(i)}, {}, rs["template"]))
     return out
 
 
@@ -227,12 +229,12 @@ def _job_pod(name: str, index: int, template: dict) -> tuple[str, dict, dict, di
 
 def _suspended(obj: dict) -> bool:
     spec = obj.get("spec") or {}
-    return bool((spec.get("runPolicy") or {}).get("suspend") if obj["kind"] == "PyTorchJob" else spec.get("suspend"))
+    return bool((spec.get("runPolicy") or {}).get("suspend") if obj["kind"] in TRAINING_KINDS else spec.get("suspend"))
 
 
 @dataclass
 class FakeCluster:
-    """The Job, JobSet and PyTorchJob controllers (pods for resumed objects, none for suspended ones) and
+    """The Job, JobSet and Kubeflow controllers (pods for resumed objects, none for suspended ones) and
     the kubelets (bound pods run; deleted pods go). ``hold_back`` (object name → pods) creates fewer pods."""
 
     kube: Kube
@@ -333,7 +335,7 @@ class FakeCluster:
 async def complete(kube: Kube, obj: dict, succeeded: bool = True, message: str = "") -> None:
     """What the object's controller writes when it ends."""
     kind = obj["kind"]
-    good = {"Job": "Complete", "JobSet": "Completed", "PyTorchJob": "Succeeded"}[kind]
+    good = "Succeeded" if kind in TRAINING_KINDS else {"Job": "Complete", "JobSet": "Completed"}[kind]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     cond = {"type": good if succeeded else "Failed", "status": "True", "reason": "Done" if succeeded else "BackoffLimitExceeded",
             "message": message, "lastTransitionTime": now, "lastProbeTime": now}

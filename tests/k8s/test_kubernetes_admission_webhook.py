@@ -16,6 +16,7 @@ from conftest import BINDER_NAMESPACE, USED
 from gangway.adapters.broker import free_ports
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
+from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.services.binder import webhook as wh
 from gangway.services.submission.kubernetes import check_object
 import k8s_envtest as envtest
@@ -43,9 +44,10 @@ def job(name: str, kind: str = "Job", labels: dict | None = None, owner: dict | 
         meta["ownerReferences"] = [owner]
     pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
                                                               "resources": {"requests": {"cpu": "100m"}}}]}}
-    if kind == "PyTorchJob":
-        return api.PYTORCHJOBS, {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": meta,
-                                 "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod}}}}
+    if kind in TRAINING_KINDS:
+        training = TRAINING_KINDS[kind]
+        return api.TRAINING_JOBS[kind], {"apiVersion": training.api_version, "kind": kind, "metadata": meta,
+                                         "spec": {training.replica_specs: {"Worker": {"replicas": 1, "template": pod}}}}
     return api.JOBS, {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": {"template": pod}}
 
 
@@ -78,12 +80,13 @@ async def test_a_job_created_unsuspended_is_stored_suspended_by_gangways_webhook
         refusals = []
         serving = await wh.WebhookServer(certs, port, host="127.0.0.1", check=check_object,
                                          refused=refusals.append).start(stop)
-        for res, obj in (job("eager"), job("torch", "PyTorchJob"), job("plain", labels={}),
+        for res, obj in (job("eager"), job("torch", "PyTorchJob"), job("mpi", "MPIJob"), job("plain", labels={}),
                          job("child", owner={"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
                                              "uid": "0000", "controller": True})):
             await kube.create(res, obj, "team")
         assert (await kube.get(api.JOBS, "eager", "team"))["spec"]["suspend"] is True
-        assert (await kube.get(api.PYTORCHJOBS, "torch", "team"))["spec"]["runPolicy"]["suspend"] is True
+        assert (await kube.get(api.TRAINING_JOBS["PyTorchJob"], "torch", "team"))["spec"]["runPolicy"]["suspend"] is True
+        assert (await kube.get(api.TRAINING_JOBS["MPIJob"], "mpi", "team"))["spec"]["runPolicy"]["suspend"] is True
         # not gangway's: no queue label, or a JobSet's Job (it runs when its JobSet does)
         assert (await kube.get(api.JOBS, "plain", "team"))["spec"]["suspend"] is False
         assert (await kube.get(api.JOBS, "child", "team"))["spec"]["suspend"] is False

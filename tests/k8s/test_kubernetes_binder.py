@@ -10,6 +10,8 @@ import pytest
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
+from gangway.events import kubeflow
+from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.events.reasons import C
 from gangway.read.explain import explain
 from gangway.services.binder.policy import RequeueBackoff
@@ -127,6 +129,41 @@ async def test_a_suspended_job_is_admitted_bound_as_a_gang_run_and_finished(kube
         for _ in range(5):
             await log.turn(again)
         assert len(log.of_type(ev.WorkloadQueued)) == 1
+
+
+@pytest.mark.parametrize("kind", list(TRAINING_KINDS))
+async def test_each_kubeflow_kind_is_admitted_bound_as_a_gang_run_and_finished(kube, make_binder, kind):
+    """PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob, MPIJob: one pod set per replica type, resumed
+    in runPolicy with its pods gated, each pod bound in its own pod set's place, told, finished."""
+    training = TRAINING_KINDS[kind]
+    replicas = {training.order[0]: 1, "Worker": 2}  # (JAXJob: Worker only)
+    pod = {"spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": 4}}}]}}
+    obj = {"apiVersion": training.api_version, "kind": kind,
+           "metadata": {"name": "dist", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+           "spec": {"runPolicy": {"suspend": True},
+                    training.replica_specs: {t: {"replicas": n, "template": pod} for t, n in replicas.items()}}}
+    log, binder = await setup(kube, make_binder)
+    await ensure_namespace(kube, "team")
+    async with cluster_running(kube, ["team"]):
+        await kube.create(api.TRAINING_JOBS[kind], obj, "team")
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/dist" in wl and wl["team/dist"].phase == "running",
+                        what=f"the {kind} running")
+        assert [(ps.name, ps.count) for ps in wl["team/dist"].spec.pod_sets] == [(t.lower(), n) for t, n in replicas.items()]
+        [placement] = log.of_type(ev.PlacementDecided)
+        pods, _ = await kube.list(api.PODS, "team", label_selector=f"{kubeflow.JOB_NAME_LABEL}=dist")
+        assert len(pods) == sum(replicas.values()) and all(p["spec"].get("nodeName") for p in pods)
+        for p in pods:  # (each on a node its own pod set was placed on)
+            pod_set = p["metadata"]["labels"][training.role_label]
+            assert p["spec"]["nodeName"] in {a.node for a in placement.assignments if a.pod_set == pod_set}
+        current = await kube.get(api.TRAINING_JOBS[kind], "dist", "team")
+        assert current["spec"]["runPolicy"]["suspend"] is False
+        assert ob.condition(current)["reason"] == "Admitted"
+        await complete(kube, current)
+        await run_until(log, [binder], lambda: wl["team/dist"].phase == "finished", what=f"the {kind} finished")
+        [fin] = log.of_type(ev.WorkloadFinished)
+        assert fin.succeeded and f"{kind} Succeeded" in fin.reason
 
 
 SPOT_POOL = CONTRACT.replace("metadata: {name: default}\n", """metadata: {name: default}
@@ -621,19 +658,27 @@ spec: {defaultGracePeriodSeconds: 1}
 
 async def test_a_job_naming_one_of_the_clusters_priority_classes_takes_its_value(kube, make_binder):
     """Kueue reads the cluster's PriorityClasses: one created in the cluster (not in the contract) is
-    put on the log by the binder, and a Job whose pod template names it is queued with its value."""
-    try:
+    put on the log by the binder, and a Job whose pod template names it is queued with its value; the
+    cluster's globalDefault class gives a Job naming none its value (this contract says no default)."""
+    for name, value, default in [("team-high", 500, False), ("team-normal", 40, True)]:
         await kube.create(api.PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                                 "metadata": {"name": "team-high"}, "value": 500})
-    except api.ApiError as exc:
-        assert exc.conflict, exc  # (made by an earlier run on this control plane)
+                                                 "metadata": {"name": name}, "value": value,
+                                                 "globalDefault": default})
     log, binder = await setup(kube, make_binder)
-    await run_until(log, [binder], lambda: log.state.cluster_priority_classes.get("team-high") == 500,
-                    what="the cluster's PriorityClass on the log")
+    await run_until(log, [binder], lambda: log.state.cluster_priority_classes.get("team-high") == 500
+                    and log.state.cluster_default_class == "team-normal", what="the cluster's PriorityClasses on the log")
     assert log.state.cluster_priority_classes["system-cluster-critical"] == 2_000_000_000  # (Kubernetes' own)
     await apply_manifests(kube, job("urgent", pods=1, gpus=1, pod_spec="priorityClassName: team-high"))
-    await run_until(log, [binder], lambda: "team/urgent" in log.state.workloads, what="the Job queued")
+    await apply_manifests(kube, job("plain", pods=1, gpus=1))
+    await run_until(log, [binder], lambda: {"team/urgent", "team/plain"} <= set(log.state.workloads),
+                    what="the Jobs queued")
     assert log.state.workloads["team/urgent"].spec.priority == 500
+    assert log.state.workloads["team/plain"].spec.priority == 40
     await kube.delete(api.PRIORITY_CLASSES, "team-high")
     await run_until(log, [binder], lambda: "team-high" not in log.state.cluster_priority_classes,
                     what="the deleted PriorityClass gone from the log")
+    normal = await kube.get(api.PRIORITY_CLASSES, "team-normal")
+    normal["globalDefault"] = False
+    await kube.replace(api.PRIORITY_CLASSES, "team-normal", normal)
+    await run_until(log, [binder], lambda: log.state.cluster_default_class == "",
+                    what="the class no longer globalDefault on the log")

@@ -43,7 +43,7 @@ async def pods_by_workload(kube, log: LocalLog) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     pods, _ = await kube.list(api.PODS)
     uid_of = {}
-    for kind, res in (("Job", api.JOBS), ("JobSet", api.JOBSETS), ("PyTorchJob", api.PYTORCHJOBS)):
+    for kind, res in (("Job", api.JOBS), ("JobSet", api.JOBSETS), ("PyTorchJob", api.TRAINING_JOBS["PyTorchJob"])):
         objs, _ = await kube.list(res)
         for o in objs:
             uid_of[(kind, o["metadata"]["namespace"], o["metadata"]["name"])] = f"{o['metadata']['namespace']}/{o['metadata']['name']}"

@@ -18,6 +18,8 @@ from typing import Any, AsyncIterator
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from gangway.events import kubeflow
+
 log = logging.getLogger(__name__)
 #: Seconds any single request may take (watches excepted: they are bounded by timeoutSeconds).
 REQUEST_TIMEOUT_S = 30.0
@@ -55,13 +57,14 @@ EVENTS = Resource("", "v1", "events", "Event")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 JOBS = Resource("batch", "v1", "jobs", "Job")
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
-PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+#: The Kubeflow training kinds (``gangway.events.kubeflow``), by kind.
+TRAINING_JOBS = {k.kind: Resource(kubeflow.GROUP, k.version, k.plural, k.kind) for k in kubeflow.TRAINING_KINDS.values()}
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
-BY_KIND: dict[str, Resource] = {r.kind: r for r in (NODES, PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, PYTORCHJOBS,
+BY_KIND: dict[str, Resource] = {r.kind: r for r in (NODES, PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, *TRAINING_JOBS.values(),
                                                     LEASES, PDBS, CRDS, SERVICE_ACCOUNTS, PRIORITY_CLASSES)}
 
 
