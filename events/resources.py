@@ -37,8 +37,13 @@ def add_into(target: Resources, delta: Resources, sign: int = 1) -> None:
         target[name] = target.get(name, 0) + sign * amount
 
 
+#: How many pods asking for nothing fit a node: no resource bounds them (Kubernetes' BestEffort
+#: pods; Kueue admits them, counting them only against a ``pods`` quota).
+UNBOUNDED = 1 << 30
+
+
 def pods_that_fit(free: Resources, per_pod: Resources) -> int:
-    """How many pods with ``per_pod`` resources fit in ``free`` (a pod asking for nothing: 0)."""
+    """How many pods with ``per_pod`` resources fit in ``free`` (a pod asking for nothing: ``UNBOUNDED``)."""
     fit = None
     for name, amount in per_pod.items():
         if amount <= 0:
@@ -47,7 +52,7 @@ def pods_that_fit(free: Resources, per_pod: Resources) -> int:
         fit = n if fit is None else min(fit, n)
         if fit <= 0:
             return 0
-    return fit or 0
+    return UNBOUNDED if fit is None else fit
 
 
 #: Kueue's count of pods as a quota resource (``ClusterQueue`` ``coveredResources: [pods]``).

@@ -340,10 +340,6 @@ ERRORS = [
      "spec.replicatedJobs[0].template.spec.template.metadata.annotations['kueue.x-k8s.io/podset-slice-size']"),
     ("a Job without a pod template is refused", "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n"
      "  labels: {kueue.x-k8s.io/queue-name: q}\nspec: {parallelism: 1}\n", 1, "Job", "j", "spec.template"),
-    ("a pod that requests nothing is refused",
-     "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  labels: {kueue.x-k8s.io/queue-name: q}\n"
-     "spec:\n  template:\n    spec:\n      containers: [{name: c, image: busybox}]\n",
-     1, "Job", "j", "spec.template.spec.containers"),
     ("a negative replica count is refused", JOBSET.replace("replicas: 2", "replicas: -2"),
      1, "JobSet", "llm-pretrain", "spec.replicatedJobs[0].replicas"),
     ("a resource that is not a quantity is refused", BATCH_JOB.replace("memory: 100Mi", "memory: [100]"),
@@ -741,14 +737,12 @@ def test_every_kubeflow_kind_is_a_kind_a_job_may_be_and_is_read():
         assert (job.kind, sorted(ps.name for ps in job.pod_sets)) == (kind.kind, ["master", "worker"])
 
 
-def test_a_pod_asking_for_nothing_is_refused_and_one_asking_through_dra_is_told_so():
-    """A pod with no request (BestEffort) is refused; one that asks for its GPU through a DRA claim
-    would look the same, so it is told that gangway reads extended resources, not claims."""
+def test_a_pod_asking_for_nothing_is_taken_and_one_asking_through_dra_is_refused():
+    """A pod with no request (BestEffort) is taken, as Kueue takes it; one that asks for its GPU
+    through a DRA claim is refused, told that gangway reads extended resources, not claims."""
     bare = BATCH_JOB.split("      containers:")[0] + "      containers: [{name: c, image: busybox}]\n"
-    with pytest.raises(ManifestError) as caught:
-        load_jobs(bare, "jobs.yaml")
-    assert (caught.value.field, caught.value.problem) == (
-        "spec.template.spec.containers", "no container requests any resource (set resources.requests)")
+    [job] = load_jobs(bare, "jobs.yaml")
+    assert job.pod_sets[0].resources == {}
     dra = BATCH_JOB.split("      containers:")[0] + (
         "      resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n"
         "      containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]\n")
@@ -756,3 +750,7 @@ def test_a_pod_asking_for_nothing_is_refused_and_one_asking_through_dra_is_told_
         load_jobs(dra, "jobs.yaml")
     assert caught.value.field == "spec.template.spec.resourceClaims"
     assert "Dynamic Resource Allocation" in caught.value.problem and "nvidia.com/gpu" in caught.value.problem
+    beside = dra.replace("resources: {claims: [{name: gpu}]}", "resources: {requests: {cpu: 2}, claims: [{name: gpu}]}")
+    with pytest.raises(ManifestError) as caught:  # (its devices would be neither counted nor placed)
+        load_jobs(beside, "jobs.yaml")
+    assert caught.value.field == "spec.template.spec.resourceClaims"

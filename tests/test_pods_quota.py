@@ -58,12 +58,14 @@ CONTRACT = textwrap.dedent("""
     """)
 
 
-def job(name: str, pods: int, queue_ns: str = "a", min_count: int | None = None) -> ev.WorkloadQueued:
+def job(name: str, pods: int, queue_ns: str = "a", min_count: int | None = None,
+        resources: dict | None = None) -> ev.WorkloadQueued:
     cq = "counted" if queue_ns == "a" else "uncounted"
     return ev.WorkloadQueued(
         workload=f"{queue_ns}/{name}", namespace=queue_ns, queue="default", cluster_queue=cq, priority_class=None,
         priority=0, kind="Job", runtime_ms=600_000,
-        pod_sets=[ev.PodSet(name="main", count=pods, resources={"cpu": 100, "memory": GI}, min_count=min_count)])
+        pod_sets=[ev.PodSet(name="main", count=pods, resources={"cpu": 100, "memory": GI} if resources is None else resources,
+                            min_count=min_count)])
 
 
 def run(*jobs: ev.WorkloadQueued) -> Simulation:
@@ -109,3 +111,15 @@ def test_a_queue_not_covering_pods_does_not_count_them():
     admitted = admissions(sim)
     assert admitted["b/p6"].usage == {"cpu": 600, "memory": 6 * GI}
     assert at(sim, "b/p3") == at(sim, "b/p6")
+
+
+def test_pods_asking_for_nothing_count_only_against_a_pods_quota():
+    """BestEffort pods (no request), as Kueue takes them: a queue covering pods counts them (3 + 3
+    under 5 wait for one another), one that does not admits them all at once, with no usage."""
+    sim = run(job("e3", 3, resources={}), job("e3b", 3, resources={}), job("f6", 6, "b", resources={}),
+              job("f3", 3, "b", resources={}))
+    admitted = admissions(sim)
+    assert admitted["a/e3"].usage == {"pods": 3000}
+    assert at(sim, "a/e3b") >= at(sim, "a/e3") + 600_000, "3 + 3 pods ran at once under a quota of 5"
+    assert admitted["b/f6"].usage == {} and at(sim, "b/f3") == at(sim, "b/f6")
+    assert all(sim.state.workloads[w].phase == "finished" for w in ("a/e3", "a/e3b", "b/f6", "b/f3"))

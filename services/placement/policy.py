@@ -28,7 +28,9 @@ from gangway.events.catalogue import (
 )
 from gangway.events.quantity import format_amount, format_resource
 from gangway.events.reasons import C, Reason, reason, said
-from gangway.events.resources import GPU, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit
+from gangway.events.resources import (
+    GPU, UNBOUNDED, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit,
+)
 from gangway.events.state import GPU_MODEL_LABEL, NodeState, State, WorkloadState, node_holdings
 from gangway.services.placement import scoring, topology
 
@@ -428,8 +430,8 @@ def _pods_that_fit_by_kind(trial: _Trial, per_pod: dict[str, int], names: list[s
     """Node → how many pods of ``per_pod`` fit on it now, for the nodes of ``names`` where one does:
     counted once per kind of node (``_kind_groups``), not for each of a topology's hundreds of nodes."""
     main = next((r for r, v in per_pod.items() if v > 0), None)
-    if main is None:  # (a pod asking for nothing fits nowhere: ``pods_that_fit``)
-        return {}
+    if main is None:  # (a pod asking for nothing fits any node: ``pods_that_fit``)
+        return dict.fromkeys(names, UNBOUNDED)
     allowed = None if len(names) == len(trial.root) else set(names)  # (names are some of the root's nodes)
     fit: dict[str, int] = {}
     for room, members in _kind_groups(trial, main, per_pod[main]):

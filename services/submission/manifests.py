@@ -656,15 +656,13 @@ def _pod_resources(where: _Where, pod_spec: dict, field: str) -> dict[str, Quant
                 for r, amount in _mapping(where, pod_spec, "overhead", f"{field}.overhead").items()}
     everything = app + [asked for _, asked in init] + [overhead]
     named = [r for asked in everything for r in asked]
-    if not named:
-        claims = pod_spec.get("resourceClaims") or any(
-            isinstance(c, dict) and isinstance(c.get("resources"), dict) and c["resources"].get("claims")
-            for key in ("containers", "initContainers") for c in pod_spec.get(key) or [])
-        if claims:
-            raise where.error(f"{field}.resourceClaims", "asks for its devices through Dynamic Resource Allocation, "
-                                                          "which gangway does not read: request them as an extended "
-                                                          "resource (resources.limits: {nvidia.com/gpu: N})")
-        raise where.error(f"{field}.containers", "no container requests any resource (set resources.requests)")
+    claims = pod_spec.get("resourceClaims") or any(
+        isinstance(c, dict) and isinstance(c.get("resources"), dict) and c["resources"].get("claims")
+        for key in ("containers", "initContainers") for c in pod_spec.get(key) or [])
+    if claims:  # (its devices would be neither counted nor placed)
+        raise where.error(f"{field}.resourceClaims", "asks for devices through Dynamic Resource Allocation, which "
+                                                      "gangway does not read: request them as an extended resource "
+                                                      "(resources.limits: {nvidia.com/gpu: N})")
     out: dict[str, Quantity] = {}
     for resource in dict.fromkeys(named):
         amounts = [asked[resource] for asked in everything if resource in asked]

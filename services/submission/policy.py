@@ -505,17 +505,14 @@ def _pod_set(where: str, request: PodSetRequest) -> PodSet:
         raise Invalid(
             "absurd_quantity", f"{where}.min_count is {request.min_count}: it must be 1 to count ({request.count})"
         )
-    if not request.resources:
-        raise Invalid("invalid_field", f"{where}.resources is empty: a pod must request at least one resource")
     # (A request of zero, which Kubernetes takes, e.g. `nvidia.com/gpu: 0` in a CPU variant of a
-    # template, asks for nothing of that resource.)
+    # template, asks for nothing of that resource; a pod asking for nothing at all — BestEffort, a
+    # launcher beside its workers — is admitted as Kueue admits it, taking quota only where its
+    # ClusterQueue covers ``pods``.)
     resources = {
         name: milli for name, amount in sorted(request.resources.items())
         if (milli := _quantity(f"{where}.resources[{name!r}]", name, amount))
     }
-    if not resources:
-        raise Invalid("invalid_field", f"{where}.resources asks for zero of everything: a pod must request "
-                      "more than zero of at least one resource")
     _check_topology(f"{where}.topology", request.topology, request.count)
     return PodSet(
         name=request.name, count=request.count, resources=resources,

@@ -133,16 +133,19 @@ async def test_a_suspended_job_is_admitted_bound_as_a_gang_run_and_finished(kube
 
 @pytest.mark.parametrize("kind", list(TRAINING_KINDS))
 async def test_each_kubeflow_kind_is_admitted_bound_as_a_gang_run_and_finished(kube, make_binder, kind):
-    """PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob, MPIJob: one pod set per replica type, resumed
-    in runPolicy with its pods gated, each pod bound in its own pod set's place, told, finished."""
+    """PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob, MPIJob: one pod set per replica type (the
+    first asking for nothing, as launchers often do), resumed in runPolicy with its pods gated, each
+    pod bound in its own pod set's place, told, finished."""
     training = TRAINING_KINDS[kind]
     replicas = {training.order[0]: 1, "Worker": 2}  # (JAXJob: Worker only)
     pod = {"spec": {"containers": [{"name": "c", "image": "busybox",
                                      "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": 4}}}]}}
+    bare = {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # (a launcher asking for nothing)
     obj = {"apiVersion": training.api_version, "kind": kind,
            "metadata": {"name": "dist", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
            "spec": {"runPolicy": {"suspend": True},
-                    training.replica_specs: {t: {"replicas": n, "template": pod} for t, n in replicas.items()}}}
+                    training.replica_specs: {t: {"replicas": n, "template": pod if t == "Worker" else bare}
+                                             for t, n in replicas.items()}}}
     log, binder = await setup(kube, make_binder)
     await ensure_namespace(kube, "team")
     async with cluster_running(kube, ["team"]):
