@@ -26,10 +26,12 @@ from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_byt
 from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.events import freeindex
+from gangway.events import gpus as gpu_slots
 from gangway.events.freeindex import FreeIndex
 from gangway.events.fold import apply, held_quota, quota_view
+from gangway.events.quota import QuotaView
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, total_request
-from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, runtime_key
+from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, handing_over, node_holdings, runtime_key
 from gangway.services.placement.topology import HOSTNAME, ISLAND, RACK
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
@@ -131,14 +133,30 @@ def allocated(state: State) -> dict[str, dict[str, int]]:
     return taken
 
 
+def waiting_hand_overs(state: State) -> list:
+    """Hand-overs admitted while the work they take over is still there: until it ends they count
+    beside it, in the usage and on its nodes (DESIGN.md, hand-overs)."""
+    return [wl for wl in state.workloads.values()
+            if wl.phase in HOLDS_QUOTA and wl.admission.after and handing_over(state, wl)]
+
+
 def check_nodes(state: State) -> None:
+    """Every node's free room is what its allocatable leaves of what is placed there; what runs
+    there (all of it but the hand-overs waiting for work that is still there) fits."""
     taken = allocated(state)
+    ahead = [wl for wl in waiting_hand_overs(state) if wl.phase in HOLDS_NODES]
     for name, n in state.nodes.items():
-        assert all(v >= 0 for v in n.free.values()), f"{name} overbooked: {n.free}"
+        free, room = dict(n.free), list(n.gpus)
+        for wl in ahead:
+            for on, used, indexes, milli in node_holdings(wl):
+                if on == name:
+                    add_into(free, used)
+                    gpu_slots.apply(room, [i for i in indexes if i < len(room)], milli, +1)
+        assert all(v >= 0 for v in free.values()), f"{name} overbooked: {free}"
         resources = set(n.free) | set(n.allocatable) | set(taken[name])
         for r in resources:
             assert n.free.get(r, 0) + taken[name].get(r, 0) == n.allocatable.get(r, 0), (name, r)
-        assert all(0 <= g <= 1000 for g in n.gpus), f"{name} GPU overbooked: {n.gpus}"
+        assert all(0 <= g <= 1000 for g in room), f"{name} GPU overbooked: {room}"
         assert sum(n.gpus) == n.free.get(GPU, 0), f"{name}: GPU by GPU {n.gpus} != {n.free}"
     rebuilt = FreeIndex()
     for n in state.nodes.values():
@@ -169,19 +187,31 @@ def check_quota(state: State) -> None:
 
 def check_tree(state: State) -> None:
     """No queue or cohort holds more than the tree gives it: nothing is left to take below zero,
-    nothing is over a borrowing limit, and a queue without a cohort stays within its nominal quota."""
-    view = quota_view(state)
-    for cq_name, usage in state.usage.items():
-        node = view.structure.queues.get(cq_name)
-        if node is None:
-            continue
-        for fr, used in usage.items():
-            assert view.available(cq_name, fr) >= 0, f"{cq_name} overcommits {fr}: uses {used}"
-            limit = node.borrowing_limit.get(fr)
-            if limit is not None:
-                assert used <= node.nominal.get(fr, 0) + limit, f"{cq_name} uses {used} {fr}"
-            if node.parent is None:
-                assert used <= node.nominal.get(fr, 0), f"{cq_name} has no cohort and uses {used} {fr}"
+    nothing is over a borrowing limit, and a queue without a cohort stays within its nominal quota.
+    A hand-over admitted while the work it takes over still runs counts beside that work in the
+    usage until it ends (every admission since is checked with both counted): what is in use — the
+    work it takes over now, the hand-over once that work is gone — never goes over."""
+    index = quota_view(state).structure
+    waiting = waiting_hand_overs(state)
+    now = QuotaView.over(index, state.usage, state.cohort_usage)  # (without the waiting hand-overs)
+    then = QuotaView.over(index, state.usage, state.cohort_usage)  # (without the work they take over)
+    for wl in waiting:
+        now.add(wl.admission.cluster_queue, held_quota(state, wl.admission), -1)
+    for name in {n for wl in waiting for n in handing_over(state, wl)}:
+        taken_over = state.workloads[name].admission
+        then.add(taken_over.cluster_queue, held_quota(state, taken_over), -1)
+    for view in (now, then):
+        for cq_name, usage in view.usage.items():
+            node = view.structure.queues.get(cq_name)
+            if node is None:
+                continue
+            for fr, used in usage.items():
+                assert view.available(cq_name, fr) >= 0, f"{cq_name} overcommits {fr}: uses {used}"
+                limit = node.borrowing_limit.get(fr)
+                if limit is not None:
+                    assert used <= node.nominal.get(fr, 0) + limit, f"{cq_name} uses {used} {fr}"
+                if node.parent is None:
+                    assert used <= node.nominal.get(fr, 0), f"{cq_name} has no cohort and uses {used} {fr}"
 
 
 def check_gangs(state: State) -> None:

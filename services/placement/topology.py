@@ -95,7 +95,7 @@ def fallbacks(preferred: str, levels: Levels | None = None) -> list[str | None]:
     return [*reversed(chain[: chain.index(preferred) + 1]), None]
 
 
-_LEVELS_CACHE: dict[tuple, tuple[object, dict[str, Levels]]] = {}
+_LEVELS_CACHE: dict[tuple, tuple[object, dict[str, Levels], object]] = {}
 
 
 def node_levels(contract: Contract | None, nodes: Mapping[str, object], epoch: int) -> dict[str, Levels]:
@@ -106,7 +106,7 @@ def node_levels(contract: Contract | None, nodes: Mapping[str, object], epoch: i
         return {}
     key = (id(contract), id(nodes), epoch)
     cached = _LEVELS_CACHE.get(key)
-    if cached is not None and cached[0] is nodes:
+    if cached is not None and cached[0] is nodes and cached[2] is contract:  # (the references keep the ids unique)
         return cached[1]
     topologies = {t.name: tuple(t.levels) for t in contract.topologies}
     flavors = sorted((f for f in contract.flavors if f.topology_name in topologies), key=lambda f: f.name)
@@ -119,7 +119,7 @@ def node_levels(contract: Contract | None, nodes: Mapping[str, object], epoch: i
                 break
     if len(_LEVELS_CACHE) > 16:
         _LEVELS_CACHE.clear()
-    _LEVELS_CACHE[key] = (nodes, out)
+    _LEVELS_CACHE[key] = (nodes, out, contract)
     return out
 
 
