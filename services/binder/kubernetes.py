@@ -9,9 +9,9 @@ the submissions to publish. Only the replica holding the Lease acts; the others 
 - Nodes → NodeObserved (``unavailable`` when cordoned, NotReady or tainted by Kubernetes; what pods
   gangway does not manage request there left out: ``held_by_others``) / NodeRemoved.
 - PriorityClasses → PriorityClassObserved (a job's pod template may name one of the cluster's).
-- Job, JobSet and Kubeflow job objects (PyTorchJob, TFJob, MPIJob…) with a queue label, created suspended → JobSubmitted (through the
-  injected ``intake``, which also says why a manifest is refused: a Warning Event and a condition
-  on the object). Deleted → WorkloadWithdrawn.
+- Job, JobSet and Kubeflow job objects (PyTorchJob, TFJob, MPIJob…) with a queue label, created
+  suspended → JobSubmitted (through the injected ``intake``, which also says why a manifest is
+  refused: a Warning Event and a condition on the object). Deleted → WorkloadWithdrawn.
 - PlacementDecided → the object resumed with gangway's scheduler in its pod templates; once all its
   pods exist, every one is bound (``pods/binding``) to its node, GPU indexes in an annotation. All or
   none: pods missing after ``pods_timeout_s`` or any bind refused → the pods deleted, the object
