@@ -593,14 +593,15 @@ class WorkloadIdle(_Event, frozen=True):
 
 
 class InvoiceLine(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    """One line: a workload attempt's use of one flavor-resource in the period (or a credit, or idle cost).
+    """One line: a workload attempt's use of one flavor-resource in the period (or a credit, an idle
+    cost, or a credit carried between periods: ``carried``, no workload, its quantity 0).
 
     ``quantity`` is milli-units × ms (8 GPUs for an hour: 8000 × 3,600,000; memory in milli-bytes);
     money is in millionths of the invoice currency; ``unit_price`` is per unit-hour (GiB-hour for
     memory). ``list_cost`` is quantity × unit price (negative on a credit); ``billed_cost`` is it
     rounded once to the currency's minor unit. ``attempt`` counts from 0 (people read it + 1)."""
 
-    kind: Literal["usage", "credit", "idle"]
+    kind: Literal["usage", "credit", "idle", "carried"]
     workload: str
     attempt: int
     cluster_queue: str
@@ -628,8 +629,9 @@ class InvoiceIssued(_Event, frozen=True):
     period_end_ms: int
     currency: str
     lines: list[InvoiceLine]
-    #: Sums of what the lines bill (usage, credits as a positive amount, idle shares, all): in the
-    #: currency's minor unit, so list − credits + idle = billed holds as printed.
+    #: Sums of what the lines bill (usage, credits as a positive amount, idle shares, carried
+    #: credit, all): in the currency's minor unit, so list − credits + idle + carried = billed holds
+    #: as printed.
     list_cost_micros: int
     credits_micros: int
     idle_cost_micros: int
@@ -637,6 +639,10 @@ class InvoiceIssued(_Event, frozen=True):
     #: The log it was derived from and the offset at which the period was cut.
     log_id: str
     cut_offset: int
+    #: Credit carried between periods, so that no invoice bills below zero: negative where credit
+    #: left over from earlier periods is taken off this one, positive where what this one's credits
+    #: leave below zero is carried to the team's next invoice.
+    carried_micros: int = 0
 
 
 MONEY_EVENTS = {

@@ -377,3 +377,62 @@ def test_the_period_of_the_last_finish_is_the_one_the_demo_waits_for_even_once_i
     state.time_ms = cut  # the tick for the cut
     assert last_finish_period(state) == (period, cut)
     assert settling_period(state)[0] != period  # (what the demo waited for before)
+
+
+def test_no_invoice_bills_below_zero_a_credit_beyond_it_is_carried_to_the_next():
+    """Work billed in November and preempted early in December, all of it lost: December's credit
+    (11 GPU-hours) is more than its usage (1). December bills 0 and carries the rest; a period
+    without charges carries it on; January takes it off as far as January bills, and carries what
+    is left again. Every invoice adds up: list − credits + idle + carried = billed."""
+    from gangway.events.contract import Billing, Contract
+    from gangway.services.accounting.policy import Interval
+    contract = Contract(currency="EUR", billing=Billing(credit_preemption_waste=True))
+    nov, dec = period_bounds("2026-11"), period_bounds("2026-12")
+    jan, feb = period_bounds("2027-01"), period_bounds("2027-02")
+
+    def charge(workload: str, start: int, end: int, lost_ms: int = 0, outcome: str = "finished") -> Interval:
+        return Interval(workload=workload, attempt=0, team="t", cluster_queue="q", priority_class=None, start_ms=start,
+                        end_ms=end, gpu_milli=1000, cpu_milli=0, outcome=outcome, offset=1, flavors={GPU: "f"},
+                        resources={GPU: 1000}, prices={GPU: PRICE}, currency="EUR", work_lost_ms=lost_ms)
+    evicted = charge("t/long", nov[1] - 10 * HOUR, dec[0] + HOUR, lost_ms=11 * HOUR, outcome="evicted")
+    later = charge("t/next", jan[0], jan[0] + 4 * HOUR)
+    carried: dict[str, int] = {}
+
+    def cut(period: str) -> ev.InvoiceIssued | None:
+        found = invoices([evicted, later], [], contract, period, "log", 0, carried=carried)
+        for inv in found:
+            assert inv.list_cost_micros - inv.credits_micros + inv.idle_cost_micros + inv.carried_micros == \
+                inv.billed_cost_micros == sum(line.billed_cost_micros for line in inv.lines) >= 0
+        return found[0] if found else None
+    november = cut("2026-11")
+    assert (november.billed_cost_micros, november.carried_micros) == (10 * PRICE, 0) and carried == {}
+    december = cut("2026-12")
+    assert (december.list_cost_micros, december.credits_micros) == (PRICE, 11 * PRICE)
+    assert (december.billed_cost_micros, december.carried_micros) == (0, 10 * PRICE) and carried == {"t": 10 * PRICE}
+    [line] = [line for line in december.lines if line.kind == "carried"]
+    assert (line.billed_cost_micros, line.description) == (10 * PRICE, "credit carried to the next period")
+    january = cut("2027-01")
+    assert (january.list_cost_micros, january.carried_micros, january.billed_cost_micros) == (4 * PRICE, -4 * PRICE, 0)
+    assert carried == {"t": 6 * PRICE}
+    assert cut("2027-02") is None and carried == {"t": 6 * PRICE}  # (nothing to bill: carried on)
+    assert feb[0] == jan[1]
+    # A draft does not spend the credit it shows: the books' carry is passed as a copy (gangway invoice).
+    draft = invoices([later], [], contract, "2027-01", "log", 0, carried=dict(carried))[0]
+    assert draft.billed_cost_micros == 0 and carried == {"t": 6 * PRICE}
+
+
+def test_the_invoice_table_shows_carried_credit_when_an_invoice_has_some():
+    from rich.console import Console
+
+    from gangway.read import money as read_money
+    plain = ev.InvoiceIssued(invoice_id="inv-2026-12-t-0123456789abcdef", team="t", period="2026-12",
+                             period_start_ms=0, period_end_ms=1, currency="EUR", lines=[], list_cost_micros=2_000_000,
+                             credits_micros=22_000_000, idle_cost_micros=0, billed_cost_micros=0, log_id="l",
+                             cut_offset=0, carried_micros=20_000_000)
+
+    def shown(*issued) -> str:
+        console = Console(width=120, record=True)
+        console.print(read_money.invoices_table(list(issued)))
+        return console.export_text()
+    assert "carried" in shown(plain) and " 20.00 " in shown(plain)
+    assert "carried" not in shown(msgspec.structs.replace(plain, carried_micros=0))

@@ -79,6 +79,36 @@ def test_focus_export_has_every_column_and_passes_the_finops_validator(night_log
     assert "BillingCurrency" in result.stdout, "the validator really checks"
 
 
+def test_credit_carried_between_periods_is_an_adjustment_the_finops_validator_takes(night_log, tmp_path) -> None:
+    """An invoice whose credits are more than it bills carries the rest (billing.carry): its FOCUS
+    rows still add up to what it bills (0), the carried line an Adjustment, and the validator takes it."""
+    import msgspec
+
+    from gangway.services.accounting.billing import carry
+    _, books = night_log
+    invoice = next(i for i in books.issued if i.credits_micros)
+    credit = next(line for line in invoice.lines if line.kind == "credit")
+    bigger = msgspec.structs.replace(credit, billed_cost_micros=credit.billed_cost_micros - invoice.billed_cost_micros - 5_000_000)
+    carried: dict[str, int] = {}
+    lines = carry([line if line is not credit else bigger for line in invoice.lines], carried, invoice.team,
+                  invoice.period_start_ms, invoice.period_end_ms)
+    assert carried == {invoice.team: 5_000_000}
+    negative = msgspec.structs.replace(invoice, lines=lines, credits_micros=-bigger.billed_cost_micros,
+                                       carried_micros=5_000_000, billed_cost_micros=0)
+    out = tmp_path / "focus.csv"
+    out.write_text(money.focus_csv([negative]))
+    rows = list(csv.DictReader(out.open()))
+    assert sum(round(float(r["BilledCost"]) * 1_000_000) for r in rows) == 0
+    [adjustment] = [r for r in rows if r["ChargeCategory"] == "Adjustment"]
+    assert (adjustment["BilledCost"], adjustment["ResourceId"]) == ("5.000000", f"carried/{invoice.team}")
+    if not FOCUS_VALIDATOR.exists():
+        pytest.skip("focus-validator is not installed (.venv-focus: `make test` installs it)")
+    site = next((ROOT / ".venv-focus" / "lib").glob("python*/site-packages"))
+    result = subprocess.run([str(FOCUS_VALIDATOR), "--data-file", str(out), "--validate-version", "1.0"],
+                            cwd=site, capture_output=True, text=True, timeout=300)
+    assert "Validation succeeded" in result.stdout, result.stdout + result.stderr
+
+
 def test_showback_html_has_charts_and_the_idle_notebook(night_log, tmp_path, capsys) -> None:
     path, _ = night_log
     html = tmp_path / "showback.html"

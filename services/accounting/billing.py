@@ -158,13 +158,14 @@ def _billed(lines: list[ev.InvoiceLine], kind: str) -> int:
 
 def invoices(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
              period: str, log_id: str, cut_offset: int, team: str | None = None,
-             now_ms: int | None = None) -> list[ev.InvoiceIssued]:
+             now_ms: int | None = None, carried: dict[str, int] | None = None) -> list[ev.InvoiceIssued]:
     """Every team's invoice for ``period`` (``charges``: closed and open ones, as known at the cut).
 
     ``now_ms``: the log's clock, for a draft of a period still running (idle capacity counts up to
     it). Each line bills its list cost rounded once to the currency's minor unit; the invoice's
     list, credits, idle share and billed amounts are sums of its lines' billed amounts, so they add
-    up as printed (list − credits + idle = billed)."""
+    up as printed (list − credits + idle + carried = billed). ``carried``: each team's credit left
+    over from earlier periods (micros, updated in place: ``carry``)."""
     start, end = period_bounds(period)
     # Idle capacity is charged for the time the log's clock has passed, never for the future.
     accrued_end = end if now_ms is None else max(start, min(end, now_ms))
@@ -198,13 +199,41 @@ def invoices(charges: list[Interval], changes: list[tuple[int, dict[str, int]]],
     for name, lines in sorted(by_team.items()):
         if team is not None and name != team:
             continue
+        if carried is not None:
+            lines = carry(lines, carried, name, start, end)
         out.append(ev.InvoiceIssued(
             invoice_id=invoice_id(log_id, name, period), team=name, period=period, period_start_ms=start,
             period_end_ms=end, currency=currency, lines=lines, list_cost_micros=_billed(lines, "usage"),
             credits_micros=-_billed(lines, "credit"), idle_cost_micros=_billed(lines, "idle"),
             billed_cost_micros=sum(line.billed_cost_micros for line in lines), log_id=log_id, cut_offset=cut_offset,
+            carried_micros=_billed(lines, "carried"),
         ))
     return out
+
+
+def carry(lines: list[ev.InvoiceLine], carried: dict[str, int], team: str, start: int,
+          end: int) -> list[ev.InvoiceLine]:
+    """No invoice bills below zero: credit left from the team's earlier periods (``carried``) is
+    taken off this one as far as it bills, and what its own credits leave below zero is carried to
+    the team's next invoice (``carried`` updated). A period without charges carries it on."""
+    brought = carried.pop(team, 0)
+    total = sum(line.billed_cost_micros for line in lines)
+    taken = min(brought, max(total, 0))
+    out = list(lines)
+    if taken:
+        out.append(_carried_line(-taken, start, end, "credit carried from earlier periods"))
+    left = brought - taken - min(total - taken, 0)
+    if total - taken < 0:
+        out.append(_carried_line(taken - total, start, end, "credit carried to the next period"))
+    if left:
+        carried[team] = left
+    return out
+
+
+def _carried_line(micros: int, start: int, end: int, description: str) -> ev.InvoiceLine:
+    return ev.InvoiceLine(kind="carried", workload="", attempt=0, cluster_queue="", flavor="", resource="",
+                          start_ms=start, end_ms=end, quantity=0, unit_price_micros=0, list_cost_micros=micros,
+                          billed_cost_micros=micros, description=description)
 
 
 # --- the books of a log -----------------------------------------------------------------------------
@@ -222,6 +251,8 @@ class Books:
     #: The next period to cut ("" until the first event), and the invoices cut so far.
     next_period: str = ""
     issued: list[ev.InvoiceIssued] = field(default_factory=list)
+    #: Each team's credit carried to its next invoice (micros): no invoice bills below zero.
+    carried: dict[str, int] = field(default_factory=dict)
     #: The time of the log's first event (None before it): no period ending earlier has any charge.
     first_ms: int | None = None
     #: (next_period, its end in ms): computed once per period.
@@ -276,7 +307,8 @@ class Books:
             if state.time_ms < end + billing.settle_ms:
                 break
             charges = self.charges + open_allocations(state, end)
-            cut.extend(invoices(charges, self.changes, state.contract, self.next_period, self.log_id, env.offset))
+            cut.extend(invoices(charges, self.changes, state.contract, self.next_period, self.log_id, env.offset,
+                                carried=self.carried))
             self.next_period = period_of(billing.period, end)
         self.issued.extend(cut)
         return cut
