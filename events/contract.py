@@ -376,10 +376,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Kubernetes PriorityClasses, which Kueue falls back to (a WorkloadPriorityClass label wins).
     pod_priority_classes: list[PodPriorityClass] = []
     cohorts: list[Cohort] = []
-    #: Priority of a workload that names no class. None: the contract does not say (no
-    #: SchedulingPolicy ``defaultPriority``, no ``globalDefault`` PriorityClass in it), so the
-    #: cluster's ``globalDefault`` PriorityClass gives it, as in Kubernetes and Kueue, else 0.
-    default_priority: int | None = None
+    #: Priority of a workload that names no class.
+    default_priority: int = 0
+    #: The contract does not say one (no SchedulingPolicy ``defaultPriority``, no ``globalDefault``
+    #: PriorityClass in it): the cluster's ``globalDefault`` PriorityClass gives it, as in
+    #: Kubernetes and Kueue (``default_priority`` without one).
+    default_priority_from_cluster: bool = False
     #: Grace period for evictions when the priority class gives none.
     default_grace_ms: int = 30_000
     fair_sharing: FairSharing = FairSharing()

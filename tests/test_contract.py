@@ -909,9 +909,11 @@ def test_kubernetes_priority_classes_are_read_and_a_global_default_is_the_defaul
         "config.yaml: warning: PriorityClass cluster-default: preemptionPolicy: not supported by gangway yet; ignored"]
     policy = "apiVersion: gangway.io/v1alpha1\nkind: SchedulingPolicy\nmetadata: {name: p}\nspec: {defaultPriority: 3}\n"
     assert read_contract(docs(classes, policy), "config.yaml")[0].default_priority == 3  # gangway's own wins
+    assert not read_contract(docs(classes, policy), "config.yaml")[0].default_priority_from_cluster
+    assert not contract.default_priority_from_cluster
     # Neither: not said, so the cluster's globalDefault class gives it (test_submission_policy).
-    assert read_contract(classes.replace("globalDefault: true", "globalDefault: false"),
-                         "config.yaml")[0].default_priority is None
+    silent = read_contract(classes.replace("globalDefault: true", "globalDefault: false"), "config.yaml")[0]
+    assert (silent.default_priority, silent.default_priority_from_cluster) == (0, True)
     assert problems_of(classes.replace("value: 500", "value: high")) == [
         "config.yaml: PriorityClass batch-high: value: \"high\" is not an integer"]
 

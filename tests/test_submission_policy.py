@@ -409,7 +409,7 @@ def test_the_clusters_global_default_priority_class_gives_the_default_unless_the
                                           offset=offset))
         return decide_submission(plain(job()), KEY, [], state, {}, SUBMISSION).priority
 
-    silent = msgspec.structs.replace(CONTRACT, default_priority=None)
+    silent = msgspec.structs.replace(CONTRACT, default_priority=0, default_priority_from_cluster=True)
     cluster_default = ev.PriorityClassObserved(name="team-normal", value=40, global_default=True)
     assert default_priority(silent) == 0
     assert default_priority(silent, cluster_default) == 40

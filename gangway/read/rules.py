@@ -320,8 +320,9 @@ def _amounts(limits) -> str:
 
 
 def _classes(contract: Contract) -> list[str]:
-    default = (contract.default_priority if contract.default_priority is not None
-               else "the cluster's globalDefault PriorityClass's value (0 without one)")
+    default = ("the cluster's globalDefault PriorityClass's value "
+               f"({contract.default_priority} without one)" if contract.default_priority_from_cluster
+               else contract.default_priority)
     lines = [f"A job without a priority class has priority {default}; evicted pods get "
              f"{contract.default_grace_ms / 1000:g} s between SIGTERM and SIGKILL unless their class says otherwise."]
     for pc in sorted(contract.priority_classes, key=lambda p: -p.value):

@@ -667,9 +667,9 @@ def _priority(idx: ContractIndex, priority_class: str | None, pod_class: str | N
                           f"it in the cluster, or set the label kueue.x-k8s.io/priority-class")
         return value
     if priority_class is None:
-        if idx.contract.default_priority is not None:
-            return idx.contract.default_priority
-        return cluster_classes.get(state.cluster_default_class, 0)
+        if idx.contract.default_priority_from_cluster:
+            return cluster_classes.get(state.cluster_default_class, idx.contract.default_priority)
+        return idx.contract.default_priority
     found = idx.priority_classes.get(priority_class)
     if found is None:
         offered = ", ".join(sorted(idx.priority_classes)) or "none"
