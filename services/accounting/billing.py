@@ -219,14 +219,14 @@ def carry(lines: list[ev.InvoiceLine], carried: dict[str, int], team: str, start
     brought = carried.pop(team, 0)
     total = sum(line.billed_cost_micros for line in lines)
     taken = min(brought, max(total, 0))
+    below = max(taken - total, 0)  # (what its own credits leave below zero: then nothing was taken)
     out = list(lines)
     if taken:
         out.append(_carried_line(-taken, start, end, "credit carried from earlier periods"))
-    left = brought - taken - min(total - taken, 0)
-    if total - taken < 0:
-        out.append(_carried_line(taken - total, start, end, "credit carried to the next period"))
-    if left:
-        carried[team] = left
+    if below:
+        out.append(_carried_line(below, start, end, "credit carried to the next period"))
+    if brought - taken + below:
+        carried[team] = brought - taken + below
     return out
 
 

@@ -1,5 +1,6 @@
 """Intake from the cluster: a Job, JobSet or Kubeflow job (PyTorchJob, TFJob, MPIJob…) object → the
-JobSubmitted it becomes, or why gangway refuses it (pure; the Kubernetes binder calls it and tells the object's owner).
+JobSubmitted it becomes, or why gangway refuses it (pure; the Kubernetes binder calls it and tells
+the object's owner).
 
 The object's uid rides along as the label ``gangway.io/uid``: it is the intake's idempotency key (a
 re-list after a restart finds the workload of that uid on the log and submits nothing again). The job
