@@ -136,8 +136,7 @@ def allocated(state: State) -> dict[str, dict[str, int]]:
 def waiting_hand_overs(state: State) -> list:
     """Hand-overs admitted while the work they take over is still there: until it ends they count
     beside it, in the usage and on its nodes (DESIGN.md, hand-overs)."""
-    return [wl for wl in state.workloads.values()
-            if wl.phase in HOLDS_QUOTA and wl.admission.after and handing_over(state, wl)]
+    return [wl for wl in state.workloads.values() if wl.phase in HOLDS_QUOTA and handing_over(state, wl)]
 
 
 def check_nodes(state: State) -> None:

@@ -262,16 +262,17 @@ def invoices_table(invoices: list[ev.InvoiceIssued]):
     currency = invoices[0].currency if invoices else ""
     table = Table(title=f"invoices ({currency})" if currency else "invoices", show_edge=False, pad_edge=False)
     places = minor_digits(currency)  # (the currency's minor unit: 3 decimals for BHD, none for JPY)
-    # (credit carried between periods, a column only when some invoice has it)
+    # (credit carried between periods: a column only when some invoice has it)
     carried = any(inv.carried_micros for inv in invoices)
-    rows = [[inv.period, inv.team, str(len(inv.lines)), str(money(inv.list_cost_micros, places)),
-             _credit(money(inv.credits_micros, places)), str(money(inv.idle_cost_micros, places)),
-             *([str(money(inv.carried_micros, places))] if carried else []), str(money(inv.billed_cost_micros, places)),
-             "…" + inv.invoice_id[-8:]] for inv in invoices]
+    columns = [col for col in ("period", "team", "lines", "list", "credits", "idle", "carried", "billed", "invoice id")
+               if col != "carried" or carried]
+    rows = [[{"period": inv.period, "team": inv.team, "lines": str(len(inv.lines)),
+              "list": str(money(inv.list_cost_micros, places)), "credits": _credit(money(inv.credits_micros, places)),
+              "idle": str(money(inv.idle_cost_micros, places)), "carried": str(money(inv.carried_micros, places)),
+              "billed": str(money(inv.billed_cost_micros, places)), "invoice id": "…" + inv.invoice_id[-8:]}[col]
+             for col in columns] for inv in invoices]
     # Figures, periods and teams never shrink (hour 03 and hour 04 stay apart at 80 columns); the
     # id, whose period and team are in their own columns, shows the end of its digest, folded if need be.
-    columns = ("period", "team", "lines", "list", "credits", "idle", *(["carried"] if carried else []), "billed",
-               "invoice id")
     for i, col in enumerate(columns):
         last = col == "invoice id"
         table.add_column(col, justify="left" if col in ("period", "team") or last else "right",
@@ -333,8 +334,7 @@ def focus_rows(invoices: list[ev.InvoiceIssued], account: str = "gangway") -> li
             category = {"usage": "Usage", "credit": "Credit", "idle": "Usage", "carried": "Adjustment"}[line.kind]
             # A credit carries no list cost of its own in FOCUS: it is the BilledCost taken off.
             billed, listed = money(line.billed_cost_micros, 6), money(line.list_cost_micros if category == "Usage" else 0, 6)
-            resource_id = (f"{line.workload}#{_attempt(line)}" if line.workload else f"carried/{inv.team}"
-                           if line.kind == "carried" else f"idle/{line.flavor or 'cluster'}")
+            resource_id, resource_name, resource_type = _focus_resource(line, inv.team)
             rows.append({
                 "AvailabilityZone": "", "BilledCost": str(billed), "BillingAccountId": account,
                 "BillingAccountName": account, "BillingCurrency": inv.currency,
@@ -354,9 +354,7 @@ def focus_rows(invoices: list[ev.InvoiceIssued], account: str = "gangway") -> li
                 "PricingQuantity": str(qty) if category == "Usage" and line.quantity else "",
                 "PricingUnit": unit if category == "Usage" and line.quantity else "",
                 "ProviderName": "gangway", "PublisherName": "gangway", "RegionId": "", "RegionName": "",
-                "ResourceId": resource_id, "ResourceName": line.workload or (
-                    "credit carried between periods" if line.kind == "carried" else "idle cluster GPUs"),
-                "ResourceType": "Workload" if line.workload else "Credit balance" if line.kind == "carried" else "Idle capacity",
+                "ResourceId": resource_id, "ResourceName": resource_name, "ResourceType": resource_type,
                 "ServiceCategory": "Compute", "ServiceName": "GPU batch scheduling",
                 "SkuId": f"{line.flavor}/{line.resource}", "SkuPriceId": f"{line.flavor}/{line.resource}@{line.unit_price_micros}",
                 "SubAccountId": inv.team, "SubAccountName": inv.team,
@@ -367,6 +365,16 @@ def focus_rows(invoices: list[ev.InvoiceIssued], account: str = "gangway") -> li
             })
             rows[-1].update({alias: rows[-1][name] for alias, name in FOCUS_RC_ALIASES.items()})
     return rows
+
+
+def _focus_resource(line: ev.InvoiceLine, team: str) -> tuple[str, str, str]:
+    """A FOCUS row's ResourceId, ResourceName and ResourceType: the workload attempt, the team's
+    credit carried between periods, or the idle cluster GPUs of a flavor."""
+    if line.workload:
+        return f"{line.workload}#{_attempt(line)}", line.workload, "Workload"
+    if line.kind == "carried":
+        return f"carried/{team}", "credit carried between periods", "Credit balance"
+    return f"idle/{line.flavor or 'cluster'}", "idle cluster GPUs", "Idle capacity"
 
 
 def focus_csv(invoices: list[ev.InvoiceIssued]) -> str:

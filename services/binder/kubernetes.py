@@ -324,7 +324,7 @@ class KubernetesBinder:
             if ob.GPUS_ANNOTATION in (ob.meta(pod).get("annotations") or {}):
                 continue
             ns = ob.meta(pod).get("namespace")
-            if any((kind, ns, ob.owner_name(kind, pod)) in ours for kind in RESOURCES):
+            if any((kind, ns, name) in ours for kind, name in ob.owners(pod)):
                 continue
             # (read once per version of the pod: every pass looks at every pod of the cluster)
             key = (ob.meta(pod).get("uid"), ob.meta(pod).get("resourceVersion"))
@@ -340,10 +340,9 @@ class KubernetesBinder:
         found: dict[tuple[str, str, str], list[dict]] = {}
         for pod in self.reflectors["Pod"].store.values():
             ns = ob.meta(pod).get("namespace")
-            for kind in RESOURCES:
-                owner = ob.owner_name(kind, pod)
-                if owner:
-                    found.setdefault((kind, ns, owner), []).append(pod)
+            for kind, name in ob.owners(pod):
+                if name:
+                    found.setdefault((kind, ns, name), []).append(pod)
         return found
 
     async def _intake(self, state: State, by_uid: dict[str, dict], out: Step) -> None:

@@ -19,7 +19,6 @@ import msgspec
 
 from gangway.events import kubeflow
 from gangway.events.catalogue import UID_LABEL, NodeObserved, PodAssignment, Toleration  # noqa: F401 (ob.UID_LABEL)
-from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
@@ -36,12 +35,11 @@ CONDITION_TYPE = "GangwayScheduling"
 #: gangway pins it to its node and lifts the gate (Kueue's topology-aware scheduling does the same).
 GATE = "gangway.io/placement"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-KINDS = ("Job", "JobSet", *TRAINING_KINDS)
-#: Labels that name a pod's owner object, per kind.
+KINDS = ("Job", "JobSet", *kubeflow.TRAINING_KINDS)
+#: Labels that name a pod's owner object, per kind (the Kubeflow kinds': ``kubeflow.JOB_NAME_LABEL``).
 OWNER_LABELS = {
     "Job": ("batch.kubernetes.io/job-name", "job-name"),
     "JobSet": ("jobset.sigs.k8s.io/jobset-name",),
-    **{kind: (kubeflow.JOB_NAME_LABEL,) for kind in TRAINING_KINDS},
 }
 
 
@@ -98,7 +96,7 @@ def waiting_reason(pod: dict) -> str:
 
 def is_suspended(obj: dict) -> bool:
     spec = obj.get("spec") or {}
-    if kind_of(obj) in TRAINING_KINDS:
+    if kind_of(obj) in kubeflow.TRAINING_KINDS:
         return bool((spec.get("runPolicy") or {}).get("suspend"))
     return bool(spec.get("suspend"))
 
@@ -112,8 +110,9 @@ def templates(obj: dict) -> list[dict]:
     if kind == "JobSet":
         return [rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
                 for rj in spec.get("replicatedJobs") or []]
-    if kind in TRAINING_KINDS:
-        return [rs.setdefault("template", {}) for rs in (spec.get(TRAINING_KINDS[kind].replica_specs) or {}).values()]
+    if kind in kubeflow.TRAINING_KINDS:
+        replica_specs = spec.get(kubeflow.TRAINING_KINDS[kind].replica_specs) or {}
+        return [rs.setdefault("template", {}) for rs in replica_specs.values()]
     return []
 
 
@@ -128,7 +127,7 @@ def suspend_patch(obj: dict, suspend: bool, workload: str = "", attempt: int = 0
     patch: dict = {}
     if not suspend:
         patch["metadata"] = {"annotations": {WORKLOAD_ANNOTATION: workload, ATTEMPT_ANNOTATION: str(attempt)}}
-    if kind in TRAINING_KINDS:
+    if kind in kubeflow.TRAINING_KINDS:
         patch["spec"] = {"runPolicy": {"suspend": suspend}}
     else:
         patch["spec"] = {"suspend": suspend}
@@ -167,8 +166,8 @@ def _template_fields(obj: dict, patch_spec: dict, fields) -> None:
             tspec = rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
             tspec.update(fields(tspec))
         patch_spec["replicatedJobs"] = rjs
-    elif kind in TRAINING_KINDS:
-        field = TRAINING_KINDS[kind].replica_specs
+    elif kind in kubeflow.TRAINING_KINDS:
+        field = kubeflow.TRAINING_KINDS[kind].replica_specs
         patch_spec[field] = {t: {"template": {"spec": fields(((rs or {}).get("template") or {}).get("spec") or {})}}
                              for t, rs in (spec.get(field) or {}).items()}
 
@@ -182,7 +181,7 @@ def names_scheduler(obj: dict, scheduler: str) -> bool:
 def finished(obj: dict) -> tuple[bool, bool, str] | None:
     """(finished, succeeded, what Kubernetes said) once the object has ended, else None."""
     kind = kind_of(obj)
-    good, bad = ("Succeeded", "Failed") if kind in TRAINING_KINDS else \
+    good, bad = ("Succeeded", "Failed") if kind in kubeflow.TRAINING_KINDS else \
         {"JobSet": ("Completed", "Failed")}.get(kind, ("Complete", "Failed"))
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("status") != "True":
@@ -211,17 +210,28 @@ def with_condition(obj: dict, status: str, reason: str, message: str, now: str) 
 # --- pods ----------------------------------------------------------------------------------------------
 
 
-def owner_name(kind: str, pod: dict) -> str | None:
-    """The name of the ``kind`` object that made ``pod``, from its labels (None: none of that kind).
-    The Kubeflow kinds label their pods alike: one owned by another of them is not this kind's."""
-    if kind in TRAINING_KINDS and any(isinstance(ref, dict) and ref.get("controller") and ref.get("kind") in TRAINING_KINDS
-                                      and ref.get("kind") != kind for ref in meta(pod).get("ownerReferences") or []):
-        return None
+def owners(pod: dict) -> list[tuple[str, str]]:
+    """(kind, name) of each object of a kind gangway takes that may have made ``pod``, read from its
+    labels once. The Kubeflow kinds label their pods alike: a pod whose controller is one of them is
+    that kind's only (a launcher made through a batch/v1 Job, or a pod without owners, may be any)."""
     labels = meta(pod).get("labels") or {}
-    for key in OWNER_LABELS.get(kind, ()):
-        if key in labels:
-            return labels[key]
-    return None
+    found = []
+    for kind in ("Job", "JobSet"):
+        name = next((labels[key] for key in OWNER_LABELS[kind] if key in labels), None)
+        if name is not None:
+            found.append((kind, name))
+    name = labels.get(kubeflow.JOB_NAME_LABEL)
+    if name is not None:
+        controller = next((ref.get("kind") for ref in meta(pod).get("ownerReferences") or []
+                           if isinstance(ref, dict) and ref.get("controller")), None)
+        kinds = [controller] if controller in kubeflow.TRAINING_KINDS else list(kubeflow.TRAINING_KINDS)
+        found += [(kind, name) for kind in kinds]
+    return found
+
+
+def owner_name(kind: str, pod: dict) -> str | None:
+    """The name of the ``kind`` object that made ``pod`` (None: none of that kind): ``owners``."""
+    return next((name for k, name in owners(pod) if k == kind), None)
 
 
 def pod_set_of(kind: str, pod: dict, pod_sets: list[str]) -> str | None:
@@ -230,8 +240,8 @@ def pod_set_of(kind: str, pod: dict, pod_sets: list[str]) -> str | None:
         return pod_sets[0] if pod_sets else None
     if kind == "JobSet":
         return labels.get("jobset.sigs.k8s.io/replicatedjob-name")
-    if kind in TRAINING_KINDS:
-        rt = labels.get(TRAINING_KINDS[kind].role_label)
+    if kind in kubeflow.TRAINING_KINDS:
+        rt = labels.get(kubeflow.TRAINING_KINDS[kind].role_label)
         return rt.lower() if rt else None
     return None
 

@@ -1,7 +1,8 @@
 """The binder's mutating admission webhook: a Job, JobSet or Kubeflow job (PyTorchJob, TFJob, MPIJob…)
 created with a queue label and not suspended is stored suspended, so its controller never makes a pod
-before gangway admits it (Kueue's webhook does the same). Without the webhook the binder suspends such an object at its next
-pass over the cluster (``KubernetesBinder._intake``), and a pod made meanwhile is deleted.
+before gangway admits it (Kueue's webhook does the same). Without the webhook the binder suspends such
+an object at its next pass over the cluster (``KubernetesBinder._intake``), and a pod made meanwhile
+is deleted.
 
 - ``review``: an AdmissionReview (``admission.k8s.io/v1``) in, its answer out: a JSON patch that
   suspends the object when it needs one, and, given the intake's ``check`` (the stack passes
