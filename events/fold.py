@@ -22,7 +22,7 @@ from gangway.events.decay import bring_up_to_date
 from gangway.events.quota import QuotaView
 from gangway.events.reasons import DEACTIVATING_CODES, C, Reason, reason
 from gangway.events.resources import (
-    GPU, add_into, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, pods_that_fit, total_request,
+    GPU, add_into, add_on_node, admitted_pod_sets, assignment_use, by_flavor, by_resource, index_of, node_use, pods_that_fit, total_request,
 )
 from gangway.events.state import (
     EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, ORDER_OUT_FROM, NodeState, State, WorkloadState, count_pod_shape,
@@ -129,7 +129,7 @@ def _release_nodes(state: State, wl: WorkloadState) -> None:
     for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
         node = state.nodes.get(name)
         if node is not None:
-            add_into(node.free, used)
+            add_on_node(node.free, used)
     _gpus_held(state, wl, sign=+1)
 
 
@@ -380,7 +380,7 @@ def _placed(state: State, env: ev.Envelope, e: ev.PlacementDecided) -> None:
     wl.placement_gpus = held
     wl.superseded = wl.superseded_code = None
     for name, used in assignment_use(wl.spec.pod_sets, e.assignments):
-        add_into(state.nodes[name].free, used, -1)
+        add_on_node(state.nodes[name].free, used, -1)
     _gpus_held(state, wl, sign=-1)
     state.decisions += 1
 
@@ -449,10 +449,10 @@ def placement_invalid(state: State, wl: WorkloadState | None, e: ev.PlacementDec
         free = taken.get(a.node)
         if free is None:
             free = taken[a.node] = dict(node.free)
-            add_into(free, handed.get(a.node, _NONE_HANDED)[0])
+            add_on_node(free, handed.get(a.node, _NONE_HANDED)[0])
         if pods_that_fit(free, per_pod[a.pod_set]) < a.count:
             return reason(C.PODS_NO_LONGER_FIT, count=a.count, pod_set=a.pod_set, node=a.node)
-        add_into(free, {k: v * a.count for k, v in per_pod[a.pod_set].items()}, -1)
+        add_on_node(free, node_use(per_pod[a.pod_set], a.count), -1)
         placed[a.pod_set] += a.count
     for ps in admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts):
         if placed[ps.name] != ps.count:
@@ -572,7 +572,7 @@ def _node_observed(state: State, env: ev.Envelope, e: ev.NodeObserved) -> None:
             holding.append(wl)
             for name, used in assignment_use(wl.spec.pod_sets, wl.placement.assignments):
                 if name == e.node:
-                    add_into(free, used, -1)
+                    add_on_node(free, used, -1)
     known = state.nodes.get(e.node)
     if known is None or known.labels != e.labels or known.taints != e.taints or known.allocatable != e.allocatable:
         state.node_epoch += 1

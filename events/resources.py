@@ -26,15 +26,37 @@ def total_request(pod_sets: list[PodSet]) -> Resources:
     return total
 
 
+#: Kubernetes' count of pods: a node's ``pods`` allocatable (the kubelet's max-pods, 110 by
+#: default) bounds how many pods run there, each taking one whatever it asks; Kueue's ``pods``
+#: quota (``ClusterQueue`` ``coveredResources: [pods]``) counts them against a queue.
+PODS = "pods"
+
+
+def node_use(per_pod: Resources, count: int) -> Resources:
+    """What ``count`` pods asking ``per_pod`` each take on their node: what they ask, and one of
+    the node's ``pods`` each."""
+    used = {k: v * count for k, v in per_pod.items()}
+    used[PODS] = count * MILLI
+    return used
+
+
 def assignment_use(pod_sets: list[PodSet], assignments: list[PodAssignment]) -> list[tuple[str, Resources]]:
-    """(node, resources) that each assignment of a placement takes on its node."""
+    """(node, resources) that each assignment of a placement takes on its node (``node_use``)."""
     per_pod = {ps.name: ps.resources for ps in pod_sets}
-    return [(a.node, {k: v * a.count for k, v in per_pod[a.pod_set].items()}) for a in assignments]
+    return [(a.node, node_use(per_pod[a.pod_set], a.count)) for a in assignments]
 
 
 def add_into(target: Resources, delta: Resources, sign: int = 1) -> None:
     for name, amount in delta.items():
         target[name] = target.get(name, 0) + sign * amount
+
+
+def add_on_node(free: Resources, used: Resources, sign: int = 1) -> None:
+    """``add_into`` for a node's free room: the pods count only where the node says how many it
+    takes (a node without ``pods`` allocatable, as a simulated one, takes any number)."""
+    for name, amount in used.items():
+        if name != PODS or PODS in free:
+            free[name] = free.get(name, 0) + sign * amount
 
 
 #: How many pods asking for nothing fit a node: no resource bounds them (Kubernetes' BestEffort
@@ -43,20 +65,22 @@ UNBOUNDED = 1 << 30
 
 
 def pods_that_fit(free: Resources, per_pod: Resources) -> int:
-    """How many pods with ``per_pod`` resources fit in ``free`` (a pod asking for nothing: ``UNBOUNDED``)."""
-    fit = None
+    """How many pods with ``per_pod`` resources fit in ``free``: bounded by each resource they ask
+    and by the node's ``pods`` where it has that (pods asking for nothing on a node that does
+    not: ``UNBOUNDED``)."""
+    fit = UNBOUNDED
     for name, amount in per_pod.items():
         if amount <= 0:
             continue
         n = free.get(name, 0) // amount
-        fit = n if fit is None else min(fit, n)
-        if fit <= 0:
-            return 0
-    return UNBOUNDED if fit is None else fit
-
-
-#: Kueue's count of pods as a quota resource (``ClusterQueue`` ``coveredResources: [pods]``).
-PODS = "pods"
+        if n < fit:
+            if n <= 0:
+                return 0
+            fit = n
+    room = free.get(PODS)
+    if room is not None and room < fit * MILLI:
+        return max(0, room // MILLI)
+    return fit
 
 
 class ContractIndex:

@@ -71,7 +71,7 @@ def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
     from gangway.read.describe import describe
     from gangway.services.binder.kubernetes import KubernetesBinder, Step
     n1 = node_obj()
-    n1["status"]["allocatable"].update({"cpu": "64", "memory": "512Gi"})
+    n1["status"]["allocatable"].update({"cpu": "64", "memory": "512Gi", "pods": "110"})
 
     def a_pod(name: str, node: str | None = "n1", phase: str = "Running", labels: dict | None = None,
               annotations: dict | None = None, **spec) -> dict:
@@ -95,7 +95,9 @@ def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
     binder.reflectors["Node"].store.update({"n1": n1})
     binder.reflectors["Pod"].store.update({f"infer/{p['metadata']['name']}": p for p in [serving, exporter, *not_held]})
     held = binder._held_by_others({"u-1": queued_job})
-    assert held == {"n1": {"nvidia.com/gpu": 2000, "cpu": 8350, "memory": 1024 ** 3 * 1000 + 128 * 1024 ** 2 * 1000}}
+    # (each of the two pods also takes one of the node's 110 pods, whatever it asks: the kubelet's max-pods)
+    assert held == {"n1": {"nvidia.com/gpu": 2000, "cpu": 8350, "memory": 1024 ** 3 * 1000 + 128 * 1024 ** 2 * 1000,
+                           "pods": 2000}}
     assert binder._held_by_others({"u-1": queued_job}) == held  # (each pod's requests read once per version)
     bigger = {**serving, "metadata": {**serving["metadata"], "resourceVersion": "2"},
               "spec": {**serving["spec"], "containers": [{"resources": {"requests": {"nvidia.com/gpu": "3"}}}]}}
@@ -106,7 +108,7 @@ def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
     binder._nodes(State(), out, 0, held)
     [(_, _, seen)] = out.reports
     assert seen.allocatable == {"nvidia.com/gpu": 6000, "cpu": 64000 - 8350,
-                                "memory": 512 * 1024 ** 3 * 1000 - held["n1"]["memory"]}
+                                "memory": 512 * 1024 ** 3 * 1000 - held["n1"]["memory"], "pods": 108_000}
     assert seen.held_by_others == held["n1"]
     assert describe(ev.Envelope(id="n", source="gangway/binder", time_ms=0, data=seen)) == \
         "node n1 observed: 6 GPUs (besides 2 GPUs held by pods gangway does not manage)"

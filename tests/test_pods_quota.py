@@ -68,12 +68,13 @@ def job(name: str, pods: int, queue_ns: str = "a", min_count: int | None = None,
                             min_count=min_count)])
 
 
-def run(*jobs: ev.WorkloadQueued) -> Simulation:
+def run(*jobs: ev.WorkloadQueued, nodes: list[ev.NodeObserved] | None = None) -> Simulation:
+    """The jobs submitted at once on four 8-cpu nodes (or ``nodes``), run to the end; the log replays."""
     contract, warnings = read_contract(CONTRACT, "contract.yaml")
     assert warnings == []
     sim = Simulation()
     sim.configure(contract)
-    sim.add_nodes([ev.NodeObserved(node=f"c{i}", allocatable={"cpu": 8000, "memory": 32 * GI}) for i in range(4)])
+    sim.add_nodes(nodes or [ev.NodeObserved(node=f"c{i}", allocatable={"cpu": 8000, "memory": 32 * GI}) for i in range(4)])
     for j in jobs:
         sim.submit(j)
     sim.run()

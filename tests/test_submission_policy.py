@@ -278,6 +278,15 @@ def test_a_request_of_zero_asks_for_nothing_of_that_resource_as_in_kubernetes():
     assert isinstance(queued, WorkloadQueued) and queued.pod_sets[0].resources == {"cpu": 1000}
 
 
+def test_a_pod_asking_for_pods_is_rejected_as_kubernetes_refuses_it():
+    """``pods`` is a node's count (max-pods) and a queue's (coveredResources), never a container's
+    request: asked, it would count each pod twice where a queue covers pods."""
+    rejected = decide_submission(plain(job(pod_sets=[pod_set(resources={"cpu": "1", "pods": "1"})])), KEY, [],
+                                 make_state(), {}, SUBMISSION)
+    assert isinstance(rejected, JobRejected) and rejected.reason == "invalid_field"
+    assert rejected.message.startswith("pod_sets[0].resources['pods']: 'pods' is a node's count of pods")
+
+
 def test_a_rejection_names_the_namespace_the_record_names_so_explain_finds_only_its_own():
     from gangway.read.explain import rejected_lines
     unknown_queue = decide_submission(plain(job(queue="nope")), KEY, [], make_state(), {}, SUBMISSION)

@@ -46,7 +46,8 @@ from gangway.events.catalogue import (
 )
 from gangway.events.contract import PodsReady
 from gangway.events.reasons import C, Reason, reason
-from gangway.events.resources import admitted_pod_sets, index_of
+from gangway.events.quantity import MILLI
+from gangway.events.resources import PODS, admitted_pod_sets, index_of
 from gangway.events.state import HOLDS_NODES, State, WorkloadState, handing_over
 from gangway.services.binder import objects as ob
 from gangway.services.binder.policy import RequeueBackoff, bind_failed, deactivating, rule_deadlines
@@ -334,6 +335,7 @@ class KubernetesBinder:
             on_node = held.setdefault(node, {})
             for resource, milli in asked.items():
                 on_node[resource] = on_node.get(resource, 0) + milli
+            on_node[PODS] = on_node.get(PODS, 0) + MILLI  # (one of the node's max-pods, whatever it asks)
         return held
 
     def _pods(self) -> dict[tuple[str, str, str], list[dict]]:

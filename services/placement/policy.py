@@ -26,10 +26,10 @@ from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
     Fragmentation, KeptRoom, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
 )
-from gangway.events.quantity import format_amount, format_resource
+from gangway.events.quantity import MILLI, format_amount, format_resource
 from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import (
-    GPU, UNBOUNDED, add_into, admitted_pod_sets, assignment_use, index_of, pods_that_fit,
+    GPU, PODS, add_on_node, admitted_pod_sets, assignment_use, index_of, node_use, pods_that_fit,
 )
 from gangway.events.state import GPU_MODEL_LABEL, NodeState, State, WorkloadState, node_holdings
 from gangway.services.placement import scoring, topology
@@ -430,8 +430,9 @@ def _pods_that_fit_by_kind(trial: _Trial, per_pod: dict[str, int], names: list[s
     """Node → how many pods of ``per_pod`` fit on it now, for the nodes of ``names`` where one does:
     counted once per kind of node (``_kind_groups``), not for each of a topology's hundreds of nodes."""
     main = next((r for r, v in per_pod.items() if v > 0), None)
-    if main is None:  # (a pod asking for nothing fits any node: ``pods_that_fit``)
-        return dict.fromkeys(names, UNBOUNDED)
+    if main is None:  # (a pod asking for nothing: only the nodes' pods count bounds it)
+        fit = {n: pods_that_fit(trial[n].free, per_pod) for n in names}
+        return {n: k for n, k in fit.items() if k > 0}
     allowed = None if len(names) == len(trial.root) else set(names)  # (names are some of the root's nodes)
     fit: dict[str, int] = {}
     for room, members in _kind_groups(trial, main, per_pod[main]):
@@ -698,7 +699,7 @@ def _fit_on(room: NodeRoom, per_pod: dict[str, int], count: int) -> tuple[int, l
 
 
 def _take(room: NodeRoom, per_pod: dict[str, int], n: int, indexes: list[int]) -> None:
-    add_into(room.free, {k: v * n for k, v in per_pod.items()}, -1)
+    add_on_node(room.free, node_use(per_pod, n), -1)
     if indexes:
         gpus.apply(room.gpus, indexes, per_pod.get(GPU, 0))
 
@@ -818,6 +819,10 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
         missing = "no node it may use holds one of its pods even with nothing running" + _short_of(ps, allowed)
     else:
         missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
+        bounded = [n.name for n in allowed if n.name in room and room[n.name] * MILLI == n.allocatable.get(PODS)]
+        if bounded:  # (a node's pod count, not what the pods ask, is what stops them there)
+            missing += (f", {_some(bounded)} held to {'its' if len(bounded) == 1 else 'their'} pods allocatable "
+                        "(the kubelet's max-pods)")
     return reason(C.NO_MATCHING_NODES, pod_set=ps.name, missing=missing + _unavailable_note(state))
 
 
@@ -836,9 +841,12 @@ def _unavailable_note(state: State) -> str:
     """The nodes that take nothing new now (cordoned, NotReady…), which may take it once they are back."""
     if not state.unavailable:
         return ""
-    named = sorted(state.unavailable.items())
-    said = ", ".join(f"{node} {why}" for node, why in named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
-    return f"; not counted, taking nothing new now: {said}"
+    return "; not counted, taking nothing new now: " + _some([f"{node} {why}" for node, why in sorted(state.unavailable.items())])
+
+
+def _some(named: list[str]) -> str:
+    """The first three of ``named`` and how many more: ``"a, b, c and 2 more"``."""
+    return ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
 
 
 def _no_island_holds(state: State, ps: PodSet, room: dict[str, int]) -> Reason | None:
@@ -912,13 +920,12 @@ def no_node_of_queue(free: Free, pod_sets: list[PodSet], queue: str, flavors: li
         if not elsewhere:
             continue
         theirs = sorted(f for f, members in other_flavors.items() if f not in flavors and any(n in members for n in elsewhere))
-        said_nodes = ", ".join(elsewhere[:3]) + (f" and {len(elsewhere) - 3} more" if len(elsewhere) > 3 else "")
         have = "has" if len(elsewhere) == 1 else "have"
         where = (f"in flavor{'s' if len(theirs) > 1 else ''} {', '.join(theirs)}, which {queue} does not list" if theirs
                  else f"in no flavor {queue} lists")
         return reason(C.NO_MATCHING_NODES, pod_set=ps.name,
                       missing=f"no node of {queue}'s flavor{'s' if len(flavors) > 1 else ''} ({', '.join(flavors)}) "
-                              f"has {_wanted(ps)}; {said_nodes} {have} them, {where}")
+                              f"has {_wanted(ps)}; {_some(elsewhere)} {have} them, {where}")
     return None
 
 
@@ -928,7 +935,7 @@ def release_nodes(free: Free, wl: WorkloadState) -> None:
         if node not in free:
             continue
         room = free.own(node)
-        add_into(room.free, used)
+        add_on_node(room.free, used)
         if indexes and room.gpus:
             gpus.apply(room.gpus, [i for i in indexes if i < len(room.gpus)], milli, +1)
 
@@ -1021,7 +1028,7 @@ def take_assignments(free: Free, pod_sets: list[PodSet], assignments: list[PodAs
         if node not in free:
             continue
         room = free.own(node)
-        add_into(room.free, used, -1)
+        add_on_node(room.free, used, -1)
         if a.gpus and room.gpus:
             gpus.apply(room.gpus, [i for i in a.gpus if i < len(room.gpus)], gpu_per_pod[a.pod_set], -1)
 

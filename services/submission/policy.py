@@ -32,7 +32,7 @@ from gangway.events.catalogue import (
 )
 from gangway.events.contract import Contract, LocalQueue
 from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
-from gangway.events.resources import GPU, ContractIndex, index_of
+from gangway.events.resources import GPU, PODS, ContractIndex, index_of
 from gangway.events.state import State, WorkloadState
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
@@ -524,6 +524,9 @@ def _pod_set(where: str, request: PodSetRequest) -> PodSet:
 def _quantity(field: str, resource: str, amount: str | int | float) -> int:
     if not resource:
         raise Invalid("invalid_field", f"{field}: the resource name is empty")
+    if resource == PODS:  # (Kubernetes refuses it in a container's requests too)
+        raise Invalid("invalid_field", f"{field}: 'pods' is a node's count of pods (and a queue's, where it "
+                                       "covers pods), not something a pod asks for: each pod takes one")
     try:
         milli = parse_milli(amount)
     except QuantityError as exc:

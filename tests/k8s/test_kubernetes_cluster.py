@@ -4,6 +4,7 @@ and deleted under running work, watches that expire, two replicas and one Lease.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 
 import pytest
@@ -204,6 +205,31 @@ async def test_gpus_held_by_a_pod_gangway_does_not_manage_are_not_given_to_a_gan
     await kube.delete(api.PODS, "serving", "infer", grace_seconds=0)
     await run_until(log, [binder], lambda: log.state.nodes["node-0"].allocatable.get("nvidia.com/gpu") == 8000,
                     what="node-0's GPUs back once the serving pod is gone")
+
+
+async def test_a_nodes_pod_count_is_counted_for_every_pod_on_it(kube, make_binder):
+    """node-0 takes 3 pods (its kubelet's max-pods) and two pods of another scheduler asking for
+    nothing run there: one pod's room is left, whatever its GPUs. A Job of four 1-GPU pods puts
+    one pod there at most (before, all four: best fit fills the first node)."""
+    log, binder = await setup(kube, make_binder)
+    await ensure_namespace(kube, "infer")
+    await kube.patch(api.NODES, "node-0", {"status": {"allocatable": {
+        "cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8", "pods": "3"}}}, sub="status")
+    for name in ("agent-a", "agent-b"):
+        await kube.create(api.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "infer"},
+                                     "spec": {"nodeName": "node-0", "containers": [{"name": "c", "image": "agent"}]}},
+                          "infer")
+    await run_until(log, [binder], lambda: log.state.nodes["node-0"].allocatable.get("pods") == 1000,
+                    what="node-0's pods held by the two agents")
+    [seen] = [e.data for e in log.envelopes if isinstance(e.data, ev.NodeObserved) and e.data.held_by_others][-1:]
+    assert seen.held_by_others == {"pods": 2000}
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job("four", pods=4, gpus=1))
+        await run_until(log, [binder], running(log, "team/four"), what="the four pods running")
+        on = collections.Counter(p["spec"]["nodeName"] for p in await pods_of(kube, "four"))
+        assert on["node-0"] <= 1 and sum(on.values()) == 4, on
+        assert {n: log.state.nodes[n].free["pods"] for n in on} == {n: 110_000 - k * 1000 if n != "node-0" else 0
+                                                                    for n, k in on.items()}
 
 
 async def test_a_pod_of_a_bound_gang_replaced_by_its_controller_is_bound_in_the_place_it_left(kube, make_binder):
