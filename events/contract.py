@@ -338,6 +338,9 @@ class PodsReady(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     backoff_base_ms: int = 60_000
     backoff_max_ms: int = 3_600_000
     backoff_limit: int = 0
+    #: Kueue's ``requeuingStrategy.timestamp: Creation``: a gang rolled back goes back where it
+    #: was in its queue (False, Kueue's ``Eviction``: behind the work queued before its eviction).
+    requeue_from_creation: bool = False
 
 
 class Backfill(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -416,6 +419,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     backfill: Backfill = Backfill()
     #: Kueue's waitForPodsReady (None: the binder's flags and defaults)
     pods_ready: PodsReady | None = None
+    #: Where a workload ordered out (preempted, drained by a stop policy) goes back in its queue:
+    #: True, where it was (Kueue's queue order: by creation, so ahead of the work queued after
+    #: it); False (contracts written before the field), behind that work, as if queued at its
+    #: eviction. A gang the binder rolled back (its pods not ready in time, a failed bind, its
+    #: node gone) goes from its eviction either way, unless ``pods_ready.requeue_from_creation``.
+    requeue_in_place: bool = False
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

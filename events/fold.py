@@ -171,19 +171,18 @@ def _release_quota(state: State, wl: WorkloadState) -> None:
 
 
 def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
-    """An evicted workload goes back to its queue (Kueue's default: ordered by eviction time) —
-    unless its producer took it back meanwhile: then it is withdrawn (False). One ordered out as
-    its hand-over lapsed waits where it waited before: the work it was to take over overran, not
-    it."""
+    """An evicted workload goes back to its queue (``_keeps_place``: where it was, or as if queued
+    now) — unless its producer took it back meanwhile: then it is withdrawn (False)."""
     _release_nodes(state, wl)
     _release_quota(state, wl)
     if wl.withdrawing is not None:
         _end_withdrawn(state, wl, env, wl.withdrawing)
         return False
     _set_phase(state, wl, "pending")
-    if wl.eviction is None or wl.eviction.reason_code != C.HAND_OVER_LAPSED:
+    if not _keeps_place(state.contract, wl.eviction):
         wl.seq = env.offset
         wl.queued_ms = env.time_ms
+    wl.requeued_ms = env.time_ms
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
     wl.admission_id = wl.placement_id = wl.eviction_id = None
@@ -192,6 +191,22 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
     _reset_money(wl)
     _enqueue(state, wl)
     return True
+
+
+def _keeps_place(contract: ev.Contract | None, order: ev.EvictionOrdered | None) -> bool:
+    """Does a workload going back to its queue keep its place there (its first queueing time and
+    offset) rather than queue anew behind the work queued since? As Kueue orders a queue: one
+    ordered out (``order``: preempted, drained) keeps it (``Contract.requeue_in_place``); one the
+    binder rolled back (no order: pods not ready, a failed bind, its node gone) only under
+    ``requeuingStrategy.timestamp: Creation``. One whose hand-over lapsed always keeps it: the
+    work it was to take over overran, not it."""
+    if order is not None and order.reason_code == C.HAND_OVER_LAPSED:
+        return True
+    if contract is None:
+        return False
+    if order is None:
+        return contract.pods_ready is not None and contract.pods_ready.requeue_from_creation
+    return contract.requeue_in_place
 
 
 def _end_withdrawn(state: State, wl: WorkloadState, env: ev.Envelope, why: str) -> None:

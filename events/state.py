@@ -110,7 +110,8 @@ class NodeState(msgspec.Struct):
 class WorkloadState(msgspec.Struct):
     spec: WorkloadQueued
     phase: Phase
-    #: Offset at which the workload (re)entered its queue: the FIFO tie-break.
+    #: Offset and cluster time that order it in its queue (the FIFO tie-break): when it was queued,
+    #: or when it went back to its queue if it did not keep its place there (``fold._keeps_place``).
     seq: int
     queued_ms: int
     #: The whole gang's request (sum over pod sets), computed once when queued.
@@ -133,6 +134,8 @@ class WorkloadState(msgspec.Struct):
     eviction: EvictionOrdered | None = None
     eviction_id: str | None = None
     eviction_ms: int | None = None
+    #: When it last went back to its queue (None: never): what it has waited since.
+    requeued_ms: int | None = None
     finished_ms: int | None = None
     #: Victims were ordered out for this workload: it goes first until it is admitted, so the
     #: room made for it is never taken by the very workloads that were evicted (no cycles).

@@ -719,9 +719,11 @@ def test_kueues_wait_for_pods_ready_is_the_binders_as_kueue_defines_it():
     contract, warnings = read_contract(docs(FLAVOR, cluster_queue(), config), "config.yaml")
     # (backoffLimitCount 3: requeued three times, deactivated at the fourth failure)
     assert contract.pods_ready == PodsReady(timeout_ms=150_000, recovery_timeout_ms=90_000, backoff_base_ms=5_000,
-                                            backoff_max_ms=600_000, backoff_limit=4)
+                                            backoff_max_ms=600_000, backoff_limit=4, requeue_from_creation=True)
     said = [str(w) for w in warnings]
-    assert [w.split(": ")[3] for w in said] == ["waitForPodsReady.blockAdmission", "waitForPodsReady.requeuingStrategy.timestamp"], said
+    assert [w.split(": ")[3] for w in said] == ["waitForPodsReady.blockAdmission"], said
+    assert read_contract(docs(FLAVOR, cluster_queue(), config.replace("Creation", "Eviction")),
+                         "config.yaml")[0].pods_ready.requeue_from_creation is False
     # only enabled it says anything; without a Configuration the binder's own flags and defaults rule
     assert read_contract(docs(FLAVOR, cluster_queue(), config.replace("enable: true", "enable: false")),
                          "config.yaml")[0].pods_ready is None

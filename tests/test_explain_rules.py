@@ -209,9 +209,11 @@ def test_the_rules_say_what_backfill_keeps_for_waiting_jobs(backfill, said, unsa
       "backoff_limit": 3},
      "On Kubernetes, a bound gang whose pods are not all running 150 s after its admission gives its nodes back and "
      "waits 5 s, doubling with each time in a row up to 600 s, before it is admitted again (after 3 in a row it is "
-     "deactivated); so does a running gang short of a pod for 90 s (Kueue's waitForPodsReady)"),
-    ({}, "before it is admitted again (it is never deactivated for it); a running gang short of a pod is left to its "
-         "controller"),
+     "deactivated), behind the jobs queued before then; so does a running gang short of a pod for 90 s (Kueue's "
+     "waitForPodsReady)"),
+    ({}, "before it is admitted again (it is never deactivated for it), behind the jobs queued before then; a running "
+         "gang short of a pod is left to its controller"),
+    ({"requeue_from_creation": True}, "(it is never deactivated for it), where it was in its queue; a running gang"),
 ])
 def test_the_rules_say_kueues_wait_for_pods_ready_when_the_contract_sets_it(ready, said):
     from gangway.events.contract import PodsReady

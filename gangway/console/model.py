@@ -94,7 +94,8 @@ class Folded:
         wl = state.workloads.get(touched[0]) if touched else None
         if isinstance(data, ev.WorkloadAdmitted) and wl is not None and wl.admission_id == env.id:
             self.admitted[wl.spec.cluster_queue] += 1
-            self.waits[wl.spec.cluster_queue].append(max(0, (wl.admitted_ms or env.time_ms) - wl.queued_ms) / 1000)
+            since = wl.queued_ms if wl.requeued_ms is None else wl.requeued_ms  # (its place may be older)
+            self.waits[wl.spec.cluster_queue].append(max(0, (wl.admitted_ms or env.time_ms) - since) / 1000)
         elif isinstance(data, ev.EvictionOrdered) and wl is not None and wl.eviction_id == env.id \
                 and data.reason_code != C.QUEUE_DRAINED:
             preemptor = state.workloads.get(data.preemptor)

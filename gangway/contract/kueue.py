@@ -548,6 +548,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         topologies=_values(parsed.topologies),
         prices=sorted(policy.prices, key=lambda p: (p.flavor, p.resource)),
         namespaces=_values(parsed.namespaces),
+        requeue_in_place=True,  # (Kueue's queue order; contracts written before it said False)
         **{key: value for key, value in defaults.items() if value is not None},
     )
 
@@ -864,9 +865,8 @@ def _pods_ready(at: _At, path: str, value: Any) -> PodsReady | None:
     strategy = _dict(at, f"{path}.requeuingStrategy", spec.get("requeuingStrategy")) or {}
     where = f"{path}.requeuingStrategy"
     _check_fields(at, where, strategy, {"timestamp", "backoffLimitCount", "backoffBaseSeconds", "backoffMaxSeconds"})
-    if _choice(at, f"{where}.timestamp", strategy.get("timestamp"), ("Eviction", "Creation"), "Eviction") == "Creation":
-        at.warn(f"{where}.timestamp", "not read: gangway queues a workload rolled back from the time of its "
-                                      "eviction (Kueue's Eviction), behind the work queued before it")
+    from_creation = _choice(at, f"{where}.timestamp", strategy.get("timestamp"), ("Eviction", "Creation"),
+                            "Eviction") == "Creation"
     timeout = _duration_ms(at, f"{path}.timeout", spec.get("timeout"), _PODS_READY_MS)
     recovery = _duration_ms(at, f"{path}.recoveryTimeout", spec.get("recoveryTimeout"), _PODS_READY_MS)
     base = _int(at, f"{where}.backoffBaseSeconds", strategy.get("backoffBaseSeconds"), _BACKOFF_SECONDS)
@@ -880,7 +880,7 @@ def _pods_ready(at: _At, path: str, value: Any) -> PodsReady | None:
                      backoff_max_ms=default.backoff_max_ms if most is None else most * 1000,
                      # (Kueue deactivates once a workload has been requeued backoffLimitCount times: at the
                      # next failure; null: never)
-                     backoff_limit=0 if limit is None else limit + 1)
+                     backoff_limit=0 if limit is None else limit + 1, requeue_from_creation=from_creation)
 
 
 #: Go's duration units (``time.ParseDuration``, which Kubernetes' metav1.Duration reads) in ms.

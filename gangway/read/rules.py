@@ -108,6 +108,9 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         lines.append(f"Contract version {digest[:12]}: every decision on the log names the offset of the state it "
                      "was decided on, and so the contract version in force there.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
+    lines.append("A job preempted (or drained) goes back to its queue "
+                 + ("where it was, ahead of the jobs queued after it (as Kueue orders a queue)."
+                    if contract.requeue_in_place else "behind the jobs queued before its eviction."))
     if contract.pods_ready is not None:
         lines.append(_pods_ready_words(contract.pods_ready))
     fs = contract.fair_sharing
@@ -131,7 +134,9 @@ def _pods_ready_words(ready: PodsReady) -> str:
                 if ready.recovery_timeout_ms else "a running gang short of a pod is left to its controller")
     return (f"On Kubernetes, a bound gang whose pods are not all running {ready.timeout_ms / 1000:g} s after its "
             f"admission gives its nodes back and waits {ready.backoff_base_ms / 1000:g} s, doubling with each time in "
-            f"a row up to {ready.backoff_max_ms / 1000:g} s, before it is admitted again ({limit}); {recovery} "
+            f"a row up to {ready.backoff_max_ms / 1000:g} s, before it is admitted again ({limit}), "
+            f"{'where it was in its queue' if ready.requeue_from_creation else 'behind the jobs queued before then'}; "
+            f"{recovery} "
             f"(Kueue's waitForPodsReady){_codes(C.BIND_BACKOFF, C.BIND_FAILURES_EXCEEDED)}.")
 
 
