@@ -71,6 +71,20 @@ class NodeSelectorTerm(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
             r.matches(name if r.key == "metadata.name" else None) for r in self.match_fields)
 
 
+class PreferredSchedulingTerm(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """A term of preferred node affinity (``preferredDuringSchedulingIgnoredDuringExecution``): a
+    node matching ``preference`` weighs ``weight`` (1 to 100) more."""
+
+    weight: int
+    preference: NodeSelectorTerm
+
+
+def preference(terms: list[PreferredSchedulingTerm], name: str, labels: dict[str, str]) -> int:
+    """How much a pod with these preferred terms prefers the node ``name``: the weights of the
+    terms it matches, summed (as kube-scheduler's NodeAffinity score)."""
+    return sum(t.weight for t in terms if t.preference.matches(name, labels))
+
+
 def admits(labels: dict[str, str], taints: list[Taint], node_selector: dict[str, str],
            tolerations: list[Toleration], name: str = "", affinity: list[NodeSelectorTerm] = ()) -> bool:
     """May a pod with ``node_selector``, required node ``affinity`` (terms: any one holds) and
@@ -99,6 +113,8 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
     node_affinity: list[NodeSelectorTerm] = []
+    #: Its preferred node affinity: the nodes its pods try first.
+    preferred_affinity: list[PreferredSchedulingTerm] = []
     #: The pod template's ``priorityClassName`` (a Kubernetes PriorityClass): a job without the
     #: WorkloadPriorityClass label has the priority of its first pod set's, as in Kueue.
     priority_class_name: str | None = None
@@ -138,6 +154,9 @@ class PodSet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
     node_affinity: list[NodeSelectorTerm] = []
+    #: Of the nodes it may use, its pods go first to those its preferred node affinity weighs most
+    #: (``preference``), then best fit.
+    preferred_affinity: list[PreferredSchedulingTerm] = []
 
 
 class WorkloadQueued(_Event, frozen=True):

@@ -28,12 +28,13 @@ ORDER_OUT_FROM = ("admitted", "placed", "bound", "running")
 
 def shape_of(spec: WorkloadQueued) -> str:
     """A workload's ClusterQueue and the shape of its pod sets (count, min count, per-pod resources, the
-    nodes it may use: node selector, tolerations and affinity, and its topology request), as text:
+    nodes it may use: node selector, tolerations and affinity, the nodes it prefers, and its topology request), as text:
     whatever decides where a gang fits, so gangs of one shape fit or fail alike."""
     sets = ";".join(f"{ps.count}x" + ("" if ps.min_count is None else f"(min {ps.min_count})")
                     + ",".join(f"{k}={v}" for k, v in sorted(ps.resources.items()))
                     + (f"@{sorted(ps.node_selector.items())}{ps.tolerations}{ps.node_affinity}"
                        if ps.node_selector or ps.tolerations or ps.node_affinity else "")
+                    + (f"~{ps.preferred_affinity}" if ps.preferred_affinity else "")
                     + (f"^{_topology_text(ps.topology)}" if ps.topology is not None else "") for ps in spec.pod_sets)
     return f"{spec.cluster_queue}|{sets}"
 

@@ -213,6 +213,52 @@ def test_required_node_affinity_keeps_the_pods_to_nodes_one_of_its_terms_matches
         load_jobs(text.replace("operator: NotIn", "operator: Near"), "job.yaml")
 
 
+def test_preferred_node_affinity_puts_the_pods_on_the_nodes_it_weighs_most_first():
+    """Kubernetes' preferredDuringSchedulingIgnoredDuringExecution: the nodes matching the heavier
+    terms first (weights summed), then best fit; a preference never keeps a pod off a node (it was
+    read and then ignored: the first of equal nodes was taken)."""
+    from gangway.events.catalogue import NodeSelectorRequirement as Req
+    from gangway.events.catalogue import NodeSelectorTerm as Term
+    from gangway.events.catalogue import PreferredSchedulingTerm as Pref
+    nodes = [tainted("a", pool="x", zone="1"), tainted("b", pool="y", zone="2"), tainted("c", pool="z", zone="2")]
+    spec = with_pods(workload("w").queue("q").gpus(8))
+
+    def preferring(*terms: Pref, pods: int = 1, name: str = "w") -> ev.WorkloadQueued:
+        ps = msgspec.structs.replace(spec.pod_sets[0], count=pods, preferred_affinity=list(terms))
+        return msgspec.structs.replace(spec, workload=name, pod_sets=[ps])
+    zone2 = Pref(weight=10, preference=Term(match_expressions=[Req(key="zone", operator="In", values=["2"])]))
+    pool_z = Pref(weight=5, preference=Term(match_expressions=[Req(key="pool", operator="In", values=["z"])]))
+    assert placed_on(spec, nodes=nodes) == {"w": {"a"}}
+    assert placed_on(preferring(zone2), nodes=nodes) == {"w": {"b"}}  # (b and c weigh 10: best fit, then name)
+    assert placed_on(preferring(zone2, pool_z), nodes=nodes) == {"w": {"c"}}  # (c weighs 15)
+    heavier_pool = msgspec.structs.replace(pool_z, weight=20)
+    assert placed_on(preferring(zone2, heavier_pool), nodes=nodes) == {"w": {"c"}}
+    # more pods than the preferred nodes hold: the rest go where they fit; a gang is still all or nothing
+    assert placed_on(preferring(pool_z, pods=3), nodes=nodes) == {"w": {"a", "b", "c"}}
+    assert placed_on(preferring(pool_z, pods=4), nodes=nodes) == {"w": set()}
+    # two gangs of one shape but other preferences are not taken for alike (the deciders' memos)
+    both = placed_on(preferring(zone2, name="p2"), preferring(heavier_pool, name="pz"), nodes=nodes)
+    assert both == {"p2": {"b"}, "pz": {"c"}}
+    text = job_with("""
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - {weight: 10, preference: {matchExpressions: [{key: zone, operator: In, values: ["2"]}]}}
+          - {weight: 5, preference: {matchExpressions: [{key: pool, operator: In, values: [z]}]}}""")
+    [job] = load_jobs(text, "job.yaml")
+    assert job.pod_sets[0].preferred_affinity == [zone2, pool_z] and job.pod_sets[0].node_affinity == []
+    for bad, said in (("weight: 10", "weight: 0"), ("weight: 10", "weight: 101"), ("weight: 10", "weight: '10'"),
+                      ("weight: 10", "weight: true")):
+        with pytest.raises(ManifestError, match=r"preferredDuringSchedulingIgnoredDuringExecution\[0\].weight: .*"
+                                                "whole number from 1 to 100"):
+            load_jobs(text.replace(bad, said), "job.yaml")
+    with pytest.raises(ManifestError, match=r"\[1\].preference: missing"):
+        load_jobs(text.replace(", preference: {matchExpressions: [{key: pool, operator: In, values: [z]}]}", ""),
+                  "job.yaml")
+    with pytest.raises(ManifestError, match="'Near' is not one of"):
+        load_jobs(text.replace("operator: In, values: [z]", "operator: Near, values: [z]"), "job.yaml")
+
+
 def test_a_gang_with_required_node_affinity_that_must_wait_waits_and_then_runs():
     """Its wait asks whether the gang could ever fit its nodes (a memo keyed by the pod set): the
     affinity's terms hold lists, and keying by them raised TypeError (found by a stranger test)."""

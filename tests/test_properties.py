@@ -51,12 +51,13 @@ POLICIES = [
     {"a": ("LowerPriority", "Any", False), "b": ("LowerPriority", "Any", False),
      "c": ("LowerPriority", "LowerPriority", False), "solo": ("LowerPriority", "Never", False)},
 ]
-#: What else each variant turns on: fair sharing, borrowWithinCohort for a, a minimum runtime for "low".
+#: What else each variant turns on: fair sharing, borrowWithinCohort for a, a minimum runtime for
+#: "low", Kueue's queue order for the preempted (``requeue_in_place``; False: from their eviction).
 EXTRAS = [
-    {"fair": False, "borrow_within": False, "min_runtime_ms": None},
-    {"fair": False, "borrow_within": True, "min_runtime_ms": 5 * 60_000},
-    {"fair": False, "borrow_within": False, "min_runtime_ms": None},
-    {"fair": True, "borrow_within": False, "min_runtime_ms": 60_000},
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None, "in_place": False},
+    {"fair": False, "borrow_within": True, "min_runtime_ms": 5 * 60_000, "in_place": True},
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None, "in_place": True},
+    {"fair": True, "borrow_within": False, "min_runtime_ms": 60_000, "in_place": True},
 ]
 
 
@@ -81,7 +82,7 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
      .cohort("org", gpus=4).cohort("lab", parent="org"))  # the same tree in every variant
     if extras["fair"]:
         c.fair_sharing()
-    return c.obj()
+    return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"])
 
 
 #: Node name → (block, rack, NVLink islands) for the nodes that have a topology.

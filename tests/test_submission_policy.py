@@ -287,6 +287,18 @@ def test_a_pod_asking_for_pods_is_rejected_as_kubernetes_refuses_it():
     assert rejected.message.startswith("pod_sets[0].resources['pods']: 'pods' is a node's count of pods")
 
 
+def test_a_producers_preferred_node_affinity_is_kept_and_its_weight_checked():
+    term = {"weight": 30, "preference": {"match_expressions": [{"key": "zone", "operator": "In", "values": ["2"]}]}}
+    queued = decide_submission(plain(job(pod_sets=[pod_set(preferred_affinity=[term])])), KEY, [], make_state(), {},
+                               SUBMISSION)
+    assert isinstance(queued, WorkloadQueued) and queued.pod_sets[0].preferred_affinity[0].weight == 30
+    rejected = decide_submission(plain(job(pod_sets=[pod_set(preferred_affinity=[term | {"weight": 0}])])), KEY, [],
+                                 make_state(), {}, SUBMISSION)
+    assert isinstance(rejected, JobRejected) and rejected.reason == "invalid_field"
+    assert rejected.message == ("pod_sets[0].preferred_affinity[0].weight is 0: a preferred term's weight is 1 to 100 "
+                                "(as Kubernetes takes it)")
+
+
 def test_a_rejection_names_the_namespace_the_record_names_so_explain_finds_only_its_own():
     from gangway.read.explain import rejected_lines
     unknown_queue = decide_submission(plain(job(queue="nope")), KEY, [], make_state(), {}, SUBMISSION)

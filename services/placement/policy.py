@@ -25,6 +25,7 @@ from collections.abc import Container, Iterator, Mapping
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
     Fragmentation, KeptRoom, PlacementDecided, PodAssignment, PodSet, Taint, TopologyRequest, WorkloadAdmitted, admits,
+    preference,
 )
 from gangway.events.quantity import MILLI, format_amount, format_resource
 from gangway.events.reasons import C, Reason, reason, said
@@ -518,7 +519,7 @@ def _sliced(trial: _Trial, ps: PodSet, names: list[str]) -> list[PodAssignment] 
         return _on_nodes(trial, ps, names, ps.count)
     if ps.count % t.slice_size:
         return None
-    one = PodSet(name=ps.name, count=t.slice_size, resources=ps.resources)
+    one = PodSet(name=ps.name, count=t.slice_size, resources=ps.resources, preferred_affinity=ps.preferred_affinity)
     out: list[PodAssignment] = []
     for _ in range(ps.count // t.slice_size):
         got = _in_one_domain(trial, one, names, t.slice_required)
@@ -542,6 +543,8 @@ def _on_nodes(trial: _Trial, ps: PodSet, names: list[str], count: int) -> list[P
         order = _best_fit_order(trial, ps.resources, names)
         if len(order) > 1 and trial.scored():
             order = _scored_order(trial, ps.resources, order)
+    if ps.preferred_affinity:  # (the nodes it prefers most first, each weight in the order above)
+        order = sorted(order, key=lambda n: -preference(ps.preferred_affinity, n, trial[n].labels))
     for name in order:
         n, indexes = _fit_on(trial[name], ps.resources, count)
         if n <= 0:

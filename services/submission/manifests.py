@@ -50,7 +50,7 @@ import yaml
 from gangway.contract.yamldocs import documents
 from gangway.events import codec
 from gangway.events.catalogue import (
-    Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, Toleration, TolerationError,
+    Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PreferredSchedulingTerm, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
 from gangway.events.kubeflow import TRAINING_KINDS, replica_types
@@ -565,6 +565,7 @@ def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) ->
         node_selector=_strings(where, spec, "nodeSelector", f"{field}.spec.nodeSelector"),
         tolerations=_tolerations(where, spec, f"{field}.spec.tolerations"),
         node_affinity=_node_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity"),
+        preferred_affinity=_preferred_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity"),
         priority_class_name=_optional_string(where, spec, "priorityClassName", f"{field}.spec.priorityClassName"),
     )
 
@@ -578,10 +579,14 @@ def _optional_string(where: _Where, mapping: dict, key: str, field: str) -> str 
     return value
 
 
-def _node_affinity(where: _Where, pod_spec: dict, field: str) -> list[NodeSelectorTerm]:
-    """The required node affinity's terms (the preferred ones only weigh, and placement does not weigh them)."""
+def _node_affinity_of(where: _Where, pod_spec: dict, field: str) -> dict:
     affinity = _mapping(where, pod_spec, "affinity", field.rsplit(".", 1)[0])
-    node = _mapping(where, affinity, "nodeAffinity", field)
+    return _mapping(where, affinity, "nodeAffinity", field)
+
+
+def _node_affinity(where: _Where, pod_spec: dict, field: str) -> list[NodeSelectorTerm]:
+    """The required node affinity's terms: the only nodes its pods may go to."""
+    node = _node_affinity_of(where, pod_spec, field)
     required = _mapping(where, node, "requiredDuringSchedulingIgnoredDuringExecution",
                         f"{field}.requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
@@ -589,17 +594,39 @@ def _node_affinity(where: _Where, pod_spec: dict, field: str) -> list[NodeSelect
     where_terms = f"{field}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
     terms = []
     for i, term in enumerate(_list(where, required, "nodeSelectorTerms", where_terms)):
-        if not isinstance(term, dict):
-            raise where.error(f"{where_terms}[{i}]", f"must be a mapping, not {_type_name(term)}")
-        parts = {}
-        for key in ("matchExpressions", "matchFields"):
-            reqs = term.get(key) or []
-            if not isinstance(reqs, list):
-                raise where.error(f"{where_terms}[{i}].{key}", f"must be a list, not {_type_name(reqs)}")
-            parts[key] = [_requirement(where, r, f"{where_terms}[{i}].{key}[{j}]", key == "matchFields")
-                          for j, r in enumerate(reqs)]
-        terms.append(NodeSelectorTerm(match_expressions=parts["matchExpressions"], match_fields=parts["matchFields"]))
+        terms.append(_term(where, term, f"{where_terms}[{i}]"))
     return terms
+
+
+def _preferred_affinity(where: _Where, pod_spec: dict, field: str) -> list[PreferredSchedulingTerm]:
+    """The preferred node affinity's terms (weight 1 to 100 each): the nodes its pods try first."""
+    node = _node_affinity_of(where, pod_spec, field)
+    field = f"{field}.preferredDuringSchedulingIgnoredDuringExecution"
+    terms = []
+    for i, term in enumerate(_optional_list(where, node, "preferredDuringSchedulingIgnoredDuringExecution", field)):
+        if not isinstance(term, dict):
+            raise where.error(f"{field}[{i}]", f"must be a mapping, not {_type_name(term)}")
+        weight = term.get("weight")
+        if type(weight) is not int or not 1 <= weight <= 100:
+            raise where.error(f"{field}[{i}].weight", f"{weight!r}: a preferred term's weight is a whole number from "
+                                                     "1 to 100 (as Kubernetes takes it)")
+        if term.get("preference") is None:
+            raise where.error(f"{field}[{i}].preference", "missing")
+        terms.append(PreferredSchedulingTerm(weight=weight, preference=_term(where, term["preference"],
+                                                                               f"{field}[{i}].preference")))
+    return terms
+
+
+def _term(where: _Where, term: Any, field: str) -> NodeSelectorTerm:
+    if not isinstance(term, dict):
+        raise where.error(field, f"must be a mapping, not {_type_name(term)}")
+    parts = {}
+    for key in ("matchExpressions", "matchFields"):
+        reqs = term.get(key) or []
+        if not isinstance(reqs, list):
+            raise where.error(f"{field}.{key}", f"must be a list, not {_type_name(reqs)}")
+        parts[key] = [_requirement(where, r, f"{field}.{key}[{j}]", key == "matchFields") for j, r in enumerate(reqs)]
+    return NodeSelectorTerm(match_expressions=parts["matchExpressions"], match_fields=parts["matchFields"])
 
 
 def _requirement(where: _Where, req: Any, field: str, on_fields: bool) -> NodeSelectorRequirement:

@@ -514,10 +514,15 @@ def _pod_set(where: str, request: PodSetRequest) -> PodSet:
         if (milli := _quantity(f"{where}.resources[{name!r}]", name, amount))
     }
     _check_topology(f"{where}.topology", request.topology, request.count)
+    for i, term in enumerate(request.preferred_affinity):
+        if not 1 <= term.weight <= 100:
+            raise Invalid("invalid_field", f"{where}.preferred_affinity[{i}].weight is {term.weight}: a preferred "
+                                           "term's weight is 1 to 100 (as Kubernetes takes it)")
     return PodSet(
         name=request.name, count=request.count, resources=resources,
         topology=request.topology, min_count=request.min_count,
         node_selector=request.node_selector, tolerations=request.tolerations, node_affinity=request.node_affinity,
+        preferred_affinity=request.preferred_affinity,
     )
 
 
