@@ -40,6 +40,8 @@ MINUTE = 60_000
 ROUNDS_MAX = 500
 #: Node name → (GPUs, CPUs): a name always comes back with the same size.
 NODE_POOL = {"n1": (8, 64), "n2": (8, 64), "n3": (4, 32), "n4": (8, 128), "n5": (2, 16), "cpu1": (0, 64)}
+#: The nodes that say how many pods they take (their kubelet's max-pods); the others take any number.
+MAX_PODS = {"n3": 3, "n5": 2, "cpu1": 4}
 QUEUES = ("a", "b", "c", "solo")
 #: Policies vary between contract versions; quotas do not (a smaller quota would not evict anyone).
 POLICIES = [
@@ -95,7 +97,10 @@ def node_obj(name: str) -> ev.NodeObserved:
     if name in TOPOLOGY_POOL:
         block, rack, islands = TOPOLOGY_POOL[name]
         b = b.at(block, rack).islands(*islands)
-    return (b.gpus(gpus) if gpus else b).obj()
+    obj = (b.gpus(gpus) if gpus else b).obj()
+    if name in MAX_PODS:
+        obj = msgspec.structs.replace(obj, allocatable={**obj.allocatable, "pods": MAX_PODS[name] * 1000})
+    return obj
 
 
 #: Topology requests a pod set may carry (most carry none).
@@ -131,6 +136,8 @@ def allocated(state: State) -> dict[str, dict[str, int]]:
             for a in wl.placement.assignments:
                 if a.node in taken:
                     add_into(taken[a.node], {k: v * a.count for k, v in per_pod[a.pod_set].items()})
+                    if "pods" in state.nodes[a.node].allocatable:  # (one of the node's pods each)
+                        add_into(taken[a.node], {"pods": a.count * 1000})
     return taken
 
 
