@@ -196,7 +196,8 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
 def _keeps_place(contract: ev.Contract | None, order: ev.EvictionOrdered | None) -> bool:
     """Does a workload going back to its queue keep its place there (its first queueing time and
     offset) rather than queue anew behind the work queued since? As Kueue orders a queue: one
-    ordered out (``order``: preempted, drained) keeps it (``Contract.requeue_in_place``); one the
+    ordered out (``order``: preempted, drained) keeps it (``Contract.requeue_in_place``) unless
+    fair sharing ordered it out; one the
     binder rolled back (no order: pods not ready, a failed bind, its node gone) only under
     ``requeuingStrategy.timestamp: Creation``. One whose hand-over lapsed always keeps it: the
     work it was to take over overran, not it."""
@@ -206,7 +207,10 @@ def _keeps_place(contract: ev.Contract | None, order: ev.EvictionOrdered | None)
         return False
     if order is None:
         return contract.pods_ready is not None and contract.pods_ready.requeue_from_creation
-    return contract.requeue_in_place
+    # (not one ordered out for fair sharing: at the head of its queue it could take its place
+    # back from its preemptor once a third queue's admission moved the shares — found by the
+    # property tests; from its eviction, the queue's next workload goes instead)
+    return contract.requeue_in_place and order.reason_code != C.FAIR_SHARING
 
 
 def _end_withdrawn(state: State, wl: WorkloadState, env: ev.Envelope, why: str) -> None:

@@ -116,3 +116,17 @@ def test_the_rules_say_where_a_preempted_job_goes_back():
     said = {flag: rules.as_text(rules.sections(msgspec.structs.replace(c, requeue_in_place=flag))) for flag in (True, False)}
     assert "A job preempted (or drained) goes back to its queue where it was, ahead of the jobs queued after it" in said[True]
     assert "A job preempted (or drained) goes back to its queue behind the jobs queued before its eviction" in said[False]
+
+
+def test_one_preempted_for_fair_sharing_goes_back_from_its_eviction():
+    """Kueue keeps its place too; gangway does not: kept at the head of its queue, a pair took turns
+    preempting each other in the property tests once a third queue's admission moved the shares
+    (w8 took w13's place for fair sharing, c then admitted a borrower, w13 took it back)."""
+    from gangway.events.fold import _keeps_place
+    from gangway.events.reasons import C
+    c = msgspec.structs.replace(contract(cluster_queue("q").gpus(8)).obj(), requeue_in_place=True)
+    order = ev.EvictionOrdered(workload="w", preemptor="p", based_on=0, grace_ms=0, reason="r")
+    assert _keeps_place(c, msgspec.structs.replace(order, reason_code=C.RECLAIM_WITHIN_COHORT))
+    assert not _keeps_place(c, msgspec.structs.replace(order, reason_code=C.FAIR_SHARING))
+    assert _keeps_place(msgspec.structs.replace(c, requeue_in_place=False),
+                        msgspec.structs.replace(order, reason_code=C.HAND_OVER_LAPSED))

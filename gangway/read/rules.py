@@ -109,7 +109,9 @@ def _overview(contract: Contract, digest: str) -> list[str]:
                      "was decided on, and so the contract version in force there.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
     lines.append("A job preempted (or drained) goes back to its queue "
-                 + ("where it was, ahead of the jobs queued after it (as Kueue orders a queue)."
+                 + (("where it was, ahead of the jobs queued after it (as Kueue orders a queue)"
+                     + ("; one preempted for fair sharing, behind the jobs queued before its eviction."
+                        if contract.fair_sharing.enable else "."))
                     if contract.requeue_in_place else "behind the jobs queued before its eviction."))
     if contract.pods_ready is not None:
         lines.append(_pods_ready_words(contract.pods_ready))
