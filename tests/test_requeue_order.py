@@ -4,8 +4,9 @@ it was, ahead of the work queued after it, and only one evicted because its pods
 time is queued from its eviction (``waitForPodsReady.requeuingStrategy.timestamp: Eviction``, the
 default; ``Creation`` keeps its place too). gangway queued every workload it ordered out from its
 eviction, so a team's preempted job waited behind the jobs its team sent after it. Contracts read
-now say Kueue's order (``Contract.requeue_in_place``); one written before the field keeps the old
-order, so logs written then replay as they were decided."""
+now say Kueue's order (``Contract.requeue_in_place``) but for a workload ordered out for fair
+sharing (below); one written before the field keeps the old order, so logs written then replay as
+they were decided."""
 
 from __future__ import annotations
 
