@@ -31,7 +31,10 @@ def clusters(draw):
         gpus = draw(st.sampled_from((0, 4, 8, 8, 8)))
         islands = draw(st.sampled_from(([], [4, 4]) if gpus == 8 else ([],)))
         labels = {GPU_MODEL_LABEL: draw(st.sampled_from(("a100", "h100")))} if draw(st.booleans()) else {}
-        node = ev.NodeObserved(node=f"n{i:03d}", allocatable={GPU: gpus * 1000, "cpu": draw(st.sampled_from((16, 96))) * 1000},
+        # (some nodes say how many pods they take: the count makes kinds of nodes otherwise alike)
+        pods = draw(st.sampled_from(({}, {}, {"pods": 3000}, {"pods": 110_000})))
+        node = ev.NodeObserved(node=f"n{i:03d}", allocatable={GPU: gpus * 1000, "cpu": draw(st.sampled_from((16, 96))) * 1000,
+                                                               **pods},
                                labels=labels, islands=islands)
         apply(state, ev.Envelope(id=f"node/{i}", source="test", time_ms=0, data=node, offset=i))
     return state

@@ -11,6 +11,7 @@ exactly when the oracle says the gang fits, land inside one domain when one is r
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,9 @@ def clusters(draw):
     for i in range(draw(st.integers(1, 9))):
         gpus = draw(st.sampled_from((0, 4, 8, 8)))
         labels = {k: draw(st.sampled_from("ab")) for k in KEYS if draw(st.booleans())}
-        nodes.append((f"n{i}", gpus, draw(st.sampled_from((8, 32, 96))), draw(st.sampled_from(LAYOUTS[gpus])), labels))
+        max_pods = draw(st.sampled_from((None, None, 2, 4)))  # (the kubelet's max-pods; None: any number)
+        nodes.append((f"n{i}", gpus, draw(st.sampled_from((8, 32, 96))), draw(st.sampled_from(LAYOUTS[gpus])), labels,
+                      max_pods))
     topology = None
     if draw(st.booleans()):
         order = draw(st.permutations(KEYS))[: draw(st.integers(1, 3))]
@@ -68,14 +71,14 @@ def gangs(draw):
 
 def capacity(n, ps: ev.PodSet) -> int:
     """Pods of ``ps`` an empty node holds (whole GPUs may span islands)."""
-    _, gpus, cpus, _, _ = n
+    _, gpus, cpus, _, _, max_pods = n
     gpu = ps.resources[GPU]
     by_gpu = gpus // (gpu // 1000) if gpu >= 1000 else gpus * (1000 // gpu)
-    return min(by_gpu, cpus * 1000 // ps.resources["cpu"])
+    return min(by_gpu, cpus * 1000 // ps.resources["cpu"], by_gpu if max_pods is None else max_pods)
 
 
 def domain(n, level: str, topology) -> tuple | None:
-    name, _, _, _, labels = n
+    name, _, _, _, labels, _ = n
     if topology is not None and level not in topology:  # (Kueue: "no requested topology level")
         return None
     if level == HOSTNAME:
@@ -128,11 +131,14 @@ def empty_state(nodes, topology) -> State:
                         flavors=[ResourceFlavor(name=f.name, topology_name="t") for f in c.flavors],
                         topologies=[Topology(name="t", levels=list(topology))])
     events = [config_event(c)]
-    for name, gpus, cpus, islands, labels in nodes:
+    for name, gpus, cpus, islands, labels, max_pods in nodes:
         b = node(name).gpus(gpus).cpu(cpus).memory_gi(256).islands(*islands)
         for k, v in labels.items():
             b.label(k, v)
-        events.append(b.obj())
+        obj = b.obj()
+        if max_pods is not None:
+            obj = msgspec.structs.replace(obj, allocatable={**obj.allocatable, "pods": max_pods * 1000})
+        events.append(obj)
     for i, data in enumerate(events):
         apply(state, ev.Envelope(id=f"e{i}", source="test", time_ms=1_000 + i, data=data, offset=i))
     return state
