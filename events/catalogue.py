@@ -71,9 +71,13 @@ class NodeSelectorTerm(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
             r.matches(name if r.key == "metadata.name" else None) for r in self.match_fields)
 
 
+#: The weights Kubernetes takes for a preferred node affinity term.
+PREFERRED_WEIGHTS = range(1, 101)
+
+
 class PreferredSchedulingTerm(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """A term of preferred node affinity (``preferredDuringSchedulingIgnoredDuringExecution``): a
-    node matching ``preference`` weighs ``weight`` (1 to 100) more."""
+    node matching ``preference`` weighs ``weight`` (``PREFERRED_WEIGHTS``) more."""
 
     weight: int
     preference: NodeSelectorTerm

@@ -44,10 +44,15 @@ def four_teams(requeue_in_place: bool | None = None) -> tuple[Simulation, list[s
     return sim, victims
 
 
+def in_queue_order(state, prefix: str = "") -> list[str]:
+    """The pending workloads (whose names start with ``prefix``) in queue order."""
+    waiting = [state.workloads[n] for n in state.pending if n.startswith(prefix)]
+    return [wl.spec.workload for wl in sorted(waiting, key=queue_key)]
+
+
 def queue_of(sim: Simulation, team: str) -> list[str]:
     """Team ``team``'s pending workloads in queue order."""
-    waiting = [sim.state.workloads[n] for n in sim.state.pending if n.startswith(f"team-{team}/")]
-    return [wl.spec.workload for wl in sorted(waiting, key=queue_key)]
+    return in_queue_order(sim.state, f"team-{team}/")
 
 
 def test_a_preempted_workload_goes_back_where_it_was_in_its_queue():
@@ -82,7 +87,7 @@ def rolled_back(pods_ready: PodsReady | None) -> list[str]:
     log.queue(workload("w1").queue("q").gpus(8), workload("w2").queue("q").gpus(8)).admit("w1").place("w1").bind("w1")
     log.add(ev.WorkloadEvicted(workload="w1", attempt=0, reason="pods not ready within 5m"))
     assert log.state.workloads["w1"].phase == "pending"
-    return [wl.spec.workload for wl in sorted((log.state.workloads[n] for n in log.state.pending), key=queue_key)]
+    return in_queue_order(log.state)
 
 
 def test_a_gang_rolled_back_for_its_pods_goes_from_its_eviction_unless_the_strategy_says_creation():

@@ -523,8 +523,8 @@ def _assemble(parsed: _Parsed) -> Contract:
     global_default = min((pc.value for pc in pod_classes if pc.global_default), default=None)
     defaults = {"default_grace_ms": policy.default_grace_ms,
                 "default_priority": policy.default_priority if policy.default_priority is not None else global_default,
-                "default_priority_from_cluster": True if policy.default_priority is None and global_default is None
-                else None,  # (None: left at its default)
+                # (None: left at its default)
+                "default_priority_from_cluster": (policy.default_priority is None and global_default is None) or None,
                 "fair_sharing": policy.fair_sharing or parsed.configuration_fair_sharing,
                 "checkpoint_aware": policy.checkpoint_aware,
                 "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule,

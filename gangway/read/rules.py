@@ -108,11 +108,7 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         lines.append(f"Contract version {digest[:12]}: every decision on the log names the offset of the state it "
                      "was decided on, and so the contract version in force there.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
-    lines.append("A job preempted (or drained) goes back to its queue "
-                 + (("where it was, ahead of the jobs queued after it (as Kueue orders a queue)"
-                     + ("; one preempted for fair sharing, behind the jobs queued before its eviction."
-                        if contract.fair_sharing.enable else "."))
-                    if contract.requeue_in_place else "behind the jobs queued before its eviction."))
+    lines.append(_requeue_words(contract))
     if contract.pods_ready is not None:
         lines.append(_pods_ready_words(contract.pods_ready))
     fs = contract.fair_sharing
@@ -126,6 +122,17 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         lines.append("When several workloads could be preempted, the one that loses least work since its "
                      "last checkpoint goes first.")
     return lines
+
+
+def _requeue_words(contract: Contract) -> str:
+    """Where a job ordered out goes back in its queue (``fold._keeps_place``)."""
+    said = "A job preempted (or drained) goes back to its queue "
+    if not contract.requeue_in_place:
+        return said + "behind the jobs queued before its eviction."
+    said += "where it was, ahead of the jobs queued after it (as Kueue orders a queue)"
+    if contract.fair_sharing.enable:
+        return said + "; one preempted for fair sharing, behind the jobs queued before its eviction."
+    return said + "."
 
 
 def _pods_ready_words(ready: PodsReady) -> str:

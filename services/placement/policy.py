@@ -432,8 +432,7 @@ def _pods_that_fit_by_kind(trial: _Trial, per_pod: dict[str, int], names: list[s
     counted once per kind of node (``_kind_groups``), not for each of a topology's hundreds of nodes."""
     main = next((r for r, v in per_pod.items() if v > 0), None)
     if main is None:  # (a pod asking for nothing: only the nodes' pods count bounds it)
-        fit = {n: pods_that_fit(trial[n].free, per_pod) for n in names}
-        return {n: k for n, k in fit.items() if k > 0}
+        return {n: k for n in names if (k := pods_that_fit(trial[n].free, per_pod)) > 0}
     allowed = None if len(names) == len(trial.root) else set(names)  # (names are some of the root's nodes)
     fit: dict[str, int] = {}
     for room, members in _kind_groups(trial, main, per_pod[main]):

@@ -50,7 +50,7 @@ import yaml
 from gangway.contract.yamldocs import documents
 from gangway.events import codec
 from gangway.events.catalogue import (
-    Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PreferredSchedulingTerm, Toleration, TolerationError,
+    Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PREFERRED_WEIGHTS, PreferredSchedulingTerm, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
 from gangway.events.kubeflow import TRAINING_KINDS, replica_types
@@ -557,6 +557,7 @@ def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) ->
     meta = _mapping(where, template, "metadata", f"{field}.metadata")
     annotations = _strings(where, meta, "annotations", f"{field}.metadata.annotations")
     spec = _mapping(where, template, "spec", f"{field}.spec", required=True)
+    required, preferred = _node_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity")
     return PodSetRequest(
         name=name,
         count=count,
@@ -564,8 +565,8 @@ def _pod_set(where: _Where, name: str, count: int, template: Any, field: str) ->
         topology=_topology(where, annotations, f"{field}.metadata.annotations"),
         node_selector=_strings(where, spec, "nodeSelector", f"{field}.spec.nodeSelector"),
         tolerations=_tolerations(where, spec, f"{field}.spec.tolerations"),
-        node_affinity=_node_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity"),
-        preferred_affinity=_preferred_affinity(where, spec, f"{field}.spec.affinity.nodeAffinity"),
+        node_affinity=required,
+        preferred_affinity=preferred,
         priority_class_name=_optional_string(where, spec, "priorityClassName", f"{field}.spec.priorityClassName"),
     )
 
@@ -579,42 +580,33 @@ def _optional_string(where: _Where, mapping: dict, key: str, field: str) -> str 
     return value
 
 
-def _node_affinity_of(where: _Where, pod_spec: dict, field: str) -> dict:
+def _node_affinity(where: _Where, pod_spec: dict,
+                   field: str) -> tuple[list[NodeSelectorTerm], list[PreferredSchedulingTerm]]:
+    """The node affinity's required terms (the only nodes its pods may go to) and preferred ones
+    (weight 1 to 100 each: the nodes its pods try first)."""
     affinity = _mapping(where, pod_spec, "affinity", field.rsplit(".", 1)[0])
-    return _mapping(where, affinity, "nodeAffinity", field)
-
-
-def _node_affinity(where: _Where, pod_spec: dict, field: str) -> list[NodeSelectorTerm]:
-    """The required node affinity's terms: the only nodes its pods may go to."""
-    node = _node_affinity_of(where, pod_spec, field)
+    node = _mapping(where, affinity, "nodeAffinity", field)
     required = _mapping(where, node, "requiredDuringSchedulingIgnoredDuringExecution",
                         f"{field}.requiredDuringSchedulingIgnoredDuringExecution")
-    if not required:
-        return []
-    where_terms = f"{field}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
     terms = []
-    for i, term in enumerate(_list(where, required, "nodeSelectorTerms", where_terms)):
-        terms.append(_term(where, term, f"{where_terms}[{i}]"))
-    return terms
-
-
-def _preferred_affinity(where: _Where, pod_spec: dict, field: str) -> list[PreferredSchedulingTerm]:
-    """The preferred node affinity's terms (weight 1 to 100 each): the nodes its pods try first."""
-    node = _node_affinity_of(where, pod_spec, field)
+    if required:
+        where_terms = f"{field}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        for i, term in enumerate(_list(where, required, "nodeSelectorTerms", where_terms)):
+            terms.append(_term(where, term, f"{where_terms}[{i}]"))
     field = f"{field}.preferredDuringSchedulingIgnoredDuringExecution"
-    terms = []
+    preferred = []
     for i, term in enumerate(_optional_list(where, node, "preferredDuringSchedulingIgnoredDuringExecution", field)):
         if not isinstance(term, dict):
             raise where.error(f"{field}[{i}]", f"must be a mapping, not {_type_name(term)}")
         weight = term.get("weight")
-        if type(weight) is not int or not 1 <= weight <= 100:
+        if type(weight) is not int or weight not in PREFERRED_WEIGHTS:
             raise where.error(f"{field}[{i}].weight", f"{weight!r}: a preferred term's weight is a whole number from "
                                                      "1 to 100 (as Kubernetes takes it)")
         if term.get("preference") is None:
             raise where.error(f"{field}[{i}].preference", "missing")
-        terms.append(PreferredSchedulingTerm(weight=weight, preference=_term(where, term["preference"],
-                                                                               f"{field}[{i}].preference")))
-    return terms
+        preferred.append(PreferredSchedulingTerm(weight=weight, preference=_term(where, term["preference"],
+                                                                                   f"{field}[{i}].preference")))
+    return terms, preferred
 
 
 def _term(where: _Where, term: Any, field: str) -> NodeSelectorTerm:

@@ -27,7 +27,7 @@ import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import (
-    EVENT_TYPES, UID_LABEL, Envelope, JobMoved, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest,
+    EVENT_TYPES, PREFERRED_WEIGHTS, UID_LABEL, Envelope, JobMoved, JobRejected, JobSubmitted, JobWithdrawn, PodSet, PodSetRequest,
     TopologyRequest, WithdrawalRequested, WorkloadMoved, WorkloadQueued,
 )
 from gangway.events.contract import Contract, LocalQueue
@@ -515,7 +515,7 @@ def _pod_set(where: str, request: PodSetRequest) -> PodSet:
     }
     _check_topology(f"{where}.topology", request.topology, request.count)
     for i, term in enumerate(request.preferred_affinity):
-        if not 1 <= term.weight <= 100:
+        if term.weight not in PREFERRED_WEIGHTS:
             raise Invalid("invalid_field", f"{where}.preferred_affinity[{i}].weight is {term.weight}: a preferred "
                                            "term's weight is 1 to 100 (as Kubernetes takes it)")
     return PodSet(
