@@ -127,6 +127,13 @@ class PodSetRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=
 #: The label of a job made from a Kubernetes object: the object's uid (the binder's intake sets it;
 #: it maps workload ↔ object and is the intake's idempotency key).
 UID_LABEL = "gangway.io/uid"
+#: The annotations the binder sets on the objects it manages and on their pods' templates (which
+#: workload and attempt), and per pod the GPU indexes its placement gave it.
+WORKLOAD_ANNOTATION = "gangway.io/workload"
+ATTEMPT_ANNOTATION = "gangway.io/attempt"
+GPUS_ANNOTATION = "gangway.io/gpu-indexes"
+#: Every label and annotation gangway itself writes on Kubernetes objects.
+KEYS_WRITTEN = frozenset({UID_LABEL, WORKLOAD_ANNOTATION, ATTEMPT_ANNOTATION, GPUS_ANNOTATION})
 
 
 class JobSubmitted(_Event, frozen=True):

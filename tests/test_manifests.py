@@ -538,6 +538,32 @@ def test_a_kueue_key_gangway_does_not_read_is_named_in_a_warning():
     ]
 
 
+def test_a_misspelt_key_is_named_with_the_key_it_is_close_to():
+    """A typo in one of gangway's own keys (``gangway.io/…``) was ignored without a word, the job
+    running for the default time; now it is warned of with the key it is close to, as a close Kueue
+    key is, and a queue-name label misspelt says so in the refusal. The keys the binder writes on
+    the objects it manages are read back without a warning."""
+    text = misplaced('labels: {kueue.x-k8s.io/queue-name: lq, gangway.io/uid: u1}\n'
+                     '          annotations: {gangway.io/runtime-secnds: "60", gangway.io/workload: team/misplaced, '
+                     'gangway.io/attempt: "1", gangway.io/colour: blue}',
+                     "annotations: {kueue.x-k8s.io/podset-required-topolgy: example.com/rack, "
+                     "gangway.io/gpu-indexes: '0'}")
+    unread: list[str] = []
+    [job] = load_jobs(text, "job.yaml", on_unread=unread.append)
+    assert job.runtime_seconds is None and job.pod_sets[0].topology is None
+    said = "job.yaml: warning: Job misplaced: {} is not read by gangway; ignored{}"
+    assert unread == [
+        said.format("gangway.io/runtime-secnds", " (a misspelling of gangway.io/runtime-seconds?)"),
+        said.format("gangway.io/colour", ""),
+        said.format("kueue.x-k8s.io/podset-required-topolgy",
+                    " (a misspelling of kueue.x-k8s.io/podset-required-topology?)"),
+    ]
+    misspelt_queue = text.replace("kueue.x-k8s.io/queue-name: lq", "kueue.x-k8s.io/queue-nme: lq")
+    with pytest.raises(ManifestError, match=r"missing: name the LocalQueue to submit to \(kueue.x-k8s.io/queue-nme "
+                                            r"is here: a misspelling\?\)"):
+        load_jobs(misspelt_queue, "job.yaml")
+
+
 # --- what strangerB's report found (gangway submit) ------------------------------------------------
 
 

@@ -18,17 +18,13 @@ import copy
 import msgspec
 
 from gangway.events import kubeflow
-from gangway.events.catalogue import UID_LABEL, NodeObserved, PodAssignment, Toleration  # noqa: F401 (ob.UID_LABEL)
+from gangway.events.catalogue import (  # noqa: F401 (ob.UID_LABEL, ob.GPUS_ANNOTATION…)
+    ATTEMPT_ANNOTATION, GPUS_ANNOTATION, UID_LABEL, WORKLOAD_ANNOTATION, NodeObserved, PodAssignment, Toleration)
 from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
 SCHEDULER_NAME = "gangway"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-#: Set by gangway on the objects it manages and on their pods' templates.
-WORKLOAD_ANNOTATION = "gangway.io/workload"
-ATTEMPT_ANNOTATION = "gangway.io/attempt"
-#: Per pod: the GPU indexes the placement gave it, for a device plugin that reads them.
-GPUS_ANNOTATION = "gangway.io/gpu-indexes"
 CONDITION_TYPE = "GangwayScheduling"
 #: The scheduling gate gangway adds to the pod templates of objects whose pods do not name its
 #: scheduler (a batch/v1 Job's template cannot gain a schedulerName): each pod is created gated, and

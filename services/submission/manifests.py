@@ -38,6 +38,7 @@ and the field.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import secrets
@@ -50,7 +51,7 @@ import yaml
 from gangway.contract.yamldocs import documents
 from gangway.events import codec
 from gangway.events.catalogue import (
-    Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PREFERRED_WEIGHTS, PreferredSchedulingTerm, Toleration, TolerationError,
+    KEYS_WRITTEN, Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PREFERRED_WEIGHTS, PreferredSchedulingTerm, Toleration, TolerationError,
     TopologyRequest, toleration_of,
 )
 from gangway.events.kubeflow import TRAINING_KINDS, replica_types
@@ -251,9 +252,28 @@ def unread(doc: Any) -> list[str]:
         elif key in OBJECT_ANNOTATIONS and level != "object":
             out.append(f"{key} is on a {'pod' if level == 'pod' else 'Job'} template; gangway reads it from the "
                        f"object's own annotations{kueue}: ignored")
-        elif _is_kueue_key(key) and key not in KUEUE_KEYS_READ:
-            out.append(f"{key} is not read by gangway; ignored")
+        elif _is_kueue_key(key) and key not in KUEUE_KEYS_READ or _is_gangway_key(key) and key not in GANGWAY_KEYS_KNOWN:
+            out.append(f"{key} is not read by gangway; ignored{_misspelt(key)}")
     return out
+
+
+def _misspelt(key: str) -> str:
+    """" (a misspelling of …?)" when ``key`` is close to a key gangway reads or writes, else ""."""
+    known = _close_key(key)
+    return f" (a misspelling of {known}?)" if known else ""
+
+
+def _close_key(key: str) -> str | None:
+    """The key gangway reads or writes that ``key`` (under the same prefix) is a likely misspelling of."""
+    prefix, _, name = key.rpartition("/")
+    known = {k.rpartition("/")[2]: k for k in (*KUEUE_KEYS_READ, *GANGWAY_KEYS_KNOWN) if k.rpartition("/")[0] == prefix}
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return known[close[0]] if close else None
+
+
+def _is_gangway_key(key: str) -> bool:
+    """Is ``key`` one of gangway's own labels or annotations (``gangway.io/…``)?"""
+    return key.partition("/")[0] == "gangway.io" and "/" in key
 
 
 def _is_kueue_key(key: str) -> bool:
@@ -279,7 +299,7 @@ def _kueue_keys(node: Any, found: dict[tuple[str, str, str], None], top: bool) -
                 keys = meta.get(place) if isinstance(meta, dict) else None
                 if isinstance(keys, dict):
                     found.update(((k, place, level), None) for k in keys if isinstance(k, str) and (
-                        _is_kueue_key(k) or k in READ_AS_ANNOTATION))
+                        _is_kueue_key(k) or _is_gangway_key(k)))
         for key, value in node.items():
             if key != "metadata":
                 _kueue_keys(value, found, False)
@@ -474,7 +494,8 @@ def _k8s_job(where: _Where, doc: dict, kind: str, pod_sets: list[PodSetRequest])
     annotations = _strings(where, meta, "annotations", "metadata.annotations")
     if QUEUE_LABEL not in labels:
         raise where.error(f"metadata.labels[{QUEUE_LABEL!r}]", "missing: name the LocalQueue to submit to" + (
-            " (it is an annotation here: Kueue and gangway read it as a label)" if QUEUE_LABEL in annotations else ""))
+            " (it is an annotation here: Kueue and gangway read it as a label)" if QUEUE_LABEL in annotations else
+            next((f" ({k} is here: a misspelling?)" for k in labels if _close_key(k) == QUEUE_LABEL), "")))
     namespace = meta.get("namespace") or "default"
     if not isinstance(namespace, str):
         raise where.error("metadata.namespace", f"must be a string, not {_type_name(namespace)}")
@@ -501,6 +522,9 @@ READ_AS_LABEL = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MAX_EXEC_LABEL})
 OBJECT_ANNOTATIONS = frozenset({MIN_PARALLELISM_ANNOTATION, RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS})
 READ_AS_ANNOTATION = frozenset({MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS, RUNTIME_ANNOTATION,
                                 *PROFILE_ANNOTATIONS})
+#: gangway's own keys (``gangway.io/…``) a manifest may carry: those it reads, and those it writes on
+#: the objects it manages (found again when it reads them back); any other is named by ``_unread``.
+GANGWAY_KEYS_KNOWN = frozenset({RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS, *KEYS_WRITTEN})
 
 
 def _profile(where: _Where, annotations: dict[str, str]) -> dict[str, str]:
