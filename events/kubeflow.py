@@ -51,3 +51,13 @@ def replica_types(kind: TrainingKind, replica_specs: dict) -> list[str]:
     """The replica types of a job in the order of its pod sets."""
     first = [t for t in kind.order if t in replica_specs]
     return first + sorted(str(t) for t in replica_specs if t not in kind.order)
+
+
+def is_suspended(obj: dict) -> bool:
+    """Is a Job, JobSet or Kubeflow job object suspended (``spec.suspend``; the Kubeflow kinds'
+    ``spec.runPolicy.suspend``)?"""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if obj.get("kind") in TRAINING_KINDS:
+        run_policy = spec.get("runPolicy")
+        return isinstance(run_policy, dict) and bool(run_policy.get("suspend"))
+    return bool(spec.get("suspend"))

@@ -136,8 +136,108 @@ def test_what_the_check_lets_through_is_suspended_and_told_what_gangway_ignores(
     assert response["allowed"] is False and refused[0].job_id == "train-"
 
 
+def updated(old: dict, new: dict) -> tuple[dict, list]:
+    """The webhook's answer to an update of ``old`` into ``new`` given the intake's check, and the
+    rejections it handed on."""
+    refused = []
+    answer = wh.review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "request": {"uid": "u-1", "operation": "UPDATE", "object": new, "oldObject": old}},
+                       check_object, refused.append)
+    return answer["response"], refused
+
+
+def suspended(obj: dict, suspend: bool = True) -> dict:
+    return {**obj, "spec": {**obj["spec"], "suspend": suspend}}
+
+
+def with_(obj: dict, path: str, value) -> dict:
+    """A deep copy of ``obj`` with ``path`` (keys split by " > ") set to ``value``."""
+    out = json.loads(json.dumps(obj))
+    *parents, last = path.split(" > ")
+    node = out
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("path, value, words", [
+    ("spec > parallelism", 3, "pod set main's count 1 → 3"),
+    ("spec > template > spec > containers > 0 > resources > limits", {"nvidia.com/gpu": 2}, "pod set main's resources"),
+    ("spec > template > spec > nodeSelector", {"pool": "a"}, "pod set main's node selector"),
+    ("spec > template > metadata > annotations", {"kueue.x-k8s.io/podset-required-topology": "example.com/rack"},
+     "pod set main's topology"),
+    ("metadata > labels", {"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "high"},
+     "its priority class"),
+    ("metadata > labels", {"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/max-exec-time-seconds": "60"},
+     "its kueue.x-k8s.io/max-exec-time-seconds"),
+    ("metadata > annotations", {"gangway.io/runtime-seconds": "60"}, "its runtime seconds"),
+])
+def test_an_update_changing_what_gangway_read_is_refused_and_the_object_stays(path, value, words):
+    """gangway reads a job once, when it is created: an update changing what it read (which it would
+    not follow: its pods would no longer be what was admitted and placed) is refused, waiting or
+    running, and kubectl says what changed; nothing goes to gangway.rejections (the object stays)."""
+    for old in (suspended(gpu_job()), suspended(gpu_job(), False)):
+        response, refused = updated(old, with_(old, path, value))
+        assert response["allowed"] is False and not refused, response
+        message = response["status"]["message"]
+        assert message.startswith("gangway refuses Job team/train: invalid_field: gangway read this Job when it was "
+                                  "created and does not follow changes to ") and words in message, message
+        assert message.endswith("delete it and create it again")
+
+
+def test_an_update_gangway_follows_or_does_not_read_is_let_through():
+    """Its own labels, finalizers, status, a waiting job's queue (the intake moves it), gangway's own
+    resume (it adds its flavors' tolerations) and a suspension: allowed, without the warnings its
+    creation gave again; a key the update adds that gangway ignores is warned of."""
+    waiting = suspended(gpu_job({"kueue.x-k8s.io/podset-group-name": "g"}))
+    running = with_(suspended(waiting, False), "metadata > annotations", {"gangway.io/workload": "team/train",
+                                                                       "gangway.io/attempt": "1"})
+    for old, new in (
+        (waiting, with_(waiting, "metadata > labels > team", "vision")),
+        (waiting, with_(waiting, "metadata > finalizers", ["example.com/keep"])),
+        (waiting, with_(waiting, "status", {"active": 0})),
+        (waiting, with_(waiting, "metadata > labels > kueue.x-k8s.io/queue-name", "other")),
+        (running, suspended(running)),
+        (with_(waiting, "metadata > annotations", {"gangway.io/attempt": "1"}),
+         with_(with_(suspended(waiting, False), "metadata > annotations",
+                     {"gangway.io/workload": "team/train", "gangway.io/attempt": "2"}),
+               "spec > template > spec > tolerations", [{"key": "pool", "operator": "Exists"}])),
+    ):
+        response, refused = updated(old, new)
+        assert response["allowed"] is True and "patch" not in response and not refused, (new, response)
+        assert "warnings" not in response
+    response, _ = updated(waiting, with_(waiting, "metadata > labels > kueue.x-k8s.io/pod-group-name", "g2"))
+    assert response["allowed"] is True and response["warnings"] == [
+        "Ignored by gangway: kueue.x-k8s.io/pod-group-name is not read by gangway; ignored"]
+
+
+def test_an_update_moving_a_running_job_or_breaking_a_waiting_one_is_refused():
+    """As Kueue: the queue-name label of an object that runs cannot change (nor be taken off); an
+    update that makes a key malformed is refused as that object's creation would be."""
+    running = suspended(gpu_job(), False)
+    for labels in ({"kueue.x-k8s.io/queue-name": "other"}, {}):
+        response, _ = updated(running, with_(running, "metadata > labels", labels))
+        assert response["allowed"] is False and "metadata.labels['kueue.x-k8s.io/queue-name']: cannot change from " \
+            "default to " in response["status"]["message"] and "while the job runs (as in Kueue)" in \
+            response["status"]["message"], response
+    waiting = suspended(gpu_job())
+    response, refused = updated(waiting, with_(waiting, "metadata > labels > kueue.x-k8s.io/max-exec-time-seconds", "0"))
+    assert response["allowed"] is False and "max-exec-time-seconds" in response["status"]["message"] and not refused
+    # one gangway never took (created before the webhook, refused at intake) is the intake's to judge
+    broken = with_(waiting, "metadata > labels > kueue.x-k8s.io/max-exec-time-seconds", "0")
+    response, _ = updated(broken, with_(broken, "spec > parallelism", 2))
+    assert response["allowed"] is True
+
+
+def test_a_job_resumed_by_hand_before_gangway_admitted_it_is_suspended_again():
+    waiting = suspended(gpu_job())
+    response, _ = updated(waiting, suspended(waiting, False))
+    assert json.loads(base64.b64decode(response["patch"])) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert response["warnings"] == ["Job resumed by hand: suspended by gangway until it is admitted"]
+
+
 @pytest.mark.parametrize("obj, operation", [
-    (gpu_job({"kueue.x-k8s.io/max-exec-time-seconds": "0"}), "UPDATE"),  # the intake's, at its next pass
     ({**gpu_job({"kueue.x-k8s.io/max-exec-time-seconds": "0"}), "kind": "Deployment"}, "CREATE"),  # not a kind of gangway's
 ])
 def test_the_check_leaves_what_is_not_a_queued_object_being_created(obj, operation):

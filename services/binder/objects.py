@@ -18,6 +18,7 @@ import copy
 import msgspec
 
 from gangway.events import kubeflow
+from gangway.events.kubeflow import is_suspended
 from gangway.events.catalogue import (  # noqa: F401 (ob.UID_LABEL, ob.GPUS_ANNOTATION…)
     ATTEMPT_ANNOTATION, GPUS_ANNOTATION, UID_LABEL, WORKLOAD_ANNOTATION, NodeObserved, PodAssignment, Toleration)
 from gangway.events.quantity import QuantityError, parse_milli
@@ -88,13 +89,6 @@ def waiting_reason(pod: dict) -> str:
         if waiting.get("reason"):
             return waiting["reason"] + (f": {waiting['message']}" if waiting.get("message") else "")
     return f"{status.get('phase') or 'Pending'}" + ("" if (pod.get("spec") or {}).get("nodeName") else ", not bound")
-
-
-def is_suspended(obj: dict) -> bool:
-    spec = obj.get("spec") or {}
-    if kind_of(obj) in kubeflow.TRAINING_KINDS:
-        return bool((spec.get("runPolicy") or {}).get("suspend"))
-    return bool(spec.get("suspend"))
 
 
 def templates(obj: dict) -> list[dict]:

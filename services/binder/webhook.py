@@ -5,12 +5,15 @@ an object at its next pass over the cluster (``KubernetesBinder._intake``), and 
 is deleted.
 
 - ``review``: an AdmissionReview (``admission.k8s.io/v1``) in, its answer out: a JSON patch that
-  suspends the object when it needs one, and, given the intake's ``check`` (the stack passes
-  ``submission.kubernetes.check_object``), a queued object created with a manifest gangway would
-  refuse whatever the contract says (a malformed Kueue key, a pod set it cannot take) refused there
-  and then, as Kueue's webhook refuses one: the owner's ``kubectl apply`` says why, and the
-  rejection, the object as written kept, goes to gangway.rejections (``refused``) as the intake's
-  would. Keys gangway ignores come back as warnings (``kubectl`` prints them). Pure.
+  suspends the object when it needs one (created, or resumed by hand, without gangway's admission),
+  and, given the intake's ``check`` (the stack passes ``submission.kubernetes.check_object``), a
+  queued object created with a manifest gangway would refuse whatever the contract says (a malformed
+  Kueue key, a pod set it cannot take) refused there and then, as Kueue's webhook refuses one: the
+  owner's ``kubectl apply`` says why, and the rejection, the object as written kept, goes to
+  gangway.rejections (``refused``) as the intake's would. An update that breaks such an object,
+  changes what gangway read of it (its pods, their resources, where they may run, its priority) or
+  its queue while it runs is refused as Kueue refuses what it does not follow; the object stays as
+  it was. Keys gangway ignores come back as warnings (``kubectl`` prints them). Pure.
 - ``issue`` / ``own_certs`` / ``publish_ca``: the API server calls webhooks over HTTPS only. Unless
   the platform mounts a certificate (``--webhook-cert-dir``: cert-manager's ``tls.crt`` and
   ``tls.key``), gangway makes its own, as Kueue's internal certificates do: a CA and a serving
@@ -61,15 +64,18 @@ class ReviewError(ValueError):
     """The body is not an AdmissionReview gangway can answer (the server says so with HTTP 400)."""
 
 
-#: The intake's check of an object as it is created: its rejection, or what of it gangway ignores.
-Check = Callable[[dict, str], "JobRejected | list[str]"]
+#: The intake's check of an object as it is created (or updated: the object as it was, third): its
+#: rejection, or what of it gangway ignores.
+Check = Callable[[dict, str, "dict | None"], "JobRejected | list[str]"]
 
 
 def review(body: object, check: Check | None = None, refused: Callable[[JobRejected], None] | None = None) -> dict:
     """The answer to an AdmissionReview: allowed, with a JSON patch suspending the object when it is a
     kind gangway takes, carries a queue label, is not suspended and is not one gangway resumed; with
     ``check``, such an object created with a manifest gangway refuses is not allowed (HTTP 422 in the
-    status, the reason and message of its rejection), and its rejection is handed to ``refused``."""
+    status, the reason and message of its rejection), and its rejection is handed to ``refused``. An
+    update (with ``oldObject``) is checked too: one ``check`` refuses (it breaks the object, changes
+    what gangway read of it, or its queue while it runs) is not allowed, the object staying as it was."""
     if not isinstance(body, dict) or body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
         raise ReviewError("not an AdmissionReview: expected {\"kind\": \"AdmissionReview\", \"request\": {…}}")
     request = body["request"]
@@ -77,15 +83,17 @@ def review(body: object, check: Check | None = None, refused: Callable[[JobRejec
     if not isinstance(uid, str) or not uid:
         raise ReviewError("the AdmissionReview's request has no uid")
     response: dict = {"uid": uid, "allowed": True}
-    obj = request.get("object")
+    obj, old = request.get("object"), request.get("oldObject")
     creating = request.get("operation") == "CREATE" and isinstance(obj, dict)
+    updating = request.get("operation") == "UPDATE" and isinstance(obj, dict) and isinstance(old, dict)
     warnings = []
-    if creating and check is not None and ob.kind_of(obj) in ob.KINDS and ob.queued_object(obj):
+    if (creating or updating) and check is not None and ob.kind_of(obj) in ob.KINDS and (
+            ob.queued_object(obj) or updating and ob.queued_object(old)):
         if not isinstance((obj.get("metadata") or {}).get("namespace"), str):  # (as the API server fills it in)
             obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": request.get("namespace") or ""}}
-        checked = check(obj, uid)
+        checked = check(obj, uid, old if updating else None)
         if isinstance(checked, JobRejected):
-            if refused is not None:
+            if refused is not None and creating:  # (an update refused leaves the object as it was)
                 refused(checked)
             response.update(allowed=False, status={
                 "code": 422, "reason": "Invalid",
@@ -93,11 +101,12 @@ def review(body: object, check: Check | None = None, refused: Callable[[JobRejec
                            f"{checked.reason}: {checked.message}"})
             return _answer(body, response)
         warnings += [f"Ignored by gangway: {why}" for why in checked]
-    ops = suspend_ops(obj) if creating else []
+    ops = suspend_ops(obj) if creating or updating else []
     if ops:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-        warnings.insert(0, f"{ob.kind_of(obj)} created without suspend: suspended by gangway until it is admitted")
+        warnings.insert(0, f"{ob.kind_of(obj)} {'created without suspend' if creating else 'resumed by hand'}: "
+                           "suspended by gangway until it is admitted")
     if warnings:
         response["warnings"] = warnings
     return _answer(body, response)

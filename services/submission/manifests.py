@@ -522,6 +522,8 @@ READ_AS_LABEL = frozenset({QUEUE_LABEL, PRIORITY_LABEL, MAX_EXEC_LABEL})
 OBJECT_ANNOTATIONS = frozenset({MIN_PARALLELISM_ANNOTATION, RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS})
 READ_AS_ANNOTATION = frozenset({MIN_PARALLELISM_ANNOTATION, *TOPOLOGY_ANNOTATIONS, RUNTIME_ANNOTATION,
                                 *PROFILE_ANNOTATIONS})
+#: The labels a job carries that gangway reads (the queue's and priority class's aside: their own fields).
+LABELS_READ = (MAX_EXEC_LABEL, *PROFILE_ANNOTATIONS)
 #: gangway's own keys (``gangway.io/…``) a manifest may carry: those it reads, and those it writes on
 #: the objects it manages (found again when it reads them back); any other is named by ``_unread``.
 GANGWAY_KEYS_KNOWN = frozenset({RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS, *KEYS_WRITTEN})

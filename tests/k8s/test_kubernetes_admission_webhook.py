@@ -1,7 +1,8 @@
 """The binder's webhook called by a real kube-apiserver: infra/k8s/binder-webhook.yaml registered (its
 Service swapped for a loopback URL), gangway's own certificate made and its CA published by the
 binder's ServiceAccount, objects created unsuspended stored suspended, and one no contract admits
-refused as it is created."""
+refused as it is created; an update changing what gangway read refused, one resuming a waiting Job
+by hand suspended again."""
 
 from __future__ import annotations
 
@@ -90,6 +91,19 @@ async def test_a_job_created_unsuspended_is_stored_suspended_by_gangways_webhook
         # not gangway's: no queue label, or a JobSet's Job (it runs when its JobSet does)
         assert (await kube.get(api.JOBS, "plain", "team"))["spec"]["suspend"] is False
         assert (await kube.get(api.JOBS, "child", "team"))["spec"]["suspend"] is False
+        # updates: one changing what gangway read is refused (the Job stays as it was), a waiting Job's
+        # queue may change (the intake moves it), one resumed by hand is suspended again
+        with pytest.raises(ApiError) as changed:
+            await kube.patch(api.JOBS, "eager", {"spec": {"template": {"spec": {"nodeSelector": {"pool": "a"}}}}}, "team")
+        assert changed.value.status == 422 and "suspend.gangway.io" in changed.value.message
+        assert "does not follow changes to pod set main's node selector" in changed.value.message, changed.value.message
+        assert not (await kube.get(api.JOBS, "eager", "team"))["spec"]["template"]["spec"].get("nodeSelector")
+        await kube.patch(api.JOBS, "eager", {"spec": {"parallelism": 3}}, "team")  # (completions 1: still one pod)
+        await kube.patch(api.JOBS, "eager", {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "other"}}}, "team")
+        await kube.patch(api.JOBS, "eager", {"spec": {"suspend": False}}, "team")
+        stored = await kube.get(api.JOBS, "eager", "team")
+        assert stored["spec"]["suspend"] is True and stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "other"
+        assert not refusals  # (an update refused is not a job refused)
         # one no contract admits is refused there and then (kubectl says why), its rejection handed on
         res, capped = job("capped", labels={"kueue.x-k8s.io/queue-name": "default",
                                             "kueue.x-k8s.io/max-exec-time-seconds": "an hour"})
