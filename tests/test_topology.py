@@ -242,6 +242,15 @@ def test_the_cluster_file_reads_nvlink_islands_from_an_annotation():
     assert (n.islands, n.labels) == ([4, 4], {RACK: "r1"})
     with pytest.raises(ClusterFileError, match="adds up to 6 GPUs, not the node.s 8"):
         load_nodes(CLUSTER_YAML.format(name="n1", islands="4,2"))
+    # a device gone unhealthy: 7 allocatable of the 8 the islands (and the capacity) count — the node
+    # stays, its islands unknown (which GPU is gone is not said); more than its capacity is still wrong
+    sick = CLUSTER_YAML.format(name="n1", islands="4,4").replace(
+        'allocatable: {nvidia.com/gpu: "8", cpu: "96"}', 'allocatable: {nvidia.com/gpu: "7", cpu: "96"}, '
+        'capacity: {nvidia.com/gpu: "8", cpu: "96"}')
+    [n] = load_nodes(sick)
+    assert (n.islands, n.allocatable["nvidia.com/gpu"]) == ([], 7000)
+    with pytest.raises(ClusterFileError, match="adds up to 8 GPUs, not the node.s 7"):
+        load_nodes(sick.replace('capacity: {nvidia.com/gpu: "8"', 'capacity: {nvidia.com/gpu: "7"'))
 
 
 def test_the_fragmentation_measure_follows_every_placement_and_release():

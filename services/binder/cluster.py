@@ -131,7 +131,7 @@ def _node(item: dict, filename: str, index: int = 0) -> NodeObserved:
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = meta.get("annotations") or {}
     layout = annotations.get(ISLANDS_LABEL, labels.get(ISLANDS_LABEL))
-    islands = _islands(where, layout, resources.get("nvidia.com/gpu", 0) // 1000)
+    islands = _islands(where, layout, resources.get(GPU, 0) // 1000, _capacity_gpus(status))
     spec = item.get("spec") or {}
     if not isinstance(spec, dict):
         raise ClusterFileError(f"{where}: spec must be a mapping")
@@ -155,8 +155,19 @@ def _node(item: dict, filename: str, index: int = 0) -> NodeObserved:
                         taints=sorted(taints, key=lambda t: (t.key, t.effect, t.value)))
 
 
-def _islands(where: str, layout, gpus: int) -> list[int]:
-    """The NVLink islands of ``gangway.io/nvlink-islands`` (``"4,4"``), checked against the node's GPUs."""
+def _capacity_gpus(status: dict) -> int | None:
+    """The GPUs of a node's ``status.capacity`` (None: not given, or not a quantity)."""
+    capacity = status.get("capacity")
+    try:
+        return parse_milli(capacity[GPU]) // 1000 if isinstance(capacity, dict) and GPU in capacity else None
+    except QuantityError:
+        return None
+
+
+def _islands(where: str, layout, gpus: int, capacity: int | None = None) -> list[int]:
+    """The NVLink islands of ``gangway.io/nvlink-islands`` (``"4,4"``), checked against the node's GPUs;
+    unknown ([]) when they add up to its capacity and it has fewer allocatable — a device gone unhealthy
+    (the device plugin takes it out of allocatable), and which one is not said."""
     if not layout:
         return []
     said = f"{where}: {ISLANDS_LABEL}={layout!r}"
@@ -167,6 +178,8 @@ def _islands(where: str, layout, gpus: int) -> list[int]:
     if any(int(part) == 0 for part in parts):
         raise ClusterFileError(f"{said}: an island of 0 GPUs")
     islands = parse_islands(layout, gpus)
+    if not islands and capacity is not None and gpus < capacity and parse_islands(layout, capacity):
+        return []
     if not islands:
         raise ClusterFileError(f"{said}: adds up to {sum(map(int, parts))} GPUs, not the node's {gpus}")
     return islands

@@ -46,7 +46,7 @@ from gangway.events.catalogue import (
 )
 from gangway.events.contract import PodsReady
 from gangway.events.reasons import C, Reason, reason
-from gangway.events.quantity import MILLI
+from gangway.events.quantity import MILLI, format_resource
 from gangway.events.resources import PODS, admitted_pod_sets, index_of
 from gangway.events.state import HOLDS_NODES, State, WorkloadState, handing_over
 from gangway.services.binder import objects as ob
@@ -230,7 +230,7 @@ class KubernetesBinder:
                 tolerations = index_of(state.contract).flavor_tolerations(wl.admission.flavors)
                 work.append(self._bind_gang(wl, obj, its_pods, out, now_ms, tolerations))
             elif wl.phase in ("bound", "running"):
-                work.append(self._follow(wl, obj, its_pods, out, now_ms, state.unavailable))
+                work.append(self._follow(wl, obj, its_pods, out, now_ms, state))
             elif wl.phase == "evicting":
                 work.append(self._evict(wl, obj, its_pods, out, now_ms))
         await asyncio.gather(*work)
@@ -636,7 +636,7 @@ class KubernetesBinder:
     # --- status -------------------------------------------------------------------------------------------
 
     async def _follow(self, wl: WorkloadState, obj: dict, pods: list[dict], out: Step, now_ms: int,
-                      unavailable: dict[str, str]) -> None:
+                      state: State) -> None:
         name, attempt = wl.spec.workload, wl.attempt
         if (name, attempt) in self.losing:
             await self._requeue_lost(wl, pods, out, now_ms)
@@ -652,7 +652,7 @@ class KubernetesBinder:
         gang = self.gangs.get((name, attempt))
         if gang is None:  # (bound by another leader, or before this binder's restart)
             gang = self.gangs[(name, attempt)] = Gang(started=time.monotonic(), resumed=True)
-        if not await self._bind_replacements(wl, obj, pods, gang, out, now_ms, unavailable):
+        if not await self._bind_replacements(wl, obj, pods, gang, out, now_ms, state):
             return
         if ob.successive(obj):  # its pods are work items, not a gang that fails whole: running once those there run
             active = [p for p in pods if ob.live(p) and (p.get("status") or {}).get("phase") != "Succeeded"]
@@ -697,23 +697,25 @@ class KubernetesBinder:
                                        f"pods not running {self.recovery_s:g} s after it lost one ({first})")
 
     async def _bind_replacements(self, wl: WorkloadState, obj: dict, pods: list[dict], gang: Gang, out: Step,
-                                 now_ms: int, unavailable: dict[str, str]) -> bool:
+                                 now_ms: int, state: State) -> bool:
         """A pod of a bound gang that failed, succeeded (a Job of more completions than parallelism)
         or was deleted leaves its place — its node and GPUs — to the pod its controller creates next,
         which is bound there: the controller retries within its own limits (a Job's backoffLimit, a
         JobSet's maxRestarts), as with Kueue. A place is free once the pod in it has stopped (a
         terminating pod still holds its GPUs). A place on a node that became unavailable (cordoned,
-        drained, not ready) is not retried: the gang is requeued once its pods are gone. False when the
-        gang was rolled back."""
+        drained, not ready) or no longer has the room it was given (``_place_lost``: a device gone
+        unhealthy) is not retried: the gang is requeued once its pods are gone. False when the gang was
+        rolled back."""
         waiting = sorted((p for p in pods if ob.live(p) and not (p.get("spec") or {}).get("nodeName")
                           and ob.meta(p).get("uid") not in gang.bound), key=ob.pod_order)
         plan = self._free_places(wl, obj, _holding(pods), waiting) if waiting else []
         if not plan:
             return True
-        gone = sorted({node for _, node, _ in plan if node in unavailable})
-        if gone:  # (a node cordoned, drained, not ready: the gang is placed anew, not retried where it cannot run)
+        gone = {node: why for node in sorted({node for _, node, _ in plan}) if (why := _place_lost(state, node))}
+        if gone:  # (a node cordoned, drained, not ready, short of a device: the gang is placed anew, not retried
+            node, why = next(iter(gone.items()))  # where it cannot run)
             await self._roll_back_lost(wl, obj, pods, out, now_ms, len(plan), f"{len(plan)} pod(s) of the gang lost, "
-                                       f"their place on node {gone[0]} unavailable ({unavailable[gone[0]]})")
+                                       f"their place on node {node} unavailable ({why})")
             return False
         results = await asyncio.gather(*(self._bind(pod, node, gpus) for pod, node, gpus in plan))
         refused = [r for r in results if r and r != GONE]
@@ -998,6 +1000,23 @@ class KubernetesBinder:
 #: The reason of gangway's condition on an object whose running gang is short of a pod: its
 #: ``lastProbeTime`` says since when, for whichever binder leads when the timeout comes.
 RECOVERING = "Recovering"
+
+
+def _place_lost(state: State, node: str) -> str | None:
+    """Why a place on ``node`` cannot be taken again by a replacement pod, or None: the node is
+    unavailable (cordoned, not ready…), or it has less room than gangway's placements there hold — its
+    allocatable shrank (the device plugin reports fewer healthy GPUs) or another scheduler's pods took
+    some — so the kubelet would refuse the pod."""
+    if node in state.unavailable:
+        return state.unavailable[node]
+    known = state.nodes.get(node)
+    short = sorted(r for r, free in (known.free.items() if known else ()) if free < 0)
+    if not short:
+        return None
+    r = short[0]
+    return (f"{format_resource(r, known.allocatable.get(r, 0))} left to gangway there, "
+            f"{format_resource(r, known.allocatable.get(r, 0) - known.free[r])} placed: a device gone unhealthy, "
+            "or taken by another scheduler's pods")
 
 
 def _short_since(obj: dict) -> float | None:
