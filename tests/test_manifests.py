@@ -306,6 +306,11 @@ LOADS = [
      BATCH_JOB.replace("completions: 3", "completions: 2"),
      [replace(SAMPLE_JOB, pod_sets=[replace(SAMPLE_JOB.pod_sets[0], count=2)])]),
     ("an empty file has no jobs", "", []),
+    ("a replica type of 0 replicas runs nothing and is no pod set (Kueue admits such a job)",
+     PYTORCH_JOB.replace("replicas: 3", "replicas: 0"),
+     [replace(PYTORCH_SIMPLE, pod_sets=[ps for ps in PYTORCH_SIMPLE.pod_sets if ps.name != "worker"])]),
+    ("a replicatedJob of 0 replicas likewise", JOBSET.replace("replicas: 2", "replicas: 0"),
+     [replace(LLM_PRETRAIN, pod_sets=[ps for ps in LLM_PRETRAIN.pod_sets if ps.name != "workers"])]),
 ]
 
 
@@ -359,7 +364,23 @@ ERRORS = [
     ("a List whose items are not a list is refused", "apiVersion: v1\nkind: List\nitems: {}\n", 1, "List", "", "items"),
     ("an error inside a List names the item", LIST.replace("kueue.x-k8s.io/queue-name: user-queue", "x: y"),
      1, "PyTorchJob", "pytorch-simple", "items[1].metadata.labels['kueue.x-k8s.io/queue-name']"),
+    ("a Job of no pods is refused (parallelism 0)", BATCH_JOB.replace("parallelism: 3", "parallelism: 0"),
+     1, "Job", "sample-job", "spec"),
+    ("a JobSet every replicatedJob of which has 0 replicas is refused", JOBSET.replace("replicas: 2", "replicas: 0")
+     .replace("\n  - name: driver\n", "\n  - name: driver\n    replicas: 0\n"), 1, "JobSet", "llm-pretrain", "spec"),
+    ("an item of a List that is not a mapping is named without a dangling dot",
+     "apiVersion: v1\nkind: List\nitems: [just words]\n", 1, "", "", "items[0]"),
+    ("a document that is a list of words names the item", "- just words\n", 1, "", "", "[0]"),
 ]
+
+
+def test_a_manifest_without_an_api_version_is_told_it_is_missing_and_which_one_is_read():
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(BATCH_JOB.replace("apiVersion: batch/v1\n", ""), "jobs.yaml")
+    assert (caught.value.field, caught.value.reason) == ("apiVersion", "missing_field")
+    assert caught.value.problem == "missing: gangway reads Job as apiVersion batch/v1"
+    with pytest.raises(ManifestError, match="items\\[0\\]: an item must be a mapping, not str"):
+        load_jobs("apiVersion: v1\nkind: List\nitems: [just words]\n", "jobs.yaml")
 
 
 @pytest.mark.parametrize("text, document, kind, name, field", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])

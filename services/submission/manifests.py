@@ -111,8 +111,8 @@ class _Where(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, **changes)
 
     def error(self, field: str, problem: str, reason: str = "") -> ManifestError:
-        return ManifestError(self.filename, self.document, self.kind, self.name, self.prefix + field, problem,
-                             self.namespace, reason)
+        return ManifestError(self.filename, self.document, self.kind, self.name, (self.prefix + field).rstrip("."),
+                             problem, self.namespace, reason)
 
 
 def load_jobs(text: str | bytes, filename: str, on_generated: Callable[[str, str], None] | None = None,
@@ -358,7 +358,7 @@ def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
     if isinstance(doc, list):
         return _items(where, doc)
     if not isinstance(doc, dict):
-        raise where.error("", f"a document must be a mapping, not {_type_name(doc)}")
+        raise where.error("", f"{'an item' if where.prefix else 'a document'} must be a mapping, not {_type_name(doc)}")
     api, kind = doc.get("apiVersion"), doc.get("kind")
     if kind == "List":
         return _items(where.at(kind="List", prefix=where.prefix + "items"), doc.get("items"))
@@ -373,7 +373,9 @@ def _jobs_of(where: _Where, doc: Any) -> list[JobSubmitted]:
     if reader is None:
         read_as = next((a for a, k in _READERS if k == kind), None)
         if read_as is not None:
-            raise where.error("apiVersion", f"{api!r}: gangway reads {kind} as apiVersion {read_as}")
+            said = "missing" if api is None else repr(api)
+            raise where.error("apiVersion", f"{said}: gangway reads {kind} as apiVersion {read_as}",
+                              reason="missing_field" if api is None else "")
         supported = ", ".join(f"{a} {k}" for a, k in _READERS)
         raise where.error("kind", f"unsupported apiVersion {api!r} kind {kind!r} (supported: {supported}, v1 List)")
     return [reader(where, doc)]
@@ -499,16 +501,25 @@ def _k8s_job(where: _Where, doc: dict, kind: str, pod_sets: list[PodSetRequest])
     namespace = meta.get("namespace") or "default"
     if not isinstance(namespace, str):
         raise where.error("metadata.namespace", f"must be a string, not {_type_name(namespace)}")
+    if not any(ps.count for ps in pod_sets):
+        raise where.error("spec", f"runs no pod: {_no_pods(kind, pod_sets)} (Kueue would admit it to run "
+                                  "nothing; gangway refuses it)", reason="absurd_quantity")
     return JobSubmitted(
         job_id=_job_name(where, meta),
         namespace=namespace,
         queue=labels[QUEUE_LABEL],
-        pod_sets=pod_sets,
+        pod_sets=[ps for ps in pod_sets if ps.count],  # (a replica type or replicatedJob of 0 runs nothing, as in Kueue)
         kind=kind,
         priority_class=labels.get(PRIORITY_LABEL),
         runtime_seconds=_runtime(where, annotations),
         labels={k: v for k, v in labels.items() if k not in (QUEUE_LABEL, PRIORITY_LABEL)} | _profile(where, annotations),
     )
+
+
+def _no_pods(kind: str, pod_sets: list[PodSetRequest]) -> str:
+    if kind == "Job":
+        return "its parallelism (or completions) is 0"
+    return f"every {'replicatedJob' if kind == 'JobSet' else 'replica type'} has 0 ({', '.join(ps.name for ps in pod_sets)})"
 
 
 #: A job's utilisation profile for the simulated cluster: annotation → the largest value it may take.
