@@ -425,6 +425,10 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: eviction. A gang the binder rolled back (its pods not ready in time, a failed bind, its
     #: node gone) goes from its eviction either way, unless ``pods_ready.requeue_from_creation``.
     requeue_in_place: bool = False
+    #: A pod set with both a topology request and preferred node affinity goes to the domain (rack,
+    #: block…) its preferences weigh most, then the least roomy (True); False (contracts written
+    #: before the field): the least roomy, its preferences ordering only the nodes inside it.
+    preferred_domains: bool = False
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

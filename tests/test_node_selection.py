@@ -259,6 +259,40 @@ def test_preferred_node_affinity_puts_the_pods_on_the_nodes_it_weighs_most_first
         load_jobs(text.replace("operator: In, values: [z]", "operator: Near, values: [z]"), "job.yaml")
 
 
+def test_preferred_node_affinity_chooses_the_topology_domain_too():
+    """A gang that must stay in one rack and prefers some nodes goes to the rack its preferences
+    weigh most (each pod counting its node's weight), not to the least roomy rack with the
+    preference ordering only the nodes inside it; contracts written before the field keep that."""
+    from gangway.events.catalogue import NodeSelectorRequirement as Req
+    from gangway.events.catalogue import NodeSelectorTerm as Term
+    from gangway.events.catalogue import PreferredSchedulingTerm as Pref
+    nodes = [tainted("a", rack="r1", zone="1"), tainted("b", rack="r2", zone="1"), tainted("c", rack="r2", zone="2"),
+             tainted("d", rack="r3", zone="2"), tainted("e", rack="r3", zone="2"), tainted("f", rack="r3", zone="1")]
+    spec = with_pods(workload("w").queue("q").gpus(8))
+    zone2 = Pref(weight=10, preference=Term(match_expressions=[Req(key="zone", operator="In", values=["2"])]))
+
+    def gang(pods: int, *terms: Pref) -> ev.WorkloadQueued:
+        ps = msgspec.structs.replace(spec.pod_sets[0], count=pods, preferred_affinity=list(terms),
+                                     topology=ev.TopologyRequest(required="rack"))
+        return msgspec.structs.replace(spec, pod_sets=[ps])
+
+    def placed(w: ev.WorkloadQueued, domains: bool) -> set[str]:
+        sim = Simulation()
+        sim.configure(msgspec.structs.replace(contract(cluster_queue("q").gpus(64)).obj(), preferred_domains=domains))
+        sim.add_nodes(nodes)
+        sim.submit(w)
+        sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
+        wl = sim.state.workloads["w"]
+        return {a.node for a in wl.placement.assignments}
+
+    assert placed(gang(1), True) == {"a"}  # (no preference: the least roomy rack)
+    assert placed(gang(1, zone2), True) == {"c"}  # (r2 holds a zone-2 node and is less roomy than r3)
+    assert placed(gang(1, zone2), False) == {"a"}  # (before the field: r1, the least roomy)
+    # two pods: r3 holds two zone-2 nodes (20), r2 one (10)
+    assert placed(gang(2, zone2), True) == {"d", "e"}
+    assert placed(gang(2, zone2), False) == {"b", "c"}
+
+
 def test_a_gang_with_required_node_affinity_that_must_wait_waits_and_then_runs():
     """Its wait asks whether the gang could ever fit its nodes (a memo keyed by the pod set): the
     affinity's terms hold lists, and keying by them raised TypeError (found by a stranger test)."""

@@ -2,7 +2,8 @@
 
 Random clusters (GPUs, CPUs, NVLink islands, random subsets of block / rack / zone labels), with or
 without a Kueue Topology over a random order of those labels, and random single-pod-set gangs
-asking for nothing, a required or preferred level, slices, or one NVLink island. The oracle below
+asking for nothing, a required or preferred level, slices, or one NVLink island, with or without
+preferred node affinity (which only orders: the contract's ``preferred_domains`` on or off). The oracle below
 restates the rules (``services/placement/topology.py``) from scratch: node capacity in pods, the
 domains of each level, and what "fits" means for each kind of request. Placement must succeed
 exactly when the oracle says the gang fits, land inside one domain when one is required, and
@@ -63,7 +64,14 @@ def gangs(draw):
         topology = ev.TopologyRequest(**outer, slice_required=level, slice_size=size)
     elif kind == "island":
         topology = ev.TopologyRequest(required=ISLAND)
-    return ev.PodSet(name="main", count=count, resources={GPU: gpu, "cpu": cpu}, topology=topology)
+    # preferred node affinity (some label's value weighed) orders nodes and, under the contract's
+    # preferred_domains, domains: it never changes whether the gang is placed
+    preferred = [ev.PreferredSchedulingTerm(weight=draw(st.integers(1, 100)), preference=ev.NodeSelectorTerm(
+        match_expressions=[ev.NodeSelectorRequirement(key=draw(st.sampled_from(KEYS)), operator="In",
+                                                      values=[draw(st.sampled_from("ab"))])]))
+                 for _ in range(draw(st.integers(0, 2)))]
+    return ev.PodSet(name="main", count=count, resources={GPU: gpu, "cpu": cpu}, topology=topology,
+                     preferred_affinity=preferred)
 
 
 # --- the oracle -------------------------------------------------------------------------------
@@ -123,9 +131,10 @@ def fits_empty(nodes, ps: ev.PodSet, topology) -> bool:
 # --- the property -----------------------------------------------------------------------------
 
 
-def empty_state(nodes, topology) -> State:
+def empty_state(nodes, topology, preferred_domains: bool = True) -> State:
     state = State()
-    c = contract(cluster_queue("q").gpus(1000).cpu(10_000)).obj()
+    c = msgspec.structs.replace(contract(cluster_queue("q").gpus(1000).cpu(10_000)).obj(),
+                                preferred_domains=preferred_domains)
     if topology is not None:
         c = c.__class__(**{f: getattr(c, f) for f in c.__struct_fields__ if f not in ("flavors", "topologies")},
                         flavors=[ResourceFlavor(name=f.name, topology_name="t") for f in c.flavors],
@@ -145,10 +154,10 @@ def empty_state(nodes, topology) -> State:
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters(), gangs())
-def test_a_gang_that_fits_the_empty_cluster_under_its_request_is_placed(cluster, ps):
+@given(clusters(), gangs(), st.booleans())
+def test_a_gang_that_fits_the_empty_cluster_under_its_request_is_placed(cluster, ps, preferred_domains):
     nodes, topology = cluster
-    free = free_capacity(empty_state(nodes, topology))
+    free = free_capacity(empty_state(nodes, topology, preferred_domains))
     expected = fits_empty(nodes, ps, topology)
     placed = place_gang(free, [ps])
     kind = "none" if ps.topology is None else "island" if ps.topology.required == ISLAND else \

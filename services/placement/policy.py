@@ -79,6 +79,8 @@ class Free(dict[str, NodeRoom]):
     levels: dict[str, topology.Levels] = {}
     #: Does some node have taints (then every pod set is checked against them)?
     tainted: bool = False
+    #: ``Contract.preferred_domains``: preferred node affinity ranks topology domains too.
+    preferred_domains: bool = False
     owned: set[str] | None = None
     #: A superset of the nodes with a free GPU (None: not gathered yet): GPU pods look only at
     #: these. Room only grows through ``own``, which adds the node.
@@ -270,6 +272,7 @@ def free_capacity(state: State, scored: bool = True) -> Free:
     if scored:
         free._scorer_of = (state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
+    free.preferred_domains = state.contract is not None and state.contract.preferred_domains
     return free
 
 
@@ -294,6 +297,7 @@ def copy_free(free: Free) -> Free:
     copied by whichever side changes one first."""
     copy = Free(free)
     copy._scorer, copy._scorer_of, copy.levels, copy.tainted = free._scorer, free._scorer_of, free.levels, free.tainted
+    copy.preferred_domains = free.preferred_domains
     copy.owned, free.owned = set(), set()
     if free.gpu_nodes is not None:
         copy.gpu_nodes = set(free.gpu_nodes)
@@ -415,16 +419,29 @@ def _place_pod_set(trial: _Trial, ps: PodSet, allowed: list[str]) -> tuple[list[
     return None
 
 
-def _domain_rooms(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[dict, dict]:
+def _domain_rooms(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[dict, dict, dict]:
     """The domains of ``level`` among ``names`` that hold at least one of the pod set's pods (key →
-    nodes), and how many of its pods each holds now (key → pods)."""
+    nodes), how many of its pods each holds now (key → pods), and each node's (node → pods)."""
     fit = _pods_that_fit_by_kind(trial, ps.resources, names)
     groups = {}
     for key, members in _every_domain(trial, level).items():  # (in their order, each down to its nodes with room)
         inside = [n for n in members if n in fit]
         if inside:
             groups[key] = inside
-    return groups, {key: sum(fit[n] for n in members) for key, members in groups.items()}
+    return groups, {key: sum(fit[n] for n in members) for key, members in groups.items()}, fit
+
+
+def _domain_preference(trial: _Trial, ps: PodSet, members: list[str], fit: dict[str, int]) -> int:
+    """What the pod set's preferred node affinity weighs in a domain: its pods on the domain's most
+    preferred nodes first, each pod counting its node's weight (kube-scheduler scores each pod)."""
+    weights = sorted(((preference(ps.preferred_affinity, n, trial[n].labels), fit[n]) for n in members), reverse=True)
+    total, left = 0, ps.count
+    for weight, pods in weights:
+        if left <= 0 or weight <= 0:
+            break
+        total += weight * min(pods, left)
+        left -= pods
+    return total
 
 
 def _pods_that_fit_by_kind(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> dict[str, int]:
@@ -471,7 +488,7 @@ def _every_domain(trial: _Trial, level: str) -> dict[tuple[str, ...], list[str]]
 def _in_fewest_domains(trial: _Trial, ps: PodSet, names: list[str], level: str) -> tuple[list[PodAssignment], str] | None:
     """The pod set over as few domains of ``level`` as hold it: the roomiest first (a preferred
     topology too big for any one domain spans two racks, not whichever nodes come first)."""
-    groups, rooms = _domain_rooms(trial, ps, names, level)
+    groups, rooms, _ = _domain_rooms(trial, ps, names, level)
     chosen, room = [], 0
     for key in sorted(rooms, key=lambda key: (-rooms[key], key)):
         if room >= ps.count:
@@ -489,7 +506,8 @@ def _in_fewest_domains(trial: _Trial, ps: PodSet, names: list[str], level: str) 
 
 
 def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | None) -> tuple[list[PodAssignment], str] | None:
-    """The pod set inside one domain of ``level`` (None: anywhere), the least roomy that holds it first."""
+    """The pod set inside one domain of ``level`` (None: anywhere), the least roomy that holds it first
+    — after the domains its preferred node affinity weighs more (``_domain_preference``)."""
     if level is None:
         # Anywhere is the last resort: a failure drops the caller's whole trial, so only slices
         # (placed one by one, each committed) need a trial of their own.
@@ -500,8 +518,12 @@ def _in_one_domain(trial: _Trial, ps: PodSet, names: list[str], level: str | Non
         return None if got is None else (got, "")
     if level == topology.ISLAND:
         return _in_one_island(trial, ps, [n for n in names if pods_that_fit(trial[n].free, ps.resources) >= ps.count])
-    groups, rooms = _domain_rooms(trial, ps, names, level)
+    groups, rooms, fit = _domain_rooms(trial, ps, names, level)
     ranked = sorted((room, key) for key, room in rooms.items() if room >= ps.count)
+    if ps.preferred_affinity and getattr(trial.root, "preferred_domains", False):
+        # (the domain its preferences weigh most first, then the least roomy)
+        weight = {key: _domain_preference(trial, ps, groups[key], fit) for _, key in ranked}
+        ranked.sort(key=lambda room_key: -weight[room_key[1]])
     for _, key in ranked[:DOMAIN_TRIES_MAX]:
         child = _Trial(trial)
         got = _sliced(child, ps, groups[key])
