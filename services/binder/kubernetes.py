@@ -711,9 +711,10 @@ class KubernetesBinder:
         plan = self._free_places(wl, obj, _holding(pods), waiting) if waiting else []
         if not plan:
             return True
-        gone = {node: why for node in sorted({node for _, node, _ in plan}) if (why := _place_lost(state, node))}
-        if gone:  # (a node cordoned, drained, not ready, short of a device: the gang is placed anew, not retried
-            node, why = next(iter(gone.items()))  # where it cannot run)
+        lost = next(((node, why) for node in sorted({node for _, node, _ in plan}) if (why := _place_lost(state, node))),
+                    None)
+        if lost is not None:  # (a node cordoned, drained, not ready, short of a device: the gang is placed anew)
+            node, why = lost
             await self._roll_back_lost(wl, obj, pods, out, now_ms, len(plan), f"{len(plan)} pod(s) of the gang lost, "
                                        f"their place on node {node} unavailable ({why})")
             return False

@@ -18,9 +18,9 @@ import copy
 import msgspec
 
 from gangway.events import kubeflow
-from gangway.events.kubeflow import is_suspended
 from gangway.events.catalogue import (  # noqa: F401 (ob.UID_LABEL, ob.GPUS_ANNOTATION…)
     ATTEMPT_ANNOTATION, GPUS_ANNOTATION, UID_LABEL, WORKLOAD_ANNOTATION, NodeObserved, PodAssignment, Toleration)
+from gangway.events.kubeflow import is_suspended
 from gangway.events.quantity import QuantityError, parse_milli
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 

@@ -99,10 +99,10 @@ def _read(manifest: dict) -> JobSubmitted:
 
 
 def _check_update(old: dict, new: dict, request_uid: str) -> JobRejected | list[str]:
-    queue = ((old["metadata"].get("labels") or {}).get(QUEUE_LABEL), (new["metadata"].get("labels") or {}).get(QUEUE_LABEL))
-    if queue[0] != queue[1] and not is_suspended(new):
-        return _rejection(new, "invalid_field", f"metadata.labels[{QUEUE_LABEL!r}]: cannot change from {queue[0]} to "
-                                               f"{queue[1]} while the job runs (as in Kueue); suspended, it moves", request_uid)
+    was_queue, queue = ((m["metadata"].get("labels") or {}).get(QUEUE_LABEL) for m in (old, new))
+    if queue != was_queue and not is_suspended(new):
+        return _rejection(new, "invalid_field", f"metadata.labels[{QUEUE_LABEL!r}]: cannot change from {was_queue} to "
+                                               f"{queue} while the job runs (as in Kueue); suspended, it moves", request_uid)
     try:
         was = _read(old)
     except (ManifestError, Invalid):
@@ -113,9 +113,8 @@ def _check_update(old: dict, new: dict, request_uid: str) -> JobRejected | list[
         return _rejection(new, exc.reason, _problem(exc), request_uid)
     except Invalid as bad:
         return _rejection(new, bad.reason, bad.message, request_uid)
-    resumed = (ATTEMPT_ANNOTATION in (new["metadata"].get("annotations") or {})
-               and (old["metadata"].get("annotations") or {}).get(ATTEMPT_ANNOTATION)
-               != new["metadata"]["annotations"][ATTEMPT_ANNOTATION])
+    was_attempt, attempt = ((m["metadata"].get("annotations") or {}).get(ATTEMPT_ANNOTATION) for m in (old, new))
+    resumed = attempt is not None and attempt != was_attempt
     changed = [] if resumed else _unfollowed(was, now)  # (gangway's own resume adds its flavors' tolerations)
     if changed:
         return _rejection(new, "invalid_field", f"gangway read this {new.get('kind')} when it was created and does not "
