@@ -508,3 +508,8 @@ def decide_pure(decide, state: State) -> list:
     decisions = decide(state)
     assert msgspec.msgpack.encode(state) == before, f"{decide.__name__} changed the state"
     return decisions
+
+
+def line_of(lines: list[str], prefix: str) -> str:
+    """The first of ``lines`` (``explain``'s) that starts with ``prefix`` ("now pending", "estimated start")."""
+    return next((line for line in lines if line.startswith(prefix)), f"(no line starts with {prefix!r}: {lines})")

@@ -63,6 +63,36 @@ def test_a_workload_its_quota_can_never_hold_says_so_and_has_no_forecast():
     assert explain(log.envelopes, name)[-1] == "estimated start: never, unless the contract gives a more quota"
 
 
+def test_explain_lists_each_flavor_of_the_queue_and_why_it_does_not_take_the_gang():
+    """As Kueue lists each flavor's reason: a gang no flavor takes is told the first flavor's reason,
+    and explain lists every flavor the queue tries, in order — one whose quota is in use, one whose
+    quota could never hold it, one with quota but no node that holds a pod — and says which would
+    take it now; a queue of one flavor lists none."""
+    q = cluster_queue("q").flavor("h100").gpus(8).flavor("a100").gpus(4).flavor("t4").gpus(16)
+    log = LogBuilder().configure(contract(q).flavor_labels("h100", {"pool": "h100"})
+                                 .flavor_labels("a100", {"pool": "a100"}).flavor_labels("t4", {"pool": "t4"}))
+    log.nodes(node("h").gpus(8).label("pool", "h100"), node("a").gpus(8).label("pool", "a100"),
+              node("t1").gpus(4).label("pool", "t4"), node("t2").gpus(4).label("pool", "t4"))
+    log.running(job("r", "q", 4))  # (in h100, its first flavor)
+    log.queue(job("w", "q", 8))
+    lines = explain(log.envelopes, "w")
+    at = lines.index("flavors, in the queue's order:")
+    assert lines[at + 1].startswith("  h100: nvidia.com/gpu (h100): 12 in use with it, over nominal quota 8"), lines
+    assert lines[at + 2].startswith("  a100: q can never hold it: it asks 8 of nvidia.com/gpu (a100)"), lines
+    assert lines[at + 3] == ("  t4: no node can ever take pod set main: no node it may use holds one of its pods even "
+                             "with nothing running (a pod asks 8 nvidia.com/gpu where the most a node has is 4)"), lines
+    assert lines[at - 1].startswith("estimated start: ") and len(lines) == at + 4
+    # one that fits a flavor now but waits behind the head of a StrictFIFO queue: that flavor would take it
+    strict = cluster_queue("s").flavor("h100").gpus(8).flavor("t4").gpus(16).strict_fifo()
+    log = LogBuilder().configure(contract(strict).flavor_labels("h100", {"pool": "h100"}).flavor_labels("t4", {"pool": "t4"}))
+    log.nodes(node("h").gpus(8).label("pool", "h100"), node("t1").gpus(4).label("pool", "t4"))
+    log.running(job("r", "s", 4)).queue(job("head", "s", 6), job("small", "s", 1))
+    lines = explain(log.envelopes, "small")
+    assert "  h100: would take it now (it waits for the reason above)" in lines, lines
+    assert not [line for line in explain(one_queue().queue(job("w", "q", 8, pods=2)).envelopes, "w")
+                if line.startswith("flavors")]
+
+
 def test_positions_count_within_the_local_and_the_cluster_queue():
     log = one_queue().queue(job("a", "q", 8, pods=2), job("b", "r", 8, pods=2), job("c", "q", 8, pods=2))
     report = pending_report(log.state, forecast=False)

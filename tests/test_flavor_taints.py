@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from builders import cluster_queue, contract, node, workload
+from builders import cluster_queue, contract, line_of, node, workload
 from gangway.events.contract import Taint, Toleration
 from gangway.read import rules
 from gangway.read.explain import explain
@@ -113,8 +113,8 @@ def test_a_gang_another_flavor_cannot_take_either_is_told_which_flavor_its_taint
                   .flavor_taints("spot", SPOT), nodes_per_flavor=2)
     run(sim, workload("big").queue("q").gpus(8, pods=2).obj())
     lines = explain(sim.log, "big")
-    assert lines[-3].startswith("now pending (quota_never_enough): q can never hold it"), lines
-    assert lines[-3].endswith("; passed over for their node taints: spot (pod set main does not tolerate "
+    assert line_of(lines, "now pending").startswith("now pending (quota_never_enough): q can never hold it"), lines
+    assert line_of(lines, "now pending").endswith("; passed over for their node taints: spot (pod set main does not tolerate "
                               "spot=true:NoSchedule)"), lines
 
 
@@ -126,7 +126,7 @@ def test_a_workload_no_flavor_tolerates_hears_every_flavors_taint():
                   .flavor_taints("spot", SPOT).flavor_taints("on-demand", gpu_taint))
     run(sim, workload("plain").queue("q").gpus(2).obj())
     assert sim.state.workloads["plain"].phase == "pending"
-    assert explain(sim.log, "plain")[-3] == (
+    assert line_of(explain(sim.log, "plain"), "now pending") == (
         "now pending (untolerated_taint): no flavor of q for nvidia.com/gpu (spot, on-demand) may take it: pod set main "
         "does not tolerate flavor spot's node taint spot=true:NoSchedule (spec.nodeTaints); nor the other flavors': "
         "on-demand (pod set main does not tolerate nvidia.com/gpu=present:NoExecute)")

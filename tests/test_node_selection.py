@@ -9,7 +9,7 @@ import re
 import msgspec
 import pytest
 
-from builders import cluster_queue, contract, node, workload
+from builders import cluster_queue, contract, line_of, node, workload
 from gangway.events import catalogue as ev
 from gangway.events.catalogue import Taint, Toleration, admits
 from gangway.services.binder.cluster import ClusterFileError, load_nodes
@@ -146,12 +146,18 @@ def test_labels_only_nodes_of_a_flavor_the_queue_lacks_carry_are_said_to_be_ther
     sim.submit(with_pods(workload("want-z").queue("q").gpus(1), node_selector={"gpu": "Z"}))
     sim.submit(with_pods(workload("big-a100").queue("q").gpus(8, pods=3), node_selector={"gpu": "A100"}))
     sim.run(until_ms=sim.now_ms + 1, rounds_max=50)
-    assert explain(sim.log, "want-t4")[-3] == (
+
+    def now(name: str) -> str:
+        return line_of(explain(sim.log, name), "now pending")
+    assert now("want-t4") == (
         f"now pending ({C.NO_MATCHING_NODES}): no node can ever take pod set main: no node of q's flavors (h100, a100) "
         "has the labels gpu=T4; t0, t1 have them, in flavor t4, which q does not list")
-    assert explain(sim.log, "want-z")[-3].endswith(": no node has the labels gpu=Z")  # none anywhere: as before
-    # a100's nodes have the label but are too few: told its first flavor's reason, which is h100's nodes'
-    assert explain(sim.log, "big-a100")[-3].endswith(": no node of its flavor has the labels gpu=A100")
+    assert now("want-z").endswith(": no node has the labels gpu=Z")  # none anywhere: as before
+    # a100's nodes have the label but are too few: told its first flavor's reason, which is h100's nodes';
+    # the flavors' list gives a100's own
+    assert now("big-a100").endswith(": no node of its flavor has the labels gpu=A100")
+    assert ("  a100: no node can ever take pod set main: the nodes it may use hold 2 of its 3 pods even with nothing "
+            "running") in explain(sim.log, "big-a100")
 
 
 def test_a_flavors_tolerations_let_its_pods_onto_its_tainted_pool():

@@ -18,7 +18,7 @@ from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
-from gangway.events.state import HOLDS_NODES, State
+from gangway.events.state import HOLDS_NODES, State, WorkloadState
 from gangway.read.describe import IslandWatch, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
@@ -209,6 +209,7 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
                 never = NEVER_STARTS.get(report.code)
                 lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None
                              else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
+            lines.extend(flavor_lines(state, wl))
     elif wl is not None and wl.deactivated:
         lines.append(f"now deactivated ({wl.deactivated_code or C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
     elif wl is not None and wl.withdrawn:
@@ -218,6 +219,22 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines
+
+
+def flavor_lines(state: State, wl: WorkloadState) -> list[str]:
+    """For a workload whose queue lists more than one flavor for what it asks, each flavor in the
+    queue's order and why it does not take the gang now (``Snapshot.flavor_reasons``), as Kueue
+    lists them; [] for a queue of one flavor (its reason is the one above)."""
+    if state.contract is None:
+        return []
+    snap = Snapshot(state, index_of(state.contract))
+    snap.reserve_admitted()
+    said = snap.flavor_reasons(wl)
+    if len(said) < 2:
+        return []
+    return ["flavors, in the queue's order:"] + [
+        f"  {flavor}: {why.message if why is not None else 'would take it now (it waits for the reason above)'}"
+        for flavor, why in said]
 
 
 def rejected_lines(rejections: list[ev.Envelope], workload: str) -> list[str]:

@@ -405,6 +405,35 @@ class Snapshot:
         return _untolerated_words(self.idx, [fq for group in self._groups_asked(cq, request) for fq in group],
                                   wl.spec.pod_sets)
 
+    def flavor_reasons(self, wl: WorkloadState) -> list[tuple[str, Reason | None]]:
+        """Each flavor of ``wl``'s queue listed for a resource it asks, in the queue's order, with why
+        that flavor does not take the whole gang now (None: it would), as Kueue lists each flavor's
+        reason: the quota it could never hold there, a node taint one of its pod sets does not
+        tolerate, the quota it does not fit now, or (a queue of one resource group) no placement on
+        the flavor's nodes. Read only: the snapshot is not changed."""
+        cq = self.idx.cluster_queues.get(wl.spec.cluster_queue)
+        if cq is None:
+            return []
+        pod_sets = wl.spec.pod_sets
+        request = self.idx.quota_request(cq.name, pod_sets)
+        groups = self._groups_asked(cq.name, request)
+        out: list[tuple[str, Reason | None]] = []
+        for fq in (fq for group in groups for fq in group):
+            flavors = {r: fq.flavor for r in fq.resources}
+            why = _never_enough(self.idx, cq, [fq], request)
+            if why is None and self.idx.untolerated(fq.flavor, pod_sets) is not None:
+                why = untolerated_taint(self.idx, cq.name, [fq], pod_sets)
+            if why is None:
+                ok, _, misfit = self.view.fit(cq.name, by_flavor(request, flavors))
+                why = None if ok else misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq.name, flavors=fq.flavor)
+            if why is None and len(groups) == 1:  # (a placement needs every resource's flavor)
+                nodes, placed = self.flavor_nodes(flavors), self.idx.flavored(pod_sets, flavors)
+                if place_gang(copy_free(self.free), placed, nodes=nodes) is None:
+                    why = never_placeable(self.free, placed, nodes, self.state) or reason(C.NO_PLACEMENT,
+                                                                                         of_flavor=fq.flavor)
+            out.append((fq.flavor, why))
+        return out
+
     def _groups_asked(self, cq: str, request: dict[str, int], pod_sets: list[PodSet] | None = None) -> list:
         """``cq``'s resource groups that ``request`` asks something of, each with the flavors the pod
         sets tolerate (``ContractIndex.tolerated``; all of them without ``pod_sets``)."""
