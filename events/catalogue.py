@@ -17,7 +17,7 @@ from gangway.events.contract import Contract, Taint, Toleration, TolerationError
 from gangway.events.reasons import Param, ReasonCode
 
 #: The Kubernetes kinds a job may be (``kubeflow.TRAINING_KINDS`` are the last six; a test keeps them alike).
-JobKind = Literal["Job", "JobSet", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "MPIJob"]
+JobKind = Literal["Job", "JobSet", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "MPIJob", "RayJob"]
 
 
 class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=False, gc=False):

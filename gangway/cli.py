@@ -928,7 +928,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="Kueue YAML: ResourceFlavors, ClusterQueues, LocalQueues, Cohorts, Topologies, "
                                 "WorkloadPriorityClasses, gangway's SchedulingPolicy")
     s.set_defaults(func=cmd_config)
-    s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, Kubeflow PyTorchJob, TFJob, MPIJob…)")
+    s = sub.add_parser("submit", help="publish jobs (gangway YAML/JSON, Job, JobSet, Kubeflow PyTorchJob, TFJob, MPIJob…, RayJob)")
     s.add_argument("file", help="a file, or - for standard input")
     s.set_defaults(func=cmd_submit)
     s = sub.add_parser("withdraw", help="take jobs back, waiting or running (JobWithdrawn on gangway.submissions)")
@@ -949,7 +949,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_move)
     s = sub.add_parser("dry-run", help="where jobs would go, which would wait and why: a contract, a cluster "
                        "and jobs decided offline on a simulated clock (no broker)")
-    s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, Kubeflow PyTorchJob, TFJob, MPIJob…), submitted at once")
+    s.add_argument("jobs", nargs="*", help="job files (gangway YAML/JSON, Job, JobSet, Kubeflow PyTorchJob, TFJob, MPIJob…, RayJob), submitted at once")
     s.add_argument("--config", required=True, help="Kueue YAML contract")
     s.add_argument("--cluster", required=True, help="cluster file of Kubernetes Node objects")
     s.add_argument("--hours", type=float, default=HORIZON_HOURS,

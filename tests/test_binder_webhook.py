@@ -46,6 +46,7 @@ def test_a_job_created_with_a_queue_label_and_not_suspended_is_stored_suspended(
     assert patch_of(answer) == [{"op": "add", "path": "/spec/suspend", "value": True}]
     assert answer["response"]["patchType"] == "JSONPatch" and "suspended by gangway" in answer["response"]["warnings"][0]
     assert patch_of(ask(job("JobSet", spec={"suspend": False}))) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert patch_of(ask(job("RayJob", spec={"rayClusterSpec": {}}))) == [{"op": "add", "path": "/spec/suspend", "value": True}]
 
 
 @pytest.mark.parametrize("kind", ["PyTorchJob", "TFJob", "MPIJob", "JAXJob"])

@@ -181,6 +181,43 @@ def test_an_mpijob_and_a_tfjob_are_suspended_resumed_and_read_as_kubeflow_kinds(
     assert ob.owner_name("PyTorchJob", ps) is None
 
 
+def test_a_rayjob_is_suspended_resumed_and_its_pods_found_as_kuberay_makes_them():
+    """KubeRay's RayJob: spec.suspend; resuming names gangway's scheduler in its head's and worker
+    groups' templates and writes out the submitter's (KubeRay's default one, so its pod waits for
+    gangway too); its cluster's pods are found by their RayCluster (the RayJob's status names it),
+    its submitter's by their Job, named as the RayJob; it ends when jobDeploymentStatus says so."""
+    ray = {"kind": "RayJob", "metadata": {"name": "r", "namespace": "ns", "labels": {ob.QUEUE_LABEL: "q"}},
+           "spec": {"suspend": True, "shutdownAfterJobFinishes": True, "rayClusterSpec": {
+               "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray:2"}]}}},
+               "workerGroupSpecs": [{"groupName": "GPU", "replicas": 2, "template": {"spec": {"containers": []}}}]}}}
+    assert ob.is_suspended(ray) and not ob.needs_suspending(ray) and len(ob.templates(ray)) == 2
+    patch = ob.suspend_patch(ray, False, "ns/r", 1)
+    assert patch["spec"]["suspend"] is False
+    cluster = patch["spec"]["rayClusterSpec"]
+    assert cluster["headGroupSpec"]["template"]["spec"] == {"schedulerName": "gangway"}
+    assert cluster["workerGroupSpecs"][0]["template"]["spec"]["schedulerName"] == "gangway"
+    assert cluster["workerGroupSpecs"][0]["groupName"] == "GPU"  # (the list is replaced whole)
+    submitter = patch["spec"]["submitterPodTemplate"]["spec"]
+    assert submitter["schedulerName"] == "gangway" and submitter["containers"][0]["image"] == "ray:2"
+    assert "submitterPodTemplate" not in ob.suspend_patch({**ray, "spec": {**ray["spec"], "submissionMode": "HTTPMode"}},
+                                                          False, "ns/r", 1)["spec"]
+    clusters = {("ns", "r-abcde"): "r"}
+    head = {"metadata": {"name": "r-abcde-head-x", "namespace": "ns", "labels": {
+        "ray.io/cluster": "r-abcde", "ray.io/node-type": "head", "ray.io/group": "headgroup"}}}
+    worker = {"metadata": {"name": "r-abcde-worker-gpu-y", "namespace": "ns", "labels": {
+        "ray.io/cluster": "r-abcde", "ray.io/node-type": "worker", "ray.io/group": "GPU"}}}
+    submit = {"metadata": {"name": "r-z", "namespace": "ns", "labels": {"batch.kubernetes.io/job-name": "r"}}}
+    pod_sets = ["head", "gpu", "submitter"]
+    assert [(("RayJob", "r") in ob.owners(p, clusters), ob.pod_set_of("RayJob", p, pod_sets))
+            for p in (head, worker, submit)] == [(True, "head"), (True, "gpu"), (True, "submitter")]
+    assert ("RayJob", "r") not in ob.owners(head, {})  # (a cluster no RayJob names is nobody's)
+    assert ob.finished(ray) is None
+    assert ob.finished({"kind": "RayJob", "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}) == (
+        True, True, "RayJob Complete (SUCCEEDED)")
+    assert ob.finished({"kind": "RayJob", "status": {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED",
+                                                     "message": "exit 1"}}) == (True, False, "RayJob Failed (FAILED: exit 1)")
+
+
 def base() -> LogBuilder:
     return LogBuilder().configure(contract(cluster_queue("q").gpus(16))).nodes(node("n1").gpus(8), node("n2").gpus(8))
 

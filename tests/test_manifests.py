@@ -776,7 +776,7 @@ def test_every_kubeflow_kind_is_a_kind_a_job_may_be_and_is_read():
 
     from gangway.events.catalogue import JobKind
     from gangway.events.kubeflow import TRAINING_KINDS
-    assert set(typing.get_args(JobKind)) == {"Job", "JobSet", *TRAINING_KINDS}
+    assert set(typing.get_args(JobKind)) == {"Job", "JobSet", *TRAINING_KINDS, "RayJob"}
     for kind in TRAINING_KINDS.values():
         text = PYTORCH_JOB.replace("kubeflow.org/v1", kind.api_version).replace("PyTorchJob", kind.kind).replace(
             "pytorchReplicaSpecs", kind.replica_specs)
@@ -801,3 +801,72 @@ def test_a_pod_asking_for_nothing_is_taken_and_one_asking_through_dra_is_refused
     with pytest.raises(ManifestError) as caught:  # (its devices would be neither counted nor placed)
         load_jobs(beside, "jobs.yaml")
     assert caught.value.field == "spec.template.spec.resourceClaims"
+
+
+RAY_JOB = yaml_text("""
+    apiVersion: ray.io/v1
+    kind: RayJob
+    metadata:
+      name: rayjob-sample
+      namespace: team
+      labels: {kueue.x-k8s.io/queue-name: q}
+    spec:
+      entrypoint: python /home/ray/samples/sample_code.py
+      shutdownAfterJobFinishes: true
+      rayClusterSpec:
+        rayVersion: '2.9.0'
+        headGroupSpec:
+          rayStartParams: {}
+          template:
+            spec:
+              containers:
+              - {name: ray-head, image: rayproject/ray:2.9.0, resources: {requests: {cpu: "1", memory: 2Gi}}}
+        workerGroupSpecs:
+        - replicas: 2
+          minReplicas: 1
+          maxReplicas: 5
+          groupName: GPU-group
+          rayStartParams: {}
+          template:
+            metadata:
+              annotations: {kueue.x-k8s.io/podset-required-topology: example.com/rack}
+            spec:
+              containers:
+              - {name: ray-worker, image: rayproject/ray:2.9.0, resources: {limits: {cpu: "8", nvidia.com/gpu: "4"}}}
+""")
+
+
+def test_a_rayjob_has_a_head_a_pod_set_per_worker_group_and_its_submitter_as_kueue_counts_them():
+    """KubeRay's RayJob as Kueue's integration reads it: the head (1 pod), each worker group (replicas
+    times numOfHosts, named by its group in lower case) and, in the default K8sJobMode, the
+    submitter's pod (KubeRay's default 500m cpu and 200Mi, or the RayJob's own template)."""
+    [job] = load_jobs(RAY_JOB, "ray.yaml")
+    assert (job.kind, job.job_id, job.queue) == ("RayJob", "rayjob-sample", "q")
+    assert [(ps.name, ps.count, ps.resources) for ps in job.pod_sets] == [
+        ("head", 1, {"cpu": "1", "memory": "2Gi"}), ("gpu-group", 2, {"cpu": "8", "nvidia.com/gpu": "4"}),
+        ("submitter", 1, {"cpu": "500m", "memory": "200Mi"})]
+    assert job.pod_sets[1].topology.required == "example.com/rack"
+    multi_host = RAY_JOB.replace("replicas: 2\n", "replicas: 2\n      numOfHosts: 4\n").replace(
+        "rayClusterSpec:", "submissionMode: HTTPMode\n  rayClusterSpec:")
+    [job] = load_jobs(multi_host, "ray.yaml")
+    assert [(ps.name, ps.count) for ps in job.pod_sets] == [("head", 1), ("gpu-group", 8)]  # (no submitter pod)
+    own = RAY_JOB.replace("rayClusterSpec:", "submitterPodTemplate:\n    spec:\n      containers: [{name: s, image: x, "
+                                              "resources: {requests: {cpu: 100m}}}]\n  rayClusterSpec:")
+    [job] = load_jobs(own, "ray.yaml")
+    assert job.pod_sets[-1].resources == {"cpu": "100m"}
+
+
+@pytest.mark.parametrize("change, field, words", [
+    (("shutdownAfterJobFinishes: true", "shutdownAfterJobFinishes: false"), "spec.shutdownAfterJobFinishes",
+     "must be true for a queued RayJob"),
+    (("rayVersion: '2.9.0'", "rayVersion: '2.9.0'\n    enableInTreeAutoscaling: true"),
+     "spec.rayClusterSpec.enableInTreeAutoscaling", "must be false"),
+    (("entrypoint:", "clusterSelector: {ray.io/cluster: shared}\n  entrypoint:"), "spec.clusterSelector",
+     "makes its own cluster"),
+    (("groupName: GPU-group", "groupName: head"), "spec.rayClusterSpec.workerGroupSpecs[0].groupName",
+     "names another pod set"),
+])
+def test_a_rayjob_kueue_would_refuse_is_refused_naming_the_field(change, field, words):
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(RAY_JOB.replace(*change), "ray.yaml")
+    assert caught.value.field == field and words in caught.value.problem, caught.value

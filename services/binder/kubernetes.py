@@ -53,7 +53,7 @@ from gangway.services.binder import objects as ob
 from gangway.services.binder.policy import RequeueBackoff, bind_failed, deactivating, rule_deadlines
 
 log = logging.getLogger(__name__)
-RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, **api.TRAINING_JOBS}
+RESOURCES = {"Job": api.JOBS, "JobSet": api.JOBSETS, **api.TRAINING_JOBS, "RayJob": api.RAYJOBS}
 #: Proposal: (event id, cluster time ms, event).
 Report = tuple[str, int, object]
 #: intake(object, state) → the JobSubmitted it becomes and what of it gangway ignores (sentences), or
@@ -325,7 +325,7 @@ class KubernetesBinder:
             if ob.GPUS_ANNOTATION in (ob.meta(pod).get("annotations") or {}):
                 continue
             ns = ob.meta(pod).get("namespace")
-            if any((kind, ns, name) in ours for kind, name in ob.owners(pod)):
+            if any((kind, ns, name) in ours for kind, name in ob.owners(pod, self._ray_clusters())):
                 continue
             # (read once per version of the pod: every pass looks at every pod of the cluster)
             key = (ob.meta(pod).get("uid"), ob.meta(pod).get("resourceVersion"))
@@ -338,11 +338,19 @@ class KubernetesBinder:
             on_node[PODS] = on_node.get(PODS, 0) + MILLI  # (one of the node's max-pods, whatever it asks)
         return held
 
+    def _ray_clusters(self) -> dict[tuple[str, str], str]:
+        """(namespace, RayCluster) → the RayJob that made it (its ``status.rayClusterName``)."""
+        reflector = self.reflectors.get("RayJob")
+        return {} if reflector is None else {
+            (ob.meta(obj).get("namespace"), cluster): ob.meta(obj).get("name") for obj in reflector.store.values()
+            if (cluster := (obj.get("status") or {}).get("rayClusterName"))}
+
     def _pods(self) -> dict[tuple[str, str, str], list[dict]]:
         found: dict[tuple[str, str, str], list[dict]] = {}
+        clusters = self._ray_clusters()
         for pod in self.reflectors["Pod"].store.values():
             ns = ob.meta(pod).get("namespace")
-            for kind, name in ob.owners(pod):
+            for kind, name in ob.owners(pod, clusters):
                 if name:
                     found.setdefault((kind, ns, name), []).append(pod)
         return found

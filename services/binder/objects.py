@@ -17,7 +17,7 @@ import copy
 
 import msgspec
 
-from gangway.events import kubeflow
+from gangway.events import kubeflow, rayjob
 from gangway.events.catalogue import (  # noqa: F401 (ob.UID_LABEL, ob.GPUS_ANNOTATION…)
     ATTEMPT_ANNOTATION, GPUS_ANNOTATION, UID_LABEL, WORKLOAD_ANNOTATION, NodeObserved, PodAssignment, Toleration)
 from gangway.events.kubeflow import is_suspended
@@ -32,7 +32,7 @@ CONDITION_TYPE = "GangwayScheduling"
 #: gangway pins it to its node and lifts the gate (Kueue's topology-aware scheduling does the same).
 GATE = "gangway.io/placement"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-KINDS = ("Job", "JobSet", *kubeflow.TRAINING_KINDS)
+KINDS = ("Job", "JobSet", *kubeflow.TRAINING_KINDS, rayjob.KIND)
 #: Labels that name a pod's owner object, per kind (the Kubeflow kinds': ``kubeflow.JOB_NAME_LABEL``).
 OWNER_LABELS = {
     "Job": ("batch.kubernetes.io/job-name", "job-name"),
@@ -103,6 +103,11 @@ def templates(obj: dict) -> list[dict]:
     if kind in kubeflow.TRAINING_KINDS:
         replica_specs = spec.get(kubeflow.TRAINING_KINDS[kind].replica_specs) or {}
         return [rs.setdefault("template", {}) for rs in replica_specs.values()]
+    if kind == rayjob.KIND:
+        cluster = spec.get("rayClusterSpec") or {}
+        found = [cluster.setdefault("headGroupSpec", {}).setdefault("template", {})]
+        found += [g.setdefault("template", {}) for g in cluster.get("workerGroupSpecs") or [] if isinstance(g, dict)]
+        return found + ([spec["submitterPodTemplate"]] if isinstance(spec.get("submitterPodTemplate"), dict) else [])
     return []
 
 
@@ -160,6 +165,19 @@ def _template_fields(obj: dict, patch_spec: dict, fields) -> None:
         field = kubeflow.TRAINING_KINDS[kind].replica_specs
         patch_spec[field] = {t: {"template": {"spec": fields(((rs or {}).get("template") or {}).get("spec") or {})}}
                              for t, rs in (spec.get(field) or {}).items()}
+    elif kind == rayjob.KIND:  # (its worker groups are a list: a merge patch replaces it whole)
+        cluster = spec.get("rayClusterSpec") or {}
+        head = ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
+        groups = copy.deepcopy(cluster.get("workerGroupSpecs") or [])
+        for group in groups:
+            tspec = group.setdefault("template", {}).setdefault("spec", {})
+            tspec.update(fields(tspec))
+        patch_spec["rayClusterSpec"] = {"headGroupSpec": {"template": {"spec": fields(head)}}, "workerGroupSpecs": groups}
+        if rayjob.has_submitter(spec):  # (KubeRay's default one written out, so its pod is gangway's too)
+            submitter = copy.deepcopy(rayjob.submitter_template(spec))
+            sspec = submitter.setdefault("spec", {})
+            sspec.update(fields(sspec))
+            patch_spec["submitterPodTemplate"] = submitter
 
 
 def names_scheduler(obj: dict, scheduler: str) -> bool:
@@ -171,6 +189,9 @@ def names_scheduler(obj: dict, scheduler: str) -> bool:
 def finished(obj: dict) -> tuple[bool, bool, str] | None:
     """(finished, succeeded, what Kubernetes said) once the object has ended, else None."""
     kind = kind_of(obj)
+    if kind == rayjob.KIND:
+        ended = rayjob.finished(obj)
+        return None if ended is None else (True, *ended)
     good, bad = ("Succeeded", "Failed") if kind in kubeflow.TRAINING_KINDS else \
         {"JobSet": ("Completed", "Failed")}.get(kind, ("Complete", "Failed"))
     for cond in (obj.get("status") or {}).get("conditions") or []:
@@ -200,16 +221,25 @@ def with_condition(obj: dict, status: str, reason: str, message: str, now: str) 
 # --- pods ----------------------------------------------------------------------------------------------
 
 
-def owners(pod: dict) -> list[tuple[str, str]]:
+def owners(pod: dict, ray_clusters: dict[tuple[str, str], str] | None = None) -> list[tuple[str, str]]:
     """(kind, name) of each object of a kind gangway takes that may have made ``pod``, read from its
     labels once. The Kubeflow kinds label their pods alike: a pod whose controller is one of them is
-    that kind's only (a launcher made through a batch/v1 Job, or a pod without owners, may be any)."""
+    that kind's only (a launcher made through a batch/v1 Job, or a pod without owners, may be any).
+    A RayJob's cluster pods name their RayCluster (``ray_clusters``: (namespace, cluster) → RayJob,
+    from the RayJobs' status), its submitter's pods their Job, which has the RayJob's name."""
     labels = meta(pod).get("labels") or {}
     found = []
     for kind in ("Job", "JobSet"):
         name = next((labels[key] for key in OWNER_LABELS[kind] if key in labels), None)
         if name is not None:
             found.append((kind, name))
+            if kind == "Job":
+                found.append((rayjob.KIND, name))
+    cluster = labels.get(rayjob.CLUSTER_LABEL)
+    if cluster is not None and ray_clusters:
+        name = ray_clusters.get((meta(pod).get("namespace"), cluster))
+        if name is not None:
+            found.append((rayjob.KIND, name))
     name = labels.get(kubeflow.JOB_NAME_LABEL)
     if name is not None:
         controller = next((ref.get("kind") for ref in meta(pod).get("ownerReferences") or []
@@ -233,6 +263,13 @@ def pod_set_of(kind: str, pod: dict, pod_sets: list[str]) -> str | None:
     if kind in kubeflow.TRAINING_KINDS:
         rt = labels.get(kubeflow.TRAINING_KINDS[kind].role_label)
         return rt.lower() if rt else None
+    if kind == rayjob.KIND:
+        if rayjob.CLUSTER_LABEL not in labels:
+            return rayjob.SUBMITTER  # (its Job's pod)
+        if labels.get(rayjob.NODE_TYPE_LABEL) == "head":
+            return rayjob.HEAD
+        group = labels.get(rayjob.GROUP_LABEL)
+        return group.lower() if group else None
     return None
 
 

@@ -49,7 +49,7 @@ import msgspec
 import yaml
 
 from gangway.contract.yamldocs import documents
-from gangway.events import codec
+from gangway.events import codec, rayjob
 from gangway.events.catalogue import (
     KEYS_WRITTEN, Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PREFERRED_WEIGHTS, PreferredSchedulingTerm, Toleration, TolerationError,
     TopologyRequest, toleration_of,
@@ -475,6 +475,45 @@ def _training_job(where: _Where, doc: dict) -> JobSubmitted:
     return _k8s_job(where, doc, kind.kind, pod_sets)
 
 
+def _ray_job(where: _Where, doc: dict) -> JobSubmitted:
+    """KubeRay's RayJob (``gangway.events.rayjob``), with the limits Kueue's webhook sets: it makes its
+    own cluster, deleted when its job ends, of a fixed size."""
+    spec = _mapping(where, doc, "spec", required=True)
+    if spec.get("clusterSelector"):
+        raise where.error("spec.clusterSelector", "a queued RayJob makes its own cluster (as with Kueue): one that "
+                                                  "runs on an existing RayCluster is not queued; leave out the "
+                                                  "queue-name label to run it so")
+    field = "spec.rayClusterSpec"
+    cluster = _mapping(where, spec, "rayClusterSpec", field, required=True)
+    if spec.get("shutdownAfterJobFinishes") is not True:
+        raise where.error("spec.shutdownAfterJobFinishes", "must be true for a queued RayJob (as Kueue asks): its "
+                                                           "cluster would hold its quota after its job ended")
+    if cluster.get("enableInTreeAutoscaling"):
+        raise where.error(f"{field}.enableInTreeAutoscaling", "must be false for a queued RayJob (as Kueue asks): "
+                                                              "gangway admits a gang of a fixed size")
+    head = _mapping(where, cluster, "headGroupSpec", f"{field}.headGroupSpec", required=True)
+    pod_sets = [_pod_set(where, rayjob.HEAD, 1, head.get("template"), f"{field}.headGroupSpec.template")]
+    groups = cluster.get("workerGroupSpecs") or []
+    if not isinstance(groups, list):
+        raise where.error(f"{field}.workerGroupSpecs", f"must be a list, not {_type_name(groups)}")
+    for i, group in enumerate(groups):
+        at = f"{field}.workerGroupSpecs[{i}]"
+        if not isinstance(group, dict):
+            raise where.error(at, f"must be a mapping, not {_type_name(group)}")
+        name = group.get("groupName")
+        if not isinstance(name, str) or not name:
+            raise where.error(f"{at}.groupName", "missing: every worker group needs a name")
+        if name.lower() in {ps.name for ps in pod_sets} | {rayjob.SUBMITTER}:
+            raise where.error(f"{at}.groupName", f"{name!r} names another pod set of the RayJob (its head, its "
+                                                 "submitter or another group)")
+        count = _count(where, group, "replicas", f"{at}.replicas") * max(1, _count(where, group, "numOfHosts",
+                                                                                  f"{at}.numOfHosts"))
+        pod_sets.append(_pod_set(where, name.lower(), count, group.get("template"), f"{at}.template"))
+    if rayjob.has_submitter(spec):
+        pod_sets.append(_pod_set(where, rayjob.SUBMITTER, 1, rayjob.submitter_template(spec), "spec.submitterPodTemplate"))
+    return _k8s_job(where, doc, rayjob.KIND, pod_sets)
+
+
 def _replicas(where: _Where, field: str, replica_type: str, replica_spec: Any) -> PodSetRequest:
     if not isinstance(replica_spec, dict):
         raise where.error(field, f"must be a mapping, not {_type_name(replica_spec)}")
@@ -863,5 +902,6 @@ _READERS: dict[tuple[str, str], Callable[[_Where, dict], JobSubmitted]] = {
     ("batch/v1", "Job"): _batch_job,
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): _jobset,
     **{(kind.api_version, kind.kind): _training_job for kind in TRAINING_KINDS.values()},
+    (rayjob.API_VERSION, rayjob.KIND): _ray_job,
     (GANGWAY_API, "JobSubmitted"): _wrapped_gangway_job,
 }

@@ -1,5 +1,5 @@
 """Fixtures of the Kubernetes tests: one real control plane per session (etcd + kube-apiserver,
-``envtest.py``), the CRDs of JobSet and the Kubeflow kinds installed, the binder's RBAC applied from
+``envtest.py``), the CRDs of JobSet, the Kubeflow kinds and RayJob installed, the binder's RBAC applied from
 ``infra/k8s/binder-rbac.yaml``, and binders that run as its ServiceAccount."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
-from gangway.events import kubeflow
+from gangway.events import kubeflow, rayjob
 from gangway.events.kubeflow import TRAINING_KINDS, TrainingKind
 from gangway.services.binder.kubernetes import KubernetesBinder
 from gangway.services.submission.kubernetes import job_from_object
@@ -27,17 +27,25 @@ BINDER_SA = "gangway-binder"
 USED: set[tuple[str, str]] = set()
 
 
-def training_crd(kind: TrainingKind) -> dict:
-    """A small stand-in for a Kubeflow kind's CRD (the real ones carry the full OpenAPI schema): enough
-    for the API server to store, watch and patch such objects and their status."""
+def stand_in_crd(group: str, version: str, kind: str, plural: str) -> dict:
+    """A small stand-in for a Kubeflow kind's or KubeRay's RayJob's CRD (the real ones carry the full
+    OpenAPI schema): enough for the API server to store, watch and patch such objects and their status."""
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{kind.plural}.{kubeflow.GROUP}"},
-            "spec": {"group": kubeflow.GROUP, "scope": "Namespaced",
-                     "names": {"kind": kind.kind, "plural": kind.plural, "singular": kind.kind.lower(),
-                               "listKind": f"{kind.kind}List"},
-                     "versions": [{"name": kind.version, "served": True, "storage": True, "subresources": {"status": {}},
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                     "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
                                    "schema": {"openAPIV3Schema": {"type": "object",
                                                                   "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def training_crd(kind: TrainingKind) -> dict:
+    return stand_in_crd(kubeflow.GROUP, kind.version, kind.kind, kind.plural)
+
+
+def rayjob_crd() -> dict:
+    group, version = rayjob.API_VERSION.split("/")
+    return stand_in_crd(group, version, rayjob.KIND, rayjob.PLURAL)
 
 
 @pytest.fixture(scope="session")
@@ -49,10 +57,11 @@ def control_plane():
     cp = envtest.ControlPlane(envtest.binaries_dir()).start()
     try:
         crds = [yaml.safe_load(crd.read_text()) for crd in sorted((DATA / "crds").glob("*.yaml"))]
-        for crd in crds + [training_crd(k) for k in TRAINING_KINDS.values()]:
+        for crd in crds + [training_crd(k) for k in TRAINING_KINDS.values()] + [rayjob_crd()]:
             cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         _wait_served(cp, ["/apis/jobset.x-k8s.io/v1alpha2/jobsets",
-                          *(f"/apis/{k.api_version}/{k.plural}" for k in TRAINING_KINDS.values())])
+                          *(f"/apis/{k.api_version}/{k.plural}" for k in TRAINING_KINDS.values()),
+                          f"/apis/{rayjob.API_VERSION}/{rayjob.PLURAL}"])
         cp.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": BINDER_NAMESPACE}})
         for doc in yaml.safe_load_all(RBAC.read_text()):

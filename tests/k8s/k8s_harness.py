@@ -15,7 +15,7 @@ import yaml
 from gangway.adapters.kubernetes import ApiError, Kube
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import contract_digest
-from gangway.events import codec, kubeflow
+from gangway.events import codec, kubeflow, rayjob
 from gangway.events.catalogue import ConfigApplied, Envelope, JobRejected, JobSubmitted
 from gangway.events.contract import Contract
 from gangway.events.fold import apply
@@ -26,7 +26,7 @@ from gangway.services.binder.kubernetes import KubernetesBinder, submission_id
 from gangway.services.deciders import DECIDERS, id_of
 from gangway.services.submission.policy import Invalid, decide_submission, queue_job
 
-KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, **api.TRAINING_JOBS}
+KINDS = {"Job": api.JOBS, "JobSet": api.JOBSETS, **api.TRAINING_JOBS, rayjob.KIND: api.RAYJOBS}
 
 
 class LocalLog:
@@ -192,6 +192,18 @@ def _pods_wanted(obj: dict) -> list[tuple[str, dict, dict, dict]]:
                                 {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
                                  "jobset.sigs.k8s.io/job-index": str(j)},
                                 {"batch.kubernetes.io/job-completion-index": str(i)}, job_spec["template"]))
+    elif kind == rayjob.KIND:  # (as KubeRay labels its cluster's pods; its submitter's Job has the RayJob's name)
+        cluster = ray_cluster_name(name)
+        rc = spec.get("rayClusterSpec") or {}
+        out.append((f"{cluster}-head", {rayjob.CLUSTER_LABEL: cluster, rayjob.NODE_TYPE_LABEL: "head",
+                                        rayjob.GROUP_LABEL: "headgroup"}, {}, rc["headGroupSpec"]["template"]))
+        for group in rc.get("workerGroupSpecs") or []:
+            for i in range(group.get("replicas", 1) * max(1, group.get("numOfHosts", 1))):
+                out.append((f"{cluster}-worker-{group['groupName'].lower()}-{i}",
+                            {rayjob.CLUSTER_LABEL: cluster, rayjob.NODE_TYPE_LABEL: "worker",
+                             rayjob.GROUP_LABEL: group["groupName"]}, {}, group["template"]))
+        if rayjob.has_submitter(spec):
+            out.append((f"{name}-submitter", {"batch.kubernetes.io/job-name": name}, {}, rayjob.submitter_template(spec)))
     elif kind in TRAINING_KINDS:  # (as the training operator and the MPI operator label them)
         training = TRAINING_KINDS[kind]
         for rtype, rs in (spec.get(training.replica_specs) or {}).items():
@@ -200,6 +212,11 @@ def _pods_wanted(obj: dict) -> list[tuple[str, dict, dict, dict]]:
                             {kubeflow.JOB_NAME_LABEL: name, training.role_label: rtype.lower(),
                              kubeflow.REPLICA_INDEX_LABEL: str(i)}, {}, rs["template"]))
     return out
+
+
+def ray_cluster_name(rayjob_name: str) -> str:
+    """The RayCluster KubeRay makes for a RayJob: its name and five random characters (fixed here)."""
+    return f"{rayjob_name}-x7k2p"
 
 
 def _next_pods(obj: dict, pods: dict[str, dict]) -> list[tuple[str, dict, dict, dict]]:
@@ -282,8 +299,14 @@ class FakeCluster:
     async def _control(self, obj: dict, pods: dict[str, dict]) -> None:
         wanted = _pods_wanted(dict(obj, kind=obj.get("kind")))
         ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
-        if _suspended(obj) or any(c.get("type") in ("Complete", "Completed", "Succeeded", "Failed")
-                                  and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []):
+        if obj.get("kind") == rayjob.KIND and not _suspended(obj) and not (obj.get("status") or {}).get("rayClusterName"):
+            # (KubeRay makes the RayCluster first and says its name in the RayJob's status)
+            await self.kube.patch(api.RAYJOBS, obj["metadata"]["name"], {"status": {
+                "rayClusterName": ray_cluster_name(obj["metadata"]["name"]), "jobDeploymentStatus": "Initializing"}},
+                ns, sub="status")
+        if _suspended(obj) or rayjob.finished(obj) is not None or any(
+                c.get("type") in ("Complete", "Completed", "Succeeded", "Failed")
+                and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []):
             if _suspended(obj):
                 for pname, *_ in wanted:
                     pod = pods.get(pname)
@@ -335,6 +358,11 @@ class FakeCluster:
 async def complete(kube: Kube, obj: dict, succeeded: bool = True, message: str = "") -> None:
     """What the object's controller writes when it ends."""
     kind = obj["kind"]
+    if kind == rayjob.KIND:
+        await kube.patch(api.RAYJOBS, obj["metadata"]["name"], {"status": {
+            "jobDeploymentStatus": "Complete" if succeeded else "Failed", "jobStatus": "SUCCEEDED" if succeeded else "FAILED",
+            "message": message}}, obj["metadata"]["namespace"], sub="status")
+        return
     good = "Succeeded" if kind in TRAINING_KINDS else {"Job": "Complete", "JobSet": "Completed"}[kind]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     cond = {"type": good if succeeded else "Failed", "status": "True", "reason": "Done" if succeeded else "BackoffLimitExceeded",

@@ -10,7 +10,7 @@ import pytest
 from gangway.adapters.kubernetes import client as api
 from gangway.contract import load_contract
 from gangway.events import catalogue as ev
-from gangway.events import kubeflow
+from gangway.events import kubeflow, rayjob
 from gangway.events.kubeflow import TRAINING_KINDS
 from gangway.events.reasons import C
 from gangway.read.explain import explain
@@ -167,6 +167,45 @@ async def test_each_kubeflow_kind_is_admitted_bound_as_a_gang_run_and_finished(k
         await run_until(log, [binder], lambda: wl["team/dist"].phase == "finished", what=f"the {kind} finished")
         [fin] = log.of_type(ev.WorkloadFinished)
         assert fin.succeeded and f"{kind} Succeeded" in fin.reason
+
+
+async def test_a_rayjob_is_admitted_bound_as_a_gang_run_and_finished(kube, make_binder):
+    """KubeRay's RayJob (its CRD's stand-in and a simulated KubeRay): a head, a worker group and the
+    submitter as pod sets; resumed with gangway's scheduler in every template (the submitter's written
+    out), each pod — found by its RayCluster, or its submitter Job — bound in its own pod set's place,
+    told, finished when its jobDeploymentStatus says so."""
+    obj = {"apiVersion": rayjob.API_VERSION, "kind": rayjob.KIND,
+           "metadata": {"name": "ray", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+           "spec": {"suspend": True, "shutdownAfterJobFinishes": True, "entrypoint": "python train.py",
+                    "rayClusterSpec": {
+                        "headGroupSpec": {"template": {"spec": {"containers": [
+                            {"name": "head", "image": "rayproject/ray", "resources": {"requests": {"cpu": "2"}}}]}}},
+                        "workerGroupSpecs": [{"groupName": "gpu", "replicas": 3, "template": {"spec": {"containers": [
+                            {"name": "w", "image": "rayproject/ray", "resources": {"requests": {"cpu": "4"},
+                                                                                    "limits": {"nvidia.com/gpu": 8}}}]}}}]}}}
+    log, binder = await setup(kube, make_binder)
+    await ensure_namespace(kube, "team")
+    async with cluster_running(kube, ["team"]):
+        await kube.create(api.RAYJOBS, obj, "team")
+        wl = log.state.workloads
+        await run_until(log, [binder], lambda: "team/ray" in wl and wl["team/ray"].phase == "running",
+                        what="the RayJob running")
+        assert [(ps.name, ps.count) for ps in wl["team/ray"].spec.pod_sets] == [("head", 1), ("gpu", 3), ("submitter", 1)]
+        [placement] = log.of_type(ev.PlacementDecided)
+        pods, _ = await kube.list(api.PODS, "team")
+        assert len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods), pods
+        for p in pods:  # (each on a node its own pod set was placed on)
+            pod_set = ob.pod_set_of(rayjob.KIND, p, ["head", "gpu", "submitter"])
+            assert p["spec"]["nodeName"] in {a.node for a in placement.assignments if a.pod_set == pod_set}, p
+        workers = [p for p in pods if p["metadata"]["labels"].get(rayjob.GROUP_LABEL) == "gpu"]
+        assert len({p["spec"]["nodeName"] for p in workers}) == 3  # (8 GPUs each: a node each)
+        current = await kube.get(api.RAYJOBS, "ray", "team")
+        assert current["spec"]["suspend"] is False and ob.condition(current)["reason"] == "Admitted"
+        assert current["spec"]["submitterPodTemplate"]["spec"]["schedulerName"] == ob.SCHEDULER_NAME
+        await complete(kube, current, message="done")
+        await run_until(log, [binder], lambda: wl["team/ray"].phase == "finished", what="the RayJob finished")
+        [fin] = log.of_type(ev.WorkloadFinished)
+        assert fin.succeeded and "RayJob Complete" in fin.reason
 
 
 SPOT_POOL = CONTRACT.replace("metadata: {name: default}\n", """metadata: {name: default}

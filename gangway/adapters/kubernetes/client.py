@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from gangway.events import kubeflow
+from gangway.events import kubeflow, rayjob
 
 log = logging.getLogger(__name__)
 #: Seconds any single request may take (watches excepted: they are bounded by timeoutSeconds).
@@ -59,13 +59,14 @@ JOBS = Resource("batch", "v1", "jobs", "Job")
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 #: The Kubeflow training kinds (``gangway.events.kubeflow``), by kind.
 TRAINING_JOBS = {k.kind: Resource(kubeflow.GROUP, k.version, k.plural, k.kind) for k in kubeflow.TRAINING_KINDS.values()}
+RAYJOBS = Resource(*rayjob.API_VERSION.split("/"), rayjob.PLURAL, rayjob.KIND)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 BY_KIND: dict[str, Resource] = {r.kind: r for r in (NODES, PODS, EVENTS, NAMESPACES, JOBS, JOBSETS, *TRAINING_JOBS.values(),
-                                                    LEASES, PDBS, CRDS, SERVICE_ACCOUNTS, PRIORITY_CLASSES)}
+                                                    RAYJOBS, LEASES, PDBS, CRDS, SERVICE_ACCOUNTS, PRIORITY_CLASSES)}
 
 
 class ApiError(Exception):
