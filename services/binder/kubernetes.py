@@ -318,6 +318,7 @@ class KubernetesBinder:
         ours = {(ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")) for obj in by_uid.values()}
         held: dict[str, dict[str, int]] = {}
         known, self.pod_requests = self.pod_requests, {}
+        clusters = self._ray_clusters()
         for pod in self.reflectors["Pod"].store.values():
             node = (pod.get("spec") or {}).get("nodeName")
             if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -325,7 +326,7 @@ class KubernetesBinder:
             if ob.GPUS_ANNOTATION in (ob.meta(pod).get("annotations") or {}):
                 continue
             ns = ob.meta(pod).get("namespace")
-            if any((kind, ns, name) in ours for kind, name in ob.owners(pod, self._ray_clusters())):
+            if any((kind, ns, name) in ours for kind, name in ob.owners(pod, clusters)):
                 continue
             # (read once per version of the pod: every pass looks at every pod of the cluster)
             key = (ob.meta(pod).get("uid"), ob.meta(pod).get("resourceVersion"))
