@@ -133,7 +133,7 @@ def test_every_deployment_command_names_a_real_service():
         assert container["env"][0]["valueFrom"]["configMapKeyRef"]["key"] == "GANGWAY_KAFKA"
 
 
-JOB_KINDS = ("jobs", "jobsets", "pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs")
+JOB_KINDS = ("jobs", "jobsets", "pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs", "rayjobs")
 
 
 def test_only_the_binder_may_touch_pods_and_nodes():
