@@ -136,6 +136,10 @@ def cmd_up(args) -> int:
     if args.cluster:  # the binder's file: one it cannot read stops `up` here, before anything starts (as dry-run)
         from gangway.services.binder.cluster import read_cluster_file
         read_cluster_file(args.cluster)
+    if not args.cluster and not args.kubernetes:
+        console.print("[yellow]no --cluster FILE (a simulated cluster of its Node objects, e.g. gangway/demo/cluster.yaml) "
+                      "and no --kubernetes: the cluster keeps the nodes already on the log, none on a new state "
+                      "directory, and no job runs until some are reported[/yellow]")
     with stack.Stack(cluster_file=args.cluster, kubernetes=_kubernetes(args), time_scale=args.time_scale) as running:
         if contract is not None:
             asyncio.run(stack.publish_config(running.bootstrap, contract, args.config, running.clock.now_ms()))

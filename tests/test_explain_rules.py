@@ -6,7 +6,7 @@ import msgspec
 
 import pytest
 
-from builders import LogBuilder, cluster_queue, contract, node, workload
+from builders import LogBuilder, cluster_queue, contract, line_of, node, workload
 from gangway import cli
 from gangway.read import rules
 from gangway.contract import load_contract_file
@@ -91,6 +91,16 @@ def test_explain_lists_each_flavor_of_the_queue_and_why_it_does_not_take_the_gan
     assert "  h100: would take it now (it waits for the reason above)" in lines, lines
     assert not [line for line in explain(one_queue().queue(job("w", "q", 8, pods=2)).envelopes, "w")
                 if line.startswith("flavors")]
+
+
+def test_a_job_on_a_cluster_with_no_node_yet_is_told_so():
+    """`gangway up` without a cluster file starts with no node: the reason says the cluster has none,
+    not that a pod asks more than the "0" the largest node has."""
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(8)))
+    log.queue(job("w", "q", 1))
+    assert line_of(explain(log.envelopes, "w"), "now pending") == (
+        "now pending (no_matching_nodes): no node can ever take pod set main: the cluster has no node yet (none "
+        "reported to the log)")
 
 
 def test_positions_count_within_the_local_and_the_cluster_queue():

@@ -839,7 +839,9 @@ def _too_big_now(state: State, free: Free, ps: PodSet, nodes: Container[str] | N
     total = sum(room.values())
     if total >= ps.count:
         return None
-    if not total:  # (a flavor whose labels no node carries is said first: ``never_placeable``)
+    if not state.nodes:  # (every node cordoned or not ready: the note below names them)
+        missing = "no node takes new pods" if state.unavailable else "the cluster has no node yet (none reported to the log)"
+    elif not total:  # (a flavor whose labels no node carries is said first: ``never_placeable``)
         missing = "no node it may use holds one of its pods even with nothing running" + _short_of(ps, allowed)
     else:
         missing = f"the nodes it may use hold {total} of its {ps.count} pods even with nothing running"
