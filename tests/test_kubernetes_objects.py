@@ -94,15 +94,15 @@ def test_what_pods_gangway_does_not_manage_hold_is_taken_out_of_their_node():
     binder = KubernetesBinder(None, "test")  # (no API server: its node pass on objects it was given)
     binder.reflectors["Node"].store.update({"n1": n1})
     binder.reflectors["Pod"].store.update({f"infer/{p['metadata']['name']}": p for p in [serving, exporter, *not_held]})
-    held = binder._held_by_others({"u-1": queued_job})
+    held = binder._held_by_others({"u-1": queued_job}, {})
     # (each of the two pods also takes one of the node's 110 pods, whatever it asks: the kubelet's max-pods)
     assert held == {"n1": {"nvidia.com/gpu": 2000, "cpu": 8350, "memory": 1024 ** 3 * 1000 + 128 * 1024 ** 2 * 1000,
                            "pods": 2000}}
-    assert binder._held_by_others({"u-1": queued_job}) == held  # (each pod's requests read once per version)
+    assert binder._held_by_others({"u-1": queued_job}, {}) == held  # (each pod's requests read once per version)
     bigger = {**serving, "metadata": {**serving["metadata"], "resourceVersion": "2"},
               "spec": {**serving["spec"], "containers": [{"resources": {"requests": {"nvidia.com/gpu": "3"}}}]}}
     binder.reflectors["Pod"].store["infer/serve"] = bigger
-    assert binder._held_by_others({"u-1": queued_job})["n1"]["nvidia.com/gpu"] == 3000
+    assert binder._held_by_others({"u-1": queued_job}, {})["n1"]["nvidia.com/gpu"] == 3000
     binder.reflectors["Pod"].store["infer/serve"] = serving
     out = Step()
     binder._nodes(State(), out, 0, held)

@@ -424,8 +424,8 @@ class Snapshot:
             if why is None and self.idx.untolerated(fq.flavor, pod_sets) is not None:
                 why = untolerated_taint(self.idx, cq.name, [fq], pod_sets)
             if why is None:
-                ok, _, misfit = self.view.fit(cq.name, by_flavor(request, flavors))
-                why = None if ok else misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq.name, flavors=fq.flavor)
+                ok, _, _ = self.view.fit(cq.name, by_flavor(request, flavors))
+                why = None if ok else _no_fit_why(self.view, cq, [fq], request)
             if why is None and len(groups) == 1:  # (a placement needs every resource's flavor)
                 nodes, placed = self.flavor_nodes(flavors), self.idx.flavored(pod_sets, flavors)
                 if place_gang(copy_free(self.free), placed, nodes=nodes) is None:

@@ -212,8 +212,9 @@ class KubernetesBinder:
         self._pods_ready(state.contract.pods_ready if state.contract is not None else None)
         self._ticks(state, out, now_ms)
         objs, by_uid = self._objects(state)
-        pods = self._pods()
-        self._nodes(state, out, now_ms, self._held_by_others(by_uid))
+        clusters = self._ray_clusters()
+        pods = self._pods(clusters)
+        self._nodes(state, out, now_ms, self._held_by_others(by_uid, clusters))
         if not self._priority_classes(state, out, now_ms):  # (a job naming a class it reports waits for it)
             await self._intake(state, by_uid, out)
         await self._moves(state, objs, out)
@@ -311,14 +312,13 @@ class KubernetesBinder:
             reported = True
         return reported
 
-    def _held_by_others(self, by_uid: dict[str, dict]) -> dict[str, dict[str, int]]:
+    def _held_by_others(self, by_uid: dict[str, dict], clusters: dict[tuple[str, str], str]) -> dict[str, dict[str, int]]:
         """Node → what the pods gangway does not manage hold there (milli): pods bound to it and not
         ended that are neither of a queued object (``by_uid``) nor bound by gangway (its GPU-indexes
         annotation, which a pod of a deleted object keeps while it terminates)."""
         ours = {(ob.kind_of(obj), ob.meta(obj).get("namespace"), ob.meta(obj).get("name")) for obj in by_uid.values()}
         held: dict[str, dict[str, int]] = {}
         known, self.pod_requests = self.pod_requests, {}
-        clusters = self._ray_clusters()
         for pod in self.reflectors["Pod"].store.values():
             node = (pod.get("spec") or {}).get("nodeName")
             if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -346,9 +346,9 @@ class KubernetesBinder:
             (ob.meta(obj).get("namespace"), cluster): ob.meta(obj).get("name") for obj in reflector.store.values()
             if (cluster := (obj.get("status") or {}).get("rayClusterName"))}
 
-    def _pods(self) -> dict[tuple[str, str, str], list[dict]]:
+    def _pods(self, clusters: dict[tuple[str, str], str]) -> dict[tuple[str, str, str], list[dict]]:
+        """Each object's pods, by (kind, namespace, name); ``clusters``: ``_ray_clusters``."""
         found: dict[tuple[str, str, str], list[dict]] = {}
-        clusters = self._ray_clusters()
         for pod in self.reflectors["Pod"].store.values():
             ns = ob.meta(pod).get("namespace")
             for kind, name in ob.owners(pod, clusters):

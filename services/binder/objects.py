@@ -158,8 +158,7 @@ def _template_fields(obj: dict, patch_spec: dict, fields) -> None:
     elif kind == "JobSet":  # a list: a merge patch replaces it whole
         rjs = copy.deepcopy(spec.get("replicatedJobs") or [])
         for rj in rjs:
-            tspec = rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
-            tspec.update(fields(tspec))
+            _set_fields(rj.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {}), fields)
         patch_spec["replicatedJobs"] = rjs
     elif kind in kubeflow.TRAINING_KINDS:
         field = kubeflow.TRAINING_KINDS[kind].replica_specs
@@ -170,14 +169,17 @@ def _template_fields(obj: dict, patch_spec: dict, fields) -> None:
         head = ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
         groups = copy.deepcopy(cluster.get("workerGroupSpecs") or [])
         for group in groups:
-            tspec = group.setdefault("template", {}).setdefault("spec", {})
-            tspec.update(fields(tspec))
+            _set_fields(group.setdefault("template", {}), fields)
         patch_spec["rayClusterSpec"] = {"headGroupSpec": {"template": {"spec": fields(head)}}, "workerGroupSpecs": groups}
         if rayjob.has_submitter(spec):  # (KubeRay's default one written out, so its pod is gangway's too)
-            submitter = copy.deepcopy(rayjob.submitter_template(spec))
-            sspec = submitter.setdefault("spec", {})
-            sspec.update(fields(sspec))
-            patch_spec["submitterPodTemplate"] = submitter
+            patch_spec["submitterPodTemplate"] = _set_fields(copy.deepcopy(rayjob.submitter_template(spec)), fields)
+
+
+def _set_fields(template: dict, fields) -> dict:
+    """``fields(its spec)`` set in a pod template (a copy, the whole of which a patch carries); returns it."""
+    spec = template.setdefault("spec", {})
+    spec.update(fields(spec))
+    return template
 
 
 def names_scheduler(obj: dict, scheduler: str) -> bool:

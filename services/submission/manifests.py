@@ -266,7 +266,7 @@ def _misspelt(key: str) -> str:
 def _close_key(key: str) -> str | None:
     """The key gangway reads or writes that ``key`` (under the same prefix) is a likely misspelling of."""
     prefix, _, name = key.rpartition("/")
-    known = {k.rpartition("/")[2]: k for k in (*KUEUE_KEYS_READ, *GANGWAY_KEYS_KNOWN) if k.rpartition("/")[0] == prefix}
+    known = _KEYS_BY_PREFIX.get(prefix, {})
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
     return known[close[0]] if close else None
 
@@ -577,6 +577,10 @@ LABELS_READ = (MAX_EXEC_LABEL, *PROFILE_ANNOTATIONS)
 #: gangway's own keys (``gangway.io/…``) a manifest may carry: those it reads, and those it writes on
 #: the objects it manages (found again when it reads them back); any other is named by ``_unread``.
 GANGWAY_KEYS_KNOWN = frozenset({RUNTIME_ANNOTATION, *PROFILE_ANNOTATIONS, *KEYS_WRITTEN})
+#: The keys gangway reads or writes, by prefix (``kueue.x-k8s.io``, ``gangway.io``): name → key.
+_KEYS_BY_PREFIX: dict[str, dict[str, str]] = {
+    prefix: {k.rpartition("/")[2]: k for k in (*KUEUE_KEYS_READ, *GANGWAY_KEYS_KNOWN) if k.rpartition("/")[0] == prefix}
+    for prefix in {k.rpartition("/")[0] for k in (*KUEUE_KEYS_READ, *GANGWAY_KEYS_KNOWN)}}
 
 
 def _profile(where: _Where, annotations: dict[str, str]) -> dict[str, str]:

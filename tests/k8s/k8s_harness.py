@@ -244,11 +244,6 @@ def _job_pod(name: str, index: int, template: dict) -> tuple[str, dict, dict, di
             {"batch.kubernetes.io/job-completion-index": str(index)}, template)
 
 
-def _suspended(obj: dict) -> bool:
-    spec = obj.get("spec") or {}
-    return bool((spec.get("runPolicy") or {}).get("suspend") if obj["kind"] in TRAINING_KINDS else spec.get("suspend"))
-
-
 @dataclass
 class FakeCluster:
     """The Job, JobSet and Kubeflow controllers (pods for resumed objects, none for suspended ones) and
@@ -299,15 +294,15 @@ class FakeCluster:
     async def _control(self, obj: dict, pods: dict[str, dict]) -> None:
         wanted = _pods_wanted(dict(obj, kind=obj.get("kind")))
         ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
-        if obj.get("kind") == rayjob.KIND and not _suspended(obj) and not (obj.get("status") or {}).get("rayClusterName"):
+        if obj.get("kind") == rayjob.KIND and not kubeflow.is_suspended(obj) and not (obj.get("status") or {}).get("rayClusterName"):
             # (KubeRay makes the RayCluster first and says its name in the RayJob's status)
             await self.kube.patch(api.RAYJOBS, obj["metadata"]["name"], {"status": {
                 "rayClusterName": ray_cluster_name(obj["metadata"]["name"]), "jobDeploymentStatus": "Initializing"}},
                 ns, sub="status")
-        if _suspended(obj) or rayjob.finished(obj) is not None or any(
+        if kubeflow.is_suspended(obj) or rayjob.finished(obj) is not None or any(
                 c.get("type") in ("Complete", "Completed", "Succeeded", "Failed")
                 and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or []):
-            if _suspended(obj):
+            if kubeflow.is_suspended(obj):
                 for pname, *_ in wanted:
                     pod = pods.get(pname)
                     if pod and not pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName"):

@@ -268,57 +268,62 @@ async def test_a_pod_of_a_bound_gang_replaced_by_its_controller_is_bound_in_the_
         assert not log.of_type(ev.WorkloadEvicted) and len(log.of_type(ev.ClusterReconciled)) == 1
 
 
+async def lost_where_it_cannot_run_again(kube, make_binder, name: str, spoil, restore=None):
+    """A gang of two 8-GPU pods running; ``spoil(log, binder, node)`` makes the node of its first pod
+    one that cannot take that pod again (and waits until the log says so); that pod deleted, the gang
+    must be placed anew and run elsewhere. Returns the node, the eviction and the log; ``restore(node)``
+    puts the node back, whatever happened."""
+    log, binder = await setup(kube, make_binder)
+    wl = log.state.workloads
+    async with cluster_running(kube, ["team"]):
+        await apply_manifests(kube, job(name, pods=2, gpus=8))
+        await run_until(log, [binder], lambda: f"team/{name}" in wl and wl[f"team/{name}"].phase == "running",
+                        what="the gang running")
+        victim = (await pods_of(kube, name))[0]
+        node = victim["spec"]["nodeName"]
+        try:
+            await spoil(log, binder, node)
+            await kube.delete(api.PODS, victim["metadata"]["name"], "team", grace_seconds=0)
+            await run_until(log, [binder], lambda: (wl[f"team/{name}"].attempt, wl[f"team/{name}"].phase) == (1, "running"),
+                            what="the gang placed anew and running")
+            [evicted] = log.of_type(ev.WorkloadEvicted)
+            assert node not in {p["spec"]["nodeName"] for p in await pods_of(kube, name)}
+            return node, evicted, log
+        finally:
+            if restore is not None:
+                await restore(node)
+
+
 async def test_a_pod_drained_off_a_cordoned_node_is_not_replaced_there_the_gang_is_placed_anew(kube, make_binder):
     """kubectl drain: the node cordoned, then its pods evicted. The replacement its controller makes is
     not bound back onto the cordoned node (a bind ignores the cordon): the gang is requeued once its
     pods are gone, and placed on nodes that take pods."""
-    log, binder = await setup(kube, make_binder)
-    wl = log.state.workloads
-    async with cluster_running(kube, ["team"]):
-        await apply_manifests(kube, job("drained", pods=2, gpus=8))
-        await run_until(log, [binder], lambda: "team/drained" in wl and wl["team/drained"].phase == "running",
-                        what="the gang running")
-        victim = (await pods_of(kube, "drained"))[0]
-        node = victim["spec"]["nodeName"]
+    async def cordon(log, binder, node):
         await kube.patch(api.NODES, node, {"spec": {"unschedulable": True}})
         await run_until(log, [binder], lambda: node in log.state.unavailable, what="the node cordoned")
-        await kube.delete(api.PODS, victim["metadata"]["name"], "team", grace_seconds=0)
-        await run_until(log, [binder], lambda: (wl["team/drained"].attempt, wl["team/drained"].phase) == (1, "running"),
-                        what="the gang placed anew and running")
-        [evicted] = log.of_type(ev.WorkloadEvicted)
-        assert f"their place on node {node} unavailable (" in evicted.reason, evicted.reason
-        assert node not in {p["spec"]["nodeName"] for p in await pods_of(kube, "drained")}
-        assert not [f for f in log.of_type(ev.ClusterReconciled) if f.reason_code == C.PODS_REPLACED]
+    node, evicted, log = await lost_where_it_cannot_run_again(kube, make_binder, "drained", cordon)
+    assert f"their place on node {node} unavailable (" in evicted.reason, evicted.reason
+    assert not [f for f in log.of_type(ev.ClusterReconciled) if f.reason_code == C.PODS_REPLACED]
 
 
 async def test_a_pod_lost_on_a_node_short_of_a_device_is_not_replaced_there_the_gang_is_placed_anew(kube, make_binder):
     """A GPU gone unhealthy: the device plugin reports one fewer allocatable, and the pod that held it
     fails. The node stays (its islands unknown: which GPU is gone is not said); the replacement is not bound back there (the kubelet would refuse it, again and again until the Job's
     backoffLimit or the recovery timeout): the gang is requeued at once and placed on nodes with room."""
-    log, binder = await setup(kube, make_binder)
-    wl = log.state.workloads
-    async with cluster_running(kube, ["team"]):
-        await apply_manifests(kube, job("sick", pods=2, gpus=8))
-        await run_until(log, [binder], lambda: "team/sick" in wl and wl["team/sick"].phase == "running",
-                        what="the gang running")
-        victim = (await pods_of(kube, "sick"))[0]
-        node = victim["spec"]["nodeName"]
-        # (the device plugin takes it out of allocatable; the capacity, and the islands, still count it)
-        seven = {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "7", "pods": "110"}
+    # (the device plugin takes it out of allocatable; the capacity, and the islands, still count it)
+    seven = {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "7", "pods": "110"}
+
+    async def lose_a_gpu(log, binder, node):
         await kube.patch(api.NODES, node, {"status": {"allocatable": seven}}, sub="status")
-        try:
-            await run_until(log, [binder], lambda: log.state.nodes[node].allocatable["nvidia.com/gpu"] == 7000,
-                            what="the node's seven GPUs on the log")
-            assert wl["team/sick"].phase == "running"  # (what runs there keeps running)
-            await kube.delete(api.PODS, victim["metadata"]["name"], "team", grace_seconds=0)
-            await run_until(log, [binder], lambda: (wl["team/sick"].attempt, wl["team/sick"].phase) == (1, "running"),
-                            what="the gang placed anew and running")
-            [evicted] = log.of_type(ev.WorkloadEvicted)
-            assert (f"their place on node {node} unavailable (7 nvidia.com/gpu left to gangway there, 8 nvidia.com/gpu "
-                    "placed: a device gone unhealthy") in evicted.reason, evicted.reason
-            assert node not in {p["spec"]["nodeName"] for p in await pods_of(kube, "sick")}
-        finally:
-            await kube.patch(api.NODES, node, {"status": {"allocatable": {**seven, "nvidia.com/gpu": "8"}}}, sub="status")
+        await run_until(log, [binder], lambda: log.state.nodes[node].allocatable["nvidia.com/gpu"] == 7000,
+                        what="the node's seven GPUs on the log")
+        assert log.state.workloads["team/sick"].phase == "running"  # (what runs there keeps running)
+
+    async def heal(node):
+        await kube.patch(api.NODES, node, {"status": {"allocatable": {**seven, "nvidia.com/gpu": "8"}}}, sub="status")
+    node, evicted, _ = await lost_where_it_cannot_run_again(kube, make_binder, "sick", lose_a_gpu, heal)
+    assert (f"their place on node {node} unavailable (7 nvidia.com/gpu left to gangway there, 8 nvidia.com/gpu "
+            "placed: a device gone unhealthy") in evicted.reason, evicted.reason
 
 
 async def test_what_reconciling_finds_is_fixed_and_written_onto_the_log(kube, make_binder):
