@@ -429,6 +429,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: block…) its preferences weigh most, then the least roomy (True); False (contracts written
     #: before the field): the least roomy, its preferences ordering only the nodes inside it.
     preferred_domains: bool = False
+    #: gangway extension (SchedulingPolicy ``priorityAging``), against starvation: in the order in
+    #: which waiting work is admitted, a workload's priority rises one point for each this many ms
+    #: it has waited, so one of priority p never waits behind one of priority q > p queued more
+    #: than (q - p) x this after it. Who may preempt whom stays by priority alone. 0 (contracts
+    #: written before the field, and the default): strict priority, as in Kueue.
+    aging_ms_per_point: int = 0
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

@@ -26,7 +26,7 @@ from gangway.events.resources import (
 )
 from gangway.events.state import (
     EVICT_FROM, FINISH_FROM, GPU_MODEL_LABEL, HOLDS_NODES, ORDER_OUT_FROM, NodeState, State, WorkloadState, count_pod_shape,
-    handing_over, node_holdings, pod_shape_key, queue_key, runtime_key, shape_of,
+    aging_of, handing_over, node_holdings, pod_shape_key, queue_key, runtime_key, shape_of,
 )
 
 
@@ -84,7 +84,7 @@ def _enqueue(state: State, wl: WorkloadState) -> None:
         wl.spec = msgspec.structs.replace(wl.spec, cluster_queue=cq)
         wl.shape = shape_of(wl.spec)
     state.pending[wl.spec.workload] = None
-    bisect.insort(state.pending_order.setdefault(wl.spec.cluster_queue, []), queue_key(wl))
+    bisect.insort(state.pending_order.setdefault(wl.spec.cluster_queue, []), queue_key(wl, aging_of(state.contract)))
     _count_pending(state, wl)
 
 
@@ -100,7 +100,7 @@ def _dequeue(state: State, wl: WorkloadState) -> None:
         state.backing_off.pop(wl.spec.workload, None)
     state.nominated.pop(wl.spec.workload, None)
     queue = state.pending_order[wl.spec.cluster_queue]
-    key = queue_key(wl)
+    key = queue_key(wl, aging_of(state.contract))
     i = bisect.bisect_left(queue, key)
     del queue[i]  # (an emptied queue keeps its key, as the other indexes do)
     left = state.pending_shapes.get(wl.shape, 0) - 1
@@ -664,8 +664,13 @@ def _config(state: State, env: ev.Envelope, e: ev.ConfigApplied) -> None:
         wl.busy_milli_ms = 0
         wl.gpu_seen_ms = {key: max(seen, env.time_ms) for key, seen in wl.gpu_seen_ms.items()}
         wl.charged_from_ms, wl.segment = env.time_ms, wl.segment + 1
+    aging = aging_of(state.contract)
     state.contract = e.contract
     state.contract_digest = e.digest
+    if aging_of(e.contract) != aging:  # the waiting work takes its place under the new aging
+        aging = aging_of(e.contract)
+        for queue in state.pending_order.values():
+            queue[:] = sorted(queue_key(state.workloads[key[3]], aging) for key in queue)
     _follow_local_queues(state)
     # Cohort usage depends on the tree and the lending limits: derive it again under the new one.
     state.cohort_usage = {}

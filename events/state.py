@@ -231,7 +231,7 @@ class State(msgspec.Struct):
     #: admission leaves them alone (kept until they leave the queue; the time may have passed).
     backing_off: dict[str, int] = {}
     #: The pending workloads of each ClusterQueue in queue order, kept sorted by the fold:
-    #: (-priority, queued_ms, seq, name) — highest priority first, then oldest (``queue_key``).
+    #: (rank, queued_ms, seq, name) — highest priority first (aged: ``rank``), then oldest (``queue_key``).
     #: A cycle merges these instead of sorting every pending workload.
     pending_order: dict[str, list[tuple[int, int, int, str]]] = {}
     #: Pending workloads victims were ordered out for (``WorkloadState.nominated``).
@@ -259,19 +259,33 @@ class State(msgspec.Struct):
         # A snapshot written before the queue-order index: derive it (and the nominated ones).
         if len(self.pending) != sum(len(q) for q in self.pending_order.values()):
             self.pending_order, self.nominated = {}, {}
+            aging = aging_of(self.contract)
             for name in self.pending:
                 wl = self.workloads[name]
-                self.pending_order.setdefault(wl.spec.cluster_queue, []).append(queue_key(wl))
+                self.pending_order.setdefault(wl.spec.cluster_queue, []).append(queue_key(wl, aging))
                 if wl.nominated:
                     self.nominated[name] = None
             for q in self.pending_order.values():
                 q.sort()
 
 
-def queue_key(wl: WorkloadState) -> tuple[int, int, int, str]:
-    """A pending workload's place in its queue: highest priority first, then oldest (``seq``, the
+def queue_key(wl: WorkloadState, aging_ms: int = 0) -> tuple[int, int, int, str]:
+    """A pending workload's place in its queue: its rank (``rank``), then oldest (``seq``, the
     offset at which it entered, breaks ties: keys are unique)."""
-    return (-wl.spec.priority, wl.queued_ms, wl.seq, wl.spec.workload)
+    return (rank(wl, aging_ms), wl.queued_ms, wl.seq, wl.spec.workload)
+
+
+def rank(wl: WorkloadState, aging_ms: int = 0) -> int:
+    """Where a waiting workload stands in the admission order, lowest first: minus its priority;
+    with the contract's ``aging_ms_per_point`` (``aging_ms``), its queueing time minus its priority
+    that many ms a point — the same order at any moment as its priority plus one point for each
+    ``aging_ms`` waited, so the keys never change while it waits."""
+    return wl.queued_ms - wl.spec.priority * aging_ms if aging_ms else -wl.spec.priority
+
+
+def aging_of(contract: Contract | None) -> int:
+    """The contract's ``aging_ms_per_point`` (0: none, or no contract yet)."""
+    return contract.aging_ms_per_point if contract is not None else 0
 
 
 def node_holdings(wl: WorkloadState) -> Iterator[tuple[str, Resources, list[int], int]]:

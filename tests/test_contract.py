@@ -611,6 +611,7 @@ POLICY = docs(FLAVOR, cluster_queue(), y("""
         currency: EUR
         perHour: [{flavor: default-flavor, resource: cpu, price: "0.04"}]
       backfill: {quotaHoldsPerTree: 2, handOverWithinMilliseconds: 0}
+      priorityAging: {secondsPerPoint: 0.5}
     """))
 
 
@@ -625,6 +626,8 @@ def test_the_scheduling_policy_sets_runtimes_fair_sharing_checkpoints_and_prices
     assert (contract.currency, contract.prices) == ("EUR", [Price("default-flavor", "cpu", 40_000)])
     assert contract.backfill == Backfill(quota_holds_per_tree=2, hand_over_within_ms=0)
     assert load_contract(docs(FLAVOR, cluster_queue())).backfill == Backfill(quota_holds_per_tree=8, hand_over_within_ms=100)
+    assert contract.aging_ms_per_point == 500
+    assert load_contract(docs(FLAVOR, cluster_queue())).aging_ms_per_point == 0  # strict priority
 
 
 @pytest.mark.parametrize("field, value, why", [
@@ -643,6 +646,12 @@ def test_the_scheduling_policy_sets_runtimes_fair_sharing_checkpoints_and_prices
     ("backfill", "{handOverWithinMilliseconds: 600000}",
      "spec.backfill.handOverWithinMilliseconds: 600000 is out of range: 0 to 60000"),
     ("backfill", "[8]", "spec.backfill: must be a mapping, not a list"),
+    ("priorityAging", "{secondsPerPoint: null}", "spec.priorityAging.secondsPerPoint: required field is missing"),
+    ("priorityAging", "{secondsPerPoint: fast}", 'spec.priorityAging.secondsPerPoint: "fast" is not a number of seconds'),
+    ("priorityAging", "{secondsPerPoint: 0}", "spec.priorityAging.secondsPerPoint: 0 is out of range: 0.001 to "
+                                              "31536000 (seconds of waiting worth one priority point)"),
+    ("priorityAging", "{secondsPerPoint: 1, cap: 3}", "spec.priorityAging.cap: unknown field"),
+    ("priorityAging", "60", "spec.priorityAging: must be a mapping, not an integer"),
 ])
 def test_a_bad_scheduling_policy_field_is_refused_precisely(field, value, why):
     text = docs(FLAVOR, cluster_queue(), "apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\n"

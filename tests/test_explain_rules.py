@@ -243,6 +243,15 @@ def test_the_rules_say_what_backfill_keeps_for_waiting_jobs(backfill, said, unsa
     assert all(s in text for s in said) and not any(s in text for s in unsaid), text
 
 
+def test_the_rules_say_priority_aging_when_the_contract_sets_it():
+    plain = contract(cluster_queue("a").gpus(8)).obj()
+    assert "priority rises" not in rules.as_text(rules.sections(plain))
+    text = rules.as_text(rules.sections(msgspec.structs.replace(plain, aging_ms_per_point=60_000)))
+    assert ("A waiting job's priority rises one point for each 60 s it has waited, in the order jobs are admitted "
+            "(and quota held) only: a job never waits behind one of higher priority queued more than 60 s a point "
+            "of difference after it.") in text
+
+
 @pytest.mark.parametrize("ready, said", [
     (None, None),
     ({"timeout_ms": 150_000, "recovery_timeout_ms": 90_000, "backoff_base_ms": 5_000, "backoff_max_ms": 600_000,

@@ -54,12 +54,13 @@ POLICIES = [
      "c": ("LowerPriority", "LowerPriority", False), "solo": ("LowerPriority", "Never", False)},
 ]
 #: What else each variant turns on: fair sharing, borrowWithinCohort for a, a minimum runtime for
-#: "low", Kueue's queue order for the preempted (``requeue_in_place``; False: from their eviction).
+#: "low", Kueue's queue order for the preempted (``requeue_in_place``; False: from their eviction),
+#: priority aging (ms a point: "low" waiting 10 minutes ranks with "high" just queued).
 EXTRAS = [
-    {"fair": False, "borrow_within": False, "min_runtime_ms": None, "in_place": False},
-    {"fair": False, "borrow_within": True, "min_runtime_ms": 5 * 60_000, "in_place": True},
-    {"fair": False, "borrow_within": False, "min_runtime_ms": None, "in_place": True},
-    {"fair": True, "borrow_within": False, "min_runtime_ms": 60_000, "in_place": True},
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None, "in_place": False, "aging_ms": 0},
+    {"fair": False, "borrow_within": True, "min_runtime_ms": 5 * 60_000, "in_place": True, "aging_ms": 0},
+    {"fair": False, "borrow_within": False, "min_runtime_ms": None, "in_place": True, "aging_ms": 6_000},
+    {"fair": True, "borrow_within": False, "min_runtime_ms": 60_000, "in_place": True, "aging_ms": 6_000},
 ]
 
 
@@ -84,7 +85,7 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
      .cohort("org", gpus=4).cohort("lab", parent="org"))  # the same tree in every variant
     if extras["fair"]:
         c.fair_sharing()
-    return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"])
+    return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"], aging_ms_per_point=extras["aging_ms"])
 
 
 #: Node name → (block, rack, NVLink islands) for the nodes that have a topology.

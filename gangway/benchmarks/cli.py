@@ -57,7 +57,8 @@ def cmd_bench(args) -> int:
         from gangway.benchmarks import kueue_scenarios
         return kueue_scenarios.main(args.scenario, args.out, shrink=args.shrink, data_dir=args.data,
                                     runs=args.repeat or (1 if args.quick else 3), provenance=_provenance,
-                                    simulated=args.simulated, quota_holds=args.quota_holds)
+                                    simulated=args.simulated, quota_holds=args.quota_holds,
+                                    aging_s=args.priority_aging)
     from gangway.benchmarks import pipeline
     if args.what == "pipeline":
         brokers = pipeline.BROKERS if args.broker == "both" else (args.broker,)
@@ -189,6 +190,8 @@ def add_parsers(sub) -> None:
                         "round (0: the policy alone, without the pipeline's round trips); one run, deterministic")
     s.add_argument("--quota-holds", type=int, metavar="N",
                    help="kueue: the contract's backfill.quotaHoldsPerTree (default: the contract default, 8)")
+    s.add_argument("--priority-aging", type=float, metavar="SECONDS",
+                   help="kueue: the contract's priorityAging.secondsPerPoint (default: none, strict priority)")
     s.add_argument("--shrink", type=float, help="kueue: keep this fraction of queues and workloads, runtimes too; "
                                                 "faults: of workloads only (default 0.1)")
     s.add_argument("--data", help="kueue, fgd, money, faults: the full reference data folder (default: $GANGWAY_DATA)")

@@ -396,8 +396,10 @@ def report(result: dict) -> str:
     pub = result.get("kueue_published") or {}
     how = ("real broker and six services, time scale 1" if result.get("simulated_cycle_ms") is None else
            f"in-process simulation, {result['simulated_cycle_ms']} ms a deciding round (no broker)")
+    aging = result.get("aging_ms_per_point")
     lines = [f"Kueue scenario {result['scenario']}: {result['workloads']} workloads on "
-             f"{result['cluster_queues']} ClusterQueues, {how}"]
+             f"{result['cluster_queues']} ClusterQueues, {how}" +
+             (f"; priority aging: one point per {aging / 1000:g} s waited" if aging else "")]
     lines.append(f"{'figure':<34} {'gangway':>12} {'Kueue':>12} {'ratio':>7}")
     bound = result["lower_bound_ms"]
     lines.append(f"{'wall ms':<34} {result['wall_ms']:>12,.0f} {pub.get('wall_ms', float('nan')):>12,.0f} "
@@ -442,7 +444,7 @@ def median_run(results: list[dict]) -> dict:
 
 def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: str | None = None,
          runs: int = 3, provenance=lambda result: result, simulated: int | None = None,
-         quota_holds: int | None = None) -> int:
+         quota_holds: int | None = None, aging_s: float | None = None) -> int:
     if not re.fullmatch(r"[a-z-]+", scenario):
         raise SystemExit(f"gangway: bad scenario name {scenario!r}")
     needs = f"kueue-perf/{scenario}/generator.yaml"
@@ -451,6 +453,8 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
     if quota_holds is not None:  # the platform team's trade between the priorities' waits
         sc = replace(sc, contract=msgspec.structs.replace(
             sc.contract, backfill=Backfill(quota_holds_per_tree=quota_holds)))
+    if aging_s is not None:  # the platform team's trade: how much waiting is worth a priority point
+        sc = replace(sc, contract=msgspec.structs.replace(sc.contract, aging_ms_per_point=round(aging_s * 1000)))
     if sc.topology:
         print(f"note: {scenario} has a topology ({sc.topology['name']}): its nodes carry the level labels and "
               f"the pod sets Kueue's TAS constraints; placement honours what the code of this branch supports")
@@ -461,6 +465,7 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
         result = run(sc) if simulated is None else simulate(sc, simulated)
         result["shrink"] = shrink
         result["quota_holds_per_tree"] = sc.contract.backfill.quota_holds_per_tree
+        result["aging_ms_per_point"] = sc.contract.aging_ms_per_point
         print(f"--- run {i + 1} of {runs}\n{report(result)}", flush=True)
         done.append(result)
     result = provenance(median_run(done))
@@ -471,6 +476,7 @@ def main(scenario: str, out: str | None, shrink: float | None = None, data_dir: 
     if result["goals"]:
         print(goals_report(result["goals"]))
     kind = "-shrunk" * bool(shrink) + (f"-simulated-{simulated}ms" if simulated is not None else "") + \
-        (f"-holds-{quota_holds}" if quota_holds is not None else "")
+        (f"-holds-{quota_holds}" if quota_holds is not None else "") + \
+        (f"-aging-{sc.contract.aging_ms_per_point}ms" if aging_s is not None else "")
     write_json(result, out or f"bench/results/kueue-{scenario}{kind}.json")
     return 0

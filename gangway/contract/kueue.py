@@ -435,6 +435,7 @@ class _Policy:
     billing: Billing | None = None
     idle_rule: IdleRule | None = None
     backfill: Backfill | None = None
+    aging_ms_per_point: int | None = None
 
 
 @dataclass
@@ -528,7 +529,8 @@ def _assemble(parsed: _Parsed) -> Contract:
                 "fair_sharing": policy.fair_sharing or parsed.configuration_fair_sharing,
                 "checkpoint_aware": policy.checkpoint_aware,
                 "currency": policy.currency, "billing": policy.billing, "idle_rule": policy.idle_rule,
-                "backfill": policy.backfill, "pods_ready": parsed.pods_ready}
+                "backfill": policy.backfill, "pods_ready": parsed.pods_ready,
+                "aging_ms_per_point": policy.aging_ms_per_point}
     classes = [
         msgspec.structs.replace(entry.value, grace_ms=policy.grace_ms.get(name),
                                 min_runtime_ms=policy.min_runtime_ms.get(name))
@@ -777,7 +779,8 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     if spec is None:
         return
     _check_fields(at, "spec", spec, {"defaultGracePeriodSeconds", "defaultPriority", "priorityClasses",
-                                     "fairSharing", "checkpointAware", "prices", "billing", "idleRule", "backfill"})
+                                     "fairSharing", "checkpointAware", "prices", "billing", "idleRule", "backfill",
+                                     "priorityAging"})
     grace_s = _int(at, "spec.defaultGracePeriodSeconds", spec.get("defaultGracePeriodSeconds"), _GRACE_SECONDS)
     priority = _int(at, "spec.defaultPriority", spec.get("defaultPriority"), _INT32)
     policy = _Policy(None if grace_s is None else grace_s * 1000, priority)
@@ -791,6 +794,7 @@ def _read_policy(at: _At, obj: dict, parsed: _Parsed) -> None:
     policy.billing = _policy_billing(at, "spec.billing", spec.get("billing"))
     policy.idle_rule = _policy_idle_rule(at, "spec.idleRule", spec.get("idleRule"))
     policy.backfill = _policy_backfill(at, "spec.backfill", spec.get("backfill"))
+    policy.aging_ms_per_point = _policy_aging(at, "spec.priorityAging", spec.get("priorityAging"))
     if parsed.policies:
         first = next(iter(parsed.policies.values())).at
         at.error("", f"only one SchedulingPolicy is allowed; {first.name} is in {first.where()}")
@@ -1106,6 +1110,32 @@ def _policy_backfill(at: _At, path: str, value: Any) -> Backfill | None:
     within = _int(at, f"{path}.handOverWithinMilliseconds", spec.get("handOverWithinMilliseconds"), _HAND_OVER_MS)
     return Backfill(quota_holds_per_tree=Backfill().quota_holds_per_tree if holds is None else holds,
                     hand_over_within_ms=Backfill().hand_over_within_ms if within is None else within)
+
+
+#: Priority aging: at least a millisecond a point, at most a year.
+_AGING_SECONDS = (0.001, 365 * 86400)
+
+
+def _policy_aging(at: _At, path: str, value: Any) -> int | None:
+    """``priorityAging: {secondsPerPoint: 60}`` (``Contract.aging_ms_per_point``): a number of
+    seconds, fractions allowed (0.5: two points a second)."""
+    spec = _dict(at, path, value)
+    if not spec:
+        return None
+    _check_fields(at, path, spec, {"secondsPerPoint"})
+    seconds = spec.get("secondsPerPoint")
+    where = f"{path}.secondsPerPoint"
+    if seconds is None:
+        at.error(where, _MISSING)
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        at.error(where, f"{_show(seconds)} is not a number of seconds")
+        return None
+    low, high = _AGING_SECONDS
+    if not low <= seconds <= high:
+        at.error(where, f"{_show(seconds)} is out of range: {low} to {high} (seconds of waiting worth one priority point)")
+        return None
+    return round(seconds * 1000)
 
 
 _READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {

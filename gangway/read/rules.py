@@ -159,6 +159,14 @@ def _holds_words(backfill: Backfill) -> str:
             + " the quota that frees soonest held against jobs of lower priority")
 
 
+def _aging_words(ms_per_point: int) -> str:
+    """Priority aging (``Contract.aging_ms_per_point``) in words."""
+    return (f"A waiting job's priority rises one point for each {ms_per_point / 1000:g} s it has waited, in the order "
+            f"jobs are admitted (and quota held) only: a job never waits behind one of higher priority queued more "
+            f"than {ms_per_point / 1000:g} s a point of difference after it. Who may preempt whom stays by priority, "
+            f"and a job let in ahead by its age is not preempted for one it outranked.")
+
+
 #: How a queue gets back what it lent, by its reclaimWithinCohort policy.
 _TAKES_BACK = {"Never": "gets it back as the borrowers' jobs end (it preempts none of them)",
                "LowerPriority": "takes it back when it needs it by preempting the borrowers' lower-priority jobs "
@@ -220,6 +228,8 @@ def _queue(contract: Contract, tree: QuotaStructure, cq: ClusterQueue) -> list[s
     if contract.backfill.hand_over_within_ms:
         lines.append("A job quota keeps out is admitted ahead to take over from running work expected to end within "
                      f"{contract.backfill.hand_over_within_ms} ms: its pods start as that work ends.")
+    if contract.aging_ms_per_point:
+        lines.append(_aging_words(contract.aging_ms_per_point))
     lines.extend(_preemption_words(cq, contract.fair_sharing.enable))
     if contract.fair_sharing.enable:
         lines.append(f"Fair-sharing weight {cq.fair_weight / 1000:g}.")

@@ -6,8 +6,9 @@ A scheduling cycle, in Kueue's words but without its one-admission-per-queue lim
 2. reserve what is already promised: admitted-but-unplaced gangs, and the room a preemptor is
    waiting for while its victims exit;
 3. order the pending workloads: preemptors first, then queues reclaiming their nominal quota, then
-   borrowers — highest priority first, then oldest; with fair sharing, borrowers by the share their
-   queue (and its cohorts) would have after admission, lowest first;
+   borrowers — highest priority first (aged, under the contract's priority aging), then oldest;
+   with fair sharing, borrowers by the share their queue (and its cohorts) would have after
+   admission, lowest first;
 4. admit each one whose whole request fits its quota in some flavor *and* for which a placement
    exists on that flavor's free nodes — so no workload holds quota it cannot use (kueue#5243) and a
    gang never holds part of the cluster; a pod set with ``min_count`` may be admitted smaller;
@@ -42,7 +43,7 @@ ADMISSIONS_PER_CYCLE_MAX = 3000
 
 
 def queue_order(state: State) -> list[WorkloadState]:
-    """Pending workloads, highest priority first, then oldest."""
+    """Pending workloads, highest priority (aged: ``rank``) first, then oldest."""
     return [state.workloads[key[3]] for key in heapq.merge(*state.pending_order.values())]
 
 
@@ -127,7 +128,7 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
     held = in_stopped_local_queues(state, idx)
     first = {name for name in state.nominated} | {name for name in waiting if name in state.pending}
     first = {name for name in first - backing_off - held if state.workloads[name].spec.cluster_queue not in idx.stopped}
-    for key in sorted(queue_key(state.workloads[name]) for name in first):
+    for key in sorted(queue_key(state.workloads[name], snap.aging) for name in first):
         yield _try(snap, idx, state.workloads[key[3]], waiting, blocked), snap
     skip = first | backing_off | held
     settled = _Settled(state, snap, skip) if settle else None
@@ -212,7 +213,7 @@ def fair_order(snap: Snapshot, idx: ContractIndex, queues: dict[str, Iterator[Wo
         if head is not None:
             heads[cq] = head
     while heads:
-        best = min(heads, key=lambda cq: (_share_key(snap, idx, heads[cq]), _order_key(heads[cq])))
+        best = min(heads, key=lambda cq: (_share_key(snap, idx, heads[cq]), queue_key(heads[cq], snap.aging)))
         wl = heads[best]
         head = next(queues[best], None)
         if head is None:
@@ -231,10 +232,6 @@ def _share_key(snap: Snapshot, idx: ContractIndex, wl: WorkloadState) -> tuple[i
     path = idx.tree.path(cq)
     return tuple(snap.view.share(node, extra if node.name == cq else {}, idx.weights)
                  for node in reversed(path[:-1]))
-
-
-def _order_key(wl: WorkloadState) -> tuple:
-    return (-wl.spec.priority, wl.queued_ms, wl.seq)
 
 
 def _needs_borrowing(snap: Snapshot, wl: WorkloadState) -> bool:

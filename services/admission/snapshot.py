@@ -27,7 +27,7 @@ from gangway.events.reasons import NEVER_PLACEABLE_CODES, QUOTA_CODES, C, Reason
 from gangway.events.resources import (
     ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource,
 )
-from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over, shape_of, waits_to_take_over
+from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over, rank, shape_of, waits_to_take_over
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
@@ -76,13 +76,13 @@ class QuotaHold:
     """The quota kept for one workload blocked by quota alone (``Snapshot.hold_quota``): it can
     start at ``start_ms``, when the admitted work of its quota tree expected to end soonest has
     released enough; ``later`` is the usage then, the workload in it (and those held for before
-    it in its tree). Only workloads of lower priority than it are held back. ``held``: its quota by
+    it in its tree). Only workloads ranked after it (``rank``: of lower priority) are held back. ``held``: its quota by
     flavor; ``end_ms``: when it is expected to give it back (its runtime from ``start_ms``; None
     without one)."""
 
     workload: str
     cluster_queue: str
-    priority: int
+    rank: int
     start_ms: int
     later: QuotaView
     held: dict[str, int]
@@ -101,6 +101,8 @@ class Snapshot:
     def __init__(self, state: State, idx: ContractIndex):
         self.state = state
         self.idx = idx
+        #: The contract's priority aging (``rank``).
+        self.aging = idx.contract.aging_ms_per_point
         self.view = QuotaView.over(idx.tree, state.usage, state.cohort_usage, averages(state))
         self.later: dict[str, dict[str, int]] = {}
         self._bound: QuotaView | None = None
@@ -131,11 +133,11 @@ class Snapshot:
         self._kept_keys: dict[tuple, tuple] = {}
         #: ClusterQueue → the root of its quota tree (``_root``), once asked.
         self._roots: dict[str, str | None] = {}
-        #: Quota tree root → the lowest priority pending there (``_lowest_pending``), once asked.
-        self._lowest: dict[str, int] | None = None
+        #: Quota tree root → the last rank pending there (``_last_pending``), once asked.
+        self._last: dict[str, int] | None = None
         #: (ClusterQueue, quota by flavor) no hold could be made for this cycle.
         self.unholdable: set[tuple] = set()
-        #: (shape, priority, flavors) no hand-over could be made for this cycle (``take_over``).
+        #: (shape, rank, flavors) no hand-over could be made for this cycle (``take_over``).
         self.no_hand_over: set[tuple] = set()
 
     # --- quota ---------------------------------------------------------------------------------
@@ -239,10 +241,10 @@ class Snapshot:
 
     def _kept(self, wl: WorkloadState) -> tuple[tuple[bool, tuple[bool, ...]], tuple[bool, ...]]:
         """``wl``'s ``_in_time`` and ``_outranks``: the same for every workload of a queue, runtime
-        and priority until room is kept anew (holds are only added in a cycle, the reservation made
+        and rank until room is kept anew (holds are only added in a cycle, the reservation made
         once), so asked once for each."""
         cq = wl.spec.cluster_queue
-        key = (cq, wl.spec.runtime_ms, wl.spec.priority, len(self.holds_of(cq)), self.reservation is not None)
+        key = (cq, wl.spec.runtime_ms, rank(wl, self.aging), len(self.holds_of(cq)), self.reservation is not None)
         kept = self._kept_keys.get(key)
         if kept is None:
             kept = self._kept_keys[key] = (self._in_time(cq, wl.spec.runtime_ms), self._outranks(wl))
@@ -258,9 +260,10 @@ class Snapshot:
         return runtime_ms is not None and self.state.time_ms + runtime_ms <= start_ms
 
     def _outranks(self, wl: WorkloadState) -> tuple[bool, ...]:
-        """For each quota hold in its tree: is ``wl`` of no lower priority than the workload it is
-        held for? Then that hold does not keep it out."""
-        return tuple(wl.spec.priority >= hold.priority for hold in self.holds_of(wl.spec.cluster_queue))
+        """For each quota hold in its tree: is ``wl`` ranked no later than the workload it is held
+        for (of no lower priority, unless aged)? Then that hold does not keep it out."""
+        mine = rank(wl, self.aging)
+        return tuple(mine <= hold.rank for hold in self.holds_of(wl.spec.cluster_queue))
 
     def holds_of(self, cq: str) -> list[QuotaHold]:
         """The quota held in ``cq``'s quota tree this cycle, in the order it was held."""
@@ -268,21 +271,21 @@ class Snapshot:
 
     def may_hold(self, wl: WorkloadState) -> bool:
         """Could quota be held for ``wl`` (``hold_quota``): its quota tree has fewer holds than the
-        contract's ``backfill.quota_holds_per_tree``, and work of lower priority pending, which a
-        hold keeps out?"""
+        contract's ``backfill.quota_holds_per_tree``, and work ranked after it (of lower priority)
+        pending, which a hold keeps out?"""
         root = self.root(wl.spec.cluster_queue)
         holds_max = self.idx.contract.backfill.quota_holds_per_tree
         return root is not None and len(self.holds.get(root, ())) < holds_max and \
-            wl.spec.priority > self._lowest_pending(root)
+            rank(wl, self.aging) < self._last_pending(root)
 
-    def _lowest_pending(self, root: str) -> int:
-        """The lowest priority of the workloads pending in a quota tree (those a hold could keep out)."""
-        if self._lowest is None:
-            self._lowest = {}
+    def _last_pending(self, root: str) -> int | float:
+        """The last rank of the workloads pending in a quota tree (those a hold could keep out)."""
+        if self._last is None:
+            self._last = {}
             for cq, keys in self.state.pending_order.items():
                 if keys and (tree := self.root(cq)) is not None:
-                    self._lowest[tree] = min(self._lowest.get(tree, -keys[-1][0]), -keys[-1][0])
-        return self._lowest.get(root, 0)
+                    self._last[tree] = max(self._last.get(tree, keys[-1][0]), keys[-1][0])
+        return self._last.get(root, float("-inf"))
 
     def root(self, cq: str) -> str | None:
         """The root of ``cq``'s quota tree (``_root``)."""
@@ -295,7 +298,7 @@ class Snapshot:
     def _settles(self, key: tuple) -> bool:
         """Does the failure of ``key`` fail every pending workload of its shape? Ending in time
         only lets a workload in more easily, so it does when its shape's workload that ends
-        soonest ends as much in time. (A shape is one ClusterQueue's, walked in priority order:
+        soonest ends as much in time. (A shape is one ClusterQueue's, walked in queue order:
         those of it still to come rank no higher.)"""
         shape, in_time = key[0], key[1]
         if in_time is None:
@@ -500,7 +503,7 @@ class Snapshot:
         return self.free
 
     def _holds_on(self, wl: WorkloadState) -> list[QuotaHold]:
-        """The quota holds ``wl`` must respect: those for a workload of higher priority in its quota
+        """The quota holds ``wl`` must respect: those for a workload ranked before it in its quota
         tree, unless ``wl`` ends before that one can start."""
         holds = self.holds_of(wl.spec.cluster_queue)
         if not holds:
@@ -549,7 +552,7 @@ class Snapshot:
         """Keep quota for a workload blocked by quota alone (backfill on quota): the admitted work
         of its quota tree (this cycle's too), and what is held there for those before it, is
         released in the order it is expected to end until the workload fits; from then on, until
-        it starts, only work of lower priority that ends before that time, or that leaves room for
+        it starts, only work ranked after it (of lower priority) that ends before that time, or that leaves room for
         it then, is admitted in that tree — a stream of small workloads, each taking what the last
         one freed, no longer keeps one of higher priority out for good (among equal priorities
         Kueue's BestEffortFIFO stands: a later workload that fits passes). At most the contract's
@@ -585,7 +588,7 @@ class Snapshot:
             return None
         later.add(cq, held)
         end = start + wl.spec.runtime_ms if wl.spec.runtime_ms is not None else None
-        hold = QuotaHold(wl.spec.workload, cq, wl.spec.priority, start, later, held, end)
+        hold = QuotaHold(wl.spec.workload, cq, rank(wl, self.aging), start, later, held, end)
         # (the failures remembered stand: a hold only keeps more out, and the failure keys of its
         # tree's workloads now name one hold more)
         self.holds.setdefault(root, []).append(hold)
@@ -605,7 +608,7 @@ class Snapshot:
         tried. Its quota and room are counted from now — the quota in use, and a node's free
         room, may show below zero until the work it takes over ends — so every later decision is
         checked with it in; the fold checks it with that work given back."""
-        tried = (wl.shape or shape_of(wl.spec), wl.spec.priority, tuple(sorted(flavors.items())))
+        tried = (wl.shape or shape_of(wl.spec), rank(wl, self.aging), tuple(sorted(flavors.items())))
         if tried in self.no_hand_over:
             return None
         cq = wl.spec.cluster_queue

@@ -13,6 +13,9 @@ For one pending workload and one flavor assignment:
    then lowest priority first, then (checkpoint-aware) the one that loses least work, then most
    recently admitted first. Who may be a candidate:
    - own queue: ``withinClusterQueue`` (LowerPriority, LowerOrNewerEqualPriority);
+   - with the contract's priority aging, a rule that preempts by priority takes only a victim
+     ranked after the preemptor too (``_lower``): aging orders admission, it never lets a
+     workload preempt, nor one it let in ahead be preempted for what it outranked;
    - other queues, classical: ``reclaimWithinCohort`` when the preemptor stays within its nominal
      quota, or ``borrowWithinCohort`` (lower priority, at most ``maxPriorityThreshold``) when it
      must borrow;
@@ -37,7 +40,7 @@ from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaNode, QuotaView
 from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import ContractIndex, by_flavor
-from gangway.events.state import State, WorkloadState
+from gangway.events.state import State, WorkloadState, rank
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 if TYPE_CHECKING:
@@ -218,6 +221,7 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
     root = idx.tree.root_of(cq_name)
     fair = idx.contract.fair_sharing.enable
     idle_rule = idx.contract.idle_rule
+    aging = idx.contract.aging_ms_per_point
     found: list[tuple[tuple, WorkloadState, Reason]] = []
     shares: dict[str, int] = {}
     #: Per victim queue: is it in the preemptor's cohort tree and borrowing what it needs? (The
@@ -231,7 +235,7 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
             continue
         vq = victim.spec.cluster_queue
         if vq == cq_name:
-            rule, group = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim), 1
+            rule, group = _within_queue_rule(cq.preemption.within_cluster_queue, wl, victim, aging), 1
         else:
             if vq not in reclaimable:
                 reclaimable[vq] = (root is not None and vq in idx.tree.queues and idx.tree.root_of(vq) == root
@@ -243,9 +247,9 @@ def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
             if fair:
                 rule = reason(C.FAIR_SHARING, victim_queue=vq, cohort=root)
             elif reclaim:
-                rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq)
+                rule = _reclaim_rule(cq.preemption.reclaim_within_cohort, wl, victim, vq, aging)
             else:
-                rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq)
+                rule = _borrow_rule(cq.preemption.borrow_within_cohort, wl, victim, vq, aging)
         if not rule or not _shares_something(state, trial, victim):
             continue
         if _before_min_runtime(idx, victim, state.time_ms):
@@ -287,9 +291,16 @@ def _shares_something(state: State, trial: _Trial, victim: WorkloadState) -> boo
     return any(a.node in trial.nodes for a in victim.placement.assignments)
 
 
-def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) -> Reason | None:
+def _lower(wl: WorkloadState, victim: WorkloadState, aging: int) -> bool:
+    """Is ``victim`` of lower priority than ``wl`` for the rules that preempt by priority? With the
+    contract's priority aging, also ranked after it (``rank``): a workload the aged order let in
+    ahead of ``wl`` is not preempted for it, nor is one of higher priority by an aged one."""
+    return victim.spec.priority < wl.spec.priority and (not aging or rank(victim, aging) > rank(wl, aging))
+
+
+def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState, aging: int) -> Reason | None:
     p, q = wl.spec.priority, victim.spec.priority
-    if policy in ("LowerPriority", "LowerOrNewerEqualPriority") and q < p:
+    if policy in ("LowerPriority", "LowerOrNewerEqualPriority") and _lower(wl, victim, aging):
         return reason(C.WITHIN_QUEUE_LOWER_PRIORITY, policy=policy, priority=p, victim_priority=q,
                       preemptor=wl.spec.workload)
     if policy == "LowerOrNewerEqualPriority" and q == p and victim.queued_ms > wl.queued_ms:
@@ -297,17 +308,16 @@ def _within_queue_rule(policy: str, wl: WorkloadState, victim: WorkloadState) ->
     return None
 
 
-def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str) -> Reason | None:
-    p, q = wl.spec.priority, victim.spec.priority
-    if policy == "Any" or (policy == "LowerPriority" and q < p):
+def _reclaim_rule(policy: str, wl: WorkloadState, victim: WorkloadState, vq: str, aging: int) -> Reason | None:
+    if policy == "Any" or (policy == "LowerPriority" and _lower(wl, victim, aging)):
         return reason(C.RECLAIM_WITHIN_COHORT, policy=policy, victim_queue=vq, cluster_queue=wl.spec.cluster_queue,
                       preemptor=wl.spec.workload)
     return None
 
 
-def _borrow_rule(policy, wl: WorkloadState, victim: WorkloadState, vq: str) -> Reason | None:
+def _borrow_rule(policy, wl: WorkloadState, victim: WorkloadState, vq: str, aging: int) -> Reason | None:
     p, q = wl.spec.priority, victim.spec.priority
-    if policy.policy != "LowerPriority" or q >= p:
+    if policy.policy != "LowerPriority" or not _lower(wl, victim, aging):
         return None
     if policy.max_priority_threshold is not None and q > policy.max_priority_threshold:
         return None

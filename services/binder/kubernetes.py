@@ -911,14 +911,10 @@ class KubernetesBinder:
     # --- telling users -------------------------------------------------------------------------------------
 
     async def _tell_pending(self, state: State, objs: dict[str, dict]) -> None:
-        queues: dict[str, list[WorkloadState]] = {}
-        for name in state.pending:
-            wl = state.workloads[name]
-            queues.setdefault(wl.spec.cluster_queue, []).append(wl)
         now = time.monotonic()
         due = []
-        for cq, waiting in queues.items():
-            waiting.sort(key=lambda w: (-w.spec.priority, w.queued_ms, w.seq))
+        for keys in state.pending_order.values():
+            waiting = [state.workloads[key[3]] for key in keys]
             for i, wl in enumerate(waiting, start=1):
                 obj = objs.get(wl.spec.workload)
                 if obj is None or ob.finished(obj) is not None:  # (ended: withdrawn, and told so)

@@ -145,9 +145,10 @@ def _defragment(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSt
 
 def _preemptor_key(idx: ContractIndex, wl: WorkloadState, snap: Snapshot) -> tuple:
     """Preemptors with equal keys find the same victims: the same queue and shape (the runtime
-    plays no part), the same priority, the same age under LowerOrNewerEqualPriority, and the
-    same room (the gang holding the reservation sees its reserved nodes as its own)."""
+    plays no part), the same priority, the same age under LowerOrNewerEqualPriority or priority
+    aging, and the same room (the gang holding the reservation sees its reserved nodes as its own)."""
     cq = idx.cluster_queues.get(wl.spec.cluster_queue)
-    newer = cq is not None and cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
+    newer = idx.contract.aging_ms_per_point > 0 or (
+        cq is not None and cq.preemption.within_cluster_queue == "LowerOrNewerEqualPriority")
     holder = snap.reservation is not None and snap.reservation.workload == wl.spec.workload
     return (wl.shape or shape_of(wl.spec), wl.spec.priority, wl.queued_ms if newer else None, holder)
