@@ -137,7 +137,7 @@ class Snapshot:
         self._last: dict[str, int] | None = None
         #: (ClusterQueue, quota by flavor) no hold could be made for this cycle.
         self.unholdable: set[tuple] = set()
-        #: (shape, rank, flavors) no hand-over could be made for this cycle (``take_over``).
+        #: (shape, priority or holds outranked, flavors) no hand-over could be made for this cycle (``take_over``).
         self.no_hand_over: set[tuple] = set()
 
     # --- quota ---------------------------------------------------------------------------------
@@ -240,15 +240,15 @@ class Snapshot:
         return shape, *self._kept(wl)
 
     def _kept(self, wl: WorkloadState) -> tuple[tuple[bool, tuple[bool, ...]], tuple[bool, ...]]:
-        """``wl``'s ``_in_time`` and ``_outranks``: the same for every workload of a queue, runtime
-        and rank until room is kept anew (holds are only added in a cycle, the reservation made
-        once), so asked once for each."""
+        """``wl``'s ``_in_time`` — the same for every workload of a queue and runtime until room is
+        kept anew (holds are only added in a cycle, the reservation made once), so asked once for
+        each — and ``_outranks``."""
         cq = wl.spec.cluster_queue
-        key = (cq, wl.spec.runtime_ms, rank(wl, self.aging), len(self.holds_of(cq)), self.reservation is not None)
-        kept = self._kept_keys.get(key)
-        if kept is None:
-            kept = self._kept_keys[key] = (self._in_time(cq, wl.spec.runtime_ms), self._outranks(wl))
-        return kept
+        key = (cq, wl.spec.runtime_ms, len(self.holds_of(cq)), self.reservation is not None)
+        in_time = self._kept_keys.get(key)
+        if in_time is None:
+            in_time = self._kept_keys[key] = self._in_time(cq, wl.spec.runtime_ms)
+        return in_time, self._outranks(wl)
 
     def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, tuple[bool, ...]]:
         """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
@@ -608,7 +608,9 @@ class Snapshot:
         tried. Its quota and room are counted from now — the quota in use, and a node's free
         room, may show below zero until the work it takes over ends — so every later decision is
         checked with it in; the fold checks it with that work given back."""
-        tried = (wl.shape or shape_of(wl.spec), rank(wl, self.aging), tuple(sorted(flavors.items())))
+        # (its priority, or aged the holds it outranks: a rank is one workload's)
+        standing = self._outranks(wl) if self.aging else wl.spec.priority
+        tried = (wl.shape or shape_of(wl.spec), standing, tuple(sorted(flavors.items())))
         if tried in self.no_hand_over:
             return None
         cq = wl.spec.cluster_queue
