@@ -12,6 +12,7 @@ from gangway.events import catalogue as ev
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
 from gangway.events.reasons import C
 from gangway.events.state import queue_key
+from gangway.read.explain import explain
 from gangway.services.admission.policy import queue_order
 from gangway.services.audit.replay import verify
 from gangway.sim import Simulation
@@ -145,6 +146,10 @@ def test_a_contract_that_changes_the_aging_reorders_the_waiting_work():
     sim.run(until_ms=sim.now_ms + 100)
     assert [wl.spec.workload for wl in queue_order(sim.state)] == ["a/low", "a/high"]
     assert sim.state.pending_order["a"] == sorted(queue_key(wl, 50) for wl in queue_order(sim.state))
+    waited = sim.state.time_ms - sim.state.workloads["a/low"].queued_ms
+    assert ("position 1 in LocalQueue a/main, 1 in ClusterQueue a (priority 10, aged to "
+            f"{10 + waited // 50} by {waited / 1000:g} s in the queue: one point per 0.05 s)") in \
+        explain(sim.log, "a/low", forecast=False)
     sim.run()
     started_at = times(sim, ev.WorkloadRunning)
     assert started_at["a/low"] <= started_at["a/high"]

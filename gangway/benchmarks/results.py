@@ -140,11 +140,29 @@ def kueue_simulated_text(result: dict) -> str:
             f"(`{result.get('command', 'gangway bench kueue --simulated')}`)")
 
 
+def kueue_aged_text(result: dict) -> str:
+    """``bench kueue --priority-aging S`` (kueue-<scenario>-aging-<ms>ms.json): each class's median
+    wait of the runs beside Kueue's and ⅕ of it, every run's, the wall and what was held."""
+    runs = result.get("runs_admission_ms") or [result["avg_time_to_admission_ms"]]
+    kueue = result["kueue_published"]["admission_ms"]
+    classes = ", ".join(
+        f"{c} {v / 1000:.1f} s = {result['median_admission_vs_kueue'][c]:.3f} "
+        f"(runs {_runs([run[c] / kueue[c] for run in runs], 3)})"
+        for c, v in result["median_admission_ms"].items())
+    walls = result.get("runs_wall_ms") or [result["wall_ms"]]
+    return (f"one priority point per {result['aging_ms_per_point'] / 1000:g} s waited: wall "
+            f"{result['wall_ms'] / 1000:.1f} s (median of {len(walls)}: {_runs([w / 1000 for w in walls], 1)} s; "
+            f"{result['wall_vs_lower_bound']:.3f} × the bound), average time to admission {classes} of Kueue's, "
+            f"{result['median_quota_held_before_running_pct']:.1f} % of the quota-time held before running "
+            f"(`{result['command']}`, load {result.get('uptime', '?')})")
+
+
 _BLOCKS = {"kueue-tas": ("kueue-tas.json", kueue_tas_text), "replay": ("replay-1m.json", replay_text),
            "replay-one-process": ("replay-1m-one-process.json", replay_text),
            "core-depth": ("core.json", core_depth_text), "pipeline-burst": ("pipeline-burst.json", pipeline_burst_text),
            "kueue-baseline-simulated-0ms": ("kueue-baseline-simulated-0ms.json", kueue_simulated_text),
-           "kueue-baseline-simulated-10ms": ("kueue-baseline-simulated-10ms.json", kueue_simulated_text)}
+           "kueue-baseline-simulated-10ms": ("kueue-baseline-simulated-10ms.json", kueue_simulated_text),
+           "kueue-baseline-aging-450ms": ("kueue-baseline-aging-450ms.json", kueue_aged_text)}
 
 
 def readme_with_figures(text: str, results_dir: Path) -> str:

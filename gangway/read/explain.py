@@ -203,8 +203,12 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
         report = (reports if reports is not None else pending_report(state, forecast=forecast)).get(name)
         if report is not None:
             lines.append(f"now pending ({report.code}): {report.reason}")
+            aging = state.contract.aging_ms_per_point if state.contract is not None else 0
+            aged = (f" (priority {wl.spec.priority}, aged to {wl.spec.priority + (state.time_ms - wl.queued_ms) // aging} "
+                    f"by {(state.time_ms - wl.queued_ms) / 1000:g} s in the queue: one point per {aging / 1000:g} s)"
+                    if aging else "")
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
-                         f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}")
+                         f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}{aged}")
             if forecast:
                 never = NEVER_STARTS.get(report.code)
                 lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None

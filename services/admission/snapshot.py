@@ -131,6 +131,7 @@ class Snapshot:
         self._in_flight: dict[str, list[WorkloadState]] | None = None
         #: ``_kept``'s answers, by what they depend on.
         self._kept_keys: dict[tuple, tuple] = {}
+        self._outranks_keys: dict[tuple, tuple] = {}
         #: ClusterQueue → the root of its quota tree (``_root``), once asked.
         self._roots: dict[str, str | None] = {}
         #: Quota tree root → the last rank pending there (``_last_pending``), once asked.
@@ -240,15 +241,20 @@ class Snapshot:
         return shape, *self._kept(wl)
 
     def _kept(self, wl: WorkloadState) -> tuple[tuple[bool, tuple[bool, ...]], tuple[bool, ...]]:
-        """``wl``'s ``_in_time`` — the same for every workload of a queue and runtime until room is
-        kept anew (holds are only added in a cycle, the reservation made once), so asked once for
-        each — and ``_outranks``."""
+        """``wl``'s ``_in_time`` and ``_outranks``: the same for every workload of a queue and runtime,
+        and of a queue and rank, until room is kept anew (holds are only added in a cycle, the
+        reservation made once), so asked once for each. (Aged, a rank is one workload's.)"""
         cq = wl.spec.cluster_queue
-        key = (cq, wl.spec.runtime_ms, len(self.holds_of(cq)), self.reservation is not None)
+        holds = len(self.holds_of(cq))
+        key = (cq, wl.spec.runtime_ms, holds, self.reservation is not None)
         in_time = self._kept_keys.get(key)
         if in_time is None:
             in_time = self._kept_keys[key] = self._in_time(cq, wl.spec.runtime_ms)
-        return in_time, self._outranks(wl)
+        key = (cq, holds, rank(wl, self.aging))
+        outranks = self._outranks_keys.get(key)
+        if outranks is None:
+            outranks = self._outranks_keys[key] = self._outranks(wl)
+        return in_time, outranks
 
     def _in_time(self, cq: str, runtime_ms: int | None) -> tuple[bool, tuple[bool, ...]]:
         """Would a workload of ``cq`` running ``runtime_ms`` end before the nodes kept for a gang,
