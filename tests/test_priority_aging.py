@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gangway.events import catalogue as ev
 from gangway.events.contract import ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota
@@ -36,11 +38,12 @@ def started(contract: Contract) -> Simulation:
     return sim
 
 
-def submit(sim: Simulation, name: str, cpus: int, runtime_ms: int, high: bool) -> None:
+def submit(sim: Simulation, name: str, cpus: int, runtime_ms: int, high: bool = False, priority: int | None = None) -> None:
+    """A job of ``cpus`` into team a's queue: of class high (100) or low (10), or of ``priority``."""
     sim.submit(ev.WorkloadQueued(
         workload=f"a/{name}", namespace="a", queue="main", cluster_queue="a",
-        priority_class="high" if high else "low", priority=100 if high else 10, kind="Job", runtime_ms=runtime_ms,
-        pod_sets=[ev.PodSet(name="main", count=1, resources={"cpu": cpus * 1000})]))
+        priority_class="high" if high else "low", priority=priority if priority is not None else 100 if high else 10,
+        kind="Job", runtime_ms=runtime_ms, pod_sets=[ev.PodSet(name="main", count=1, resources={"cpu": cpus * 1000})]))
 
 
 def times(sim: Simulation, kind: type) -> dict[str, int]:
@@ -155,3 +158,40 @@ def test_a_contract_that_changes_the_aging_reorders_the_waiting_work():
     assert started_at["a/low"] <= started_at["a/high"]
     assert all(wl.phase == "finished" for wl in sim.state.workloads.values())
     assert verify(sim.log).ok
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(aging_ms=st.sampled_from([10, 50, 200]),
+       jobs=st.lists(st.tuples(st.integers(0, 100), st.sampled_from([0, 10, 50, 100]), st.integers(200, 1500)),
+                     min_size=30, max_size=60))
+def test_admissions_follow_the_aged_order(aging_ms, jobs):
+    """Random streams of 1-CPU jobs (one shape, so nothing backfills past another) into one queue of
+    4 CPUs, at random gaps, priorities and runtimes: whenever a job is admitted, every job waiting
+    then that ranks before it (priority plus a point per ``aging_ms`` waited) was admitted first."""
+    contract = msgspec.structs.replace(CONTRACT, aging_ms_per_point=aging_ms, cluster_queues=[
+        msgspec.structs.replace(CONTRACT.cluster_queues[0], preemption=Preemption())])
+    sim = started(contract)
+    start = sim.now_ms
+    at = start
+    for i, (gap, priority, runtime) in enumerate(jobs):
+        at += gap
+        sim.run(until_ms=at)
+        submit(sim, f"j{i}", 1, runtime, priority=priority)
+    sim.run()
+    queued, admitted = offsets(sim, ev.WorkloadQueued), offsets(sim, ev.WorkloadAdmitted)
+    when = times(sim, ev.WorkloadQueued)
+    priority = {f"a/j{i}": p for i, (_, p, _) in enumerate(jobs)}
+    rank = {name: (when[name] - priority[name] * aging_ms, queued[name]) for name in queued}
+    for y, i in admitted.items():
+        ahead = [x for x in queued if queued[x] < i and rank[x] < rank[y]]
+        assert all(admitted[x] < i for x in ahead), (y, [x for x in ahead if admitted[x] > i])
+    assert len(admitted) == len(jobs) and verify(sim.log).ok
+
+
+def offsets(sim: Simulation, kind: type) -> dict[str, int]:
+    """Workload → the offset of its first event of ``kind`` on the log."""
+    out: dict[str, int] = {}
+    for i, env in enumerate(sim.log):
+        if isinstance(env.data, kind):
+            out.setdefault(env.data.workload, i)
+    return out
