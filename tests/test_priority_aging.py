@@ -46,6 +46,13 @@ def submit(sim: Simulation, name: str, cpus: int, runtime_ms: int, high: bool = 
         kind="Job", runtime_ms=runtime_ms, pod_sets=[ev.PodSet(name="main", count=1, resources={"cpu": cpus * 1000})]))
 
 
+def in_turn(sim: Simulation, *jobs: tuple[str, int, int, bool, int]) -> None:
+    """Submit each (name, CPUs, runtime ms, high?, then run this many ms) in turn."""
+    for name, cpus, runtime_ms, high, wait_ms in jobs:
+        submit(sim, name, cpus, runtime_ms, high=high)
+        sim.run(until_ms=sim.now_ms + wait_ms)
+
+
 def times(sim: Simulation, kind: type) -> dict[str, int]:
     """Workload → when its first event of ``kind`` is on the log (ms from the log's start)."""
     out: dict[str, int] = {}
@@ -103,11 +110,7 @@ def first_low_second(contract: Contract) -> dict[str, int]:
     ending within its grace period: preemptable), a second high one queued 9 s later: when each
     started running."""
     sim = started(contract)
-    submit(sim, "first", 4, 10_000, high=True)
-    sim.run(until_ms=sim.now_ms + 100)
-    submit(sim, "low", 4, 60_000, high=False)
-    sim.run(until_ms=sim.now_ms + 9_000)
-    submit(sim, "second", 4, 1_000, high=True)
+    in_turn(sim, ("first", 4, 10_000, True, 100), ("low", 4, 60_000, False, 9_000), ("second", 4, 1_000, True, 0))
     sim.run()
     assert verify(sim.log).ok
     assert not [e for e in sim.log if isinstance(e.data, ev.EvictionOrdered)]
@@ -127,9 +130,7 @@ def test_aging_never_lets_work_preempt_nor_one_it_let_in_be_preempted_for_what_i
 
 def test_a_low_job_that_ranks_after_a_preemptor_is_still_preempted_by_it():
     sim = started(AGED)
-    submit(sim, "low", 4, 60_000, high=False)
-    sim.run(until_ms=sim.now_ms + 1_000)
-    submit(sim, "high", 4, 1_000, high=True)
+    in_turn(sim, ("low", 4, 60_000, False, 1_000), ("high", 4, 1_000, True, 0))
     sim.run()
     evicted = [e.data for e in sim.log if isinstance(e.data, ev.EvictionOrdered)]
     assert [(e.workload, e.reason_code) for e in evicted] == [("a/low", C.WITHIN_QUEUE_LOWER_PRIORITY)]
@@ -138,12 +139,7 @@ def test_a_low_job_that_ranks_after_a_preemptor_is_still_preempted_by_it():
 
 def test_a_contract_that_changes_the_aging_reorders_the_waiting_work():
     sim = started(CONTRACT)
-    submit(sim, "blocker", 4, 30_000, high=True)
-    sim.run(until_ms=sim.now_ms + 100)
-    submit(sim, "low", 1, 1_000, high=False)
-    sim.run(until_ms=sim.now_ms + 10_000)
-    submit(sim, "high", 1, 1_000, high=True)
-    sim.run(until_ms=sim.now_ms + 100)
+    in_turn(sim, ("blocker", 4, 30_000, True, 100), ("low", 1, 1_000, False, 10_000), ("high", 1, 1_000, True, 100))
     assert [wl.spec.workload for wl in queue_order(sim.state)] == ["a/high", "a/low"]
     sim.configure(AGED)  # the low job has waited 10 s: 200 points at 50 ms
     sim.run(until_ms=sim.now_ms + 100)

@@ -1123,19 +1123,10 @@ def _policy_aging(at: _At, path: str, value: Any) -> int | None:
     if not spec:
         return None
     _check_fields(at, path, spec, {"secondsPerPoint"})
-    seconds = spec.get("secondsPerPoint")
-    where = f"{path}.secondsPerPoint"
-    if seconds is None:
-        at.error(where, _MISSING)
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        at.error(where, f"{_show(seconds)} is not a number of seconds")
-        return None
-    low, high = _AGING_SECONDS
-    if not low <= seconds <= high:
-        at.error(where, f"{_show(seconds)} is out of range: {low} to {high} (seconds of waiting worth one priority point)")
-        return None
-    return round(seconds * 1000)
+    seconds = _number(at, f"{path}.secondsPerPoint", spec.get("secondsPerPoint"), _AGING_SECONDS, required=True,
+                      kinds=(int, float), what="a number of seconds",
+                      unit=" (seconds of waiting worth one priority point)")
+    return None if seconds is None else round(seconds * 1000)
 
 
 _READERS: dict[str, Callable[[_At, dict, _Parsed], None]] = {
@@ -1500,16 +1491,22 @@ def _quantity_why(value: Any, exc: QuantityError) -> str:
 
 
 def _int(at: _At, path: str, value: Any, bounds: tuple[int, int], required: bool = False) -> int | None:
+    return _number(at, path, value, bounds, required)
+
+
+def _number(at: _At, path: str, value: Any, bounds: tuple[float, float], required: bool = False,
+            kinds: tuple[type, ...] = (int,), what: str = "an integer", unit: str = "") -> Any:
+    """A number of one of ``kinds`` within ``bounds`` (None when absent or wrong, reported)."""
     if value is None:
         if required:
             at.error(path, _MISSING)
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        at.error(path, f"{_show(value)} is not an integer")
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        at.error(path, f"{_show(value)} is not {what}")
         return None
     low, high = bounds
     if not low <= value <= high:
-        at.error(path, f"{value} is out of range: {low} to {high}")
+        at.error(path, f"{_show(value)} is out of range: {low} to {high}{unit}")
         return None
     return value
 

@@ -18,7 +18,7 @@ from gangway.events.codec import format_time
 from gangway.events.fold import apply, copy_state
 from gangway.events.reasons import C, CONFIG_CODES, NEVER_PLACEABLE_CODES, Param, Reason, ReasonCode, reason
 from gangway.events.resources import index_of
-from gangway.events.state import HOLDS_NODES, State, WorkloadState
+from gangway.events.state import HOLDS_NODES, State, WorkloadState, aging_of
 from gangway.read.describe import IslandWatch, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
@@ -203,7 +203,7 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
         report = (reports if reports is not None else pending_report(state, forecast=forecast)).get(name)
         if report is not None:
             lines.append(f"now pending ({report.code}): {report.reason}")
-            aging = state.contract.aging_ms_per_point if state.contract is not None else 0
+            aging = aging_of(state.contract)
             aged = (f" (priority {wl.spec.priority}, aged to {wl.spec.priority + (state.time_ms - wl.queued_ms) // aging} "
                     f"by {(state.time_ms - wl.queued_ms) / 1000:g} s in the queue: one point per {aging / 1000:g} s)"
                     if aging else "")
