@@ -10,7 +10,8 @@ After every step:
 - folding the log again gives the same state;
 and at the end the auditor re-derives every decision, none was superseded (each service decides
 from the newest state, so whatever it proposes must hold where it lands), and no two workloads
-preempted each other. Other properties fold random logs again, with events delivered twice.
+preempted each other (``preemption_cycles``: but for fair sharing's turns after a queue's own work
+ended, which Kueue's strategies allow). Other properties fold random logs again, with events delivered twice.
 """
 
 from __future__ import annotations
@@ -253,16 +254,65 @@ def check_indexes(state: State) -> None:
 
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
-    """Pairs (A, B) where A preempted B and later B preempted A."""
-    seen: set[tuple[str, str]] = set()
+    """Pairs (A, B) where A preempted B and later B preempted A — unless the second was for fair
+    sharing and work of B's own ClusterQueue ended between the two: B's queue then uses less, so
+    its share is lower than when it was preempted, and Kueue's strategies let it take room back
+    from a queue now further above its share (the shares moved; a turn, not a cycle). Any other
+    reversal is a cycle: one another workload's admission or a rule let happen in the same state."""
+    queue_of: dict[str, str] = {}
+    ended: dict[str, list[int]] = {}  # ClusterQueue → offsets where one of its workloads finished
+    seen: dict[tuple[str, str], int] = {}
     cycles = []
-    for env in log:
-        if isinstance(env.data, ev.EvictionOrdered):
-            pair = (env.data.preemptor, env.data.workload)
-            if (pair[1], pair[0]) in seen:
-                cycles.append((pair[1], pair[0]))
-            seen.add(pair)
+    for i, env in enumerate(log):
+        data = env.data
+        if isinstance(data, ev.WorkloadQueued):
+            queue_of[data.workload] = data.cluster_queue
+        elif isinstance(data, ev.WorkloadFinished):
+            ended.setdefault(queue_of[data.workload], []).append(i)
+        elif isinstance(data, ev.EvictionOrdered):
+            pair = (data.preemptor, data.workload)
+            first = seen.get((pair[1], pair[0]))
+            if first is not None:
+                moved = data.reason_code == ReasonCode.FAIR_SHARING and any(
+                    first < at < i for at in ended.get(queue_of[data.preemptor], ()))
+                if not moved:
+                    cycles.append((pair[1], pair[0]))
+            seen.setdefault(pair, i)
     return cycles
+
+
+def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queues_own_work_ending():
+    """The property's own check: the same pair reversed is a cycle, for any rule, except a
+    fair-sharing order given after work of the second preemptor's queue finished in between (the
+    pair hunting found at 4× the examples: w9 of b preempts w6 of a; w8 of b borrows; w3 of a ends;
+    w6 takes its room back from w9 — b is then furthest above its share)."""
+    def envelope(data):
+        return ev.Envelope(id=f"e{id(data)}", source="test", time_ms=0, data=data)
+
+    def queued(name, cq):
+        return envelope(ev.WorkloadQueued(workload=name, namespace="ns", queue=cq, cluster_queue=cq,
+                                          priority_class="low", priority=0, kind="Job", pod_sets=[]))
+
+    def order(preemptor, victim, code):
+        return envelope(ev.EvictionOrdered(workload=victim, preemptor=preemptor, based_on=0, grace_ms=0,
+                                           reason_code=code))
+
+    def finished(name):
+        return envelope(ev.WorkloadFinished(workload=name, attempt=0))
+
+    fair, reclaim = ReasonCode.FAIR_SHARING, ReasonCode.RECLAIM_WITHIN_COHORT
+    start = [queued("w3", "a"), queued("w6", "a"), queued("w9", "b"), queued("w8", "b")]
+    assert preemption_cycles(start + [order("w9", "w6", fair), order("w6", "w9", fair)]) == [("w9", "w6")]
+    assert preemption_cycles(start + [order("w9", "w6", fair), finished("w3"), order("w6", "w9", fair)]) == []
+    # work of the first preemptor's queue ending does not lower the second's share
+    assert preemption_cycles(start + [order("w9", "w6", fair), finished("w8"), order("w6", "w9", fair)]) \
+        == [("w9", "w6")]
+    # nor is a reversal for another rule excused
+    assert preemption_cycles(start + [order("w9", "w6", fair), finished("w3"), order("w6", "w9", reclaim)]) \
+        == [("w9", "w6")]
+    # the work must end between the two orders
+    assert preemption_cycles(start + [finished("w3"), order("w9", "w6", fair), order("w6", "w9", fair)]) \
+        == [("w9", "w6")]
 
 
 def fold(envelopes) -> State:
