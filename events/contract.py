@@ -435,6 +435,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: than (q - p) x this after it. Who may preempt whom stays by priority alone. 0 (contracts
     #: written before the field, and the default): strict priority, as in Kueue.
     aging_ms_per_point: int = 0
+    #: A workload defragmentation moved goes first in the admission cycles after its eviction, behind
+    #: the gang it was moved for, until it is admitted again (True): its move was planned on it being
+    #: placed again at once, so work waiting ahead of it in its queue, or queued since, must not take
+    #: the quota or the room it gave up. False (contracts written before the field): it waits in its
+    #: queue like a preempted workload, and such work could take them (a "move" became a wait).
+    moved_first: bool = False
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

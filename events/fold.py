@@ -179,9 +179,12 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
         _end_withdrawn(state, wl, env, wl.withdrawing)
         return False
     _set_phase(state, wl, "pending")
-    if not _keeps_place(state.contract, wl.eviction):
+    order = wl.eviction
+    if not _keeps_place(state.contract, order):
         wl.seq = env.offset
         wl.queued_ms = env.time_ms
+    moved = is_move(state.contract, order)
+    flavors = wl.admission.flavors if wl.admission is not None else {}
     wl.requeued_ms = env.time_ms
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
@@ -190,7 +193,18 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = wl.checkpoint_step = None
     _reset_money(wl)
     _enqueue(state, wl)
+    if moved:  # placed again at once, as its move was planned (``Contract.moved_first``)
+        wl.nominated, wl.nominated_flavors, wl.moved_for = True, dict(flavors), order.preemptor
+        state.nominated[wl.spec.workload] = None
     return True
+
+
+def is_move(contract: ev.Contract | None, order: ev.EvictionOrdered | None) -> bool:
+    """Was this order a defragmentation move that must place the workload again at once
+    (``Contract.moved_first``)? Until it is, its quota and room are kept for it, and once out it
+    keeps its place and goes first, behind the gang it was moved for."""
+    return order is not None and order.reason_code == C.DEFRAGMENTATION and contract is not None \
+        and contract.moved_first
 
 
 def _keeps_place(contract: ev.Contract | None, order: ev.EvictionOrdered | None) -> bool:
@@ -200,8 +214,9 @@ def _keeps_place(contract: ev.Contract | None, order: ev.EvictionOrdered | None)
     fair sharing ordered it out; one the
     binder rolled back (no order: pods not ready, a failed bind, its node gone) only under
     ``requeuingStrategy.timestamp: Creation``. One whose hand-over lapsed always keeps it: the
-    work it was to take over overran, not it."""
-    if order is not None and order.reason_code == C.HAND_OVER_LAPSED:
+    work it was to take over overran, not it. So does one defragmentation moved (``is_move``):
+    it was moved, not preempted."""
+    if order is not None and order.reason_code == C.HAND_OVER_LAPSED or is_move(contract, order):
         return True
     if contract is None:
         return False
@@ -292,6 +307,7 @@ def _admitted(state: State, env: ev.Envelope, e: ev.WorkloadAdmitted) -> None:
     wl.superseded = wl.superseded_code = None
     wl.nominated = False
     wl.nominated_flavors = {}
+    wl.moved_for = None
     bring_up_to_date(state, e.cluster_queue)
     quota_view(state).add(e.cluster_queue, held)
     _dequeue(state, wl)

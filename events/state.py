@@ -143,6 +143,9 @@ class WorkloadState(msgspec.Struct):
     nominated: bool = False
     #: The flavors its victims' room was made in (``EvictionOrdered.flavors``): tried first.
     nominated_flavors: dict[str, str] = {}
+    #: The gang defragmentation moved it for, while it waits nominated to be placed again
+    #: (``Contract.moved_first``): it goes after the nominated preemptors, the gang among them.
+    moved_for: str | None = None
     #: Ids of every decision about this workload folded so far (applied or superseded): a
     #: decision delivered again, however late, changes nothing.
     decided: list[str] = []

@@ -25,6 +25,7 @@ from gangway.events.contract import (
 )
 from gangway.events.fold import apply
 from gangway.events.quantity import MILLI
+from gangway.events.reasons import ReasonCode
 from gangway.events.fold import quota_view
 from gangway.events.resources import GPU, by_flavor, by_resource, index_of, total_request
 from gangway.events.state import State
@@ -455,9 +456,11 @@ class LogBuilder:
             self.queue(spec).admit(spec.workload)
         return self
 
-    def order_eviction(self, name: str, preemptor: str, grace_ms: int = 30_000) -> LogBuilder:
-        """A preemption decision (not checked against any policy)."""
-        return self.add(ev.EvictionOrdered(workload=name, preemptor=preemptor, based_on=self.offset, grace_ms=grace_ms))
+    def order_eviction(self, name: str, preemptor: str, grace_ms: int = 30_000,
+                       code: ReasonCode | None = None) -> LogBuilder:
+        """A preemption decision (not checked against any policy), for the rule ``code`` says."""
+        return self.add(ev.EvictionOrdered(workload=name, preemptor=preemptor, based_on=self.offset, grace_ms=grace_ms,
+                                           reason_code=code))
 
     def finish(self, name: str) -> LogBuilder:
         return self.add(ev.WorkloadFinished(workload=name, attempt=self.state.workloads[name].attempt))

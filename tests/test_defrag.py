@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
+import pytest
+
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events.reasons import ReasonCode
+from gangway import demo
+from gangway.contract import load_contract_file
 from gangway.events import catalogue as ev
+from gangway.events.contract import Contract
 from gangway.services.preemption.policy import decide_preemption
 from gangway.sim import Simulation
 
@@ -62,6 +70,44 @@ def test_the_consolidation_runs_through_the_pipeline_and_everyone_runs_again():
     assert all(wl.phase == "running" for wl in state.workloads.values())
     assert sum(isinstance(e.data, ev.EvictionOrdered) for e in sim.log) == 3
 
+
+@pytest.mark.parametrize("moved_first", [True, False], ids=["moved-first", "contract-before-the-field"])
+@pytest.mark.parametrize("nominal", [32, 64], ids=["quota-bound", "node-bound"])
+def test_work_arriving_while_the_moved_leave_does_not_take_their_place(nominal, moved_first):
+    """The consolidation's promise, every moved workload placed again at once, holds against a job
+    that arrives while they leave (their 30 s grace period) and would fit: the moved keep their
+    quota (nominal 32: what runs plus the gang) and their room (64: the nodes are the limit) until
+    they are out, and then go first, behind the gang, ahead of the newcomer queued before their
+    eviction (``Contract.moved_first``). Under a contract written before the field, the newcomer
+    takes one moved job's place and that job waits (found by the property tests: a job moved for a
+    newer one of its priority waited, then preempted it back under LowerOrNewerEqualPriority)."""
+    c = contract(cluster_queue("q").gpus(nominal).preemption(within="LowerPriority")).obj()
+    log = scattered()
+    log.configure(msgspec.structs.replace(c, moved_first=moved_first)).queue(job("finetune", 8, runtime_s=600))
+    sim = Simulation(state=log.state)
+    sim.run(until_ms=sim.now_ms + 5_000)
+    moved = {e.data.workload for e in sim.log if isinstance(e.data, ev.EvictionOrdered)}
+    assert len(moved) == 3 and all(sim.state.workloads[m].phase == "evicting" for m in moved)
+    sim.submit(job("newcomer", 2))
+    sim.run(until_ms=sim.now_ms + 60_000)
+    waiting = {name for name, wl in sim.state.workloads.items() if wl.phase == "pending"}
+    assert sim.state.workloads["finetune"].phase == "running"
+    if moved_first:
+        assert waiting == {"newcomer"}
+        left = max(e.time_ms for e in sim.log if isinstance(e.data, ev.WorkloadEvicted))
+        assert all(sim.state.workloads[m].started_ms == left for m in moved)  # at once
+    else:
+        assert sim.state.workloads["newcomer"].phase == "running"
+        assert len(waiting) == 1 and waiting < moved
+
+
+def test_a_contract_read_now_keeps_the_moves_promise():
+    """The contract reader sets ``moved_first``; a contract recorded before the field decodes without it."""
+    assert load_contract_file(Path(demo.__file__).parent / "contract.yaml").moved_first
+    recorded = msgspec.json.encode(contract(cluster_queue("q").gpus(8)).obj())
+    assert b"moved_first" in recorded
+    old = msgspec.json.decode(recorded.replace(b',"moved_first":false', b""), type=Contract)
+    assert old.moved_first is False
 
 
 def two_teams(reclaim: str) -> LogBuilder:

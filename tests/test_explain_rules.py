@@ -252,6 +252,15 @@ def test_the_rules_say_priority_aging_when_the_contract_sets_it():
             "of difference after it.") in text
 
 
+
+def test_the_rules_say_a_moved_job_is_placed_again_at_once_when_the_contract_sets_it():
+    plain = contract(cluster_queue("a").gpus(8)).obj()
+    assert "moved to make room" not in rules.as_text(rules.sections(plain))
+    text = rules.as_text(rules.sections(msgspec.structs.replace(plain, moved_first=True)))
+    assert ("A job moved to make room for a gang blocked by scattered free GPUs keeps its quota and a place while it "
+            "leaves, and is placed again at once, right behind that gang [defragmentation].") in text
+
+
 @pytest.mark.parametrize("ready, said", [
     (None, None),
     ({"timeout_ms": 150_000, "recovery_timeout_ms": 90_000, "backoff_base_ms": 5_000, "backoff_max_ms": 600_000,

@@ -10,8 +10,8 @@ After every step:
 - folding the log again gives the same state;
 and at the end the auditor re-derives every decision, none was superseded (each service decides
 from the newest state, so whatever it proposes must hold where it lands), and no two workloads
-preempted each other (``preemption_cycles``: but for fair sharing's turns after a queue's own work
-ended, which Kueue's strategies allow). Other properties fold random logs again, with events delivered twice.
+preempted each other (``preemption_cycles``: but for fair sharing's turns once a queue holds less than
+when it was preempted, which Kueue's strategies allow). Other properties fold random logs again, with events delivered twice.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from builders import REDELIVERY_FIELDS, cluster_queue, contract, node, state_bytes, workload
+from builders import REDELIVERY_FIELDS, LogBuilder, cluster_queue, contract, node, state_bytes, workload
 from gangway.events.reasons import ReasonCode
 from gangway.events import catalogue as ev
 from gangway.events import freeindex
@@ -86,7 +86,8 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
      .cohort("org", gpus=4).cohort("lab", parent="org"))  # the same tree in every variant
     if extras["fair"]:
         c.fair_sharing()
-    return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"], aging_ms_per_point=extras["aging_ms"])
+    return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"], aging_ms_per_point=extras["aging_ms"],
+                                   moved_first=True)
 
 
 #: Node name → (block, rack, NVLink islands) for the nodes that have a topology.
@@ -254,65 +255,91 @@ def check_indexes(state: State) -> None:
 
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
-    """Pairs (A, B) where A preempted B and later B preempted A — unless the second was for fair
-    sharing and work of B's own ClusterQueue ended between the two: B's queue then uses less, so
-    its share is lower than when it was preempted, and Kueue's strategies let it take room back
-    from a queue now further above its share (the shares moved; a turn, not a cycle). Any other
-    reversal is a cycle: one another workload's admission or a rule let happen in the same state."""
-    queue_of: dict[str, str] = {}
-    ended: dict[str, list[int]] = {}  # ClusterQueue → offsets where one of its workloads finished
-    seen: dict[tuple[str, str], int] = {}
+    """Pairs (A, B) where A preempted B and later B preempted A: the loop Kueue's fair-sharing
+    proof rules out, a proof that assumes B's ClusterQueue holds the same besides B both times. So
+    a reversal for fair sharing once B's queue holds less besides B than when B was preempted (its
+    other work ended, or was ordered out with B) is a turn the strategies allow, not a cycle — a
+    queue that uses less has a lower share. A defragmentation move after which the workload was
+    admitted again the moment it left is a move, not a preemption. Any other reversal is a cycle."""
+    state = State()
+    besides: dict[tuple[str, str], dict[str, int]] = {}  # (A, B) → what B's queue held besides B then
     cycles = []
+    moves = _moves_kept(log)
     for i, env in enumerate(log):
         data = env.data
-        if isinstance(data, ev.WorkloadQueued):
-            queue_of[data.workload] = data.cluster_queue
-        elif isinstance(data, ev.WorkloadFinished):
-            ended.setdefault(queue_of[data.workload], []).append(i)
-        elif isinstance(data, ev.EvictionOrdered):
-            pair = (data.preemptor, data.workload)
-            first = seen.get((pair[1], pair[0]))
-            if first is not None:
-                moved = data.reason_code == ReasonCode.FAIR_SHARING and any(
-                    first < at < i for at in ended.get(queue_of[data.preemptor], ()))
-                if not moved:
-                    cycles.append((pair[1], pair[0]))
-            seen.setdefault(pair, i)
+        if isinstance(data, ev.EvictionOrdered) and data.workload in state.workloads and i not in moves:
+            victim = state.workloads[data.workload]
+            then = besides.get((data.workload, data.preemptor))
+            if then is not None:
+                now = state.usage.get(state.workloads[data.preemptor].spec.cluster_queue, {})
+                less = all(now.get(fr, 0) <= v for fr, v in then.items()) and now != then
+                if not (data.reason_code == ReasonCode.FAIR_SHARING and less):
+                    cycles.append((data.workload, data.preemptor))
+            held = held_quota(state, victim.admission)
+            usage = state.usage.get(victim.spec.cluster_queue, {})
+            besides.setdefault((data.preemptor, data.workload), {fr: v - held.get(fr, 0) for fr, v in usage.items()})
+        apply(state, env)
     return cycles
 
 
-def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queues_own_work_ending():
+def _moves_kept(log: list[ev.Envelope]) -> set[int]:
+    """Offsets of the defragmentation orders whose workload was admitted again the moment it left."""
+    kept: set[int] = set()
+    ordered: dict[str, int] = {}  # workload → offset of its move order
+    left: dict[str, int] = {}  # workload → when it left after that order
+    for i, env in enumerate(log):
+        data = env.data
+        if isinstance(data, ev.EvictionOrdered) and data.reason_code == ReasonCode.DEFRAGMENTATION:
+            ordered[data.workload] = i
+        elif isinstance(data, ev.WorkloadEvicted) and data.workload in ordered:
+            left[data.workload] = env.time_ms
+        elif isinstance(data, ev.WorkloadAdmitted) and data.workload in left:
+            if left.pop(data.workload) == env.time_ms:
+                kept.add(ordered[data.workload])
+            del ordered[data.workload]
+    return kept
+
+
+def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_holding_less():
     """The property's own check: the same pair reversed is a cycle, for any rule, except a
-    fair-sharing order given after work of the second preemptor's queue finished in between (the
-    pair hunting found at 4× the examples: w9 of b preempts w6 of a; w8 of b borrows; w3 of a ends;
-    w6 takes its room back from w9 — b is then furthest above its share)."""
-    def envelope(data):
-        return ev.Envelope(id=f"e{id(data)}", source="test", time_ms=0, data=data)
+    fair-sharing order given once the second preemptor's queue holds less besides it than when it
+    was preempted. (The pairs hunting found at 4x the examples: w9 of b preempts w6 of a, w8 of b
+    borrows, w3 of a ends, w6 takes its room back from w9; and w15 of a preempts w7, w8 and w4 of
+    c — the last by LessThanInitialShare, leaving c below a — and w7, back alone, preempts w15, as
+    Kueue's strategies do.) A defragmentation move is a preemption only when the moved workload
+    was not admitted again at once."""
+    fair, reclaim, move = ReasonCode.FAIR_SHARING, ReasonCode.RECLAIM_WITHIN_COHORT, ReasonCode.DEFRAGMENTATION
 
-    def queued(name, cq):
-        return envelope(ev.WorkloadQueued(workload=name, namespace="ns", queue=cq, cluster_queue=cq,
-                                          priority_class="low", priority=0, kind="Job", pod_sets=[]))
+    def pair(between=(), second=fair, back_after_ms=None):
+        """y and other run in a, x waits in b; x preempts y; ``between`` happens; y preempts x (and
+        x, once out, is admitted again ``back_after_ms`` later)."""
+        log = LogBuilder(step_ms=0).configure(contract(cluster_queue("a").cohort("lab").gpus(8),
+                                              cluster_queue("b").cohort("lab").gpus(8)))
+        log.nodes(node("n0").gpus(16))
+        log.running(workload("y").queue("a").gpus(2), workload("other").queue("a").gpus(2),
+                    workload("b-other").queue("b").gpus(2))
+        log.queue(workload("x").queue("b").gpus(2)).order_eviction("y", "x", code=fair)
+        for step in between:
+            step(log)
+        log.evicted("y").admit("x").place("x").bind("x")
+        log.order_eviction("x", "y", code=second)
+        if back_after_ms is not None:
+            log.evicted("x").advance(back_after_ms).admit("x")
+        return preemption_cycles(log.envelopes)
 
-    def order(preemptor, victim, code):
-        return envelope(ev.EvictionOrdered(workload=victim, preemptor=preemptor, based_on=0, grace_ms=0,
-                                           reason_code=code))
+    def other_ordered_out_with_y(log):
+        log.order_eviction("other", "x", code=fair).evicted("other")
 
-    def finished(name):
-        return envelope(ev.WorkloadFinished(workload=name, attempt=0))
-
-    fair, reclaim = ReasonCode.FAIR_SHARING, ReasonCode.RECLAIM_WITHIN_COHORT
-    start = [queued("w3", "a"), queued("w6", "a"), queued("w9", "b"), queued("w8", "b")]
-    assert preemption_cycles(start + [order("w9", "w6", fair), order("w6", "w9", fair)]) == [("w9", "w6")]
-    assert preemption_cycles(start + [order("w9", "w6", fair), finished("w3"), order("w6", "w9", fair)]) == []
-    # work of the first preemptor's queue ending does not lower the second's share
-    assert preemption_cycles(start + [order("w9", "w6", fair), finished("w8"), order("w6", "w9", fair)]) \
-        == [("w9", "w6")]
+    assert pair() == [("x", "y")]
+    assert pair([lambda log: log.finish("other")]) == []
+    assert pair([other_ordered_out_with_y]) == []
+    # the first preemptor's queue holding less does not lower the second's share
+    assert pair([lambda log: log.finish("b-other")]) == [("x", "y")]
     # nor is a reversal for another rule excused
-    assert preemption_cycles(start + [order("w9", "w6", fair), finished("w3"), order("w6", "w9", reclaim)]) \
-        == [("w9", "w6")]
-    # the work must end between the two orders
-    assert preemption_cycles(start + [finished("w3"), order("w9", "w6", fair), order("w6", "w9", fair)]) \
-        == [("w9", "w6")]
+    assert pair([lambda log: log.finish("other")], second=reclaim) == [("x", "y")]
+    # y moving x is no reversal if x is placed again at once; it is one if x had to wait
+    assert pair(second=move, back_after_ms=0) == []
+    assert pair(second=move, back_after_ms=60_000) == [("x", "y")]
 
 
 def fold(envelopes) -> State:

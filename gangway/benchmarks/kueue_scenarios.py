@@ -134,6 +134,7 @@ def load(path: Path, shrink: float | None = None) -> Scenario:
         priority_classes=[PriorityClass(name=f"priority-{p}", value=p) for p in sorted(priorities)],
         requeue_in_place=True,  # (Kueue's queue order for the preempted, as its YAML would say)
         preferred_domains=True,
+        moved_first=True,
     )
     return Scenario(path.parent.name, contract, nominal, specs, doc.get("topology"), shrink is not None)
 

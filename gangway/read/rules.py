@@ -109,6 +109,10 @@ def _overview(contract: Contract, digest: str) -> list[str]:
                      "was decided on, and so the contract version in force there.")
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
     lines.append(_requeue_words(contract))
+    if contract.moved_first:
+        lines.append("A job moved to make room for a gang blocked by scattered free GPUs keeps its quota and a place "
+                     "while it leaves, and is placed again at once, right behind that gang"
+                     f"{_codes(C.DEFRAGMENTATION)}.")
     if contract.pods_ready is not None:
         lines.append(_pods_ready_words(contract.pods_ready))
     fs = contract.fair_sharing

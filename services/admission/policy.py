@@ -30,7 +30,7 @@ from gangway.events.catalogue import PlacementDecided, WorkloadAdmitted
 from gangway.events.codec import format_time
 from gangway.events.quantity import format_resource
 from gangway.events.reasons import NEVER_CODES, QUOTA_CODES, C, Reason, reason, said
-from gangway.events.resources import ContractIndex, by_flavor, index_of
+from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.flavors import BORROW, group_options
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
@@ -105,6 +105,7 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
     """Walk the queue as admission does: yields (outcome, snapshot) per pending workload.
 
     1. preemptors first (victims were ordered out for them; ``nominated``): they won their room;
+       then, under ``Contract.moved_first``, the workloads defragmentation moved for them;
     2. then, as in Kueue, the queues whose next workload fits their nominal quota, before any
        workload that would borrow — a team reclaiming its guarantee is never beaten to the room
        by a borrower, even one of higher priority (which would be preempted again at once: a
@@ -128,8 +129,8 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
     held = in_stopped_local_queues(state, idx)
     first = {name for name in state.nominated} | {name for name in waiting if name in state.pending}
     first = {name for name in first - backing_off - held if state.workloads[name].spec.cluster_queue not in idx.stopped}
-    for key in sorted(queue_key(state.workloads[name], snap.aging) for name in first):
-        yield _try(snap, idx, state.workloads[key[3]], waiting, blocked), snap
+    for name in sorted(first, key=lambda name: _first_key(state.workloads[name], snap.aging)):
+        yield _try(snap, idx, state.workloads[name], waiting, blocked), snap
     skip = first | backing_off | held
     settled = _Settled(state, snap, skip) if settle else None
     done = settled.done if settled is not None else None
@@ -143,6 +144,14 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
         borrowers = _merged(state, later, skip, done=done)
     for wl in borrowers:
         yield _walked(settled, _try(snap, idx, wl, waiting, blocked)), snap
+
+
+def _first_key(wl: WorkloadState, aging: int) -> tuple:
+    """The order of the cycle's first ones: the preemptors in queue order, then the workloads
+    defragmentation moved (``moved_for``), biggest first, as their moves were planned."""
+    if wl.moved_for is None:
+        return (0, queue_key(wl, aging))
+    return (1, -wl.request.get(GPU, 0), queue_key(wl, aging))
 
 
 def in_stopped_local_queues(state: State, idx: ContractIndex) -> set[str]:

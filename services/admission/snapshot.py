@@ -31,7 +31,7 @@ from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over,
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, expected_end, free_capacity, keep_smaller, never_placeable, no_node_of_queue, place_gang, release_nodes,
+    Free, copy_free, expected_end, free_capacity, keep_smaller, moving, never_placeable, no_node_of_queue, place_gang, release_nodes,
     reserve_room, room_at_start, take_assignments, victims_in_flight,
 )
 from gangway.services.placement.topology import ISLAND
@@ -546,13 +546,17 @@ class Snapshot:
 
     def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState],
                               flavors: dict[str, str]) -> None:
-        """Hold the room a preemptor waits for: its victims' quota and nodes will be its own."""
+        """Hold the room a preemptor waits for: its victims' quota and nodes will be its own — but
+        for those defragmentation moves (``moving``): their quota stays theirs and their room is
+        kept where they will be placed again."""
+        moved = moving(self.state, victims)
         for victim in victims:
-            add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
+            if victim not in moved:
+                add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
         add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(self.idx.asked(wl), flavors))
         self._bound = self._later = None
         self.failed.clear()
-        reserve_room(self.free, self.idx.flavored(wl.spec.pod_sets, flavors), victims)
+        reserve_room(self.free, self.idx.flavored(wl.spec.pod_sets, flavors), victims, self.state)
 
     def hold_quota(self, wl: WorkloadState, flavors: dict[str, str]) -> QuotaHold | None:
         """Keep quota for a workload blocked by quota alone (backfill on quota): the admitted work

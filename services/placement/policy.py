@@ -32,6 +32,7 @@ from gangway.events.reasons import C, Reason, reason, said
 from gangway.events.resources import (
     GPU, PODS, add_on_node, admitted_pod_sets, assignment_use, index_of, node_use, pods_that_fit,
 )
+from gangway.events.fold import is_move
 from gangway.events.state import GPU_MODEL_LABEL, NodeState, State, WorkloadState, node_holdings
 from gangway.services.placement import scoring, topology
 
@@ -1018,19 +1019,32 @@ def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
     return waiting
 
 
-def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState]) -> None:
+def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState], state: State | None = None) -> None:
     """Keep the room a preemptor will have once its victims are gone out of ``free``.
 
     Each node keeps the smaller of what is free now and what will be free once the victims left
     and the preemptor came in (resource by resource, GPU by GPU): whoever is placed meanwhile fits
-    now and never takes that room.
+    now and never takes that room. With ``state``, the victims defragmentation moves (``moving``)
+    are placed again after the preemptor, biggest first, as their move was planned: their room is
+    kept too.
     """
     later = copy_free(free)
     for victim in victims:
         release_nodes(later, victim)
     if place_gang(later, pod_sets) is None:
         return
+    if state is not None:
+        idx = index_of(state.contract)
+        for victim in sorted(moving(state, victims), key=lambda v: -v.request.get(GPU, 0)):
+            again = idx.flavored(admitted_pod_sets(victim.spec.pod_sets, victim.admission.counts),
+                                 victim.admission.flavors)
+            place_gang(later, again, nodes=idx.nodes_of(victim.admission.flavors, state))
     keep_smaller(free, later)
+
+
+def moving(state: State, victims: list[WorkloadState]) -> list[WorkloadState]:
+    """The victims defragmentation ordered out to be placed again at once (``fold.is_move``)."""
+    return [v for v in victims if is_move(state.contract, v.eviction)]
 
 
 def keep_smaller(free: Free, other: Free, names=None) -> None:
@@ -1101,7 +1115,7 @@ class Placer:
                 # Its room is kept in the flavors its victims were ordered out for (records written
                 # before they were named: its queue's first ones).
                 flavors = wl.nominated_flavors or idx.default_flavors(wl.spec.cluster_queue, idx.asked(wl))
-                reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims)
+                reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims, state)
         self.measure = _Measure(state)
         #: Rooms kept for gangs blocked by capacity (``KeptRoom``, named by admissions): the room
         #: each will have at its start with it in, and the nodes it takes (None: it would not fit).
