@@ -35,6 +35,7 @@ from gangway.events.resources import GPU, add_into, admitted_pod_sets, total_req
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, handing_over, node_holdings, runtime_key
 from gangway.services.placement.topology import HOSTNAME, ISLAND, RACK
 from gangway.services.audit.replay import verify
+from gangway.services.submission.policy import move as relocate
 from gangway.sim import Simulation
 
 MINUTE = 60_000
@@ -400,6 +401,35 @@ class PipelineMachine(RuleBasedStateMachine):
         self.sim.add_nodes([node_obj(n) for n in self.present])
         self.settle(self.sim.now_ms)
 
+    @precondition(lambda self: self.count > 0)
+    @rule(data=st.data())
+    def withdraw(self, data):
+        """A producer takes a job back (``gangway withdraw``), waiting, running or done."""
+        name = f"w{data.draw(st.integers(1, self.count))}"
+        self.sim.append(f"withdraw/{name}/{len(self.sim.log)}", self.sim.now_ms,
+                        ev.WithdrawalRequested(workload=name, reason="taken back"), "gangway/submission")
+        self.settle(self.sim.now_ms)
+
+    @precondition(lambda self: self.sim.state.pending)
+    @rule(data=st.data(), to=st.sampled_from(QUEUES))
+    def move(self, data, to):
+        """A waiting job's queue-name label changes (``gangway move``), as the submission service
+        writes it (the fold would supersede a move that lands after the job was admitted)."""
+        wl = self.sim.state.workloads[data.draw(st.sampled_from(sorted(self.sim.state.pending)))]
+        if to != wl.spec.queue:
+            self.sim.append(f"move/{wl.spec.workload}/{len(self.sim.log)}", self.sim.now_ms,
+                            relocate(to, wl, self.sim.state), "gangway/submission")
+            self.settle(self.sim.now_ms)
+
+    @precondition(lambda self: self.count > 0)
+    @rule(data=st.data())
+    def checkpoint(self, data):
+        """A job saves its progress: it loses less if preempted, so it goes after others."""
+        name = f"w{data.draw(st.integers(1, self.count))}"
+        self.sim.append(f"checkpoint/{name}/{len(self.sim.log)}", self.sim.now_ms, ev.CheckpointSaved(workload=name),
+                        "gangway/submission")
+        self.settle(self.sim.now_ms)
+
     @rule(minutes=st.integers(0, 40))
     def advance(self, minutes):
         self.settle(self.sim.now_ms + minutes * MINUTE + 1)
@@ -426,7 +456,8 @@ class PipelineMachine(RuleBasedStateMachine):
 
     def teardown(self):
         kinds = {type(e.data).__name__ for e in self.sim.log}
-        for kind in ("EvictionOrdered", "WorkloadEvicted", "NodeRemoved", "WorkloadFinished"):
+        for kind in ("EvictionOrdered", "WorkloadEvicted", "NodeRemoved", "WorkloadFinished", "WorkloadWithdrawn",
+                     "WithdrawalRequested", "WorkloadMoved", "CheckpointSaved"):
             event(f"{kind} in the log: {kind in kinds}")
         event(f"borrowed: {any(e.data.borrowed for e in self.sim.log if isinstance(e.data, ev.WorkloadAdmitted))}")
         orders = [e.data for e in self.sim.log if isinstance(e.data, ev.EvictionOrdered)]

@@ -100,7 +100,7 @@ def test_the_published_rules_name_the_codes_the_log_records_them_under():
     text = rules.as_text(rules.sections(load_contract_file("gangway/demo/contract.yaml")))
     named = {code for group in re.findall(r"\[([a-z_, ]+)\]", text) for code in group.split(", ")}
     assert named == {"within_queue_lower_priority", "reclaim_within_cohort", "reservation_held", "quota_held_for_another",
-                     "reserved_for_another_gang", "topology_unsatisfiable"}
+                     "reserved_for_another_gang", "topology_unsatisfiable", "defragmentation"}
     assert named <= {code.value for code in ReasonCode}
 
 
