@@ -441,6 +441,14 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: the quota or the room it gave up. False (contracts written before the field): it waits in its
     #: queue like a preempted workload, and such work could take them (a "move" became a wait).
     moved_first: bool = False
+    #: No preemption is made after which one of its victims, back alone in its queue, could preempt
+    #: its preemptor at once (True): under Kueue's rules that happens when several victims of one
+    #: queue go — fair sharing's LessThanInitialShare leaving that queue below the preemptor's
+    #: share (kueue#14543), or borrowWithinCohort leaving it under its nominal quota so that a
+    #: victim reclaims — and two workloads lose their work to end where they began. The preemptor
+    #: waits instead, for other victims or for work to end. False (contracts written before the
+    #: field): Kueue's choice.
+    no_preemption_back: bool = False
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

@@ -457,10 +457,11 @@ class LogBuilder:
         return self
 
     def order_eviction(self, name: str, preemptor: str, grace_ms: int = 30_000,
-                       code: ReasonCode | None = None) -> LogBuilder:
-        """A preemption decision (not checked against any policy), for the rule ``code`` says."""
-        return self.add(ev.EvictionOrdered(workload=name, preemptor=preemptor, based_on=self.offset, grace_ms=grace_ms,
-                                           reason_code=code))
+                       code: ReasonCode | None = None, based_on: int | None = None) -> LogBuilder:
+        """A preemption decision (not checked against any policy), for the rule ``code`` says, on the
+        state at ``based_on`` (default: the last event's)."""
+        return self.add(ev.EvictionOrdered(workload=name, preemptor=preemptor, grace_ms=grace_ms, reason_code=code,
+                                           based_on=self.offset if based_on is None else based_on))
 
     def finish(self, name: str) -> LogBuilder:
         return self.add(ev.WorkloadFinished(workload=name, attempt=self.state.workloads[name].attempt))

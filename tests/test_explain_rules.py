@@ -253,12 +253,15 @@ def test_the_rules_say_priority_aging_when_the_contract_sets_it():
 
 
 
-def test_the_rules_say_a_moved_job_is_placed_again_at_once_when_the_contract_sets_it():
+def test_the_rules_say_a_moved_job_is_placed_again_at_once_and_none_is_preempted_back_when_the_contract_says():
     plain = contract(cluster_queue("a").gpus(8)).obj()
     assert "moved to make room" not in rules.as_text(rules.sections(plain))
-    text = rules.as_text(rules.sections(msgspec.structs.replace(plain, moved_first=True)))
+    assert "could preempt the preemptor" not in rules.as_text(rules.sections(plain))
+    text = rules.as_text(rules.sections(msgspec.structs.replace(plain, moved_first=True, no_preemption_back=True)))
     assert ("A job moved to make room for a gang blocked by scattered free GPUs keeps its quota and a place while it "
             "leaves, and is placed again at once, right behind that gang [defragmentation].") in text
+    assert ("No job is preempted where one of the jobs preempted with it, back in its queue, could preempt the "
+            "preemptor at once") in text
 
 
 @pytest.mark.parametrize("ready, said", [

@@ -88,7 +88,7 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
     if extras["fair"]:
         c.fair_sharing()
     return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"], aging_ms_per_point=extras["aging_ms"],
-                                   moved_first=True)
+                                   moved_first=True, no_preemption_back=True)
 
 
 #: Node name → (block, rack, NVLink islands) for the nodes that have a topology.
@@ -258,27 +258,35 @@ def check_indexes(state: State) -> None:
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     """Pairs (A, B) where A preempted B and later B preempted A: the loop Kueue's fair-sharing
     proof rules out, a proof that assumes B's ClusterQueue holds the same besides B both times. So
-    a reversal for fair sharing once B's queue holds less besides B than when B was preempted (its
-    other work ended, or was ordered out with B) is a turn the strategies allow, not a cycle — a
-    queue that uses less has a lower share. A defragmentation move after which the workload was
-    admitted again the moment it left is a move, not a preemption. Any other reversal is a cycle."""
+    a reversal for fair sharing once B's queue holds less besides B and the work A ordered out with
+    it than when B was preempted (its other work ended) is a turn the strategies allow, not a cycle
+    — a queue that uses less has a lower share. (Work ordered out with B does not count: that
+    reversal is what ``Contract.no_preemption_back`` forbids.) A defragmentation move after which
+    the workload was admitted again the moment it left is a move, not a preemption. Any other
+    reversal is a cycle."""
     state = State()
-    besides: dict[tuple[str, str], dict[str, int]] = {}  # (A, B) → what B's queue held besides B then
+    #: (A, B) → the decision's offset, and what B's queue held besides B and A's other victims there
+    besides: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
     cycles = []
     moves = _moves_kept(log)
     for i, env in enumerate(log):
         data = env.data
         if isinstance(data, ev.EvictionOrdered) and data.workload in state.workloads and i not in moves:
             victim = state.workloads[data.workload]
-            then = besides.get((data.workload, data.preemptor))
-            if then is not None:
+            vq, held = victim.spec.cluster_queue, held_quota(state, victim.admission)
+            first = besides.get((data.workload, data.preemptor))
+            if first is not None:
                 now = state.usage.get(state.workloads[data.preemptor].spec.cluster_queue, {})
+                then = first[1]
                 less = all(now.get(fr, 0) <= v for fr, v in then.items()) and now != then
                 if not (data.reason_code == ReasonCode.FAIR_SHARING and less):
                     cycles.append((data.workload, data.preemptor))
-            held = held_quota(state, victim.admission)
-            usage = state.usage.get(victim.spec.cluster_queue, {})
-            besides.setdefault((data.preemptor, data.workload), {fr: v - held.get(fr, 0) for fr, v in usage.items()})
+            for (a, b), (based_on, usage) in besides.items():  # another victim of the same decision
+                if a == data.preemptor and based_on == data.based_on and state.workloads[b].spec.cluster_queue == vq:
+                    add_into(usage, held, -1)
+            usage = state.usage.get(vq, {})
+            besides.setdefault((data.preemptor, data.workload),
+                               (data.based_on, {fr: v - held.get(fr, 0) for fr, v in usage.items()}))
         apply(state, env)
     return cycles
 
@@ -303,12 +311,11 @@ def _moves_kept(log: list[ev.Envelope]) -> set[int]:
 
 def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_holding_less():
     """The property's own check: the same pair reversed is a cycle, for any rule, except a
-    fair-sharing order given once the second preemptor's queue holds less besides it than when it
-    was preempted. (The pairs hunting found at 4x the examples: w9 of b preempts w6 of a, w8 of b
-    borrows, w3 of a ends, w6 takes its room back from w9; and w15 of a preempts w7, w8 and w4 of
-    c — the last by LessThanInitialShare, leaving c below a — and w7, back alone, preempts w15, as
-    Kueue's strategies do.) A defragmentation move is a preemption only when the moved workload
-    was not admitted again at once."""
+    fair-sharing order given once the second preemptor's queue holds less besides it (and the
+    work ordered out with it) than when it was preempted. (Hunting found at 4x the examples: w9 of
+    b preempts w6 of a, w8 of b borrows, w3 of a ends, w6 takes its room back from w9.) A
+    defragmentation move is a preemption only when the moved workload was not admitted again at
+    once."""
     fair, reclaim, move = ReasonCode.FAIR_SHARING, ReasonCode.RECLAIM_WITHIN_COHORT, ReasonCode.DEFRAGMENTATION
 
     def pair(between=(), second=fair, back_after_ms=None):
@@ -328,12 +335,13 @@ def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_h
             log.evicted("x").advance(back_after_ms).admit("x")
         return preemption_cycles(log.envelopes)
 
-    def other_ordered_out_with_y(log):
-        log.order_eviction("other", "x", code=fair).evicted("other")
+    def other_ordered_out_with_y(log):  # (the same decision: on the same state)
+        log.order_eviction("other", "x", code=fair, based_on=log.envelopes[-1].data.based_on).evicted("other")
 
     assert pair() == [("x", "y")]
     assert pair([lambda log: log.finish("other")]) == []
-    assert pair([other_ordered_out_with_y]) == []
+    # work ordered out with y does not excuse it: that is the turn no_preemption_back forbids
+    assert pair([other_ordered_out_with_y]) == [("x", "y")]
     # the first preemptor's queue holding less does not lower the second's share
     assert pair([lambda log: log.finish("b-other")]) == [("x", "y")]
     # nor is a reversal for another rule excused

@@ -135,6 +135,7 @@ def load(path: Path, shrink: float | None = None) -> Scenario:
         requeue_in_place=True,  # (Kueue's queue order for the preempted, as its YAML would say)
         preferred_domains=True,
         moved_first=True,
+        no_preemption_back=True,
     )
     return Scenario(path.parent.name, contract, nominal, specs, doc.get("topology"), shrink is not None)
 

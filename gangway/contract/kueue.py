@@ -553,6 +553,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         requeue_in_place=True,  # (Kueue's queue order; contracts written before it said False)
         preferred_domains=True,  # (contracts written before it said False)
         moved_first=True,  # (contracts written before it said False)
+        no_preemption_back=True,  # (contracts written before it said False)
         **{key: value for key, value in defaults.items() if value is not None},
     )
 

@@ -29,7 +29,10 @@ For one pending workload and one flavor assignment:
      priority: the preemptor waits, at most that long);
 2. add candidates to a trial until the preemptor fits (quota and a whole placement);
 3. minimal set: put each chosen victim back, newest choice first, and keep it out of the set if
-   the preemptor still fits without evicting it.
+   the preemptor still fits without evicting it. Under ``Contract.no_preemption_back``, a minimal
+   set after which a victim of another queue, back alone in its queue, could preempt the
+   preemptor at once (``_turns_back``) is not taken: the candidate that made it fit is passed
+   over and the search goes on.
 """
 
 from __future__ import annotations
@@ -182,6 +185,7 @@ def _against_nominal(trial: _Trial) -> tuple[bool, bool]:
 def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
             within: int | None = None) -> list[tuple[WorkloadState, Reason]]:
     wl = trial.wl
+    guard = trial.idx.contract.no_preemption_back
     chosen: list[tuple[WorkloadState, Reason]] = []
     for candidate in candidates:
         victim, rule = candidate
@@ -195,14 +199,65 @@ def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
                 continue
         chosen.append(candidate)
         if trial.fits_without([v for v, _ in chosen], within):
-            break
-    else:
-        return []
-    for item in reversed(list(chosen)):
-        rest = [v for v, _ in chosen if v is not item[0]]
+            fewest = _minimal(trial, chosen, within)
+            if not (guard and _turns_back(trial, fewest)):
+                return fewest
+            chosen.pop()  # with it, a victim could turn back: go on without it
+    return []
+
+
+def _minimal(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]],
+             within: int | None) -> list[tuple[WorkloadState, Reason]]:
+    """Put each chosen victim back, newest choice first, while the preemptor still fits without it."""
+    fewest = list(chosen)
+    for item in reversed(chosen):
+        rest = [v for v, _ in fewest if v is not item[0]]
         if trial.fits_without(rest, within):
-            chosen.remove(item)
-    return chosen
+            fewest.remove(item)
+    return fewest
+
+
+def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> bool:
+    """Could a victim of another queue, back alone in its queue once all of ``chosen`` are gone and
+    the preemptor is in, preempt the preemptor at once? Kueue's rules allow such a pair when several
+    victims of one queue go: fair sharing's LessThanInitialShare takes the last ones against the
+    queue's share with the first still in, so the first, back alone, sees its queue far below the
+    preemptor's (kueue#14543); borrowWithinCohort takes whole workloads from a borrowing queue until
+    it borrows no more, so the first one, back, fits its queue's nominal quota and reclaims it.
+    Both lose the work of two workloads to end where they began. (Quota only: a victim that could
+    not be placed back is counted as one that could.)"""
+    idx, wl = trial.idx, trial.wl
+    mine = wl.spec.cluster_queue
+    # (within a queue, and for a preemptor reclaiming its nominal quota, the rules never let a
+    # victim preempt its preemptor: only these two rules can turn back)
+    turning = [(victim, rule) for victim, rule in chosen if rule.code in (C.FAIR_SHARING, C.BORROW_WITHIN_COHORT)]
+    if not turning:
+        return False
+    view = trial.view_without([v for v, _ in chosen])
+    node = idx.tree.queues[mine]
+    without = view.share(node, {}, idx.weights)  # the preemptor's queue, the preemptor out again
+    view.add(mine, trial.held)
+    with_it = view.share(node, {}, idx.weights)
+    for victim, rule in turning:
+        vq = victim.spec.cluster_queue
+        back = held_quota(trial.state, victim.admission)
+        if not view.borrowing(mine, back):
+            continue  # (a queue within its nominal quota of what the victim needs is not taken from)
+        if rule.code == C.FAIR_SHARING:
+            share = view.share(idx.tree.queues[vq], back, idx.weights)
+            for strategy in idx.contract.fair_sharing.preemption_strategies:
+                if strategy == "LessThanOrEqualToFinalShare" and share <= without:
+                    return True
+                if strategy == "LessThanInitialShare" and share < with_it:
+                    return True
+        elif rule.code == C.BORROW_WITHIN_COHORT:
+            policy = idx.cluster_queues[vq].preemption.reclaim_within_cohort
+            nominal = idx.tree.queues[vq].nominal
+            own = view.usage.get(vq, {})
+            if _reclaim_rule(policy, victim, wl, mine, idx.contract.aging_ms_per_point) is not None and \
+                    all(own.get(fr, 0) + v <= nominal.get(fr, -1) for fr, v in back.items()):
+                return True
+    return False
 
 
 def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,
