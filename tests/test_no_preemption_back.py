@@ -17,6 +17,7 @@ import pytest
 from builders import LogBuilder, cluster_queue, contract, decide_pure, node, workload
 from gangway.events import catalogue as ev
 from gangway.events.reasons import ReasonCode
+from gangway.read.explain import explain
 from gangway.services.preemption.policy import decide_preemption
 from gangway.sim import Simulation
 from test_properties import preemption_cycles
@@ -85,3 +86,10 @@ def test_a_single_victim_that_could_not_come_back_is_still_taken():
     small = LogBuilder().configure(log.state.contract).nodes(node("n0").gpus(8))
     small.running(wl("c0", "c", 1), wl("c1", "c", 4), wl("c2", "c", 1)).queue(wl("p", "a", 4))
     assert [d.workload for d in decide_pure(decide_preemption, small.state)] == ["c1"]
+
+
+def test_explain_says_which_victim_would_come_back():
+    lines = explain(fair_sharing(True).envelopes, "p", forecast=False)
+    assert lines[-1] == ("no preemption for it: taking c2, c1 would make room, but c2, back in c, could preempt it at "
+                         "once: it waits for work to end instead (the contract's no_preemption_back)")
+    assert not any(line.startswith("no preemption") for line in explain(fair_sharing(False).envelopes, "p", forecast=False))

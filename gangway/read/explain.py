@@ -22,6 +22,7 @@ from gangway.events.state import HOLDS_NODES, State, WorkloadState, aging_of
 from gangway.read.describe import IslandWatch, describe, idle_reason
 from gangway.services.admission.policy import admission_cycle, queue_order
 from gangway.services.admission.snapshot import Outcome, Snapshot
+from gangway.services.admission.victims import withheld
 from gangway.services.placement.policy import ASSUMED_RUNTIME_MS
 from gangway.sim import Simulation
 
@@ -214,6 +215,7 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
                 lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None
                              else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
             lines.extend(flavor_lines(state, wl))
+            lines.extend(withheld_lines(state, wl))
     elif wl is not None and wl.deactivated:
         lines.append(f"now deactivated ({wl.deactivated_code or C.BIND_FAILURES_EXCEEDED}): {wl.deactivated}")
     elif wl is not None and wl.withdrawn:
@@ -223,6 +225,27 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
     elif wl is not None:
         lines.append(f"now {wl.phase}")
     return lines
+
+
+def withheld_lines(state: State, wl: WorkloadState) -> list[str]:
+    """For a workload that Kueue's rules would let preempt, where one of its victims could preempt it
+    straight back (``Contract.no_preemption_back``): the preemption it does not get, and why."""
+    if state.contract is None or not state.contract.no_preemption_back:
+        return []
+    idx = index_of(state.contract)
+    for outcome, snap in admission_cycle(state, idx):
+        if outcome.wl is wl:
+            break
+    else:
+        return []
+    for flavors in outcome.preempt_flavors if outcome.admission is None else ():
+        found = withheld(state, idx, snap, wl, flavors)
+        if found is not None:
+            victims, back = found
+            return [f"no preemption for it: taking {', '.join(v.spec.workload for v in victims)} would make room, but "
+                    f"{back.spec.workload}, back in {back.spec.cluster_queue}, could preempt it at once: it waits for "
+                    "work to end instead (the contract's no_preemption_back)"]
+    return []
 
 
 def flavor_lines(state: State, wl: WorkloadState) -> list[str]:

@@ -139,22 +139,36 @@ def preemption_possible(snap: Snapshot, wl: WorkloadState, flavors: dict[str, st
 
 
 def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str],
-                   ordered_out: set[str]) -> list[tuple[WorkloadState, Reason]]:
+                   ordered_out: set[str], guard: bool | None = None) -> list[tuple[WorkloadState, Reason]]:
     """The fewest victims (in the candidates' order) after which ``wl`` fits, or [] — as Kueue: a
     queue below its nominal quota in what the preemptor needs first reclaims what it lent (and its
     own lower-priority work) so as to fit inside that nominal quota; failing that, what lies outside
     the lowest cohort of its tree whose own quota could hold it (Kueue's
     FindHeightOfLowestSubtreeThatFits); failing that, or when it is not below, the victims are
-    those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``)."""
+    those its rules allow for fitting at all (borrowing: ``borrowWithinCohort``). ``guard``: whether
+    a set one of whose victims could preempt ``wl`` back is passed over (None: as the contract says,
+    ``no_preemption_back``)."""
     trial = _Trial(state, idx, snap, wl, flavors)
+    guard = idx.contract.no_preemption_back if guard is None else guard
     below, fits = _against_nominal(trial)
     if below and not idx.contract.fair_sharing.enable:
         path = idx.tree.path(wl.spec.cluster_queue)
         for height in range(max(1, len(path) - 1)):  # (the root's subtree is the whole tree: no reclaim)
-            chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True, outside=path[height]), height)
+            chosen = _fewest(trial, _candidates(trial, ordered_out, reclaim=True, outside=path[height]), guard, height)
             if chosen:
                 return chosen
-    return _fewest(trial, _candidates(trial, ordered_out, reclaim=fits))
+    return _fewest(trial, _candidates(trial, ordered_out, reclaim=fits), guard)
+
+
+def withheld(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
+             flavors: dict[str, str]) -> tuple[list[WorkloadState], WorkloadState] | None:
+    """Why ``wl`` gets no preemption under ``no_preemption_back`` in ``flavors``: the victims Kueue's
+    rules would take and the one of them that could preempt it back at once (None: not that)."""
+    if not idx.contract.no_preemption_back or choose_victims(state, idx, snap, wl, flavors, set()):
+        return None
+    chosen = choose_victims(state, idx, snap, wl, flavors, set(), guard=False)
+    back = _turns_back(_Trial(state, idx, snap, wl, flavors), chosen) if chosen else None
+    return ([v for v, _ in chosen], back) if back is not None else None
 
 
 def preemptible_in_other_queues(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
@@ -182,10 +196,9 @@ def _against_nominal(trial: _Trial) -> tuple[bool, bool]:
     return below, fits
 
 
-def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
+def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]], guard: bool,
             within: int | None = None) -> list[tuple[WorkloadState, Reason]]:
     wl = trial.wl
-    guard = trial.idx.contract.no_preemption_back
     chosen: list[tuple[WorkloadState, Reason]] = []
     for candidate in candidates:
         victim, rule = candidate
@@ -200,7 +213,7 @@ def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]],
         chosen.append(candidate)
         if trial.fits_without([v for v, _ in chosen], within):
             fewest = _minimal(trial, chosen, within)
-            if not (guard and _turns_back(trial, fewest)):
+            if not guard or _turns_back(trial, fewest) is None:
                 return fewest
             chosen.pop()  # with it, a victim could turn back: go on without it
     return []
@@ -217,9 +230,9 @@ def _minimal(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]],
     return fewest
 
 
-def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> bool:
-    """Could a victim of another queue, back alone in its queue once all of ``chosen`` are gone and
-    the preemptor is in, preempt the preemptor at once? Kueue's rules allow such a pair when several
+def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> WorkloadState | None:
+    """A victim of another queue that, back alone in its queue once all of ``chosen`` are gone and
+    the preemptor is in, could preempt the preemptor at once (None: none could). Kueue's rules allow such a pair when several
     victims of one queue go: fair sharing's LessThanInitialShare takes the last ones against the
     queue's share with the first still in, so the first, back alone, sees its queue far below the
     preemptor's (kueue#14543); borrowWithinCohort takes whole workloads from a borrowing queue until
@@ -232,7 +245,7 @@ def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> bo
     # victim preempt its preemptor: only these two rules can turn back)
     turning = [(victim, rule) for victim, rule in chosen if rule.code in (C.FAIR_SHARING, C.BORROW_WITHIN_COHORT)]
     if not turning:
-        return False
+        return None
     view = trial.view_without([v for v, _ in chosen])
     node = idx.tree.queues[mine]
     without = view.share(node, {}, idx.weights)  # the preemptor's queue, the preemptor out again
@@ -246,18 +259,17 @@ def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> bo
         if rule.code == C.FAIR_SHARING:
             share = view.share(idx.tree.queues[vq], back, idx.weights)
             for strategy in idx.contract.fair_sharing.preemption_strategies:
-                if strategy == "LessThanOrEqualToFinalShare" and share <= without:
-                    return True
-                if strategy == "LessThanInitialShare" and share < with_it:
-                    return True
+                if strategy == "LessThanOrEqualToFinalShare" and share <= without or \
+                        strategy == "LessThanInitialShare" and share < with_it:
+                    return victim
         elif rule.code == C.BORROW_WITHIN_COHORT:
             policy = idx.cluster_queues[vq].preemption.reclaim_within_cohort
             nominal = idx.tree.queues[vq].nominal
             own = view.usage.get(vq, {})
             if _reclaim_rule(policy, victim, wl, mine, idx.contract.aging_ms_per_point) is not None and \
                     all(own.get(fr, 0) + v <= nominal.get(fr, -1) for fr, v in back.items()):
-                return True
-    return False
+                return victim
+    return None
 
 
 def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,

@@ -1019,27 +1019,32 @@ def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
     return waiting
 
 
-def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState], state: State | None = None) -> None:
+def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState], state: State) -> None:
     """Keep the room a preemptor will have once its victims are gone out of ``free``.
 
     Each node keeps the smaller of what is free now and what will be free once the victims left
     and the preemptor came in (resource by resource, GPU by GPU): whoever is placed meanwhile fits
-    now and never takes that room. With ``state``, the victims defragmentation moves (``moving``)
-    are placed again after the preemptor, biggest first, as their move was planned: their room is
-    kept too.
+    now and never takes that room. The victims defragmentation moves (``moving``) are placed again
+    after the preemptor, as their move was planned: their room is kept too.
     """
     later = copy_free(free)
     for victim in victims:
         release_nodes(later, victim)
     if place_gang(later, pod_sets) is None:
         return
-    if state is not None:
-        idx = index_of(state.contract)
-        for victim in sorted(moving(state, victims), key=lambda v: -v.request.get(GPU, 0)):
-            again = idx.flavored(admitted_pod_sets(victim.spec.pod_sets, victim.admission.counts),
-                                 victim.admission.flavors)
-            place_gang(later, again, nodes=idx.nodes_of(victim.admission.flavors, state))
+    place_again(later, state, moving(state, victims))
     keep_smaller(free, later)
+
+
+def place_again(free: Free, state: State, moved: list[WorkloadState]) -> bool:
+    """Place each workload of ``moved`` again on ``free`` (which changes) as it was admitted, biggest
+    first: does every one find a whole placement?"""
+    idx = index_of(state.contract)
+    for wl in sorted(moved, key=lambda wl: -wl.request.get(GPU, 0)):
+        again = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), wl.admission.flavors)
+        if place_gang(free, again, nodes=idx.nodes_of(wl.admission.flavors, state)) is None:
+            return False
+    return True
 
 
 def moving(state: State, victims: list[WorkloadState]) -> list[WorkloadState]:

@@ -19,12 +19,11 @@ nominated, admitted and placed; the moved workloads are admitted and placed agai
 from __future__ import annotations
 
 from gangway.events.catalogue import PodSet
-from gangway.events.fold import placement_nodes
-from gangway.events.resources import GPU, ContractIndex, admitted_pod_sets
+from gangway.events.resources import GPU, ContractIndex
 from gangway.events.state import State, WorkloadState
 from gangway.services.admission.snapshot import Snapshot
 from gangway.services.admission.victims import preemptible_in_other_queues, protected
-from gangway.services.placement.policy import copy_free, place_gang, release_nodes
+from gangway.services.placement.policy import copy_free, place_again, place_gang, release_nodes
 
 #: At most this many workloads are moved for one gang.
 MOVES_MAX = 16
@@ -54,7 +53,7 @@ def plan_moves(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadSta
         rest = [c for c in chosen if c is not item]
         if _gang_fits(free, pod_sets, rest, nodes):
             chosen = rest
-    return chosen if _all_placed_again(free, pod_sets, chosen, nodes, state, idx) else []
+    return chosen if _all_placed_again(free, pod_sets, chosen, nodes, state) else []
 
 
 def _movable(state: State, idx: ContractIndex, wl: WorkloadState, nodes, ordered_out: set[str],
@@ -84,16 +83,9 @@ def _gang_fits(free, pod_sets: list[PodSet], moved: list[WorkloadState], nodes) 
     return place_gang(trial, pod_sets, nodes=nodes) is not None
 
 
-def _all_placed_again(free, pod_sets: list[PodSet], moved: list[WorkloadState], nodes, state: State,
-                      idx: ContractIndex) -> bool:
+def _all_placed_again(free, pod_sets: list[PodSet], moved: list[WorkloadState], nodes, state: State) -> bool:
     """With the gang placed, does every moved workload find a whole placement on what is left?"""
     trial = copy_free(free)
     for other in moved:
         release_nodes(trial, other)
-    if place_gang(trial, pod_sets, nodes=nodes) is None:
-        return False
-    for other in sorted(moved, key=lambda o: -o.request.get(GPU, 0)):  # biggest first
-        again = idx.flavored(admitted_pod_sets(other.spec.pod_sets, other.admission.counts), other.admission.flavors)
-        if place_gang(trial, again, nodes=placement_nodes(state, other)) is None:
-            return False
-    return True
+    return place_gang(trial, pod_sets, nodes=nodes) is not None and place_again(trial, state, moved)
