@@ -449,6 +449,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: waits instead, for other victims or for work to end. False (contracts written before the
     #: field): Kueue's choice.
     no_preemption_back: bool = False
+    #: The placer keeps a waiting preemptor's room where it will be once the gangs admitted before
+    #: and not yet placed are placed (True), as admission's snapshot finds it. False (contracts
+    #: written before the field): on free capacity as it is, so the room kept could be room those
+    #: gangs then took, and a gang admitted into the preemptor's real room was preempted again at
+    #: each of its returns (a livelock the property tests found).
+    preemptor_room_after_admitted: bool = False
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:

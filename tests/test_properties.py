@@ -88,7 +88,8 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
     if extras["fair"]:
         c.fair_sharing()
     return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"], aging_ms_per_point=extras["aging_ms"],
-                                   moved_first=True, no_preemption_back=True)
+                                   moved_first=True, no_preemption_back=True,
+                                   preemptor_room_after_admitted=True)
 
 
 #: Node name → (block, rack, NVLink islands) for the nodes that have a topology.
@@ -257,16 +258,18 @@ def check_indexes(state: State) -> None:
 
 def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     """Pairs (A, B) where A preempted B and later B preempted A: the loop Kueue's fair-sharing
-    proof rules out, a proof that assumes B's ClusterQueue holds the same besides B both times. So
+    proof rules out, a proof that assumes both queues hold the same besides A and B both times. So
     a reversal for fair sharing once B's queue holds less besides B and the work A ordered out with
-    it than when B was preempted (its other work ended) is a turn the strategies allow, not a cycle
-    — a queue that uses less has a lower share. (Work ordered out with B does not count: that
-    reversal is what ``Contract.no_preemption_back`` forbids.) A defragmentation move after which
-    the workload was admitted again the moment it left is a move, not a preemption. Any other
-    reversal is a cycle."""
+    it than when B was preempted (its other work ended), or A's queue holds more besides A (its
+    other work came in), is a turn the strategies allow, not a cycle: the shares moved. (Work
+    ordered out with B does not count: that reversal is what ``Contract.no_preemption_back``
+    forbids.) A defragmentation move after which the workload was admitted again the moment it
+    left is a move, not a preemption. Any other reversal is a cycle."""
     state = State()
     #: (A, B) → the decision's offset, and what B's queue held besides B and A's other victims there
     besides: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
+    #: (A, B) → what A's queue held besides A then
+    theirs: dict[tuple[str, str], dict[str, int]] = {}
     cycles = []
     moves = _moves_kept(log)
     for i, env in enumerate(log):
@@ -276,19 +279,33 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
             vq, held = victim.spec.cluster_queue, held_quota(state, victim.admission)
             first = besides.get((data.workload, data.preemptor))
             if first is not None:
-                now = state.usage.get(state.workloads[data.preemptor].spec.cluster_queue, {})
-                then = first[1]
-                less = all(now.get(fr, 0) <= v for fr, v in then.items()) and now != then
-                if not (data.reason_code == ReasonCode.FAIR_SHARING and less):
+                less = _less(usage_of(state, state.workloads[data.preemptor].spec.cluster_queue), first[1])
+                more = _less(theirs[(data.workload, data.preemptor)], _without(usage_of(state, vq), held))
+                if not (data.reason_code == ReasonCode.FAIR_SHARING and (less or more)):
                     cycles.append((data.workload, data.preemptor))
             for (a, b), (based_on, usage) in besides.items():  # another victim of the same decision
                 if a == data.preemptor and based_on == data.based_on and state.workloads[b].spec.cluster_queue == vq:
                     add_into(usage, held, -1)
-            usage = state.usage.get(vq, {})
-            besides.setdefault((data.preemptor, data.workload),
-                               (data.based_on, {fr: v - held.get(fr, 0) for fr, v in usage.items()}))
+            besides.setdefault((data.preemptor, data.workload), (data.based_on, _without(usage_of(state, vq), held)))
+            preemptor = state.workloads.get(data.preemptor)
+            if preemptor is not None:
+                theirs.setdefault((data.preemptor, data.workload), dict(usage_of(state, preemptor.spec.cluster_queue)))
         apply(state, env)
     return cycles
+
+
+def usage_of(state: State, cluster_queue: str) -> dict[str, int]:
+    return state.usage.get(cluster_queue, {})
+
+
+def _without(usage: dict[str, int], held: dict[str, int]) -> dict[str, int]:
+    return {fr: v - held.get(fr, 0) for fr, v in usage.items()}
+
+
+def _less(now: dict[str, int], then: dict[str, int]) -> bool:
+    """Is ``now`` below ``then``: nowhere more, somewhere less?"""
+    frs = now.keys() | then.keys()
+    return all(now.get(fr, 0) <= then.get(fr, 0) for fr in frs) and any(now.get(fr, 0) < then.get(fr, 0) for fr in frs)
 
 
 def _moves_kept(log: list[ev.Envelope]) -> set[int]:
@@ -342,8 +359,9 @@ def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_h
     assert pair([lambda log: log.finish("other")]) == []
     # work ordered out with y does not excuse it: that is the turn no_preemption_back forbids
     assert pair([other_ordered_out_with_y]) == [("x", "y")]
-    # the first preemptor's queue holding less does not lower the second's share
+    # the first preemptor's queue holding less does not excuse it; holding more does (it borrows more)
     assert pair([lambda log: log.finish("b-other")]) == [("x", "y")]
+    assert pair([lambda log: log.running(workload("b-more").queue("b").gpus(2))]) == []
     # nor is a reversal for another rule excused
     assert pair([lambda log: log.finish("other")], second=reclaim) == [("x", "y")]
     # y moving x is no reversal if x is placed again at once; it is one if x had to wait

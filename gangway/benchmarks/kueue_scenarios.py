@@ -136,6 +136,7 @@ def load(path: Path, shrink: float | None = None) -> Scenario:
         preferred_domains=True,
         moved_first=True,
         no_preemption_back=True,
+        preemptor_room_after_admitted=True,
     )
     return Scenario(path.parent.name, contract, nominal, specs, doc.get("topology"), shrink is not None)
 

@@ -554,6 +554,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         preferred_domains=True,  # (contracts written before it said False)
         moved_first=True,  # (contracts written before it said False)
         no_preemption_back=True,  # (contracts written before it said False)
+        preemptor_room_after_admitted=True,  # (contracts written before it said False)
         **{key: value for key, value in defaults.items() if value is not None},
     )
 

@@ -25,13 +25,13 @@ from gangway.events.quantity import format_amount
 from gangway.events.quota import QuotaView, fr_key
 from gangway.events.reasons import NEVER_PLACEABLE_CODES, QUOTA_CODES, C, Reason, reason
 from gangway.events.resources import (
-    ContractIndex, add_into, admitted_pod_sets, by_flavor, by_resource,
+    ContractIndex, add_into, by_flavor, by_resource,
 )
 from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over, rank, shape_of, waits_to_take_over
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, expected_end, free_capacity, keep_smaller, moving, never_placeable, no_node_of_queue, place_gang, release_nodes,
+    Free, copy_free, expected_end, free_capacity, keep_smaller, moving, never_placeable, place_admitted, no_node_of_queue, place_gang, release_nodes,
     reserve_room, room_at_start, take_assignments, victims_in_flight,
 )
 from gangway.services.placement.topology import ISLAND
@@ -538,11 +538,7 @@ class Snapshot:
 
     def reserve_admitted(self) -> None:
         """Admitted gangs not yet placed will be: keep their room."""
-        for name in self.state.unplaced:
-            wl = self.state.workloads[name]
-            place_gang(self.free, self.idx.flavored(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts),
-                                                    wl.admission.flavors),
-                       nodes=self.flavor_nodes(wl.admission.flavors))
+        place_admitted(self.free, self.state, (self.state.workloads[name] for name in self.state.unplaced))
 
     def reserve_for_preemptor(self, wl: WorkloadState, victims: list[WorkloadState],
                               flavors: dict[str, str]) -> None:

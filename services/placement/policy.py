@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import operator
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 
 from gangway.events import freeindex, gpus
 from gangway.events.catalogue import (
@@ -1019,32 +1019,48 @@ def victims_in_flight(state: State) -> dict[str, list[WorkloadState]]:
     return waiting
 
 
-def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState], state: State) -> None:
+def reserve_room(free: Free, pod_sets: list[PodSet], victims: list[WorkloadState], state: State,
+                 unplaced: list[WorkloadState] = ()) -> None:
     """Keep the room a preemptor will have once its victims are gone out of ``free``.
 
     Each node keeps the smaller of what is free now and what will be free once the victims left
     and the preemptor came in (resource by resource, GPU by GPU): whoever is placed meanwhile fits
     now and never takes that room. The victims defragmentation moves (``moving``) are placed again
-    after the preemptor, as their move was planned: their room is kept too.
+    after the preemptor, as their move was planned: their room is kept too. ``unplaced``: gangs
+    admitted and not yet placed, which ``free`` does not hold yet: the preemptor's room is found
+    where they leave it (as admission's snapshot finds it), not in room they will take.
     """
     later = copy_free(free)
     for victim in victims:
         release_nodes(later, victim)
-    if place_gang(later, pod_sets) is None:
+    if unplaced:
+        view = copy_free(later)
+        place_admitted(view, state, unplaced)
+        placed = place_gang(view, pod_sets)
+        if placed is None:
+            return
+        take_assignments(later, pod_sets, placed)
+    elif place_gang(later, pod_sets) is None:
         return
     place_again(later, state, moving(state, victims))
     keep_smaller(free, later)
 
 
+def place_admitted(free: Free, state: State, admitted: Iterable[WorkloadState]) -> bool:
+    """Place each workload of ``admitted`` on ``free`` (which changes) as it was admitted, in turn:
+    does every one find a whole placement?"""
+    idx = index_of(state.contract)
+    for wl in admitted:
+        pod_sets = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), wl.admission.flavors)
+        if place_gang(free, pod_sets, nodes=idx.nodes_of(wl.admission.flavors, state)) is None:
+            return False
+    return True
+
+
 def place_again(free: Free, state: State, moved: list[WorkloadState]) -> bool:
     """Place each workload of ``moved`` again on ``free`` (which changes) as it was admitted, biggest
     first: does every one find a whole placement?"""
-    idx = index_of(state.contract)
-    for wl in sorted(moved, key=lambda wl: -wl.request.get(GPU, 0)):
-        again = idx.flavored(admitted_pod_sets(wl.spec.pod_sets, wl.admission.counts), wl.admission.flavors)
-        if place_gang(free, again, nodes=idx.nodes_of(wl.admission.flavors, state)) is None:
-            return False
-    return True
+    return place_admitted(free, state, sorted(moved, key=lambda wl: -wl.request.get(GPU, 0)))
 
 
 def moving(state: State, victims: list[WorkloadState]) -> list[WorkloadState]:
@@ -1114,13 +1130,17 @@ class Placer:
         self.state = state
         self.free = free_capacity(state)
         idx = index_of(state.contract)
+        # (the gangs admitted before and not yet placed: this placer places them first, as
+        # admission's snapshot does — Contract.preemptor_room_after_admitted)
+        unplaced = [state.workloads[name] for name in state.unplaced] \
+            if state.contract.preemptor_room_after_admitted else []
         for preemptor, victims in sorted(victims_in_flight(state).items()):
             wl = state.workloads.get(preemptor)
             if wl is not None and wl.phase == "pending" and preemptor not in admitted:
                 # Its room is kept in the flavors its victims were ordered out for (records written
                 # before they were named: its queue's first ones).
                 flavors = wl.nominated_flavors or idx.default_flavors(wl.spec.cluster_queue, idx.asked(wl))
-                reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims, state)
+                reserve_room(self.free, idx.flavored(wl.spec.pod_sets, flavors), victims, state, unplaced)
         self.measure = _Measure(state)
         #: Rooms kept for gangs blocked by capacity (``KeptRoom``, named by admissions): the room
         #: each will have at its start with it in, and the nodes it takes (None: it would not fit).
