@@ -263,9 +263,12 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     it than when B was preempted (its other work ended), or A's queue holds more besides A (its
     other work came in), is a turn the strategies allow, not a cycle: the shares moved. (Work
     ordered out with B does not count: that reversal is what ``Contract.no_preemption_back``
-    forbids.) A defragmentation move after which the workload was admitted again the moment it
-    left is a move, not a preemption. Any other reversal is a cycle."""
+    forbids.) A reversal under another contract than the first order's is a turn too: the rules
+    changed. A defragmentation move after which the workload was admitted again the moment it left
+    is a move, not a preemption. Any other reversal is a cycle."""
     state = State()
+    #: (A, B) → the contract in force when A preempted B
+    rules: dict[tuple[str, str], ev.Contract | None] = {}
     #: (A, B) → the decision's offset, and what B's queue held besides B and A's other victims there
     besides: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
     #: (A, B) → what A's queue held besides A then
@@ -281,12 +284,14 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
             if first is not None:
                 less = _less(usage_of(state, state.workloads[data.preemptor].spec.cluster_queue), first[1])
                 more = _less(theirs[(data.workload, data.preemptor)], _without(usage_of(state, vq), held))
-                if not (data.reason_code == ReasonCode.FAIR_SHARING and (less or more)):
+                changed = rules[(data.workload, data.preemptor)] != state.contract
+                if not (changed or data.reason_code == ReasonCode.FAIR_SHARING and (less or more)):
                     cycles.append((data.workload, data.preemptor))
             for (a, b), (based_on, usage) in besides.items():  # another victim of the same decision
                 if a == data.preemptor and based_on == data.based_on and state.workloads[b].spec.cluster_queue == vq:
                     add_into(usage, held, -1)
             besides.setdefault((data.preemptor, data.workload), (data.based_on, _without(usage_of(state, vq), held)))
+            rules.setdefault((data.preemptor, data.workload), state.contract)
             preemptor = state.workloads.get(data.preemptor)
             if preemptor is not None:
                 theirs.setdefault((data.preemptor, data.workload), dict(usage_of(state, preemptor.spec.cluster_queue)))
@@ -364,6 +369,9 @@ def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_h
     assert pair([lambda log: log.running(workload("b-more").queue("b").gpus(2))]) == []
     # nor is a reversal for another rule excused
     assert pair([lambda log: log.finish("other")], second=reclaim) == [("x", "y")]
+    # under another contract the rules changed: a turn, whatever the rule
+    other = contract(cluster_queue("a").cohort("lab").gpus(8), cluster_queue("b").cohort("lab").gpus(4))
+    assert pair([lambda log: log.configure(other)], second=reclaim) == []
     # y moving x is no reversal if x is placed again at once; it is one if x had to wait
     assert pair(second=move, back_after_ms=0) == []
     assert pair(second=move, back_after_ms=60_000) == [("x", "y")]
