@@ -473,3 +473,15 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             if pc.name == name:
                 return pc
         return None
+
+
+#: What a contract written today says of the fields a contract recorded before them decodes False
+#: (each keeps that log's decisions as they were made): the contract reader and Kueue's scenarios
+#: set them all.
+WRITTEN_NOW: dict[str, bool] = {
+    "requeue_in_place": True,  # Kueue's queue order
+    "preferred_domains": True,
+    "moved_first": True,
+    "no_preemption_back": True,
+    "preemptor_room_after_admitted": True,
+}

@@ -183,8 +183,7 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
     if not _keeps_place(state.contract, order):
         wl.seq = env.offset
         wl.queued_ms = env.time_ms
-    moved = is_move(state.contract, order)
-    flavors = wl.admission.flavors if wl.admission is not None else {}
+    moved = dict(wl.admission.flavors) if is_move(state.contract, order) and wl.admission is not None else None
     wl.requeued_ms = env.time_ms
     wl.attempt += 1
     wl.admission = wl.placement = wl.eviction = None
@@ -193,8 +192,8 @@ def _requeue(state: State, wl: WorkloadState, env: ev.Envelope) -> bool:
     wl.admitted_ms = wl.admitted_at = wl.started_ms = wl.eviction_ms = wl.checkpoint_ms = wl.checkpoint_step = None
     _reset_money(wl)
     _enqueue(state, wl)
-    if moved:  # placed again at once, as its move was planned (``Contract.moved_first``)
-        wl.nominated, wl.nominated_flavors, wl.moved_for = True, dict(flavors), order.preemptor
+    if moved is not None:  # placed again at once, in its flavors, as its move was planned (``Contract.moved_first``)
+        wl.nominated, wl.nominated_flavors, wl.moved_for = True, moved, order.preemptor
         state.nominated[wl.spec.workload] = None
     return True
 

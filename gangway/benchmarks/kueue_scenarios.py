@@ -32,7 +32,7 @@ from gangway.adapters import kafka
 from gangway.benchmarks.results import reference_data, write_json
 from gangway.events import catalogue as ev
 from gangway.events.contract import (
-    Backfill, ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
+    WRITTEN_NOW, Backfill, ClusterQueue, Contract, FlavorQuotas, LocalQueue, Preemption, PriorityClass, Quota,
 )
 from gangway.events.quantity import parse_milli
 
@@ -132,11 +132,7 @@ def load(path: Path, shrink: float | None = None) -> Scenario:
     contract = Contract(
         cluster_queues=queues, local_queues=local,
         priority_classes=[PriorityClass(name=f"priority-{p}", value=p) for p in sorted(priorities)],
-        requeue_in_place=True,  # (Kueue's queue order for the preempted, as its YAML would say)
-        preferred_domains=True,
-        moved_first=True,
-        no_preemption_back=True,
-        preemptor_room_after_admitted=True,
+        **WRITTEN_NOW,  # (as the contract reader would say of its YAML)
     )
     return Scenario(path.parent.name, contract, nominal, specs, doc.get("topology"), shrink is not None)
 

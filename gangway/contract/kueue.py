@@ -46,6 +46,7 @@ import yaml
 from gangway.contract.yamldocs import documents
 from gangway.events.contract import (
     WEIGHT_ONE,
+    WRITTEN_NOW,
     Backfill,
     Billing,
     BillingPeriod,
@@ -550,11 +551,7 @@ def _assemble(parsed: _Parsed) -> Contract:
         topologies=_values(parsed.topologies),
         prices=sorted(policy.prices, key=lambda p: (p.flavor, p.resource)),
         namespaces=_values(parsed.namespaces),
-        requeue_in_place=True,  # (Kueue's queue order; contracts written before it said False)
-        preferred_domains=True,  # (contracts written before it said False)
-        moved_first=True,  # (contracts written before it said False)
-        no_preemption_back=True,  # (contracts written before it said False)
-        preemptor_room_after_admitted=True,  # (contracts written before it said False)
+        **WRITTEN_NOW,  # (contracts written before each of these fields said False)
         **{key: value for key, value in defaults.items() if value is not None},
     )
 

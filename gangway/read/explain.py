@@ -238,7 +238,9 @@ def withheld_lines(state: State, wl: WorkloadState) -> list[str]:
             break
     else:
         return []
-    for flavors in outcome.preempt_flavors if outcome.admission is None else ():
+    if outcome.admission is not None:
+        return []
+    for flavors in outcome.preempt_flavors:
         found = withheld(state, idx, snap, wl, flavors)
         if found is not None:
             victims, back = found

@@ -545,9 +545,9 @@ class Snapshot:
         """Hold the room a preemptor waits for: its victims' quota and nodes will be its own — but
         for those defragmentation moves (``moving``): their quota stays theirs and their room is
         kept where they will be placed again."""
-        moved = moving(self.state, victims)
+        moved = {v.spec.workload for v in moving(self.state, victims)}
         for victim in victims:
-            if victim not in moved:
+            if victim.spec.workload not in moved:
                 add_into(self.later.setdefault(victim.spec.cluster_queue, {}), held_quota(self.state, victim.admission), -1)
         add_into(self.later.setdefault(wl.spec.cluster_queue, {}), by_flavor(self.idx.asked(wl), flavors))
         self._bound = self._later = None

@@ -1130,11 +1130,12 @@ class Placer:
         self.state = state
         self.free = free_capacity(state)
         idx = index_of(state.contract)
+        waiting = victims_in_flight(state)
         # (the gangs admitted before and not yet placed: this placer places them first, as
         # admission's snapshot does — Contract.preemptor_room_after_admitted)
         unplaced = [state.workloads[name] for name in state.unplaced] \
-            if state.contract.preemptor_room_after_admitted else []
-        for preemptor, victims in sorted(victims_in_flight(state).items()):
+            if waiting and state.contract.preemptor_room_after_admitted else []
+        for preemptor, victims in sorted(waiting.items()):
             wl = state.workloads.get(preemptor)
             if wl is not None and wl.phase == "pending" and preemptor not in admitted:
                 # Its room is kept in the flavors its victims were ordered out for (records written
