@@ -29,10 +29,11 @@ from gangway.events import catalogue as ev
 from gangway.events import freeindex
 from gangway.events import gpus as gpu_slots
 from gangway.events.freeindex import FreeIndex
-from gangway.events.fold import apply, held_quota, quota_view
+from gangway.events.fold import apply, held_quota, index_of, quota_view
 from gangway.events.quota import QuotaView
-from gangway.events.resources import GPU, add_into, admitted_pod_sets, total_request
+from gangway.events.resources import GPU, add_into, admitted_pod_sets, by_flavor, total_request
 from gangway.events.state import HOLDS_NODES, HOLDS_QUOTA, State, handing_over, node_holdings, runtime_key
+from gangway.services.placement.policy import moving, victims_in_flight
 from gangway.services.placement.topology import HOSTNAME, ISLAND, RACK
 from gangway.services.audit.replay import verify
 from gangway.services.submission.policy import move as relocate
@@ -265,7 +266,8 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     ordered out with B does not count: that reversal is what ``Contract.no_preemption_back``
     forbids.) A reversal under another contract than the first order's is a turn too: the rules
     changed. A defragmentation move after which the workload was admitted again the moment it left
-    is a move, not a preemption. Any other reversal is a cycle."""
+    is a move, not a preemption. Any other reversal is a cycle. What a queue holds is what it will
+    hold once the orders in flight are carried out (``holding``), as the shares were judged."""
     state = State()
     #: (A, B) → the contract in force when A preempted B
     rules: dict[tuple[str, str], ev.Contract | None] = {}
@@ -282,25 +284,47 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
             vq, held = victim.spec.cluster_queue, held_quota(state, victim.admission)
             first = besides.get((data.workload, data.preemptor))
             if first is not None:
-                less = _less(usage_of(state, state.workloads[data.preemptor].spec.cluster_queue), first[1])
-                more = _less(theirs[(data.workload, data.preemptor)], _without(usage_of(state, vq), held))
+                less = _less(holding(state, state.workloads[data.preemptor].spec.cluster_queue, data.preemptor), first[1])
+                more = _less(theirs[(data.workload, data.preemptor)], _without(holding(state, vq, data.preemptor), held))
                 changed = rules[(data.workload, data.preemptor)] != state.contract
                 if not (changed or data.reason_code == ReasonCode.FAIR_SHARING and (less or more)):
                     cycles.append((data.workload, data.preemptor))
             for (a, b), (based_on, usage) in besides.items():  # another victim of the same decision
                 if a == data.preemptor and based_on == data.based_on and state.workloads[b].spec.cluster_queue == vq:
                     add_into(usage, held, -1)
-            besides.setdefault((data.preemptor, data.workload), (data.based_on, _without(usage_of(state, vq), held)))
+            besides.setdefault((data.preemptor, data.workload),
+                               (data.based_on, _without(holding(state, vq, data.preemptor), held)))
             rules.setdefault((data.preemptor, data.workload), state.contract)
             preemptor = state.workloads.get(data.preemptor)
             if preemptor is not None:
-                theirs.setdefault((data.preemptor, data.workload), dict(usage_of(state, preemptor.spec.cluster_queue)))
+                theirs.setdefault((data.preemptor, data.workload),
+                                  holding(state, preemptor.spec.cluster_queue, data.preemptor))
         apply(state, env)
     return cycles
 
 
 def usage_of(state: State, cluster_queue: str) -> dict[str, int]:
     return state.usage.get(cluster_queue, {})
+
+
+def holding(state: State, cluster_queue: str, preemptor: str) -> dict[str, int]:
+    """What a queue will hold once the orders in flight are carried out, as a preemption cycle's
+    shares see it (``Snapshot.reserve_for_preemptor``): its victims still leaving gone (but the
+    moved, placed again at once), its preemptors waiting for them in (``preemptor`` aside: the
+    one whose order is judged)."""
+    usage = dict(usage_of(state, cluster_queue))
+    idx = index_of(state.contract)
+    for name, victims in victims_in_flight(state).items():
+        moved = {v.spec.workload for v in moving(state, victims)}
+        for victim in victims:
+            if victim.spec.cluster_queue == cluster_queue and victim.spec.workload not in moved:
+                add_into(usage, held_quota(state, victim.admission), -1)
+        waiting = state.workloads.get(name)
+        if name != preemptor and waiting is not None and waiting.admission is None \
+                and waiting.spec.cluster_queue == cluster_queue:
+            asked = idx.asked(waiting)
+            add_into(usage, by_flavor(asked, waiting.nominated_flavors or idx.default_flavors(cluster_queue, asked)))
+    return usage
 
 
 def _without(usage: dict[str, int], held: dict[str, int]) -> dict[str, int]:
@@ -367,6 +391,13 @@ def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_h
     # the first preemptor's queue holding less does not excuse it; holding more does (it borrows more)
     assert pair([lambda log: log.finish("b-other")]) == [("x", "y")]
     assert pair([lambda log: log.running(workload("b-more").queue("b").gpus(2))]) == []
+    # ... as once a preemptor of b waits for its victims: its share counts them gone and the
+    # preemptor in (found hunting at 16x: w3 of a took w9 of b, then w4 of b took w6 of a)
+    def b_next(gpus):
+        return lambda log: log.queue(workload("b-next").queue("b").gpus(gpus)).order_eviction("b-other", "b-next")
+
+    assert pair([b_next(4)]) == []
+    assert pair([b_next(2)]) == [("x", "y")]
     # nor is a reversal for another rule excused
     assert pair([lambda log: log.finish("other")], second=reclaim) == [("x", "y")]
     # under another contract the rules changed: a turn, whatever the rule
