@@ -265,12 +265,12 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     other work came in), is a turn the strategies allow, not a cycle: the shares moved. (Work
     ordered out with B does not count: that reversal is what ``Contract.no_preemption_back``
     forbids.) A reversal under another contract than the first order's is a turn too: the rules
-    changed. A defragmentation move after which the workload was admitted again the moment it left
+    changed; so is one after either workload moved to another queue (its queue-name label). A defragmentation move after which the workload was admitted again the moment it left
     is a move, not a preemption. Any other reversal is a cycle. What a queue holds is what it will
     hold once the orders in flight are carried out (``holding``), as the shares were judged."""
     state = State()
-    #: (A, B) → the contract in force when A preempted B
-    rules: dict[tuple[str, str], ev.Contract | None] = {}
+    #: (A, B) → the contract in force when A preempted B, and A's and B's queues then
+    rules: dict[tuple[str, str], tuple[ev.Contract | None, str, str]] = {}
     #: (A, B) → the decision's offset, and what B's queue held besides B and A's other victims there
     besides: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
     #: (A, B) → what A's queue held besides A then
@@ -286,7 +286,8 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
             if first is not None:
                 less = _less(holding(state, state.workloads[data.preemptor].spec.cluster_queue, data.preemptor), first[1])
                 more = _less(theirs[(data.workload, data.preemptor)], _without(holding(state, vq, data.preemptor), held))
-                changed = rules[(data.workload, data.preemptor)] != state.contract
+                changed = rules[(data.workload, data.preemptor)] != (
+                    state.contract, vq, state.workloads[data.preemptor].spec.cluster_queue)
                 if not (changed or data.reason_code == ReasonCode.FAIR_SHARING and (less or more)):
                     cycles.append((data.workload, data.preemptor))
             for (a, b), (based_on, usage) in besides.items():  # another victim of the same decision
@@ -294,8 +295,9 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
                     add_into(usage, held, -1)
             besides.setdefault((data.preemptor, data.workload),
                                (data.based_on, _without(holding(state, vq, data.preemptor), held)))
-            rules.setdefault((data.preemptor, data.workload), state.contract)
             preemptor = state.workloads.get(data.preemptor)
+            rules.setdefault((data.preemptor, data.workload),
+                             (state.contract, preemptor and preemptor.spec.cluster_queue, vq))
             if preemptor is not None:
                 theirs.setdefault((data.preemptor, data.workload),
                                   holding(state, preemptor.spec.cluster_queue, data.preemptor))
@@ -364,18 +366,23 @@ def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_h
     once."""
     fair, reclaim, move = ReasonCode.FAIR_SHARING, ReasonCode.RECLAIM_WITHIN_COHORT, ReasonCode.DEFRAGMENTATION
 
-    def pair(between=(), second=fair, back_after_ms=None):
-        """y and other run in a, x waits in b; x preempts y; ``between`` happens; y preempts x (and
-        x, once out, is admitted again ``back_after_ms`` later)."""
+    def pair(between=(), second=fair, back_after_ms=None, moved_to=None):
+        """y and other run in a, x waits in b; x preempts y; ``between`` happens; y, out (and moved
+        to queue ``moved_to``), preempts x (and x, once out, is admitted again ``back_after_ms``
+        later)."""
         log = LogBuilder(step_ms=0).configure(contract(cluster_queue("a").cohort("lab").gpus(8),
-                                              cluster_queue("b").cohort("lab").gpus(8)))
+                                              cluster_queue("b").cohort("lab").gpus(8),
+                                              cluster_queue("c").cohort("lab").gpus(0)))
         log.nodes(node("n0").gpus(16))
         log.running(workload("y").queue("a").gpus(2), workload("other").queue("a").gpus(2),
                     workload("b-other").queue("b").gpus(2))
         log.queue(workload("x").queue("b").gpus(2)).order_eviction("y", "x", code=fair)
         for step in between:
             step(log)
-        log.evicted("y").admit("x").place("x").bind("x")
+        log.evicted("y")
+        if moved_to is not None:
+            log.add(ev.WorkloadMoved(workload="y", from_queue="a", queue=moved_to, cluster_queue=moved_to))
+        log.admit("x").place("x").bind("x")
         log.order_eviction("x", "y", code=second)
         if back_after_ms is not None:
             log.evicted("x").advance(back_after_ms).admit("x")
@@ -403,6 +410,9 @@ def test_a_reversal_is_a_cycle_unless_fair_sharing_follows_the_preempted_queue_h
     # under another contract the rules changed: a turn, whatever the rule
     other = contract(cluster_queue("a").cohort("lab").gpus(8), cluster_queue("b").cohort("lab").gpus(4))
     assert pair([lambda log: log.configure(other)], second=reclaim) == []
+    # so are they once y moved to another queue (found hunting at 16x: w10 took w3 within a, w3
+    # moved to b, an empty queue, and took room back from w10 for fair sharing)
+    assert pair(moved_to="c", second=reclaim) == []
     # y moving x is no reversal if x is placed again at once; it is one if x had to wait
     assert pair(second=move, back_after_ms=0) == []
     assert pair(second=move, back_after_ms=60_000) == [("x", "y")]
