@@ -455,6 +455,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: gangs then took, and a gang admitted into the preemptor's real room was preempted again at
     #: each of its returns (a livelock the property tests found).
     preemptor_room_after_admitted: bool = False
+    #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
+    #: the pods that may use only it will need — its share of the queued GPU demand times the
+    #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
+    #: before the field): the fragmentation score alone, which drew such pods to the model the
+    #: fewest restricted pods may use, until those pods found it full.
+    model_reserve: bool = False
 
     def cluster_queue(self, name: str) -> ClusterQueue | None:
         for cq in self.cluster_queues:
@@ -484,4 +490,5 @@ WRITTEN_NOW: dict[str, bool] = {
     "moved_first": True,
     "no_preemption_back": True,
     "preemptor_room_after_admitted": True,
+    "model_reserve": True,
 }

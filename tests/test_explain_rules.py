@@ -264,6 +264,16 @@ def test_the_rules_say_a_moved_job_is_placed_again_at_once_and_none_is_preempted
             "preemptor at once") in text
 
 
+def test_the_rules_say_a_gpu_model_keeps_room_for_its_own_jobs_when_a_flavor_selects_one():
+    models = (contract(cluster_queue("a").flavor("t4").gpus(8), cluster_queue("b").gpus(8))
+              .flavor_labels("t4", {"nvidia.com/gpu.product": "T4"}).obj())
+    said = "keeps off a model whose free GPUs are down to what the jobs that may use only that model will need"
+    assert said in rules.as_text(rules.sections(msgspec.structs.replace(models, model_reserve=True)))
+    assert said not in rules.as_text(rules.sections(models))  # (a contract recorded before the field)
+    plain = contract(cluster_queue("a").gpus(8)).obj()
+    assert said not in rules.as_text(rules.sections(msgspec.structs.replace(plain, model_reserve=True)))
+
+
 @pytest.mark.parametrize("ready, said", [
     (None, None),
     ({"timeout_ms": 150_000, "recovery_timeout_ms": 90_000, "backoff_base_ms": 5_000, "backoff_max_ms": 600_000,

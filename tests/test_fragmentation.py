@@ -203,6 +203,55 @@ def test_a_gang_of_several_pods_takes_the_scored_order_too():
     assert [(a.node, a.count) for a in placed] == [("b-g2", 2)]
 
 
+@pytest.mark.parametrize("g2_nodes", [3, 69], ids=["scored-order", "by-kind-of-node"])
+def test_a_gpu_model_keeps_free_what_the_pods_that_may_use_only_it_will_need(g2_nodes):
+    """One G3 node beside G2 ones. The score draws a pod that may use any model to G3 (taking it
+    lowers the fragmentation the G2-only pods see; the G3-only pods are fewer): with the model
+    reserve it goes there only while G3 keeps free its share of the demand (G3-only pods ask
+    ``share`` of it) times the GPUs left free; with a contract before the field, always."""
+    from gangway.events.catalogue import PodSet
+    from gangway.services.placement.policy import KINDS_FROM, Free, NodeRoom, place_gang
+    from gangway.services.placement.scoring import scorer_of
+    one_gpu = {"cpu": 1000, "nvidia.com/gpu": 1000}
+    models = ["G3"] + ["G2"] * g2_nodes
+
+    def placed_on(share_pct: int, reserve: bool) -> str:
+        free = Free({f"n{i:03}": NodeRoom({"cpu": 16_000, "nvidia.com/gpu": 4000}, [WHOLE] * 4,
+                                          labels={GPU_MODEL_LABEL: model}) for i, model in enumerate(models)})
+        free.indexed = len(free) > KINDS_FROM  # (as a Free of the state's nodes: filed by kind)
+        free.model_reserve = reserve
+        free.scorer = scorer_of({pod_shape_key(one_gpu): (100 - 2 * share_pct) * POD_SHAPE_UNIT,
+                                 pod_shape_key(one_gpu, ("G2",)): share_pct * POD_SHAPE_UNIT,
+                                 pod_shape_key(one_gpu, ("G3",)): share_pct * POD_SHAPE_UNIT}, node_models=["G2", "G3"])
+        [assignment] = place_gang(free, [PodSet(name="main", count=1, resources=one_gpu)])
+        return free[assignment.node].labels[GPU_MODEL_LABEL]
+
+    gpus_after = 4 * len(models) - 1
+    big = next(p for p in range(1, 50) if p * gpus_after > 300)  # G3's 3 GPUs left short of its share
+    small = next(p for p in range(50, 0, -1) if p * gpus_after <= 300)
+    assert placed_on(big, reserve=False) == placed_on(small, reserve=False) == "G3"
+    assert placed_on(big, reserve=True) == "G2"
+    assert placed_on(small, reserve=True) == "G3"
+
+
+def test_a_contract_read_now_keeps_the_model_reserve_and_the_placer_follows_it():
+    """The contract reader sets ``model_reserve``; a contract recorded before it decodes False; the
+    free capacity placement starts from carries the contract's choice."""
+    import msgspec
+    from builders import LogBuilder, cluster_queue, contract
+    from gangway import demo
+    from gangway.contract.kueue import load_contract_file
+    from gangway.events.contract import Contract
+    from gangway.services.placement.policy import copy_free, free_capacity
+    read = load_contract_file(Path(demo.__file__).parent / "contract.yaml")
+    assert read.model_reserve
+    recorded = msgspec.json.encode(contract(cluster_queue("q").gpus(8)).obj())
+    assert msgspec.json.decode(recorded.replace(b',"model_reserve":false', b""), type=Contract).model_reserve is False
+    for reserve in (True, False):
+        log = LogBuilder().configure(msgspec.structs.replace(read, model_reserve=reserve))
+        assert free_capacity(log.state).model_reserve is copy_free(free_capacity(log.state)).model_reserve is reserve
+
+
 def test_the_fold_keys_queued_pods_by_the_gpu_models_their_queue_may_use():
     from builders import LogBuilder, cluster_queue, contract, workload
     c = (contract(cluster_queue("t4-only").flavor("t4").gpus(8).cpu(64), cluster_queue("any").gpus(8).cpu(64),

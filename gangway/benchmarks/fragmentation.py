@@ -173,6 +173,7 @@ class LiveSimulator:
         self.cluster = cluster
         n = cluster.nodes
         self.free = Free()
+        self.free.model_reserve = True  # (as a contract written today: ``Contract.model_reserve``)
         for i, name in enumerate(cluster.names):
             gpus = int((n.gpu[i] == WHOLE).sum())
             room = {"cpu": int(n.cpu[i]), "memory": int(n.memory[i]) * MIB_MILLI} | ({GPU: gpus * WHOLE} if gpus else {})

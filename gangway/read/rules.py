@@ -12,6 +12,7 @@ import html
 
 from gangway.events.contract import WEIGHT_ONE, Backfill, ClusterQueue, Contract, FlavorQuotas, LabelSelector, PodsReady, Toleration
 from gangway.events.resources import GPU
+from gangway.events.state import GPU_MODEL_LABEL
 from gangway.events.quantity import format_resource
 from gangway.events.quota import QuotaStructure
 from gangway.events.reasons import C, ReasonCode
@@ -117,6 +118,10 @@ def _overview(contract: Contract, digest: str) -> list[str]:
         lines.append("A job moved to make room for a gang blocked by scattered free GPUs keeps its quota and a place "
                      "while it leaves, and is placed again at once, right behind that gang"
                      f"{_codes(C.DEFRAGMENTATION)}.")
+    if contract.model_reserve and any(GPU_MODEL_LABEL in f.node_labels for f in contract.flavors):
+        lines.append("A job that may use several GPU models keeps off a model whose free GPUs are down to what the "
+                     "jobs that may use only that model will need (their share of the GPUs asked lately, times the "
+                     "GPUs free), while another model has room.")
     if contract.pods_ready is not None:
         lines.append(_pods_ready_words(contract.pods_ready))
     fs = contract.fair_sharing

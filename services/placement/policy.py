@@ -82,6 +82,9 @@ class Free(dict[str, NodeRoom]):
     tainted: bool = False
     #: ``Contract.preferred_domains``: preferred node affinity ranks topology domains too.
     preferred_domains: bool = False
+    #: ``Contract.model_reserve``: a GPU model keeps free what the pods that may use only it will
+    #: need (``_reserve_deficits``).
+    model_reserve: bool = False
     owned: set[str] | None = None
     #: A superset of the nodes with a free GPU (None: not gathered yet): GPU pods look only at
     #: these. Room only grows through ``own``, which adds the node.
@@ -274,6 +277,7 @@ def free_capacity(state: State, scored: bool = True) -> Free:
         free._scorer_of = (state.pod_shapes, state.pod_shapes_ms, state.time_ms, _node_models(state))
     free.levels = topology.node_levels(state.contract, state.nodes, state.node_epoch)
     free.preferred_domains = state.contract is not None and state.contract.preferred_domains
+    free.model_reserve = state.contract is not None and state.contract.model_reserve
     return free
 
 
@@ -298,7 +302,7 @@ def copy_free(free: Free) -> Free:
     copied by whichever side changes one first."""
     copy = Free(free)
     copy._scorer, copy._scorer_of, copy.levels, copy.tainted = free._scorer, free._scorer_of, free.levels, free.tainted
-    copy.preferred_domains = free.preferred_domains
+    copy.preferred_domains, copy.model_reserve = free.preferred_domains, free.model_reserve
     copy.owned, free.owned = set(), set()
     if free.gpu_nodes is not None:
         copy.gpu_nodes = set(free.gpu_nodes)
@@ -603,6 +607,9 @@ def _order_by_kind(trial: _Trial, per_pod: dict[str, int]) -> Iterator[str]:
             keyed = scoring.keys(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                                  [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms],
                                  [r.labels.get(GPU_MODEL_LABEL, "") for r in rooms])
+            deficits = _reserve_deficits(trial, rooms, need)
+            if deficits is not None:
+                keyed = [(deficit, *key) for deficit, key in zip(deficits, keyed)]
     else:
         keyed = [(room.free.get(GPU, 0),) for room, _ in groups]
     streams = [_keyed(key, members) for key, (_, members) in zip(keyed, groups)]
@@ -691,7 +698,50 @@ def _scored_order(trial: _Trial, per_pod: dict[str, int], names: list[str]) -> l
         return fitting  # (nodes alike score alike: the best-fit order stands)
     ranked = scoring.order(trial.scorer, shape, [r.free.get("cpu", 0) for r in rooms],
                            [r.free.get("memory", 0) for r in rooms], [r.gpus for r in rooms], [r.labels for r in rooms])
+    deficits = _reserve_deficits(trial, rooms, need)
+    if deficits is not None:
+        ranked.sort(key=deficits.__getitem__)  # (stable: by score within a deficit)
     return [fitting[i] for i in ranked]
+
+
+def _reserve_deficits(trial: _Trial, rooms: list[NodeRoom], need: int) -> list[int] | None:
+    """The model reserve (``Contract.model_reserve``), for GPU pods: how far one more pod of
+    ``need`` GPU milli on each room would take its GPU model below what the model keeps free —
+    its share of the mix's GPU demand that only it may take (``LiveScorer.shares``) times the
+    GPUs the cluster has free after the pod (if the mix holds until the cluster is full, that is
+    what the pods that may use only that model still ask). Candidates go in deficit order, the
+    score's order within one: a pod that may use several models keeps off the scarce ones while
+    another has room, where the score alone drew it to the model the fewest restricted pods may
+    use (measured on the ``gpuspec`` traces: fewer pods failed early than FGD's). None: nothing
+    kept (the contract predates the field, or no restricted demand)."""
+    root = trial.root
+    shares = trial.scorer.shares if getattr(root, "model_reserve", False) else None
+    if not shares:
+        return None
+    free = _free_by_model(root)
+    after = sum(free.values()) - need
+    deficits = []
+    for room in rooms:
+        model = room.labels.get(GPU_MODEL_LABEL, "")
+        demand, total = shares.get(model, (0, 1))
+        deficits.append(max(0, demand * after // total - (free.get(model, 0) - need)))
+    return deficits
+
+
+def _free_by_model(free: Free) -> dict[str, int]:
+    """Free GPU milli per GPU model ("": nodes without the label), each kind of node counted once
+    when the nodes are filed by kind."""
+    out: dict[str, int] = {}
+    if free.indexed:
+        for names in free.by_kind().members.values():
+            room = free[names[0]]
+            model = room.labels.get(GPU_MODEL_LABEL, "")
+            out[model] = out.get(model, 0) + room.free.get(GPU, 0) * len(names)
+    else:
+        for room in free.values():
+            model = room.labels.get(GPU_MODEL_LABEL, "")
+            out[model] = out.get(model, 0) + room.free.get(GPU, 0)
+    return out
 
 
 def _all_alike(rooms: list[NodeRoom]) -> bool:

@@ -28,6 +28,10 @@ class LiveScorer(NamedTuple):
 
     scorer: Scorer
     codes: dict[str, int]
+    #: GPU model → the share of the mix's GPU demand that only it may take, as (demand, all the
+    #: demand): what its model-restricted classes ask, a class of k models counting 1/k of its
+    #: demand on each (``demand_shares``; empty when no class is restricted).
+    shares: dict[str, tuple[int, int]] = {}
 
 
 def shape_of(cpu: int, memory: int, gpu: int, spec: int = 0) -> Shape | None:
@@ -44,14 +48,37 @@ def shape_of(cpu: int, memory: int, gpu: int, spec: int = 0) -> Shape | None:
 def scorer_of(pod_shapes: Mapping[str, int], pod_shapes_ms: int = 0, now_ms: int = 0,
               node_models: Iterable[str] = ()) -> LiveScorer | None:
     """The scorer for the pods queued so far, as of ``now_ms`` (None before any GPU pod)."""
+    node_models = tuple(node_models)
     parsed = [(*_parsed(key), count) for key, count in sorted(pod_shape_counts(pod_shapes, pod_shapes_ms, now_ms).items())]
-    codes, restrictions, specs = _specs(tuple(node_models), tuple(sorted({allowed for *_, allowed, _ in parsed if allowed})))
+    codes, restrictions, specs = _specs(node_models, tuple(sorted({allowed for *_, allowed, _ in parsed if allowed})))
     mix = ShapeMix()
     for cpu, memory, gpu, allowed, count in parsed:
         shape = shape_of(cpu, memory, gpu, restrictions[allowed])
         if shape is not None:
             mix.see(shape, count)
-    return LiveScorer(mix.scorer(specs), codes) if mix.shapes else None
+    if not mix.shapes:
+        return None
+    scorer = mix.scorer(specs)
+    return LiveScorer(scorer, codes, demand_shares(scorer, {m: codes[m] for m in node_models if m in codes}))
+
+
+def demand_shares(scorer: Scorer, codes: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """GPU model (of ``codes``: the nodes' models) → (the GPU demand, milli times weight, of the
+    restricted classes that may use it, a class that may use k of the nodes' models counting 1/k
+    on each; the demand of every shape the scorer weighs)."""
+    table = scorer.table
+    if not table.restricted.any():
+        return {}
+    demand = [w * g * m for w, g, m in zip(scorer.weights.tolist(), table.gpus.tolist(), table.milli.tolist())]
+    model_of = {code: model for model, code in codes.items()}
+    shares: dict[str, int] = {}
+    for row, restricted, asked in zip(table.allowed.tolist(), table.restricted.tolist(), demand):
+        if restricted:
+            allowed = [code for code, ok in enumerate(row) if ok and code in model_of]
+            for code in allowed:
+                shares[model_of[code]] = shares.get(model_of[code], 0) + asked // len(allowed)
+    total = sum(demand)
+    return {model: (amount, total) for model, amount in shares.items()}
 
 
 _PARSED: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
