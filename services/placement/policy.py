@@ -709,7 +709,8 @@ def _reserve_deficits(trial: _Trial, rooms: list[NodeRoom], need: int) -> list[i
     ``need`` GPU milli on each room would take its GPU model below what the model keeps free —
     its share of the mix's GPU demand that only it may take (``LiveScorer.shares``) times the
     GPUs the cluster has free after the pod (if the mix holds until the cluster is full, that is
-    what the pods that may use only that model still ask). Candidates go in deficit order, the
+    what the pods that may use only that model still ask). Free GPUs are counted on the capacity
+    the trial started from (a gang's pods placed before this pod set aside). Candidates go in deficit order, the
     score's order within one: a pod that may use several models keeps off the scarce ones while
     another has room, where the score alone drew it to the model the fewest restricted pods may
     use (measured on the ``gpuspec`` traces: fewer pods failed early than FGD's). None: nothing
