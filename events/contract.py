@@ -455,6 +455,14 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: gangs then took, and a gang admitted into the preemptor's real room was preempted again at
     #: each of its returns (a livelock the property tests found).
     preemptor_room_after_admitted: bool = False
+    #: With ``no_preemption_back``, no preemption is made either whose preemptor a workload waiting
+    #: ahead of it in its own queue could preempt at once (``withinClusterQueue``) and replace,
+    #: where one of the victims, back, could preempt that workload (True): the room the cohort's
+    #: rules granted the preemptor would go to one they did not grant it to, and three workloads
+    #: took turns (a fair-sharing preemption, a preemption within the queue, a fair-sharing one
+    #: back; found by the property tests). False (contracts written before the field): each step
+    #: as Kueue's rules allow it.
+    no_proxy_preemption: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -490,5 +498,6 @@ WRITTEN_NOW: dict[str, bool] = {
     "moved_first": True,
     "no_preemption_back": True,
     "preemptor_room_after_admitted": True,
+    "no_proxy_preemption": True,
     "model_reserve": True,
 }

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from pathlib import Path
 
 import msgspec
 
 from gangway.events import catalogue as ev
+from gangway.events.codec import from_structured_line
 from gangway.events.contract import (
     BorrowWithinCohort, ClusterQueue, Cohort, Contract, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue,
     Preemption, PriorityClass, Quota, ResourceFlavor,
@@ -471,6 +473,16 @@ class LogBuilder:
 
     def phase(self, name: str) -> str:
         return self.state.workloads[name].phase
+
+
+def fold_file(path, **contract_fields) -> State:
+    """The state a structured log file folds to, its contract's ``contract_fields`` replaced (a run
+    the property tests found, under a switch set one way or the other)."""
+    state = State()
+    for offset, raw in enumerate(Path(path).read_bytes().splitlines()):
+        apply(state, from_structured_line(raw, offset))
+    state.contract = msgspec.structs.replace(state.contract, **contract_fields)
+    return state
 
 
 def fold(events: Iterable, start_ms: int = START_MS, step_ms: int = 1000) -> State:

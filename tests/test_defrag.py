@@ -103,9 +103,10 @@ def test_work_arriving_while_the_moved_leave_does_not_take_their_place(nominal, 
 
 def test_a_contract_read_now_keeps_the_moves_promise():
     """The contract reader sets ``moved_first`` (and ``no_preemption_back``,
-    ``preemptor_room_after_admitted``); a contract recorded before the field decodes without it."""
+    ``preemptor_room_after_admitted``, ``no_proxy_preemption``); a contract recorded before the
+    field decodes without it."""
     read = load_contract_file(Path(demo.__file__).parent / "contract.yaml")
-    assert read.moved_first and read.no_preemption_back and read.preemptor_room_after_admitted
+    assert read.moved_first and read.no_preemption_back and read.preemptor_room_after_admitted and read.no_proxy_preemption
     recorded = msgspec.json.encode(contract(cluster_queue("q").gpus(8)).obj())
     assert b"moved_first" in recorded
     old = msgspec.json.decode(recorded.replace(b',"moved_first":false', b""), type=Contract)

@@ -262,6 +262,10 @@ def test_the_rules_say_a_moved_job_is_placed_again_at_once_and_none_is_preempted
             "leaves, and is placed again at once, right behind that gang [defragmentation].") in text
     assert ("No job is preempted where one of the jobs preempted with it, back in its queue, could preempt the "
             "preemptor at once") in text
+    proxy = "Nor for a job that a job waiting ahead of it in its own queue could preempt at once and replace"
+    assert proxy not in text
+    both = msgspec.structs.replace(plain, no_preemption_back=True, no_proxy_preemption=True)
+    assert proxy in rules.as_text(rules.sections(both))
 
 
 def test_the_rules_say_a_gpu_model_keeps_room_for_its_own_jobs_when_a_flavor_selects_one():

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
 import pytest
 
+from builders import fold_file
 from gangway.events import catalogue as ev
-from gangway.events.codec import from_structured_line
-from gangway.events.fold import apply
 from gangway.events.state import State
 from gangway.services.placement.policy import Placer
 from gangway.sim import Simulation
@@ -27,11 +25,7 @@ LOG = Path(__file__).parent / "data" / "preemptor-room.jsonl"
 
 
 def folded(after_admitted: bool) -> State:
-    state = State()
-    for offset, raw in enumerate(LOG.read_bytes().splitlines()):
-        apply(state, from_structured_line(raw, offset))
-    state.contract = msgspec.structs.replace(state.contract, preemptor_room_after_admitted=after_admitted)
-    return state
+    return fold_file(LOG, preemptor_room_after_admitted=after_admitted)
 
 
 @pytest.mark.parametrize("after_admitted, cpus_left_on_n2", [(True, 46), (False, 54)])

@@ -243,10 +243,14 @@ def withheld_lines(state: State, wl: WorkloadState) -> list[str]:
     for flavors in outcome.preempt_flavors:
         found = withheld(state, idx, snap, wl, flavors)
         if found is not None:
-            victims, back = found
-            return [f"no preemption for it: taking {', '.join(v.spec.workload for v in victims)} would make room, but "
-                    f"{back.spec.workload}, back in {back.spec.cluster_queue}, could preempt it at once: it waits for "
-                    "work to end instead (the contract's no_preemption_back)"]
+            victims, back, ahead = found
+            taking = f"no preemption for it: taking {', '.join(v.spec.workload for v in victims)} would make room, but "
+            if ahead is None:
+                return [f"{taking}{back.spec.workload}, back in {back.spec.cluster_queue}, could preempt it at once: it "
+                        "waits for work to end instead (the contract's no_preemption_back)"]
+            return [f"{taking}{ahead.spec.workload}, waiting ahead of it in {ahead.spec.cluster_queue}, could take its "
+                    f"place at once, and {back.spec.workload}, back in {back.spec.cluster_queue}, could then preempt "
+                    f"{ahead.spec.workload}: it waits for work to end instead (the contract's no_proxy_preemption)"]
     return []
 
 

@@ -111,9 +111,11 @@ def _overview(contract: Contract, digest: str) -> list[str]:
     lines.append("A job runs whole or not at all: all of its pods are admitted and placed together.")
     lines.append(_requeue_words(contract))
     if contract.no_preemption_back:
+        proxy = (" Nor for a job that a job waiting ahead of it in its own queue could preempt at once and replace, "
+                 "where one of those preempted could take that one's place back." if contract.no_proxy_preemption else "")
         lines.append("No job is preempted where one of the jobs preempted with it, back in its queue, could preempt "
                      "the preemptor at once (as Kueue's fair sharing and borrowWithinCohort can, when several jobs "
-                     "of one queue go): the preemptor waits for work to end instead.")
+                     f"of one queue go): the preemptor waits for work to end instead.{proxy}")
     if contract.moved_first:
         lines.append("A job moved to make room for a gang blocked by scattered free GPUs keeps its quota and a place "
                      "while it leaves, and is placed again at once, right behind that gang"

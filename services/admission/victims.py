@@ -32,7 +32,9 @@ For one pending workload and one flavor assignment:
    the preemptor still fits without evicting it. Under ``Contract.no_preemption_back``, a minimal
    set after which a victim of another queue, back alone in its queue, could preempt the
    preemptor at once (``_turns_back``) is not taken: the candidate that made it fit is passed
-   over and the search goes on.
+   over and the search goes on. Under ``Contract.no_proxy_preemption`` too, nor is one whose
+   preemptor a workload waiting ahead of it in its own queue could preempt at once and replace,
+   where a victim could preempt that one back (``_taken_over``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaNode, QuotaView
 from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import ContractIndex, by_flavor
-from gangway.events.state import State, WorkloadState, rank
+from gangway.events.state import State, WorkloadState, queue_key, rank
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 if TYPE_CHECKING:
@@ -105,7 +107,7 @@ class _Trial:
     """The preemptor's view while victims are tried: quota and nodes without them (reverted by copy)."""
 
     def __init__(self, state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState, flavors: dict[str, str]):
-        self.state, self.idx, self.snap, self.wl = state, idx, snap, wl
+        self.state, self.idx, self.snap, self.wl, self.flavors = state, idx, snap, wl, flavors
         self.held = by_flavor(idx.asked(wl), flavors)
         self.nodes = snap.flavor_nodes(flavors)
         self.pod_sets = idx.flavored(wl.spec.pod_sets, flavors)
@@ -161,14 +163,16 @@ def choose_victims(state: State, idx: ContractIndex, snap: Snapshot, wl: Workloa
 
 
 def withheld(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
-             flavors: dict[str, str]) -> tuple[list[WorkloadState], WorkloadState] | None:
+             flavors: dict[str, str]) -> tuple[list[WorkloadState], WorkloadState, WorkloadState | None] | None:
     """Why ``wl`` gets no preemption under ``no_preemption_back`` in ``flavors``: the victims Kueue's
-    rules would take and the one of them that could preempt it back at once (None: not that)."""
+    rules would take, the one of them that could preempt back at once, and the workload it would
+    preempt when that is not ``wl`` but one that would take ``wl``'s place (``_taken_over``; else
+    None). None: not that."""
     if not idx.contract.no_preemption_back or choose_victims(state, idx, snap, wl, flavors, set()):
         return None
     chosen = choose_victims(state, idx, snap, wl, flavors, set(), guard=False)
-    back = _turns_back(_Trial(state, idx, snap, wl, flavors), chosen) if chosen else None
-    return ([v for v, _ in chosen], back) if back is not None else None
+    found = _comes_back(_Trial(state, idx, snap, wl, flavors), chosen) if chosen else None
+    return ([v for v, _ in chosen], *found) if found is not None else None
 
 
 def preemptible_in_other_queues(state: State, idx: ContractIndex, snap: Snapshot, wl: WorkloadState,
@@ -213,7 +217,7 @@ def _fewest(trial: _Trial, candidates: list[tuple[WorkloadState, Reason]], guard
         chosen.append(candidate)
         if trial.fits_without([v for v, _ in chosen], within):
             fewest = _minimal(trial, chosen, within)
-            if not guard or _turns_back(trial, fewest) is None:
+            if not guard or _comes_back(trial, fewest) is None:
                 return fewest
             chosen.pop()  # with it, a victim could turn back: go on without it
     return []
@@ -228,6 +232,52 @@ def _minimal(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]],
         if trial.fits_without(rest, within):
             fewest.remove(item)
     return fewest
+
+
+def _comes_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> tuple[WorkloadState, WorkloadState | None] | None:
+    """A victim of ``chosen`` that could come straight back (``_turns_back``), and the workload it
+    would preempt when that is not the preemptor but one that would replace it (``_taken_over``,
+    under ``Contract.no_proxy_preemption``); None: none could."""
+    back = _turns_back(trial, chosen)
+    if back is not None:
+        return back, None
+    if trial.idx.contract.no_proxy_preemption:
+        return _taken_over(trial, chosen)
+    return None
+
+
+def _taken_over(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> tuple[WorkloadState, WorkloadState] | None:
+    """(A victim of another queue, a workload waiting ahead of the preemptor in its own queue): the
+    one that, once the preemptor is in, could preempt it there at once (its queue's
+    ``withinClusterQueue``; quota only) and take its place, and against which the victim, back in
+    its queue, could preempt at once (None: none). The preemptor would be a proxy: the room its
+    rules granted it would go to a workload the cohort's rules did not grant it to, and come back
+    — a cycle of three through a queue's own priorities, found by the property tests: w19 of c
+    took w22 of a for fair sharing, w14, c's waiting higher-priority workload, took w19's place,
+    which put c above its fair share, and w22 took w14 for fair sharing; round and round, work lost
+    each time, while Kueue's pairwise proof holds for each step."""
+    state, idx, wl = trial.state, trial.idx, trial.wl
+    cq = wl.spec.cluster_queue
+    if all(victim.spec.cluster_queue == cq for victim, _ in chosen):
+        return None
+    policy = idx.cluster_queues[cq].preemption.within_cluster_queue
+    aging = idx.contract.aging_ms_per_point
+    mine = queue_key(wl, aging)
+    view = trial.view_without([victim for victim, _ in chosen])
+    for key in state.pending_order.get(cq, ()):
+        if key >= mine:
+            break  # (the queue's order: only those ahead of the preemptor)
+        ahead = state.workloads[key[3]]
+        if _within_queue_rule(policy, ahead, wl, aging) is None:
+            continue
+        asked = idx.asked(ahead)
+        flavors = {**idx.default_flavors(cq, asked), **trial.flavors}
+        if not view.fit(cq, by_flavor(asked, flavors))[0]:
+            continue  # (it would not fit in the preemptor's place)
+        back = _turns_back(_Trial(state, idx, trial.snap, ahead, flavors), chosen)
+        if back is not None:
+            return back, ahead
+    return None
 
 
 def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> WorkloadState | None:
