@@ -29,6 +29,7 @@ from gangway.events import catalogue as ev
 from gangway.events import freeindex
 from gangway.events import gpus as gpu_slots
 from gangway.events.freeindex import FreeIndex
+from gangway.events.contract import WRITTEN_NOW
 from gangway.events.fold import apply, held_quota, index_of, quota_view
 from gangway.events.quota import QuotaView
 from gangway.events.resources import GPU, add_into, admitted_pod_sets, by_flavor, total_request
@@ -88,9 +89,9 @@ def make_contract(variant: int, grace_ms: tuple[int, int] = (2_000, 500)):
      .cohort("org", gpus=4).cohort("lab", parent="org"))  # the same tree in every variant
     if extras["fair"]:
         c.fair_sharing()
-    return msgspec.structs.replace(c.obj(), requeue_in_place=extras["in_place"], aging_ms_per_point=extras["aging_ms"],
-                                   moved_first=True, no_preemption_back=True,
-                                   preemptor_room_after_admitted=True)
+    # (every field a contract written today sets, as the contract reader sets them; requeue_in_place either way)
+    return msgspec.structs.replace(c.obj(), **{**WRITTEN_NOW, "requeue_in_place": extras["in_place"]},
+                                   aging_ms_per_point=extras["aging_ms"])
 
 
 #: Node name → (block, rack, NVLink islands) for the nodes that have a topology.
