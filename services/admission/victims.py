@@ -45,7 +45,7 @@ from gangway.events.fold import held_quota
 from gangway.events.quota import QuotaNode, QuotaView
 from gangway.events.reasons import C, Reason, reason
 from gangway.events.resources import ContractIndex, by_flavor
-from gangway.events.state import State, WorkloadState, queue_key, rank
+from gangway.events.state import State, WorkloadState, queue_key, rank, shape_of
 from gangway.services.placement.policy import copy_free, place_gang, release_nodes
 
 if TYPE_CHECKING:
@@ -264,12 +264,15 @@ def _taken_over(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> tu
     aging = idx.contract.aging_ms_per_point
     mine = queue_key(wl, aging)
     view = trial.view_without([victim for victim, _ in chosen])
+    tried: set[tuple] = set()  # (workloads of one shape and priority fare alike: a deep queue is one of a few kinds)
     for key in state.pending_order.get(cq, ()):
         if key >= mine:
             break  # (the queue's order: only those ahead of the preemptor)
         ahead = state.workloads[key[3]]
-        if _within_queue_rule(policy, ahead, wl, aging) is None:
+        kind = (ahead.shape or shape_of(ahead.spec), ahead.spec.priority)
+        if kind in tried or _within_queue_rule(policy, ahead, wl, aging) is None:
             continue
+        tried.add(kind)
         asked = idx.asked(ahead)
         flavors = {**idx.default_flavors(cq, asked), **trial.flavors}
         if not view.fit(cq, by_flavor(asked, flavors))[0]:
