@@ -268,12 +268,13 @@ def preemption_cycles(log: list[ev.Envelope]) -> list[tuple[str, str]]:
     a reversal by a rule of the cohort (fair sharing, reclaimWithinCohort, borrowWithinCohort) once
     B's queue holds less besides B and the work A ordered out with it than when B was preempted
     (its other work ended), or A's queue holds more besides A (its other work came in), is a turn
-    the rules allow, not a cycle: the shares, or who borrows, moved. (Work
-    ordered out with B does not count: that reversal is what ``Contract.no_preemption_back``
-    forbids.) A reversal under another contract than the first order's is a turn too: the rules
-    changed; so is one after either workload moved to another queue (its queue-name label). A defragmentation move after which the workload was admitted again the moment it left
-    is a move, not a preemption. Any other reversal is a cycle. What a queue holds is what it will
-    hold once the orders in flight are carried out (``holding``), as the shares were judged."""
+    the rules allow, not a cycle: the shares, or who borrows, moved. (Work ordered out with B does
+    not count: that reversal is what ``Contract.no_preemption_back`` forbids.) A reversal under
+    another contract than the first order's is a turn too: the rules changed; so is one after
+    either workload moved to another queue (its queue-name label). A defragmentation move after
+    which the workload was admitted again the moment it left is a move, not a preemption. Any
+    other reversal is a cycle. What a queue holds is what it will hold once the orders in flight
+    are carried out (``holding``), as the shares were judged."""
     state = State()
     #: (A, B) → the contract in force when A preempted B, and A's and B's queues then
     rules: dict[tuple[str, str], tuple[ev.Contract | None, str, str]] = {}
