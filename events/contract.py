@@ -463,6 +463,11 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: back; found by the property tests). False (contracts written before the field): each step
     #: as Kueue's rules allow it.
     no_proxy_preemption: bool = False
+    #: Under ``moved_first``, a workload others were moved for goes ahead of them even if it was
+    #: moved itself, for another gang, before (True). False (contracts written before the field):
+    #: it went among the moved, biggest first, so one moved for it could go back into the room it
+    #: waits for, and be moved again at each cycle (a livelock the property tests found).
+    gang_before_its_moved: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -499,5 +504,6 @@ WRITTEN_NOW: dict[str, bool] = {
     "no_preemption_back": True,
     "preemptor_room_after_admitted": True,
     "no_proxy_preemption": True,
+    "gang_before_its_moved": True,
     "model_reserve": True,
 }

@@ -107,6 +107,7 @@ def test_a_contract_read_now_keeps_the_moves_promise():
     field decodes without it."""
     read = load_contract_file(Path(demo.__file__).parent / "contract.yaml")
     assert read.moved_first and read.no_preemption_back and read.preemptor_room_after_admitted and read.no_proxy_preemption
+    assert read.gang_before_its_moved
     recorded = msgspec.json.encode(contract(cluster_queue("q").gpus(8)).obj())
     assert b"moved_first" in recorded
     old = msgspec.json.decode(recorded.replace(b',"moved_first":false', b""), type=Contract)
@@ -140,3 +141,29 @@ def test_another_teams_borrowed_work_is_moved_when_the_gang_may_reclaim_it():
     moved = sorted(o.workload for o in orders)
     assert len(moved) == 3 and sorted(m[0] for m in moved) == ["a", "b", "b"]  # one node emptied
     assert all(o.reason_code == ReasonCode.DEFRAGMENTATION for o in orders)
+
+
+def test_a_gang_that_was_moved_itself_goes_before_the_workloads_moved_for_it():
+    """tests/data/defrag-chain.jsonl: a run the property tests found (32x, random seeds), folded up
+    to the order that began a livelock: w3 was moved for w20 and waits again; defragmentation moves
+    w9 for w3. Among the moved, biggest first, w9 went back into its room before w3 was tried, and
+    was moved again at every cycle (``Contract.gang_before_its_moved`` off: 150 orders in 300
+    rounds). With the field w3 goes first, as the gang it is: one move, both run."""
+    from collections import Counter
+
+    from builders import fold_file
+
+    def run(field: bool) -> tuple[Counter, Simulation]:
+        sim = Simulation(state=fold_file(Path(__file__).parent / "data" / "defrag-chain.jsonl",
+                                         gang_before_its_moved=field))
+        try:
+            sim.run(until_ms=sim.now_ms + 3_600_000, rounds_max=300)
+        except RuntimeError:
+            assert not field, "the run settles with the field"
+        return Counter(e.data.preemptor for e in sim.log if isinstance(e.data, ev.EvictionOrdered)
+                       and e.data.workload == "w9"), sim
+
+    moves, sim = run(True)
+    assert moves == {"w3": 1} and sim.state.workloads["w3"].phase == "finished"
+    moves, sim = run(False)
+    assert moves["w3"] >= 100 and sim.state.workloads["w3"].phase == "pending"

@@ -129,7 +129,9 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
     held = in_stopped_local_queues(state, idx)
     first = {name for name in state.nominated} | {name for name in waiting if name in state.pending}
     first = {name for name in first - backing_off - held if state.workloads[name].spec.cluster_queue not in idx.stopped}
-    for name in sorted(first, key=lambda name: _first_key(state.workloads[name], snap.aging)):
+    # (under Contract.gang_before_its_moved, a workload others were moved for goes as a gang)
+    gangs = {state.workloads[name].moved_for for name in first} if idx.contract.gang_before_its_moved else set()
+    for name in sorted(first, key=lambda name: _first_key(state.workloads[name], snap.aging, name in gangs)):
         yield _try(snap, idx, state.workloads[name], waiting, blocked), snap
     skip = first | backing_off | held
     settled = _Settled(state, snap, skip) if settle else None
@@ -146,10 +148,12 @@ def admission_cycle(state: State, idx: ContractIndex, settle: bool = False) -> I
         yield _walked(settled, _try(snap, idx, wl, waiting, blocked)), snap
 
 
-def _first_key(wl: WorkloadState, aging: int) -> tuple:
+def _first_key(wl: WorkloadState, aging: int, gang: bool = False) -> tuple:
     """The order of the cycle's first ones: the preemptors in queue order, then the workloads
-    defragmentation moved (``moved_for``), biggest first, as their moves were planned."""
-    if wl.moved_for is None:
+    defragmentation moved (``moved_for``), biggest first, as their moves were planned. A ``gang``
+    (workloads were moved for it) goes with the preemptors even if it was moved itself, before
+    those moved for it (else they went back into the room it waits for, and were moved again)."""
+    if wl.moved_for is None or gang:
         return (0, queue_key(wl, aging))
     return (1, -wl.request.get(GPU, 0), queue_key(wl, aging))
 
