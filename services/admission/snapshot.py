@@ -31,7 +31,7 @@ from gangway.events.state import NO_RUNTIME, State, WorkloadState, handing_over,
 from gangway.services.admission.flavors import Option, group_options, uncovered
 from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import (
-    Free, copy_free, expected_end, free_capacity, keep_smaller, moving, never_placeable, place_admitted, no_node_of_queue, place_gang, release_nodes,
+    Free, copy_free, expected_end, free_capacity, keep_smaller, moving, never_placeable, no_node_of_queue, place_admitted, place_gang, release_nodes,
     reserve_room, room_at_start, take_assignments, victims_in_flight,
 )
 from gangway.services.placement.topology import ISLAND

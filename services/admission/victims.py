@@ -286,10 +286,11 @@ def _taken_over(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> tu
 def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> WorkloadState | None:
     """A victim of another queue that, back alone in its queue once all of ``chosen`` are gone and
     the preemptor is in, could preempt the preemptor at once (None: none could). Kueue's rules
-    allow such a pair when several victims of one queue go: fair sharing's LessThanInitialShare takes the last ones against the
-    queue's share with the first still in, so the first, back alone, sees its queue far below the
-    preemptor's (kueue#14543); borrowWithinCohort takes whole workloads from a borrowing queue until
-    it borrows no more, so the first one, back, fits its queue's nominal quota and reclaims it.
+    allow such a pair when several victims of one queue go: fair sharing's LessThanInitialShare
+    takes the last ones against the queue's share with the first still in, so the first, back
+    alone, sees its queue far below the preemptor's (kueue#14543); borrowWithinCohort takes whole
+    workloads from a borrowing queue until it borrows no more, so the first one, back, fits its
+    queue's nominal quota and reclaims it.
     Both lose the work of two workloads to end where they began. (Quota only: a victim that could
     not be placed back is counted as one that could.)"""
     idx, wl = trial.idx, trial.wl

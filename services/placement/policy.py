@@ -710,11 +710,11 @@ def _reserve_deficits(trial: _Trial, rooms: list[NodeRoom], need: int) -> list[i
     its share of the mix's GPU demand that only it may take (``LiveScorer.shares``) times the
     GPUs the cluster has free after the pod (if the mix holds until the cluster is full, that is
     what the pods that may use only that model still ask). Free GPUs are counted on the capacity
-    the trial started from (a gang's pods placed before this pod set aside). Candidates go in deficit order, the
-    score's order within one: a pod that may use several models keeps off the scarce ones while
-    another has room, where the score alone drew it to the model the fewest restricted pods may
-    use (measured on the ``gpuspec`` traces: fewer pods failed early than FGD's). None: nothing
-    kept (the contract predates the field, or no restricted demand)."""
+    the trial started from (a gang's pods placed before this pod set aside). Candidates go in
+    deficit order, the score's order within one: a pod that may use several models keeps off the
+    scarce ones while another has room, where the score alone drew it to the model the fewest
+    restricted pods may use (measured on the ``gpuspec`` traces: fewer pods failed early than
+    FGD's). None: nothing kept (the contract predates the field, or no restricted demand)."""
     root = trial.root
     shares = trial.scorer.shares if getattr(root, "model_reserve", False) else None
     if not shares:
@@ -732,16 +732,12 @@ def _reserve_deficits(trial: _Trial, rooms: list[NodeRoom], need: int) -> list[i
 def _free_by_model(free: Free) -> dict[str, int]:
     """Free GPU milli per GPU model ("": nodes without the label), each kind of node counted once
     when the nodes are filed by kind."""
+    rooms = ((free[names[0]], len(names)) for names in free.by_kind().members.values()) if free.indexed \
+        else ((room, 1) for room in free.values())
     out: dict[str, int] = {}
-    if free.indexed:
-        for names in free.by_kind().members.values():
-            room = free[names[0]]
-            model = room.labels.get(GPU_MODEL_LABEL, "")
-            out[model] = out.get(model, 0) + room.free.get(GPU, 0) * len(names)
-    else:
-        for room in free.values():
-            model = room.labels.get(GPU_MODEL_LABEL, "")
-            out[model] = out.get(model, 0) + room.free.get(GPU, 0)
+    for room, count in rooms:
+        model = room.labels.get(GPU_MODEL_LABEL, "")
+        out[model] = out.get(model, 0) + room.free.get(GPU, 0) * count
     return out
 
 
