@@ -255,7 +255,7 @@ def cmd_move(args) -> int:
     return _ask(args, lambda namespace, job_id: JobMoved(job_id=job_id, namespace=namespace, queue=args.queue,
                                                          reason=args.reason or ""),
                 lambda name: f"move of {name} to queue {args.queue} sent (`gangway explain {name}` says where it waits)",
-                lambda bootstrap, names, since_ms, wait_s: _moved(bootstrap, names, args.queue, since_ms, wait_s))
+                lambda bootstrap, names, marks, wait_s: _moved(bootstrap, names, args.queue, marks, wait_s))
 
 
 def _ask(args, make, sent, outcomes) -> int:
@@ -269,14 +269,16 @@ def _ask(args, make, sent, outcomes) -> int:
             return _fail(f"{name!r}: name a job as NAMESPACE/JOB")
         requests.append(make(namespace, job_id))
     bootstrap = _bootstrap()
-    sent_ms = int(time.time() * 1000)
+    if args.wait:  # what the log and the rejections hold before: what answers the requests comes after
+        from gangway.adapters.archive import high_waters
+        marks = asyncio.run(high_waters(bootstrap))
     asyncio.run(stack.publish_jobs(bootstrap, requests, retry_s=SUBMIT_RETRY_S))
     names = [f"{r.namespace}/{r.job_id}" for r in requests]
     if not args.wait:
         for name in names:
             console.print(sent(name))
         return 0
-    outcome = asyncio.run(outcomes(bootstrap, names, sent_ms, args.wait))
+    outcome = asyncio.run(outcomes(bootstrap, names, marks, args.wait))
     for name in names:
         said, ok = outcome.get(name, (f"{name}: nothing on the log within {args.wait:g} s; `gangway explain {name}` "
                                       "says what became of it", False))
@@ -284,9 +286,9 @@ def _ask(args, make, sent, outcomes) -> int:
     return 0 if all(outcome.get(name, ("", False))[1] for name in names) else 1
 
 
-async def _moved(bootstrap: str, names: list[str], queue: str, since_ms: int,
+async def _moved(bootstrap: str, names: list[str], queue: str, marks: dict[str, int],
                  wait_s: float) -> dict[str, tuple[str, bool]]:
-    """What became of each move sent at ``since_ms``: (what to say, whether it waits in ``queue``)."""
+    """What became of each move sent after ``marks``: (what to say, whether it waits in ``queue``)."""
     from gangway.events.catalogue import WorkloadMoved
 
     def judge(state, name: str) -> tuple[str, bool]:
@@ -294,12 +296,12 @@ async def _moved(bootstrap: str, names: list[str], queue: str, since_ms: int,
         if wl.spec.queue == queue:
             return f"{name}: moved to queue {queue} (ClusterQueue {wl.spec.cluster_queue})", True
         return f"{name}: not moved: it was {wl.phase} (a workload keeps the queue it was admitted from)", False
-    return await _outcomes(bootstrap, names, since_ms, wait_s, judge, lambda env: env.data.workload if isinstance(
+    return await _outcomes(bootstrap, names, marks, wait_s, judge, lambda env: env.data.workload if isinstance(
         env.data, WorkloadMoved) and env.data.queue == queue else None)
 
 
-async def _withdrawn(bootstrap: str, names: list[str], since_ms: int, wait_s: float) -> dict[str, tuple[str, bool]]:
-    """What became of each withdrawal sent at ``since_ms``: (what to say, whether it was withdrawn)."""
+async def _withdrawn(bootstrap: str, names: list[str], marks: dict[str, int], wait_s: float) -> dict[str, tuple[str, bool]]:
+    """What became of each withdrawal sent after ``marks``: (what to say, whether it was withdrawn)."""
     from gangway.events.catalogue import WithdrawalRequested
 
     def judge(state, name: str) -> tuple[str, bool] | None:
@@ -309,32 +311,35 @@ async def _withdrawn(bootstrap: str, names: list[str], since_ms: int, wait_s: fl
         if wl.phase == "finished":
             return f"{name}: it had ended already: nothing to withdraw", False
         return None  # (a running one is withdrawn once its pods are gone)
-    return await _outcomes(bootstrap, names, since_ms, wait_s, judge,
+    return await _outcomes(bootstrap, names, marks, wait_s, judge,
                            lambda env: env.data.workload if isinstance(env.data, WithdrawalRequested) else None)
 
 
-async def _outcomes(bootstrap: str, names: list[str], since_ms: int, wait_s: float, judge, asked_for) -> dict[str, tuple[str, bool]]:
-    """What became of each request sent at ``since_ms`` (for ``names``), until all are known or
-    ``wait_s`` has passed: refused (gangway.rejections), or ``judge(state, name)`` once the log has
-    taken it (``asked_for(env)``, the workload a log event answers for; ``judge`` None: not yet). The
-    log and the rejections are read once, then only what was added since the last look."""
+async def _outcomes(bootstrap: str, names: list[str], marks: dict[str, int], wait_s: float, judge,
+                    asked_for) -> dict[str, tuple[str, bool]]:
+    """What became of each request (for ``names``) sent when the topics held ``marks`` (topic →
+    records), until all are known or ``wait_s`` has passed: refused (gangway.rejections), or
+    ``judge(state, name)`` once the log has taken it (``asked_for(env)``, the workload a log event
+    answers for; ``judge`` None: not yet). Only records after the marks answer: an older rejection
+    or request of the same job does not (the events' times are the cluster's clock, not the
+    command's). The log and the rejections are read once, then only what was added since."""
     from gangway.adapters import kafka
     from gangway.events import topics
     from gangway.events.fold import apply
     from gangway.events.state import State
-    deadline, state, ends = time.monotonic() + wait_s, State(), {topics.LOG: 0, topics.REJECTIONS: 0}
+    deadline, state, ends = time.monotonic() + wait_s, State(), {topics.LOG: 0, topics.REJECTIONS: marks.get(topics.REJECTIONS, 0)}
     found: dict[str, tuple[str, bool]] = {}
     taken: set[str] = set()
     while True:
         async for env in kafka.read_log(bootstrap, start=ends[topics.LOG]):
             apply(state, env)
             ends[topics.LOG] = env.offset + 1
-            if env.time_ms >= since_ms and (name := asked_for(env)) is not None:
+            if env.offset >= marks.get(topics.LOG, 0) and (name := asked_for(env)) is not None:
                 taken.add(name)
         async for env in kafka.read_log(bootstrap, start=ends[topics.REJECTIONS], topic=topics.REJECTIONS):
             ends[topics.REJECTIONS] = env.offset + 1
             name = f"{env.data.namespace}/{env.data.job_id}"
-            if name in names and env.time_ms >= since_ms:
+            if name in names:
                 found[name] = (f"{name}: refused: {env.data.reason}: {env.data.message}", False)
         for name in (set(names) & taken) - set(found):
             if (said := judge(state, name)) is not None:

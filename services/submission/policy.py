@@ -634,7 +634,7 @@ def _index(contract: Contract | None) -> ContractIndex:
 def _local_queue(idx: ContractIndex, namespace: str, queue: str) -> LocalQueue:
     local_queue = idx.local_queues.get((namespace, queue))
     if local_queue is None:
-        offered = sorted(name for namespace, name in idx.local_queues if namespace == namespace)
+        offered = sorted(name for ns, name in idx.local_queues if ns == namespace)
         raise Invalid(
             "unknown_queue",
             f"queue: no LocalQueue {queue!r} in namespace {namespace!r} "

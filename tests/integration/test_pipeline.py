@@ -332,8 +332,12 @@ def test_a_producer_withdraws_a_running_job_and_a_waiting_one_and_a_job_it_never
     gw.produce_jobs([third])
     queued = f"research/{third['job_id']}"
     gw.wait_until(f"{queued} waiting", lambda s, _e: queued in s.workloads and s.workloads[queued].phase == "pending", 30)
+    # a request refused before is not this one's answer (the log's clock runs 600 times the command's)
+    said = gw.cli("move", queued, "--queue", "typo")
+    assert said.returncode == 1 and f"{queued}: refused: unknown_queue" in said.stdout, said.stdout + said.stderr
     said = gw.cli("withdraw", queued, waiting, f"research/never-sent-{u}")
     assert said.returncode == 1, said.stdout + said.stderr
+    assert "unknown_queue" not in said.stdout, said.stdout
     assert f"{queued}: withdrawn (withdrawn by its producer (gangway/cli))" in said.stdout
     assert f"{waiting}: withdrawn" in said.stdout
     assert f"research/never-sent-{u}: refused: unknown_job: no job research/never-sent-{u} was submitted" in said.stdout
