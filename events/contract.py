@@ -468,6 +468,14 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: it went among the moved, biggest first, so one moved for it could go back into the room it
     #: waits for, and be moved again at each cycle (a livelock the property tests found).
     gang_before_its_moved: bool = False
+    #: With ``no_preemption_back``, no preemption is made either whose preemptor, once in, a
+    #: workload waiting in another queue of its cohort tree could preempt at once by that queue's
+    #: rules (True): where three workloads leave Kueue's rules no state alone — one reclaims its
+    #: queue's nominal quota, a higher-priority one of its queue preempts it and borrows, a third
+    #: preempts that one by borrowWithinCohort, the first reclaims again — the preemption that
+    #: makes the borrower is not made, and its preemptor waits for work to end. False (contracts
+    #: written before the field): each step as Kueue's rules allow it.
+    no_preemption_undone: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -505,5 +513,6 @@ WRITTEN_NOW: dict[str, bool] = {
     "preemptor_room_after_admitted": True,
     "no_proxy_preemption": True,
     "gang_before_its_moved": True,
+    "no_preemption_undone": True,
     "model_reserve": True,
 }

@@ -266,6 +266,9 @@ def test_the_rules_say_a_moved_job_is_placed_again_at_once_and_none_is_preempted
     assert proxy not in text
     both = msgspec.structs.replace(plain, no_preemption_back=True, no_proxy_preemption=True)
     assert proxy in rules.as_text(rules.sections(both))
+    undone = "Nor for a job that, once in, a job waiting in another queue of its cohort could preempt at once"
+    assert undone not in rules.as_text(rules.sections(both))
+    assert undone in rules.as_text(rules.sections(msgspec.structs.replace(both, no_preemption_undone=True)))
 
 
 def test_the_rules_say_a_gpu_model_keeps_room_for_its_own_jobs_when_a_flavor_selects_one():

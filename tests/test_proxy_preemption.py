@@ -86,3 +86,38 @@ def test_explain_names_the_workload_that_would_take_its_place():
     assert lines[-1] == ("no preemption for it: taking w22 would make room, but w14, waiting ahead of it in c, could "
                          "take its place at once, and w22, back in a, could then preempt w14: it waits for work to end "
                          "instead (the contract's no_proxy_preemption)")
+
+
+def undone(switch: bool) -> LogBuilder:
+    """A stranger's case: llm (8 GPUs nominal, may borrow 4; borrowWithinCohort up to priority 100)
+    and vision (8 nominal, lends at most 4; reclaims from anyone, preempts within itself by priority)
+    share 16 GPUs in cohort all (under company, as the stranger's contract had it). llm's big (priority 500, 12 GPUs) runs, borrowing 4. In vision wait p1 (priority
+    1, 12 GPUs: it would borrow 4, so it reclaims nothing) and p0 (priority 0, 6 GPUs: within
+    vision's nominal quota, so it may reclaim big's room). No state of the three is one Kueue's
+    rules leave alone: p0 takes big, p1 takes p0 and borrows, big takes p1 by borrowWithinCohort."""
+    c = contract(cluster_queue("llm").cohort("all").gpus(8, borrowing=4).preemption(
+                     within="LowerPriority", reclaim="LowerPriority").borrow_within_cohort(max_priority=100),
+                 cluster_queue("vision").cohort("all").gpus(8, lending=4).preemption(
+                     within="LowerOrNewerEqualPriority", reclaim="Any"),
+                 cluster_queue("etl").cohort("company").cpu(64)).cohort("all", parent="company")
+    log = LogBuilder().configure(msgspec.structs.replace(c.obj(), no_preemption_back=True, no_proxy_preemption=True,
+                                                         no_preemption_undone=switch))
+    log.nodes(node("n0").gpus(16)).running(wl("big", "llm", 12, priority=500))
+    return log.queue(wl("p1", "vision", 12, priority=1), wl("p0", "vision", 6))
+
+
+def test_a_preemption_a_waiting_workload_of_another_queue_would_undo_at_once_is_not_made():
+    sim = Simulation(state=undone(False).state)
+    sim.run(until_ms=sim.now_ms + 600_000)  # (each turn waits out a 30 s grace period)
+    taken = orders(sim.log)
+    assert min(taken[("p0", "big")], taken[("p1", "p0")], taken[("big", "p1")]) >= 3
+    # the switch: p0 reclaims vision's nominal quota from big, once; p1 does not take p0's place
+    # (big could take it back at once): it waits for work to end, and so does big
+    log = undone(True)
+    sim = Simulation(state=log.state)
+    sim.run(until_ms=sim.now_ms + 600_000)
+    assert orders(sim.log) == {("p0", "big"): 1}
+    assert [sim.state.workloads[n].phase for n in ("p0", "p1", "big")] == ["running", "pending", "pending"]
+    lines = explain(log.envelopes + sim.log, "p1", forecast=False)
+    assert lines[-1] == ("no preemption for it: taking p0 would make room, but big, waiting in llm, could then preempt "
+                         "it at once: it waits for work to end instead (the contract's no_preemption_undone)")

@@ -245,6 +245,9 @@ def withheld_lines(state: State, wl: WorkloadState) -> list[str]:
         if found is not None:
             victims, back, ahead = found
             taking = f"no preemption for it: taking {', '.join(v.spec.workload for v in victims)} would make room, but "
+            if ahead is None and back not in victims:
+                return [f"{taking}{back.spec.workload}, waiting in {back.spec.cluster_queue}, could then preempt it at "
+                        "once: it waits for work to end instead (the contract's no_preemption_undone)"]
             if ahead is None:
                 return [f"{taking}{back.spec.workload}, back in {back.spec.cluster_queue}, could preempt it at once: it "
                         "waits for work to end instead (the contract's no_preemption_back)"]

@@ -113,6 +113,9 @@ def _overview(contract: Contract, digest: str) -> list[str]:
     if contract.no_preemption_back:
         proxy = (" Nor for a job that a job waiting ahead of it in its own queue could preempt at once and replace, "
                  "where one of those preempted could take that one's place back." if contract.no_proxy_preemption else "")
+        if contract.no_preemption_undone:
+            proxy += (" Nor for a job that, once in, a job waiting in another queue of its cohort could preempt at "
+                      "once by that queue's rules.")
         lines.append("No job is preempted where one of the jobs preempted with it, back in its queue, could preempt "
                      "the preemptor at once (as Kueue's fair sharing and borrowWithinCohort can, when several jobs "
                      f"of one queue go): the preemptor waits for work to end instead.{proxy}")

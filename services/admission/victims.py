@@ -34,7 +34,9 @@ For one pending workload and one flavor assignment:
    preemptor at once (``_turns_back``) is not taken: the candidate that made it fit is passed
    over and the search goes on. Under ``Contract.no_proxy_preemption`` too, nor is one whose
    preemptor a workload waiting ahead of it in its own queue could preempt at once and replace,
-   where a victim could preempt that one back (``_taken_over``).
+   where a victim could preempt that one back (``_taken_over``). Under
+   ``Contract.no_preemption_undone``, nor one whose preemptor, once in, a workload waiting in
+   another queue of its cohort tree could preempt at once (``_undone_by``).
 """
 
 from __future__ import annotations
@@ -241,8 +243,10 @@ def _comes_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> tu
     back = _turns_back(trial, chosen)
     if back is not None:
         return back, None
-    if trial.idx.contract.no_proxy_preemption:
-        return _taken_over(trial, chosen)
+    if trial.idx.contract.no_proxy_preemption and (found := _taken_over(trial, chosen)) is not None:
+        return found
+    if trial.idx.contract.no_preemption_undone and (waiting := _undone_by(trial, chosen)) is not None:
+        return waiting, None
     return None
 
 
@@ -280,6 +284,61 @@ def _taken_over(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> tu
         back = _turns_back(_Trial(state, idx, trial.snap, ahead, flavors), chosen)
         if back is not None:
             return back, ahead
+    return None
+
+
+def _undone_by(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> WorkloadState | None:
+    """A workload waiting in another queue of the preemptor's cohort tree that, once the victims
+    are gone and the preemptor is in, could preempt it at once by its own queue's rules (quota
+    only): reclaimWithinCohort when it would fit its queue's nominal quota, else borrowWithinCohort,
+    or fair sharing; None: none could. Such a preemption is undone at the next cycle, and where no
+    state of the three is one Kueue's rules leave alone, they go round: p0 of vision reclaimed
+    vision's nominal quota from big-urgent of llm, p1 (of higher priority, in vision) preempted p0
+    and borrowed, big-urgent preempted p1 by borrowWithinCohort, p0 reclaimed again — every 90 s,
+    the GPUs idle between (a stranger's case). Not where the preemptor is protected once in (a
+    minimum runtime, or an end within a grace period): that preemption is not at once."""
+    state, idx, wl = trial.state, trial.idx, trial.wl
+    mine = wl.spec.cluster_queue
+    root = idx.tree.root_of(mine)
+    if root is None or idx.min_runtime_ms(wl.spec.priority_class) or _ends_within_grace(idx, wl, state.time_ms):
+        return None
+    gone = trial.view_without([v for v, _ in chosen])
+    view = gone.copy()
+    view.add(mine, trial.held)
+    if not view.borrowing(mine):
+        return None  # (the cohort's rules take only from a queue that borrows)
+    fair = idx.contract.fair_sharing.enable
+    aging = idx.contract.aging_ms_per_point
+    node = idx.tree.queues[mine]
+    without, with_it = gone.share(node, {}, idx.weights), view.share(node, {}, idx.weights)
+    for q, order in state.pending_order.items():
+        if q == mine or q not in idx.tree.queues or idx.tree.root_of(q) != root or q in idx.stopped:
+            continue
+        policy = idx.cluster_queues[q].preemption
+        nominal = idx.tree.queues[q].nominal
+        own = view.usage.get(q, {})
+        tried: set[tuple] = set()  # (workloads of one shape and priority fare alike)
+        for key in order:
+            waiting = state.workloads[key[3]]
+            kind = (waiting.shape or shape_of(waiting.spec), waiting.spec.priority)
+            if kind in tried:
+                continue
+            tried.add(kind)
+            asked = idx.asked(waiting)
+            back = by_flavor(asked, idx.default_flavors(q, asked))
+            if not view.borrowing(mine, back) or view.fit(q, back)[0] or not gone.fit(q, back)[0]:
+                continue  # (not taken from; fits beside the preemptor; or kept out by more than it)
+            if fair:
+                share = view.share(idx.tree.queues[q], back, idx.weights)
+                if any(strategy == "LessThanOrEqualToFinalShare" and share <= without or
+                       strategy == "LessThanInitialShare" and share < with_it
+                       for strategy in idx.contract.fair_sharing.preemption_strategies):
+                    return waiting
+            elif all(own.get(fr, 0) + v <= nominal.get(fr, -1) for fr, v in back.items()):
+                if _reclaim_rule(policy.reclaim_within_cohort, waiting, wl, mine, aging) is not None:
+                    return waiting
+            elif _borrow_rule(policy.borrow_within_cohort, waiting, wl, mine, aging) is not None:
+                return waiting
     return None
 
 
