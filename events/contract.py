@@ -476,6 +476,14 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: makes the borrower is not made, and its preemptor waits for work to end. False (contracts
     #: written before the field): each step as Kueue's rules allow it.
     no_preemption_undone: bool = False
+    #: Quota held for a workload (backfill on quota) keeps out a preemptor ranked after it as it
+    #: keeps out an admission, and a workload that can preempt for its room now has its quota held
+    #: from now (True): work ranked after it neither backfills room its victims are about to give
+    #: it nor preempts its way into the quota held for it. False (contracts written before the
+    #: field): a preemption took held quota (a stranger's case: m preempted a backfilled job and
+    #: took the quota held for h, and h then preempted m, 570 s of m's work lost), and a job
+    #: backfilled into room a preemptor was about to take was preempted at once.
+    holds_against_preemption: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -514,5 +522,6 @@ WRITTEN_NOW: dict[str, bool] = {
     "no_proxy_preemption": True,
     "gang_before_its_moved": True,
     "no_preemption_undone": True,
+    "holds_against_preemption": True,
     "model_reserve": True,
 }

@@ -181,3 +181,80 @@ def test_no_quota_is_held_for_a_job_no_node_could_ever_take():
     assert report["a/huge"].code == ReasonCode.NO_MATCHING_NODES and "quota held" not in report["a/huge"].reason
     assert sim.state.workloads["b/late"].phase != "pending"
     assert verify(sim.log).ok
+
+
+#: One team of 8 GPUs on two nodes of 4, preempting within itself by priority (a stranger's case).
+ONE_TEAM = Contract(
+    cluster_queues=[ClusterQueue(name="team", preemption=Preemption("LowerOrNewerEqualPriority", "Never"),
+                                 flavors=[FlavorQuotas(flavor="default", resources={"nvidia.com/gpu": Quota(nominal=8000)})])],
+    local_queues=[LocalQueue(namespace="t", name="q", cluster_queue="team")],
+    priority_classes=[PriorityClass(name=f"p{v}", value=v) for v in (10, 50, 100)],
+)
+
+
+def gpu_job(sim: Simulation, name: str, gpus: int, priority: int, runtime_s: int, pods: int = 1) -> None:
+    sim.submit(ev.WorkloadQueued(
+        workload=f"t/{name}", namespace="t", queue="q", cluster_queue="team", priority_class=f"p{priority}",
+        priority=priority, kind="Job", runtime_ms=runtime_s * 1000,
+        pod_sets=[ev.PodSet(name="main", count=pods, resources={"nvidia.com/gpu": gpus * 1000})]))
+
+
+def held_from_the_start(switch: bool, with_mid: bool = True) -> Simulation:
+    """a and b (priority 100, 4 GPUs, 600 s and 1,200 s) run; h (100, 2 pods of 4) waits for their
+    quota, held from a's end… until b's; m (50, 4 GPUs, 1,800 s) and s (10, 4 GPUs, 300 s) come
+    after it. s ends before h can start: it backfills at +600 s. m does not."""
+    sim = Simulation()
+    sim.configure(msgspec.structs.replace(ONE_TEAM, holds_against_preemption=switch))
+    sim.add_nodes([node(f"n{i}").gpus(4).obj() for i in range(2)])
+    gpu_job(sim, "a", 4, 100, 600)
+    gpu_job(sim, "b", 4, 100, 1200)
+    for at_s, job in ((10, ("h", 4, 100, 600, 2)), (20, ("m", 4, 50, 1800)), (30, ("s", 4, 10, 300))):
+        sim.run(until_ms=sim.log[0].time_ms + at_s * 1000)
+        if job[0] != "m" or with_mid:
+            gpu_job(sim, *job)
+    sim.run()
+    return sim
+
+
+def evictions(sim: Simulation) -> list[tuple[str, str]]:
+    return [(env.data.preemptor, env.data.workload) for env in sim.log if isinstance(env.data, ev.EvictionOrdered)]
+
+
+def test_a_preemptor_ranked_after_a_hold_does_not_take_the_quota_held():
+    # without m, the hold is kept: s backfills at +600 s, h starts at +1,200 s, nothing is evicted
+    sim = held_from_the_start(switch=False, with_mid=False)
+    assert evictions(sim) == [] and admitted_ms(sim, "t/h") - sim.log[0].time_ms == 1_200_000
+    # with m: m preempted s and took the quota held for h; h then preempted m (570 s of work lost)
+    sim = held_from_the_start(switch=False)
+    assert ("t/m", "t/s") in evictions(sim) and ("t/h", "t/m") in evictions(sim)
+    # the switch: the hold keeps m out of h's quota as it keeps its admission out
+    sim = held_from_the_start(switch=True)
+    start = sim.log[0].time_ms
+    assert evictions(sim) == []
+    assert [admitted_ms(sim, f"t/{n}") - start for n in "shm"] == [600_000, 1_200_000, 1_800_000]
+    assert verify(sim.log).ok
+
+
+def preemptor_held(switch: bool) -> Simulation:
+    """b (100, 4 GPUs, 60 s) and m (50, 4 GPUs, 3,600 s) run; h (100, 2 pods of 4) may preempt m
+    (not b: of its priority and older), and waits for b's quota; s (10, 4 GPUs, 300 s) would end
+    before m does, the hold's natural start."""
+    sim = Simulation()
+    sim.configure(msgspec.structs.replace(ONE_TEAM, holds_against_preemption=switch))
+    sim.add_nodes([node(f"n{i}").gpus(4).obj() for i in range(2)])
+    gpu_job(sim, "b", 4, 100, 60)
+    gpu_job(sim, "m", 4, 50, 3600)
+    sim.run(until_ms=sim.log[0].time_ms + 10_000)
+    gpu_job(sim, "h", 4, 100, 600, pods=2)
+    gpu_job(sim, "s", 4, 10, 300)
+    sim.run()
+    return sim
+
+
+def test_nothing_backfills_room_a_preemptor_is_about_to_take():
+    # without the switch s took b's room when b ended and was preempted at once, with m, for h
+    assert sorted(evictions(preemptor_held(False))) == [("t/h", "t/m"), ("t/h", "t/s")]
+    sim = preemptor_held(True)
+    assert evictions(sim) == [("t/h", "t/m")]
+    assert admitted_ms(sim, "t/s") > admitted_ms(sim, "t/h")
+    assert verify(sim.log).ok

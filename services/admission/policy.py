@@ -34,6 +34,7 @@ from gangway.events.resources import GPU, ContractIndex, by_flavor, index_of
 from gangway.events.state import State, WorkloadState, queue_key, shape_of
 from gangway.services.admission.flavors import BORROW, group_options
 from gangway.services.admission.snapshot import Admission, Outcome, Snapshot
+from gangway.services.admission.victims import preemption_possible
 from gangway.services.placement.policy import Placer, victims_in_flight
 
 #: At most this many admissions per cycle: one append stays a few megabytes and a cycle well under
@@ -301,7 +302,10 @@ def _try(snap: Snapshot, idx: ContractIndex, wl: WorkloadState, waiting: dict[st
             (handed := snap.take_over(wl, _first_flavors(idx, outcome))) is not None:
         return handed
     elif outcome.reason is not None and outcome.reason.code in QUOTA_CODES and snap.may_hold(wl):
-        hold = snap.hold_quota(wl, _first_flavors(idx, outcome))
+        # (under Contract.holds_against_preemption, one that can preempt now is held from now)
+        now = idx.contract.holds_against_preemption and any(
+            preemption_possible(snap, wl, flavors) for flavors in outcome.preempt_flavors)
+        hold = snap.hold_quota(wl, _first_flavors(idx, outcome), now=now)
         if hold is not None:
             outcome.reason = outcome.reason.plus(held_start=format_time(hold.start_ms))
     if _strict(idx, cq) and not (outcome.reason is not None and outcome.reason.code in NEVER_CODES):

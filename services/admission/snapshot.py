@@ -356,7 +356,7 @@ class Snapshot:
                 return Outcome(wl, None, never)
             return Outcome(wl, None, reasons[0], _preempt_flavors(preempt))
         why: Reason | None = None
-        holds = self._holds_on(wl)
+        holds = self.holds_on(wl)
         for combo in _product(per_group):
             flavors = _flavors(combo)
             held = by_flavor(request, flavors)
@@ -364,7 +364,7 @@ class Snapshot:
             if not ok:
                 why = _told(why, misfit)
                 continue
-            hold = next((h for h in holds if self._held_back(h, cq.name, held, borrowed)), None)
+            hold = next((h for h in holds if self.held_back(h, cq.name, held, borrowed)), None)
             if hold is not None:
                 why = _told(why, reason(C.QUOTA_HELD_FOR_ANOTHER, gang=hold.workload, cluster_queue=hold.cluster_queue,
                                         start=format_time(hold.start_ms)))
@@ -508,7 +508,7 @@ class Snapshot:
             return self.free_unreserved
         return self.free
 
-    def _holds_on(self, wl: WorkloadState) -> list[QuotaHold]:
+    def holds_on(self, wl: WorkloadState) -> list[QuotaHold]:
         """The quota holds ``wl`` must respect: those for a workload ranked before it in its quota
         tree, unless ``wl`` ends before that one can start."""
         holds = self.holds_of(wl.spec.cluster_queue)
@@ -518,7 +518,7 @@ class Snapshot:
         return [hold for hold, early, higher in zip(holds, in_time, outranks) if not early and not higher]
 
     @staticmethod
-    def _held_back(hold: QuotaHold, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> bool:
+    def held_back(hold: QuotaHold, cq: str, held: dict[str, int], borrowed: dict[str, int]) -> bool:
         """Does ``hold`` keep out a workload taking ``held`` of ``cq``: would there be no room for
         both when the held workload can start? A workload of another ClusterQueue within its own
         nominal quota is never held back (the quota is its queue's before it is lent)."""
@@ -554,7 +554,7 @@ class Snapshot:
         self.failed.clear()
         reserve_room(self.free, self.idx.flavored(wl.spec.pod_sets, flavors), victims, self.state)
 
-    def hold_quota(self, wl: WorkloadState, flavors: dict[str, str]) -> QuotaHold | None:
+    def hold_quota(self, wl: WorkloadState, flavors: dict[str, str], now: bool = False) -> QuotaHold | None:
         """Keep quota for a workload blocked by quota alone (backfill on quota): the admitted work
         of its quota tree (this cycle's too), and what is held there for those before it, is
         released in the order it is expected to end until the workload fits; from then on, until
@@ -564,7 +564,9 @@ class Snapshot:
         Kueue's BestEffortFIFO stands: a later workload that fits passes). At most the contract's
         ``backfill.quota_holds_per_tree`` per tree and cycle, for the workloads the walk finds
         blocked there first (the highest priority, then the oldest): the caller asks ``may_hold``
-        first (before it works out the flavors the workload waits in)."""
+        first (before it works out the flavors the workload waits in). ``now``: the workload can
+        preempt for its room now (``Contract.holds_against_preemption``): what is held is held from
+        now, and no work ranked after it backfills room its victims are about to give it."""
         cq = wl.spec.cluster_queue
         root = self.root(cq)
         holds = self.holds.get(root, [])
@@ -593,6 +595,8 @@ class Snapshot:
             self.unholdable.add(tried)
             return None
         later.add(cq, held)
+        if now:
+            start = self.state.time_ms
         end = start + wl.spec.runtime_ms if wl.spec.runtime_ms is not None else None
         hold = QuotaHold(wl.spec.workload, cq, rank(wl, self.aging), start, later, held, end)
         # (the failures remembered stand: a hold only keeps more out, and the failure keys of its
@@ -650,8 +654,8 @@ class Snapshot:
                 break
         if placed is None:
             return None
-        holds = self._holds_on(wl)
-        if any(self._held_back(h, cq, held, borrowed) for h in holds):
+        holds = self.holds_on(wl)
+        if any(self.held_back(h, cq, held, borrowed) for h in holds):
             return None
         self.no_hand_over.discard(tried)
         # Its pods are taken now, beside the work they take over (a node's room may go below zero

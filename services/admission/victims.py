@@ -36,7 +36,9 @@ For one pending workload and one flavor assignment:
    preemptor a workload waiting ahead of it in its own queue could preempt at once and replace,
    where a victim could preempt that one back (``_taken_over``). Under
    ``Contract.no_preemption_undone``, nor one whose preemptor, once in, a workload waiting in
-   another queue of its cohort tree could preempt at once (``_undone_by``).
+   another queue of its cohort tree could preempt at once (``_undone_by``). Under
+   ``Contract.holds_against_preemption``, the quota held for a workload ranked before the
+   preemptor keeps it out as it keeps out an admission.
 """
 
 from __future__ import annotations
@@ -126,10 +128,13 @@ class _Trial:
         the quota of the subtree that many levels above its queue, 0 its own nominal quota)?"""
         view = self.view_without(victims)
         cq = self.wl.spec.cluster_queue
-        ok, _, _ = view.fit(cq, self.held)
+        ok, borrowed, _ = view.fit(cq, self.held)
         if not ok or (within is not None and any(v > view.available_within(cq, fr, within)
                                                   for fr, v in self.held.items() if v > 0)):
             return False
+        if self.idx.contract.holds_against_preemption and any(
+                self.snap.held_back(hold, cq, self.held, borrowed) for hold in self.snap.holds_on(self.wl)):
+            return False  # (quota held for a workload before it: admission would keep it out too)
         free = copy_free(self.snap.room_for(self.wl))
         for victim in victims:
             release_nodes(free, victim)
