@@ -484,6 +484,12 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: took the quota held for h, and h then preempted m, 570 s of m's work lost), and a job
     #: backfilled into room a preemptor was about to take was preempted at once.
     holds_against_preemption: bool = False
+    #: The work a preempted attempt lost, credited under ``billing.creditPreemptionWaste``, runs
+    #: from its last checkpoint (or start) to its eviction (True): a checkpoint saved in the grace
+    #: period counts, and so does the work done after the order. False (contracts written before
+    #: the field): the work lost when the eviction was ordered (a job that checkpointed in its grace
+    #: period was credited work it kept; one that did not, short of the grace period's work).
+    credit_lost_at_exit: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -523,5 +529,6 @@ WRITTEN_NOW: dict[str, bool] = {
     "gang_before_its_moved": True,
     "no_preemption_undone": True,
     "holds_against_preemption": True,
+    "credit_lost_at_exit": True,
     "model_reserve": True,
 }

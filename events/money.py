@@ -164,8 +164,16 @@ def period_kind(period: str) -> str:
     return "daily" if period.count("-") == 2 else "monthly"
 
 
+#: The years a billing period may fall in: on the log's clock (from 1970), and with its end still a
+#: date (9999-12-31T23's end is not; a year before 1000 is not written with four digits).
+PERIOD_YEARS = (1970, 9998)
+
+
 def period_bounds(period: str) -> tuple[int, int]:
     """[start, end) in ms of a period name (any of the four kinds); ValueError when it is none."""
+    year = period.partition("-")[0]
+    if year.isdigit() and not PERIOD_YEARS[0] <= int(year) <= PERIOD_YEARS[1]:
+        raise ValueError(f"{period!r}: a billing period's year is from {PERIOD_YEARS[0]} to {PERIOD_YEARS[1]}")
     try:
         kind = period_kind(period)
         if kind == "weekly":

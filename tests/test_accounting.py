@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+import msgspec
 import pytest
 from sqlalchemy import create_engine
 
@@ -434,3 +435,22 @@ def test_the_books_capacity_follows_nodes_and_contracts_like_a_full_recount():
         books.after(state, env)
         if isinstance(data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
             assert books.changes[-1][1] == capacity(state), f"after event {offset}: {data}"
+
+
+def test_a_preempted_attempt_loses_from_its_last_checkpoint_to_its_eviction_under_the_contract() -> None:
+    """``Contract.credit_lost_at_exit``: the loss runs to the eviction, not to the order — a
+    checkpoint saved in the grace period is counted, and so is the work done after the order."""
+    def lost(at_exit: bool, checkpoint_ms: int | None) -> int:
+        log = Log()
+        log.add(ev.ConfigApplied(contract=msgspec.structs.replace(CONTRACT, credit_lost_at_exit=at_exit), digest="d1"), 0)
+        log.add(ev.NodeObserved(node="node-a", allocatable={GPU: 8000, "cpu": 128_000}), 0)
+        log.start("a", "team-a", 1000, {"node-a": 1}, 1_000)
+        log.add(ev.EvictionOrdered(workload="a", preemptor="other", based_on=log.state.offset, grace_ms=30_000,
+                                   work_lost_ms=3_000), 4_000)
+        if checkpoint_ms is not None:
+            log.add(ev.CheckpointSaved(workload="a", saved_ms=checkpoint_ms), checkpoint_ms)
+        log.evicted("a", 10_000)
+        (iv,) = log.intervals
+        return iv.waste_ms
+    assert lost(True, 9_000) == 1_000 and lost(True, None) == 9_000
+    assert lost(False, 9_000) == lost(False, None) == 3_000  # a contract recorded before the field: the order's figure

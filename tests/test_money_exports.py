@@ -223,6 +223,13 @@ def test_a_bad_period_is_one_line_in_showback_as_in_invoice(night_log, capsys) -
         with pytest.raises(SystemExit) as exc:
             main([command, "--log", str(night_log[0]), "--period", "bogus"])
         assert str(exc.value).startswith("gangway: 'bogus' is not a billing period (2026-11, 2026-W48")
+    # a year whose period ends past 9999, or is not written with four digits: one line too, in every command
+    for command in ("showback", "invoice", "export"):
+        for period in ("9999-12-31T23", "9999-W52", "0999-01-01", "0001-01-01T00"):
+            with pytest.raises(SystemExit) as exc:
+                main([command, *(["focus"] if command == "export" else []), "--log", str(night_log[0]),
+                      "--period", period])
+            assert str(exc.value) == f"gangway: {period!r}: a billing period's year is from 1970 to 9998", period
 
 
 def test_printed_money_rounds_half_up_as_the_invoices_amounts_do() -> None:

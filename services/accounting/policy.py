@@ -172,13 +172,16 @@ def _charge_start(wl: WorkloadState) -> int:
     return wl.charged_from_ms if wl.charged_from_ms is not None else wl.started_ms
 
 
-def _lost_ms(wl: WorkloadState, outcome: Outcome, end_ms: int) -> int:
+def _lost_ms(wl: WorkloadState, outcome: Outcome, end_ms: int, at_exit: bool = False) -> int:
     """The work an attempt lost that is not its team's doing: to an eviction gangway ordered
     (preemption), or with a node that left under it. A requeue nobody ordered — the binder's rollback
-    of a gang that did not run whole, its own pods failing — costs the team its work, as a crash does."""
-    if outcome == "evicted":
+    of a gang that did not run whole, its own pods failing — costs the team its work, as a crash does.
+    An eviction's loss is from the attempt's last checkpoint (or start) to its end (``at_exit``:
+    ``Contract.credit_lost_at_exit``), a checkpoint saved in the grace period counted and the work
+    after the order too; without it, the figure the order gave, when it was made."""
+    if outcome == "evicted" and not at_exit:
         return wl.eviction.work_lost_ms if wl.eviction is not None else 0
-    if outcome == "node_lost" and wl.started_ms is not None:
+    if outcome in ("evicted", "node_lost") and wl.started_ms is not None:
         return max(0, end_ms - max(wl.started_ms, wl.checkpoint_ms or 0))
     return 0
 
@@ -217,5 +220,5 @@ def _interval(state: State, wl: WorkloadState, end_ms: int, outcome: Outcome, of
         sampled=bool(wl.gpu_sm),
         tokens=wl.tokens if outcome != "repriced" else 0,
         useful_tokens=(wl.tokens if outcome == "finished" else wl.tokens_saved) if last or outcome == "open" else 0,
-        work_lost_ms=_lost_ms(wl, outcome, end_ms) if last else 0,
+        work_lost_ms=_lost_ms(wl, outcome, end_ms, contract is not None and contract.credit_lost_at_exit) if last else 0,
     )
