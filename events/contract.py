@@ -490,6 +490,11 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: the field): the work lost when the eviction was ordered (a job that checkpointed in its grace
     #: period was credited work it kept; one that did not, short of the grace period's work).
     credit_lost_at_exit: bool = False
+    #: A gang asking for a topology level, where the contract defines Topologies, counts a flavor
+    #: naming none as one that can never take it (True): it is told so, forecast never, and a
+    #: StrictFIFO queue sets it aside. False (contracts written before the field): such a flavor
+    #: whose nodes could hold the gang made it wait as ``no_flavor_room``, forever.
+    untopological_flavor_never: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -530,5 +535,6 @@ WRITTEN_NOW: dict[str, bool] = {
     "no_preemption_undone": True,
     "holds_against_preemption": True,
     "credit_lost_at_exit": True,
+    "untopological_flavor_never": True,
     "model_reserve": True,
 }

@@ -387,3 +387,23 @@ def test_a_topology_request_goes_to_the_flavor_that_names_a_topology_not_the_pla
     assert sim.state.workloads[asks].admission.flavors["nvidia.com/gpu"] == "tas"
     assert where(sim, asks, "pool") == {("tas",)}
     assert sim.state.workloads[plain].admission.flavors["nvidia.com/gpu"] == "plain"
+
+
+def test_a_topology_request_in_a_queue_whose_flavors_name_no_topology_is_never_placeable_not_waiting_for_room():
+    """Where the contract defines a Topology, a queue whose only flavor names none can never take a
+    gang asking for a level (Kueue's TAS skips such a flavor): it waited as no_flavor_room on an
+    empty cluster, "not within a week" (a stranger's case), and its flavor line said the flavor would
+    take it now. A StrictFIFO queue sets it aside: the job behind it runs."""
+    plain_beside = TAS + "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: plain}\n---\n"
+    queues = QUEUES.replace("    - name: gpus\n", "    - name: plain\n").replace(
+        "  namespaceSelector: {}\n", "  namespaceSelector: {}\n  queueingStrategy: StrictFIFO\n")
+    sim = cluster(plain_beside + queues, nodes_yaml(4, zones_and_pods))
+    asks = submit(sim, job_yaml("asks", 2, {"kueue.x-k8s.io/podset-required-topology": "example.com/pod"}))
+    behind = submit(sim, job_yaml("behind", 2, {}))
+    sim.run(until_ms=sim.now_ms + 1000)
+    assert (phase(sim, asks), phase(sim, behind)) == ("pending", "running")
+    report = pending_report(sim.state)[asks]
+    assert (report.code, report.eta_ms) == ("topology_unsatisfiable", None), report
+    assert report.reason.endswith("flavor plain names no Topology (topologyName): Kueue places a topology request "
+                                  "only in flavors that do"), report.reason
+    assert explain(sim.log, asks)[-1].startswith("estimated start: never")

@@ -401,8 +401,7 @@ class Snapshot:
         behind it (a 16-GPU pod where the largest node has 8 had quota held for it, ahead of work
         that fitted)."""
         for flavors in _assignments(self._groups_asked(cq, request, pod_sets)):
-            if never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors),
-                               self.state) is None:
+            if self._never_here(pod_sets, flavors) is None:
                 return None
         return self._placeable_later(cq, request, pod_sets)  # (none could: in its words)
 
@@ -433,6 +432,8 @@ class Snapshot:
             if why is None and self.idx.untolerated(fq.flavor, pod_sets) is not None:
                 why = untolerated_taint(self.idx, cq.name, [fq], pod_sets)
             if why is None:
+                why = not_topology_aware(self.idx, pod_sets, flavors)
+            if why is None:
                 ok, _, _ = self.view.fit(cq.name, by_flavor(request, flavors))
                 why = None if ok else _no_fit_why(self.view, cq, [fq], request)
             if why is None and len(groups) == 1:  # (a placement needs every resource's flavor)
@@ -449,6 +450,14 @@ class Snapshot:
         return [group if pod_sets is None else self.idx.tolerated(group, pod_sets) for group in self.idx.groups[cq]
                 if any(request.get(r, 0) > 0 for r in group[0].resources)]
 
+    def _never_here(self, pod_sets: list[PodSet], flavors: dict[str, str]) -> Reason | None:
+        """Why no node of ``flavors`` could ever take the gang (``never_placeable``), or, under
+        ``Contract.untopological_flavor_never``, why the flavors could not take its topology request
+        (``not_topology_aware``: a flavor naming no Topology); None: they could."""
+        if self.idx.contract.untopological_flavor_never and (why := not_topology_aware(self.idx, pod_sets, flavors)):
+            return why
+        return never_placeable(self.free, self.idx.flavored(pod_sets, flavors), self.flavor_nodes(flavors), self.state)
+
     def _placeable_later(self, cq: str, request: dict[str, int], pod_sets: list[PodSet]) -> Reason:
         """Why a gang that no flavor assignment it fits now could ever take waits: the quota of the
         first assignment it does not fit now whose nodes could take it; when none could, the never
@@ -460,7 +469,7 @@ class Snapshot:
         tried: list[frozenset[str] | None] = []  # each assignment's nodes (None: every node)
         for flavors in _assignments(groups):
             nodes = self.flavor_nodes(flavors)
-            never = never_placeable(self.free, self.idx.flavored(pod_sets, flavors), nodes, self.state)
+            never = self._never_here(pod_sets, flavors)
             if never is None:
                 _, _, misfit = self.view.fit(cq, by_flavor(request, flavors))
                 return misfit or reason(C.NO_FLAVOR_ROOM, cluster_queue=cq, flavors=", ".join(sorted(set(flavors.values()))))
