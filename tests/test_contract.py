@@ -239,6 +239,25 @@ WARNINGS = [
         "of the contract; ignored",
         id="Kueue's DRA configuration is a Kueue kind gangway does not read: a warning",
     ),
+    pytest.param(
+        docs("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Topology\nmetadata: {name: dc}\n"
+             "spec: {levels: [{nodeLabel: kubernetes.io/hostname}]}\n",
+             "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: default-flavor}\n"
+             "spec: {topologyName: dc}\n",
+             cluster_queue()),
+        "config.yaml: warning: ResourceFlavor default-flavor: spec.topologyName: Kueue refuses a flavor naming a Topology without "
+        "spec.nodeLabels (\"at least one nodeLabel is required when topology is set\"); gangway places its jobs on "
+        "any node of the cluster",
+        id="a flavor naming a Topology without node labels (Kueue's API refuses it) is said",
+    ),
+    pytest.param(
+        docs(FLAVOR, cluster_queue(), *(f"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: {n}}}\n"
+                                        f"value: {v}\nglobalDefault: true\n" for n, v in (("first", 60), ("second", 50)))),
+        "config.yaml: warning: PriorityClass second: globalDefault: a second globalDefault PriorityClass (Kubernetes "
+        "refuses it; the first is 'first'): gangway takes the smallest value of them, 50, as Kubernetes does of those "
+        "it has",
+        id="two globalDefault PriorityClasses (Kubernetes refuses the second) are said",
+    ),
 ]
 
 

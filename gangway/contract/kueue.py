@@ -523,6 +523,11 @@ def _assemble(parsed: _Parsed) -> Contract:
     # Kubernetes' rule: the smallest value among the globalDefault classes (a SchedulingPolicy's
     # defaultPriority, gangway's own, wins when both are written).
     global_default = min((pc.value for pc in pod_classes if pc.global_default), default=None)
+    defaults_said = [entry for entry in parsed.pod_priority_classes.values() if entry.value.global_default]
+    for entry in defaults_said[1:]:
+        entry.at.warn("globalDefault", f"a second globalDefault PriorityClass (Kubernetes refuses it; the first is "
+                                       f"{defaults_said[0].at.name!r}): gangway takes the smallest value of them, "
+                                       f"{global_default}, as Kubernetes does of those it has")
     defaults = {"default_grace_ms": policy.default_grace_ms,
                 "default_priority": policy.default_priority if policy.default_priority is not None else global_default,
                 # (None: left at its default)
@@ -585,6 +590,10 @@ def _read_flavor(at: _At, obj: dict, parsed: _Parsed) -> None:
     _check_fields(at, "spec", spec, {"nodeLabels", "topologyName", "tolerations", "nodeTaints"}, _FLAVOR_IGNORED)
     labels = _labels(at, "spec.nodeLabels", spec.get("nodeLabels"))
     topology = _name(at, "spec.topologyName", spec.get("topologyName"), required=False)
+    if topology and not labels:
+        at.warn("spec.topologyName", "Kueue refuses a flavor naming a Topology without spec.nodeLabels (\"at least "
+                                     "one nodeLabel is required when topology is set\"); gangway places its jobs "
+                                     "on any node of the cluster")
     refs = [("spec.topologyName", "Topology", topology)] if topology else []
     _register(at, parsed.flavors, at.name, ResourceFlavor(name=at.name, node_labels=labels, topology_name=topology,
                                                           tolerations=_tolerations(at, spec.get("tolerations")),
