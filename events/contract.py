@@ -532,9 +532,21 @@ WRITTEN_NOW: dict[str, bool] = {
     "preemptor_room_after_admitted": True,
     "no_proxy_preemption": True,
     "gang_before_its_moved": True,
+    "model_reserve": True,
     "no_preemption_undone": True,
     "holds_against_preemption": True,
     "credit_lost_at_exit": True,
     "untopological_flavor_never": True,
-    "model_reserve": True,
 }
+
+
+#: The contract's fields in the order they were added to it, each decoding to its default in a
+#: contract recorded before it (and encoding it, so that contract's digest today is not the one it
+#: was applied with: ``gangway.contract.digest_matches`` tries it with the newest left out). A new
+#: field of the contract goes last here.
+ADDED_LATER: tuple[str, ...] = (
+    "backfill", "pods_ready", "requeue_in_place", "preferred_domains", "aging_ms_per_point", "moved_first",
+    "no_preemption_back", "preemptor_room_after_admitted", "model_reserve", "no_proxy_preemption",
+    "gang_before_its_moved", "no_preemption_undone", "holds_against_preemption", "credit_lost_at_exit",
+    "untopological_flavor_never",
+)

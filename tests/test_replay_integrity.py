@@ -149,6 +149,25 @@ def test_a_contract_changed_under_its_digest_fails():
     assert "is not its contract's" in str(finding)
 
 
+def test_a_contract_recorded_before_fields_were_added_still_verifies():
+    """A field added to the contract later decodes to its default in a contract recorded before it
+    (ADDED_LATER), and encodes it: the digest is tried with the newest such fields left out. A log
+    recorded before them (the proxy-preemption fixture: 7 contracts, before gang_before_its_moved
+    and after model_reserve) verifies; one whose contract is edited does not, nor one that sets a
+    field its writer could not have had while lacking an older one."""
+    from gangway.contract import digest_matches
+    from gangway.events.contract import ADDED_LATER, Contract
+    from gangway.read.logfile import read_log_file as read
+    applied = [e.data for e in read(str(Path(__file__).parent / "data" / "proxy-preemption.jsonl")).envs
+               if isinstance(e.data, ev.ConfigApplied)]
+    assert len(applied) == 7 and all(digest_matches(a.contract, a.digest) for a in applied)
+    edited = msgspec.structs.replace(applied[0].contract, default_grace_ms=1)
+    assert not digest_matches(edited, applied[0].digest)
+    newest = msgspec.structs.replace(applied[0].contract, **{ADDED_LATER[-1]: True})
+    assert not digest_matches(newest, applied[0].digest)
+    assert {f.name for f in msgspec.structs.fields(Contract)} >= set(ADDED_LATER)
+
+
 # --- 14: records no reader folds --------------------------------------------------------------------------
 
 

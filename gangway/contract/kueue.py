@@ -45,6 +45,7 @@ import yaml
 
 from gangway.contract.yamldocs import documents
 from gangway.events.contract import (
+    ADDED_LATER,
     WEIGHT_ONE,
     WRITTEN_NOW,
     Backfill,
@@ -273,6 +274,26 @@ def load_contract_file(path: str | Path) -> Contract:
 def contract_digest(contract: Contract) -> str:
     """SHA-256 (hex) of the contract's canonical JSON: equal contracts, equal digests."""
     return hashlib.sha256(msgspec.json.encode(contract, order="deterministic")).hexdigest()
+
+
+def digest_matches(contract: Contract, digest: str) -> bool:
+    """Is ``digest`` the contract's as some gangway wrote it? A field added to the contract later
+    (``ADDED_LATER``) decodes to its default in a contract recorded before it — and encodes it, so
+    its digest today is not the one it was applied with. So the digest is also tried with the
+    newest such fields left out, as long as they hold their defaults (one that does not was written
+    by a gangway that had it): a log recorded before a field was added still verifies."""
+    canonical = msgspec.json.encode(contract, order="deterministic")
+    if hashlib.sha256(canonical).hexdigest() == digest:
+        return True
+    fields = msgspec.json.decode(canonical)  # (a dict in the encoding's order: re-encoded, the same bytes)
+    defaults = {f.name: f.default for f in msgspec.structs.fields(Contract)}
+    for name in reversed(ADDED_LATER):
+        if getattr(contract, name) != defaults[name]:
+            return False
+        fields.pop(name, None)
+        if hashlib.sha256(msgspec.json.encode(fields)).hexdigest() == digest:
+            return True
+    return False
 
 
 def check_file(path: str | Path) -> tuple[list[str], list[str]]:

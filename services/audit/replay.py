@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from gangway.contract import contract_digest
+from gangway.contract import contract_digest, digest_matches
 from gangway.events import catalogue as ev
 from gangway.events.catalogue import DECISION_TYPES, Envelope, EvictionOrdered
 from gangway.events.codec import format_time
@@ -299,9 +299,9 @@ def structure(envs: list[Envelope], lines: list[int] | None = None,
 
 def contract_edited(applied: ev.ConfigApplied) -> str:
     """Why a ConfigApplied's contract is not the one it was applied as ('' when it is)."""
-    digest = contract_digest(applied.contract)
-    if applied.digest == digest:
+    if digest_matches(applied.contract, applied.digest):
         return ""
+    digest = contract_digest(applied.contract)
     return (f"ConfigApplied's digest {applied.digest[:12]}… is not its contract's ({digest[:12]}…): the contract "
             "was changed after it was applied")
 
