@@ -105,10 +105,14 @@ def test_a_partial_export_is_said_and_its_decisions_are_not_passed(tmp_path):
 def test_an_export_cut_at_its_end_no_longer_marks_it_and_the_cli_says_what_was_checked(tmp_path, capsys):
     path = export(tmp_path, edit=lambda lines: lines[:-10])
     assert read_log_file(str(path)).end is None
-    assert cli.main(["replay", str(path)]) == 0  # a cut after a line cannot be told from the lines
+    # a cut after a line cannot be told from the lines: without the mark the file fails, unless
+    # the auditor says it was written before exports marked their end
+    assert cli.main(["replay", str(path)]) == 1
+    assert "INTEGRITY the export does not mark its end: it may be cut after a line" in capsys.readouterr().out
+    assert cli.main(["replay", "--unmarked-end", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"checked offsets 0–{LOG[-11].offset} (lines 1–{len(LOG) - 10})" in out
-    assert "does not mark its end" in out
+    assert "does not mark its end" in out and "INTEGRITY" not in out
     assert cli.main(["replay", str(export(tmp_path))]) == 0
     assert f"marks its end at offset {LOG[-1].offset + 1}" in capsys.readouterr().out
 
