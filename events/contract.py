@@ -495,6 +495,11 @@ class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: StrictFIFO queue sets it aside. False (contracts written before the field): such a flavor
     #: whose nodes could hold the gang made it wait as ``no_flavor_room``, forever.
     untopological_flavor_never: bool = False
+    #: A billing period's idle GPUs are priced, stretch by stretch, by the contract in force then
+    #: (True): a price changed during the period splits its idle lines there, as it splits usage.
+    #: False (contracts written before the field): all of them at the price in force at the cut (a
+    #: rise near a month's end repriced the whole month's idle GPUs).
+    idle_priced_in_force: bool = False
     #: A GPU pod that may use several GPU models keeps off a model whose free GPUs are down to what
     #: the pods that may use only it will need — its share of the queued GPU demand times the
     #: cluster's free GPUs (True; placement's ``_reserve_deficits``). False (contracts written
@@ -537,6 +542,7 @@ WRITTEN_NOW: dict[str, bool] = {
     "holds_against_preemption": True,
     "credit_lost_at_exit": True,
     "untopological_flavor_never": True,
+    "idle_priced_in_force": True,
 }
 
 
@@ -548,5 +554,5 @@ ADDED_LATER: tuple[str, ...] = (
     "backfill", "pods_ready", "requeue_in_place", "preferred_domains", "aging_ms_per_point", "moved_first",
     "no_preemption_back", "preemptor_room_after_admitted", "model_reserve", "no_proxy_preemption",
     "gang_before_its_moved", "no_preemption_undone", "holds_against_preemption", "credit_lost_at_exit",
-    "untopological_flavor_never",
+    "untopological_flavor_never", "idle_priced_in_force",
 )

@@ -602,7 +602,7 @@ def _period_invoices(books, period: str, team: str | None):
     if issued or any(i.period == period for i in books.issued):
         return issued, False
     return invoices(books.known(), books.changes, books.state.contract, period, books.log_id, books.state.offset, team,
-                    now_ms=books.state.time_ms, carried=dict(books.carried)), True
+                    now_ms=books.state.time_ms, carried=dict(books.carried), contracts=books.contracts), True
 
 
 def _period(period: str) -> tuple[str, int, int]:

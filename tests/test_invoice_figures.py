@@ -298,3 +298,25 @@ def test_the_invoice_table_keeps_periods_apart_at_80_columns() -> None:
     assert text.count("2026-12-01T00") == 2 and text.count("2026-12-01T01") == 2, text
     for inv in issued:
         assert inv.invoice_id[-8:] in text
+
+
+def test_idle_gpus_are_priced_by_the_contract_in_force_in_each_stretch_of_the_period() -> None:
+    """A price raised half way through the hour (1.00 → 3.00 a GPU-hour; a stranger's case): under
+    ``Contract.idle_priced_in_force`` the idle GPUs of each half are priced as usage is, one idle
+    line a stretch; a contract recorded before the field prices them all at the price at the cut."""
+    start, end = period_bounds("2026-12-06T01")
+    def contract(price: int, switch: bool = True) -> Contract:
+        return Contract(prices=[Price(flavor="f", resource=GPU, per_hour_micros=price)], currency="EUR",
+                        billing=Billing(period="hourly"), idle_priced_in_force=switch)
+    half = start + HOUR // 2
+    charge = Interval(workload="w", attempt=0, team="t", cluster_queue="q", priority_class=None, start_ms=start,
+                      end_ms=end, gpu_milli=2000, cpu_milli=0, outcome="finished", offset=5, flavors={GPU: "f"},
+                      resources={GPU: 2000},
+                      prices={GPU: 1_000_000}, currency="EUR")
+    for switch, expected in ((True, [(start, half, 1_000_000, 3_000_000), (half, end, 3_000_000, 9_000_000)]),
+                             (False, [(start, end, 3_000_000, 18_000_000)])):
+        [bill] = invoices([charge], [(start, {"f": 8000})], contract(3_000_000, switch), "2026-12-06T01", "log", 9,
+                          contracts=[(start - 60_000, contract(1_000_000, switch)), (half, contract(3_000_000, switch))])
+        idle = [(line.start_ms, line.end_ms, line.unit_price_micros, line.list_cost_micros)
+                for line in bill.lines if line.kind == "idle"]
+        assert idle == expected, switch  # 6 idle GPUs: 3 GPU-hours at 1.00 and 3 at 3.00, or 6 at 3.00

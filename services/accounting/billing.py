@@ -139,6 +139,21 @@ def idle_cost(charges: list[Interval], changes: list[tuple[int, dict[str, int]]]
     return out
 
 
+def _stretches(contract: Contract | None, contracts: list[tuple[int, Contract]], start: int,
+               end: int) -> list[tuple[tuple[int, int], Contract | None]]:
+    """The stretches of [start, end) and the contract pricing each one's idle GPUs: the whole span
+    by ``contract``, unless it says ``idle_priced_in_force`` — then each contract of ``contracts``
+    (time, in force from then on) for its part of the span."""
+    if contract is None or not contract.idle_priced_in_force or not contracts:
+        return [((start, end), contract)]
+    out = []
+    for i, (t, c) in enumerate(contracts):
+        a, b = max(t, start), min(contracts[i + 1][0] if i + 1 < len(contracts) else end, end)
+        if b > a:
+            out.append(((a, b), c))
+    return out or [((start, end), contract)]
+
+
 def share_out(total: int, weights: dict[str, int]) -> dict[str, int]:
     """``total`` split by weights, in integers that add up exactly (largest remainder, then name)."""
     teams = sorted(t for t, w in weights.items() if w > 0)
@@ -158,14 +173,18 @@ def _billed(lines: list[ev.InvoiceLine], kind: str) -> int:
 
 def invoices(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
              period: str, log_id: str, cut_offset: int, team: str | None = None,
-             now_ms: int | None = None, carried: dict[str, int] | None = None) -> list[ev.InvoiceIssued]:
+             now_ms: int | None = None, carried: dict[str, int] | None = None,
+             contracts: list[tuple[int, Contract]] = ()) -> list[ev.InvoiceIssued]:
     """Every team's invoice for ``period`` (``charges``: closed and open ones, as known at the cut).
 
     ``now_ms``: the log's clock, for a draft of a period still running (idle capacity counts up to
     it). Each line bills its list cost rounded once to the currency's minor unit; the invoice's
     list, credits, idle share and billed amounts are sums of its lines' billed amounts, so they add
     up as printed (list − credits + idle + carried = billed). ``carried``: each team's credit left
-    over from earlier periods (micros, updated in place: ``carry``)."""
+    over from earlier periods (micros, updated in place: ``carry``). ``contracts``: (time, contract
+    in force from then on); under ``Contract.idle_priced_in_force`` the idle GPUs of each stretch
+    of the period are priced by the contract in force then, one idle line per flavor and stretch
+    (else all of them by ``contract``, the one in force at the cut)."""
     start, end = period_bounds(period)
     # Idle capacity is charged for the time the log's clock has passed, never for the future.
     accrued_end = end if now_ms is None else max(start, min(end, now_ms))
@@ -182,19 +201,20 @@ def invoices(charges: list[Interval], changes: list[tuple[int, dict[str, int]]],
         weights = {t: 1 for t in by_team}
     else:
         weights = {}
-    for flavor, (idle_gpu, _) in idle_cost(charges, changes, contract, start, accrued_end).items():
-        price = contract.price_of(flavor, GPU) if contract is not None else None
-        if not price:
-            continue
-        for name, qty in share_out(idle_gpu, weights).items():
-            if qty <= 0:
+    for (a, b), priced_by in _stretches(contract, contracts, start, accrued_end):
+        for flavor, (idle_gpu, _) in idle_cost(charges, changes, priced_by, a, b).items():
+            price = priced_by.price_of(flavor, GPU) if priced_by is not None else None
+            if not price:
                 continue
-            cost = money.cost_micros(GPU, qty, price)
-            by_team[name].append(ev.InvoiceLine(
-                kind="idle", workload="", attempt=0, cluster_queue="", flavor=flavor, resource=GPU, start_ms=start,
-                end_ms=accrued_end, quantity=qty, unit_price_micros=price, list_cost_micros=cost,
-                billed_cost_micros=money.to_minor_unit(cost, currency),
-                description=f"share of idle cluster GPUs ({billing.idle_cost})"))
+            for name, qty in share_out(idle_gpu, weights).items():
+                if qty <= 0:
+                    continue
+                cost = money.cost_micros(GPU, qty, price)
+                by_team[name].append(ev.InvoiceLine(
+                    kind="idle", workload="", attempt=0, cluster_queue="", flavor=flavor, resource=GPU, start_ms=a,
+                    end_ms=b, quantity=qty, unit_price_micros=price, list_cost_micros=cost,
+                    billed_cost_micros=money.to_minor_unit(cost, currency),
+                    description=f"share of idle cluster GPUs ({billing.idle_cost})"))
     out = []
     for name, lines in sorted(by_team.items()):
         if team is not None and name != team:
@@ -248,6 +268,8 @@ class Books:
     charges: list[Interval] = field(default_factory=list)
     #: (time, GPU milli per flavor from then on), appended when the nodes or the contract change.
     changes: list[tuple[int, dict[str, int]]] = field(default_factory=list)
+    #: (time, the contract in force from then on), appended at each ConfigApplied.
+    contracts: list[tuple[int, Contract]] = field(default_factory=list)
     #: The next period to cut ("" until the first event), and the invoices cut so far.
     next_period: str = ""
     issued: list[ev.InvoiceIssued] = field(default_factory=list)
@@ -284,6 +306,8 @@ class Books:
             self.first_ms = env.time_ms
         if isinstance(env.data, ev.WorkloadIdle) or self._flagged:
             self._idle_spans(state, env)
+        if isinstance(env.data, ev.ConfigApplied) and state.contract is not None:
+            self.contracts.append((env.time_ms, state.contract))
         if isinstance(env.data, (ev.NodeObserved, ev.NodeRemoved, ev.ConfigApplied)):
             cap = self._capacity_after(state, env.data)
             if not self.changes or self.changes[-1][1] != cap:
@@ -308,7 +332,7 @@ class Books:
                 break
             charges = self.charges + open_allocations(state, end)
             cut.extend(invoices(charges, self.changes, state.contract, self.next_period, self.log_id, env.offset,
-                                carried=self.carried))
+                                carried=self.carried, contracts=self.contracts))
             self.next_period = period_of(billing.period, end)
         self.issued.extend(cut)
         return cut
