@@ -23,7 +23,7 @@ import msgspec
 from gangway.events import catalogue as ev
 from gangway.events.money import minor_digits, unit_hours, unit_of
 from gangway.events.state import State
-from gangway.services.accounting.billing import MILLI_GPU_MS_PER_HOUR, Books, clipped, idle_cost
+from gangway.services.accounting.billing import MILLI_GPU_MS_PER_HOUR, Books, clipped, idle_in_force
 from gangway.services.accounting.policy import Interval
 
 MICROS = Decimal(1_000_000)
@@ -428,7 +428,7 @@ def showback_html(books: Books, start_ms: int, end_ms: int, step_ms: int, title:
     ax.legend(fontsize=8)
     charts.append(("allocated vs busy", _png(fig)))
     plt.close(fig)
-    idle = idle_cost(charges, books.changes, books.state.contract, start_ms, end_ms)
+    idle = idle_in_force(charges, books.changes, books.state.contract, books.contracts, start_ms, end_ms)
 
     def table(head: list[str], rows: list[list]) -> str:
         th = "".join(f"<th>{html.escape(h)}</th>" for h in head)

@@ -139,6 +139,17 @@ def idle_cost(charges: list[Interval], changes: list[tuple[int, dict[str, int]]]
     return out
 
 
+def idle_in_force(charges: list[Interval], changes: list[tuple[int, dict[str, int]]], contract: Contract | None,
+                  contracts: list[tuple[int, Contract]], start: int, end: int) -> dict[str, tuple[int, int]]:
+    """``idle_cost`` over [start, end), each stretch priced as the invoices price it (``_stretches``)."""
+    out: dict[str, tuple[int, int]] = {}
+    for (a, b), priced_by in _stretches(contract, contracts, start, end):
+        for flavor, (gpu, cost) in idle_cost(charges, changes, priced_by, a, b).items():
+            was = out.get(flavor, (0, 0))
+            out[flavor] = (was[0] + gpu, was[1] + cost)
+    return out
+
+
 def _stretches(contract: Contract | None, contracts: list[tuple[int, Contract]], start: int,
                end: int) -> list[tuple[tuple[int, int], Contract | None]]:
     """The stretches of [start, end) and the contract pricing each one's idle GPUs: the whole span
