@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 import subprocess
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,15 @@ def test_focus_export_has_every_column_and_passes_the_finops_validator(night_log
     billed = sum(i.billed_cost_micros for i in books.issued if i.period == "2026-11")
     assert sum(round(float(r["BilledCost"]) * 1_000_000) for r in rows) == billed
     assert {r["ChargeCategory"] for r in rows} == {"Usage", "Credit"}
+    # FOCUS 1.0: a unit price times PricingQuantity is the ListCost and the ContractedCost (no
+    # negotiated discount); without one (a credit) both match the BilledCost
+    for r in rows:
+        if r["ContractedUnitPrice"]:
+            product = Decimal(r["ContractedUnitPrice"]) * Decimal(r["PricingQuantity"])
+            assert abs(product - Decimal(r["ContractedCost"])) < Decimal("0.00001"), r
+            assert r["ContractedCost"] == r["ListCost"], r
+        else:
+            assert r["ContractedCost"] == r["ListCost"] == r["BilledCost"], r
     result = focus_validation(out)
     assert "Validation succeeded" in result, result
     broken = tmp_path / "broken.csv"

@@ -332,8 +332,12 @@ def focus_rows(invoices: list[ev.InvoiceIssued], account: str = "gangway") -> li
         for line in inv.lines:
             qty, unit = line_quantity(line)
             category = {"usage": "Usage", "credit": "Credit", "idle": "Usage", "carried": "Adjustment"}[line.kind]
-            # A credit carries no list cost of its own in FOCUS: it is the BilledCost taken off.
-            billed, listed = money(line.billed_cost_micros, 6), money(line.list_cost_micros if category == "Usage" else 0, 6)
+            # With a unit price, ListUnitPrice × PricingQuantity is the ListCost, and ContractedCost
+            # (no negotiated discount: the list price); a row without one (a credit, credit carried)
+            # has both match its BilledCost, as FOCUS 1.0 says of a charge unrelated to others.
+            priced = category == "Usage" and bool(line.quantity)
+            billed = money(line.billed_cost_micros, 6)
+            listed = money(line.list_cost_micros, 6) if priced else billed
             resource_id, resource_name, resource_type = _focus_resource(line, inv.team)
             rows.append({
                 "AvailabilityZone": "", "BilledCost": str(billed), "BillingAccountId": account,
@@ -346,7 +350,7 @@ def focus_rows(invoices: list[ev.InvoiceIssued], account: str = "gangway") -> li
                 "CommitmentDiscountType": "",
                 "ConsumedQuantity": str(qty) if category == "Usage" and line.quantity else "",
                 "ConsumedUnit": unit if category == "Usage" and line.quantity else "",
-                "ContractedCost": str(billed if category == "Usage" else Decimal(0)),
+                "ContractedCost": str(listed),
                 "ContractedUnitPrice": str(money(line.unit_price_micros, 6)) if category == "Usage" and line.quantity else "",
                 "EffectiveCost": str(billed), "InvoiceIssuerName": "gangway", "ListCost": str(listed),
                 "ListUnitPrice": str(money(line.unit_price_micros, 6)) if category == "Usage" and line.quantity else "",
