@@ -394,6 +394,19 @@ def test_bad_manifests_are_refused_with_where_and_why(text, document, kind, name
     assert error.problem and error.problem in str(error)
 
 
+@pytest.mark.parametrize("text, reason", [
+    ("job_id: first\nnamespace: batch\njob_id: second\nqueue: q\n"
+     "pod_sets: [{name: m, count: 1, resources: {nvidia.com/gpu: 1}}]\n", "malformed_yaml"),
+    ('{"job_id": "first", "job_id": "second", "namespace": "batch", "queue": "q", '
+     '"pod_sets": [{"name": "m", "count": 1, "resources": {"nvidia.com/gpu": 1}}]}', "malformed_json"),
+], ids=["yaml", "json"])
+def test_a_key_written_twice_is_refused_not_the_last_one_taken(text, reason):
+    """As Kubernetes' strict decoding: the second job_id silently won (a stranger's test)."""
+    with pytest.raises(ManifestError) as caught:
+        load_jobs(text, "jobs.yaml")
+    assert caught.value.reason == reason and 'duplicate key "job_id"' in caught.value.problem
+
+
 # --- the record gangway submit writes ----------------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator, Literal, get_args
 import msgspec
 import yaml
 
-from gangway.contract.yamldocs import documents
+from gangway.contract.yamldocs import StrictLoader, documents
 from gangway.events.contract import (
     ADDED_LATER,
     WEIGHT_ONE,
@@ -315,25 +315,10 @@ def validate_file(path: str | Path) -> list[str]:
 # --- documents and objects ---------------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing duplicate keys in a mapping as kubectl does."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {_show(key)}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _documents(report: _Report, text: str) -> list[tuple[int, Any]]:
     """The file's YAML documents with their 1-based index; none at all on a syntax error."""
     try:
-        found = list(enumerate(documents(text, _StrictLoader), start=1))
+        found = list(enumerate(documents(text, StrictLoader), start=1))
     except yaml.YAMLError as exc:
         report.problems.append(_syntax_problem(report.file, exc))
         return []

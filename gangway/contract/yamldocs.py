@@ -11,6 +11,7 @@ has no alias, and is read as it is.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import yaml
@@ -25,6 +26,22 @@ class AliasExpansionError(yaml.YAMLError):
     def __init__(self, problem: str, mark):
         super().__init__(problem)
         self.problem, self.problem_mark = problem, mark
+
+
+class StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing duplicate keys in a mapping as kubectl does."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {json.dumps(key, ensure_ascii=False, default=str)}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def documents(text: str, loader: type = yaml.SafeLoader) -> Iterator:

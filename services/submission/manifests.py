@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator
 import msgspec
 import yaml
 
-from gangway.contract.yamldocs import documents
+from gangway.contract.yamldocs import StrictLoader, documents
 from gangway.events import codec, rayjob
 from gangway.events.catalogue import (
     KEYS_WRITTEN, Envelope, JobMoved, JobSubmitted, JobWithdrawn, NodeSelectorRequirement, NodeSelectorTerm, PodSetRequest, PREFERRED_WEIGHTS, PreferredSchedulingTerm, Toleration, TolerationError,
@@ -335,16 +335,32 @@ def to_cloudevent_record(job: JobSubmitted | JobWithdrawn | JobMoved, source: st
 # --- documents ---------------------------------------------------------------------------------
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object's pairs as a dict, refusing a key written twice (as Kubernetes' strict decoding
+    does: the last one silently won — a job submitted under the second of two names)."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        twice = next(key for i, (key, _) in enumerate(pairs) if any(key == k for k, _ in pairs[:i]))
+        raise _DuplicateKey(f"duplicate key {json.dumps(twice, ensure_ascii=False)}")
+    return found
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
 def _documents(text: str, filename: str) -> Iterator[Any]:
     if text.lstrip().startswith(("{", "[")):
         try:
-            yield json.loads(text)
+            yield json.loads(text, object_pairs_hook=_no_duplicate_keys)
             return
+        except _DuplicateKey as exc:
+            raise ManifestError(filename, 1, "", "", "", f"not valid JSON: {exc}", reason="malformed_json") from None
         except ValueError:
             pass  # not JSON after all: YAML's flow style, read below
     index = 0
     try:
-        for index, doc in enumerate(documents(text), start=1):
+        for index, doc in enumerate(documents(text, StrictLoader), start=1):
             yield doc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
