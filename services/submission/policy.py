@@ -50,6 +50,8 @@ GPUS_PER_POD_MAX = 64
 RUNTIME_SECONDS_MAX = 366 * 86_400
 JOB_ID_CHARS_MAX = 253
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: A Kubernetes namespace's name.
+_DNS1123_LABEL = re.compile(r"(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: Reason for a resource the ClusterQueue has no quota for (a dedicated code may replace it).
 NO_QUOTA_REASON = "no_quota"
 #: A pod set requires a topology level that no node of the cluster carries (placement's own check
@@ -477,6 +479,10 @@ def _check_names(job: JobSubmitted) -> None:
             f"job_id {job.job_id!r} is not a valid Kubernetes name (DNS-1123 subdomain: lower-case letters, "
             "digits, '-' and '.', starting and ending with a letter or digit)",
         )
+    if not _DNS1123_LABEL.fullmatch(job.namespace):
+        raise Invalid("invalid_field", f"namespace {job.namespace!r} is not a valid Kubernetes namespace (DNS-1123 "
+                                       "label: at most 63 lower-case letters, digits and '-', starting and ending "
+                                       "with a letter or digit)")
     if job.priority_class is not None and not job.priority_class:
         raise Invalid("invalid_field", "priority_class is empty (leave it out for the default priority)")
 
@@ -540,6 +546,9 @@ def _quantity(field: str, resource: str, amount: str | int | float) -> int:
         raise Invalid("absurd_quantity", f"{field} is {amount!r}: a request cannot be negative")
     if resource == GPU and milli > GPUS_PER_POD_MAX * MILLI:
         raise Invalid("absurd_quantity", f"{field} is {amount!r}: a pod asks for at most {GPUS_PER_POD_MAX} GPUs")
+    if resource == GPU and milli > MILLI and milli % MILLI:
+        raise Invalid("bad_quantity", f"{field} is {amount!r}: a pod shares one GPU (a fraction below 1) or asks "
+                                      "for whole GPUs, never a fraction above one")
     return milli
 
 
