@@ -708,6 +708,11 @@ def cmd_invoice(args) -> int:
     from gangway.read import money
     books = _books(args)
     _known_team(books, args.team)
+    if args.period is None and args.format != "table":  # every invoice issued on the log, as data
+        issued = [inv for inv in books.issued if args.team is None or inv.team == args.team]
+        print(money.invoices_json(issued) if args.format == "json" else money.invoices_csv(issued), end="\n"
+              if args.format == "json" else "")
+        return 0
     if args.period is None:
         return _invoice_periods(books, args.team)
     period, start, end = _period(args.period)
@@ -1014,7 +1019,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--period", help="2026-11 (monthly), 2026-W48, 2026-11-30 or 2026-11-30T10 "
                    "(without it: the periods invoiced, and the one running)")
     s.add_argument("--team")
-    s.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    s.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="json, csv: the period's invoices as data (without --period: every invoice issued)")
     _money_log_options(s)
     s.set_defaults(func=cmd_invoice)
     s = sub.add_parser("export", help="export billing data (FinOps FOCUS 1.0 CSV)")

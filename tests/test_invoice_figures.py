@@ -9,6 +9,7 @@ import io
 import json
 from decimal import Decimal
 
+import msgspec
 import pytest
 from rich.console import Console
 
@@ -320,3 +321,21 @@ def test_idle_gpus_are_priced_by_the_contract_in_force_in_each_stretch_of_the_pe
         idle = [(line.start_ms, line.end_ms, line.unit_price_micros, line.list_cost_micros)
                 for line in bill.lines if line.kind == "idle"]
         assert idle == expected, switch  # 6 idle GPUs: 3 GPU-hours at 1.00 and 3 at 3.00, or 6 at 3.00
+
+
+def test_invoices_as_data_without_a_period_every_one_issued_and_a_header_even_when_empty(night_log, capsys) -> None:
+    """A stranger's test: --format csv|json without --period printed the text summary; a CSV of no
+    line printed nothing, not even its header; a carried credit's line said quantity 0 in "-Hour"."""
+    path, log = night_log
+    issued = books_of(log).issued
+    rc, out, _ = _out(capsys, ["invoice", "--log", str(path), "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rc == 0 and {r["invoice_id"] for r in rows} == {i.invoice_id for i in issued if i.lines}
+    rc, out, _ = _out(capsys, ["invoice", "--log", str(path), "--format", "json"])
+    assert rc == 0 and [i["invoice_id"] for i in json.loads(out)] == [i.invoice_id for i in issued]
+    assert money.invoices_csv([]).splitlines() == [",".join(money.INVOICE_COLUMNS)]
+    carried = ev.InvoiceLine(kind="carried", workload="", attempt=0, cluster_queue="", flavor="", resource="",
+                             start_ms=0, end_ms=1, quantity=0, unit_price_micros=0, list_cost_micros=5_220_000,
+                             billed_cost_micros=5_220_000, description="credit carried from earlier periods")
+    [row] = money.invoice_rows([msgspec.structs.replace(issued[0], lines=[carried])])
+    assert (row["quantity"], row["unit"], row["unit_price"], row["billed_cost"]) == ("", "", "", "5.220000")

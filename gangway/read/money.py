@@ -212,20 +212,28 @@ def _attempt(line: ev.InvoiceLine) -> int | None:
     return line.attempt + 1 if line.workload else None
 
 
+#: The columns of ``invoice_rows`` (an invoice CSV without a line still has its header).
+INVOICE_COLUMNS = ("invoice_id", "team", "period", "kind", "workload", "attempt", "cluster_queue", "flavor",
+                   "resource", "start", "end", "quantity", "unit", "unit_price", "list_cost", "billed_cost",
+                   "currency", "description")
+
+
 def invoice_rows(invoices: list[ev.InvoiceIssued]) -> list[dict]:
     """One CSV row per line: quantity in ``unit`` and unit price per that unit, so quantity ×
-    unit_price = list_cost (to the rounding of six decimals); billed_cost is in the minor unit."""
+    unit_price = list_cost (to the rounding of six decimals); billed_cost is in the minor unit. A
+    line of credit carried between periods is an amount only: no quantity, unit or unit price."""
     rows = []
     for inv in invoices:
         for line in inv.lines:
-            qty, unit = line_quantity(line)
+            qty, unit = line_quantity(line) if line.kind != "carried" else ("", "")
             attempt = _attempt(line)
             rows.append({
                 "invoice_id": inv.invoice_id, "team": inv.team, "period": inv.period, "kind": line.kind,
                 "workload": line.workload, "attempt": "" if attempt is None else attempt,
                 "cluster_queue": line.cluster_queue, "flavor": line.flavor, "resource": line.resource,
                 "start": _iso(line.start_ms), "end": _iso(line.end_ms), "quantity": str(qty), "unit": unit,
-                "unit_price": str(money(line.unit_price_micros, 6)), "list_cost": str(money(line.list_cost_micros, 6)),
+                "unit_price": str(money(line.unit_price_micros, 6)) if line.kind != "carried" else "",
+                "list_cost": str(money(line.list_cost_micros, 6)),
                 "billed_cost": str(money(line.billed_cost_micros, 6)), "currency": inv.currency,
                 "description": line.description,
             })
@@ -238,7 +246,7 @@ def invoice_dict(inv: ev.InvoiceIssued) -> dict:
     its attempt counted from 1 (null on an idle share)."""
     out = msgspec.to_builtins(inv)
     for line, row in zip(inv.lines, out["lines"]):
-        qty, unit = line_quantity(line)
+        qty, unit = line_quantity(line) if line.kind != "carried" else ("", "")
         row["quantity"], row["unit"], row["attempt"] = str(qty), unit, _attempt(line)
     return out
 
@@ -248,12 +256,10 @@ def invoices_json(invoices: list[ev.InvoiceIssued]) -> str:
 
 
 def invoices_csv(invoices: list[ev.InvoiceIssued]) -> str:
-    rows = invoice_rows(invoices)
     out = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    writer = csv.DictWriter(out, fieldnames=INVOICE_COLUMNS)
+    writer.writeheader()
+    writer.writerows(invoice_rows(invoices))
     return out.getvalue()
 
 
