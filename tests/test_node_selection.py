@@ -124,7 +124,7 @@ def test_a_gang_no_node_may_ever_take_is_said_so_and_does_not_block_a_strict_que
     assert phases == {"lost": "pending", "shy": "pending", "fine": "running"}
     lost = explain(sim.log, "lost")
     assert lost[-3] == f"now pending ({C.NO_MATCHING_NODES}): no node can ever take pod set main: no node has the labels pool=z"
-    assert lost[-1] == "estimated start: never, unless nodes it may use join the cluster"
+    assert lost[-1] == "estimated start: never, unless nodes it may use join the cluster or come back into service"
     assert explain(sim.log, "shy")[-3].endswith(
         "every node it may use has a taint it does not tolerate (gangway.io/reserved=serving:NoSchedule)")
 

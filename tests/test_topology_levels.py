@@ -187,7 +187,7 @@ def test_a_gang_too_big_for_its_nodes_even_when_empty_can_never_be_placed_until_
     report = pending_report(sim.state)[name]
     assert (report.code, report.eta_ms) == ("no_matching_nodes", None)
     assert "the nodes it may use hold 2 of its 3 pods even with nothing running" in report.reason
-    assert explain(sim.log, name)[-1] == "estimated start: never, unless nodes it may use join the cluster"
+    assert explain(sim.log, name)[-1] == "estimated start: never, unless nodes it may use join the cluster or come back into service"
     [home] = [a.node for a in sim.state.workloads[busy].placement.assignments]
     observed = load_nodes(nodes_yaml(2))  # (the binder observes every node)
     sim.add_nodes([msgspec.structs.replace(n, allocatable={**n.allocatable, "nvidia.com/gpu": 16_000})

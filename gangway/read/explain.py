@@ -178,7 +178,7 @@ def _recreated(state: State, name: str) -> list[str]:
 #: nodes joining or another contract can change it (no forecast is run for it).
 NEVER_STARTS = {
     C.TOPOLOGY_UNSATISFIABLE: "estimated start: never, unless nodes that meet its topology request join the cluster",
-    C.NO_MATCHING_NODES: "estimated start: never, unless nodes it may use join the cluster",
+    C.NO_MATCHING_NODES: "estimated start: never, unless nodes it may use join the cluster or come back into service",
     C.QUOTA_NEVER_ENOUGH: "estimated start: never, unless the contract gives {cluster_queue} more quota",
     C.UNTOLERATED_TAINT: ("estimated start: never, unless it tolerates the taint or the contract gives {cluster_queue} "
                           "a flavor it tolerates"),

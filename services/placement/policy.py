@@ -915,7 +915,8 @@ def _unavailable_note(state: State) -> str:
     """The nodes that take nothing new now (cordoned, NotReady…), which may take it once they are back."""
     if not state.unavailable:
         return ""
-    return "; not counted, taking nothing new now: " + _some([f"{node} {why}" for node, why in sorted(state.unavailable.items())])
+    return ("; not counted while they take nothing new (back in service, they count again): "
+            + _some([f"{node} {why}" for node, why in sorted(state.unavailable.items())]))
 
 
 def _some(named: list[str]) -> str:
