@@ -339,3 +339,17 @@ def test_invoices_as_data_without_a_period_every_one_issued_and_a_header_even_wh
                              billed_cost_micros=5_220_000, description="credit carried from earlier periods")
     [row] = money.invoice_rows([msgspec.structs.replace(issued[0], lines=[carried])])
     assert (row["quantity"], row["unit"], row["unit_price"], row["billed_cost"]) == ("", "", "", "5.220000")
+
+
+def test_a_currency_change_while_the_running_period_has_charges_is_refused(early_december) -> None:
+    """An invoice is in one currency: a contract switching EUR to USD mid-period relabelled what was
+    accrued (a stranger's test). `config apply` refuses it while the period running has charges."""
+    from gangway.cli import _keeps_currency
+    _, books = early_december
+    state = books.state
+    assert state.contract.currency == "EUR" and state.contract.prices
+    dollars = msgspec.structs.replace(state.contract, currency="USD")
+    with pytest.raises(SystemExit, match="changes the currency from EUR to USD while billing period 2026-12 has "
+                                         "charges"):
+        _keeps_currency(state, dollars, "usd.yaml")
+    _keeps_currency(state, msgspec.structs.replace(state.contract, default_grace_ms=1), "same.yaml")  # no change
