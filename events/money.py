@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 from gangway.events.contract import Contract
 from gangway.events.resources import GPU, admitted_pod_sets, index_of, total_request
+from gangway.events.text import digits
 
 #: Resources counted in bytes are priced per GiB-hour; everything else per unit-hour.
 BYTE_RESOURCES = ("memory", "ephemeral-storage")
@@ -172,7 +173,7 @@ PERIOD_YEARS = (1970, 9998)
 def period_bounds(period: str) -> tuple[int, int]:
     """[start, end) in ms of a period name (any of the four kinds); ValueError when it is none."""
     year = period.partition("-")[0]
-    if year.isdigit() and not PERIOD_YEARS[0] <= int(year) <= PERIOD_YEARS[1]:
+    if digits(year) and not PERIOD_YEARS[0] <= int(year) <= PERIOD_YEARS[1]:
         raise ValueError(f"{period!r}: a billing period's year is from {PERIOD_YEARS[0]} to {PERIOD_YEARS[1]}")
     try:
         kind = period_kind(period)

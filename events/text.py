@@ -28,3 +28,9 @@ def utf8_text(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotUtf8(data, exc) from None
+
+
+def digits(text: str) -> bool:
+    """Is ``text`` a non-negative integer written in ASCII digits? (``str.isdigit`` takes '²' and
+    '٣', which ``int`` refuses or reads otherwise: a console query ``limit=²`` was a 500.)"""
+    return text.isascii() and text.isdigit()

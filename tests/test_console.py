@@ -131,6 +131,14 @@ def test_the_stream_filters_by_kind_and_job(client):
     assert about and all("sweep-9" in (e["job"] + e.get("preemptor", "")) for e in about)
 
 
+def test_a_stream_limit_that_is_no_number_gets_the_first_ones_not_an_error(client):
+    """'²' is a digit to str.isdigit and no number to int (a stranger's test: a 500)."""
+    first = client.get("/api/stream").json()
+    for limit in ("²", "٣", "abc", "-5", ""):
+        answer = client.get("/api/stream", params={"limit": limit})
+        assert answer.status_code == 200 and answer.json() == first, limit
+
+
 def test_money_matches_the_holding_intervals_and_accounting(reclaimed):
     folded = folded_of(reclaimed.log)
     now = reclaimed.state.time_ms

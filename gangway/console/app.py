@@ -34,6 +34,7 @@ from gangway.adapters.kafka import BrokerUnreachable
 from gangway.adapters.progress import CommittedOffsets, follow_log
 from gangway.console import model
 from gangway.console.metrics import GangwayCollector
+from gangway.events.text import digits
 from gangway.read.describe import declares_islands
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ def create_app(bootstrap: str, log: list | None = None) -> Starlette:
 
     async def api_stream(request: Request) -> Response:
         q = request.query_params
-        limit = min(2_000, max(1, int(q.get("limit", STREAM_FIRST)) if q.get("limit", "").isdigit() else STREAM_FIRST))
+        limit = min(2_000, max(1, int(q.get("limit", STREAM_FIRST)) if digits(q.get("limit", "")) else STREAM_FIRST))
         return JSONResponse(model.stream(console.folded, q.get("team", ""), q.get("kind", ""), q.get("job", ""), limit))
 
     async def api_job(request: Request) -> Response:

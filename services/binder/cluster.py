@@ -22,7 +22,7 @@ from gangway.events.catalogue import NodeObserved
 from gangway.events.contract import KEEPS_OFF, TolerationError, taint_of
 from gangway.events.quantity import QuantityError, is_extended_resource, parse_milli
 from gangway.events.resources import GPU
-from gangway.events.text import NotUtf8, utf8_text
+from gangway.events.text import NotUtf8, digits, utf8_text
 from gangway.services.placement.topology import ISLANDS_LABEL, parse_islands
 
 
@@ -172,7 +172,7 @@ def _islands(where: str, layout, gpus: int, capacity: int | None = None) -> list
         return []
     said = f"{where}: {ISLANDS_LABEL}={layout!r}"
     parts = [part.strip() for part in str(layout).split(",")]
-    bad = next((part for part in parts if not part.isdigit()), None)
+    bad = next((part for part in parts if not digits(part)), None)
     if bad is not None:
         raise ClusterFileError(f"{said}: {bad!r} is not a number (island sizes in GPUs, comma-separated: \"4,4\")")
     if any(int(part) == 0 for part in parts):

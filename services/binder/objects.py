@@ -22,6 +22,7 @@ from gangway.events.catalogue import (  # noqa: F401 (ob.UID_LABEL, ob.GPUS_ANNO
     ATTEMPT_ANNOTATION, GPUS_ANNOTATION, UID_LABEL, WORKLOAD_ANNOTATION, NodeObserved, PodAssignment, Toleration)
 from gangway.events.kubeflow import is_suspended
 from gangway.events.quantity import QuantityError, parse_milli
+from gangway.events.text import digits
 from gangway.services.binder.cluster import ClusterFileError, _node, node_unavailable  # noqa: F401 (objects.node_unavailable)
 
 SCHEDULER_NAME = "gangway"
@@ -307,7 +308,7 @@ def successive(obj: dict) -> bool:
 def gpus_of(pod: dict) -> list[int]:
     """The GPU indexes gangway gave a bound pod (``GPUS_ANNOTATION``; [] when none)."""
     text = (meta(pod).get("annotations") or {}).get(GPUS_ANNOTATION) or ""
-    return [int(i) for i in text.split(",") if i.strip().isdigit()]
+    return [int(i) for i in text.split(",") if digits(i.strip())]
 
 
 def gates(pod: dict) -> list[str]:

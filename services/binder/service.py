@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gangway.events.catalogue import NodeObserved
 from gangway.events.state import State
+from gangway.events.text import digits
 from gangway.services.binder.policy import DEFAULT_RUNTIME_MS, due_reports, next_due_ms, node_sync
 from gangway.services.runtime.clock import ClusterClock
 from gangway.services.runtime.shell import IDLE_WAIT_S, LogService, Proposal
@@ -80,7 +81,7 @@ class Journal:
         if path.exists():
             for line in path.read_text(errors="replace").splitlines():
                 pid, _, t = line.rpartition("\t")
-                if pid and t.isdigit():
+                if pid and digits(t):
                     self.seen.setdefault(pid, int(t))
         if self.seen:
             log.info("binder: %d reports remembered from %s", len(self.seen), path)

@@ -56,7 +56,7 @@ from gangway.events.catalogue import (
 )
 from gangway.events.kubeflow import TRAINING_KINDS, replica_types
 from gangway.events.quantity import MILLI, QuantityError, format_milli, is_extended_resource, parse_milli
-from gangway.events.text import NotUtf8, utf8_text
+from gangway.events.text import NotUtf8, digits, utf8_text
 from gangway.services.submission.policy import MAX_EXEC_LABEL, Invalid, check_job, check_record_size
 
 GANGWAY_API = "gangway.io/v1alpha1"
@@ -734,7 +734,7 @@ def _requirement(where: _Where, req: Any, field: str, on_fields: bool) -> NodeSe
         raise where.error(f"{field}.values", f"must not be empty for {op}")
     if op in ("Exists", "DoesNotExist") and values:
         raise where.error(f"{field}.values", f"must be empty for {op}")
-    if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+    if op in ("Gt", "Lt") and (len(values) != 1 or not digits(values[0].removeprefix("-"))):
         raise where.error(f"{field}.values", f"must be one integer for {op}")
     return NodeSelectorRequirement(key=key, operator=op, values=list(values))
 

@@ -34,6 +34,7 @@ from gangway.events.contract import Contract, LocalQueue
 from gangway.events.quantity import MILLI, MILLI_MAX, QuantityError, parse_milli
 from gangway.events.resources import GPU, PODS, ContractIndex, index_of
 from gangway.events.state import State, WorkloadState
+from gangway.events.text import digits
 
 JOB_TYPE = EVENT_TYPES[JobSubmitted]
 WITHDRAW_TYPE = EVENT_TYPES[JobWithdrawn]
@@ -127,7 +128,7 @@ def _not_after(submission: str, last: str) -> bool:
         return False
     where, _, offset = submission.rpartition("/")
     last_where, _, last_offset = last.rpartition("/")
-    return where == last_where and offset.isdigit() and last_offset.isdigit() and int(offset) <= int(last_offset)
+    return where == last_where and digits(offset) and digits(last_offset) and int(offset) <= int(last_offset)
 
 
 def same_object(known: WorkloadState, job: JobSubmitted) -> bool:

@@ -30,6 +30,7 @@ from gangway.events.catalogue import (
     WorkloadMoved, WorkloadQueued,
 )
 from gangway.events.state import State
+from gangway.events.text import digits
 from gangway.services.runtime.shell import LogService, Proposal
 from gangway.services.submission.config import decide_config
 from gangway.services.submission.policy import decide_submission
@@ -155,7 +156,7 @@ class RestoredInputs:
 
     def _mark(self, where: str) -> None:
         topic, _, offset = where.rpartition("/0/")
-        if topic in self.done and offset.isdigit():
+        if topic in self.done and digits(offset):
             self.done[topic].add(int(offset))
 
     def observe(self, topic: str, rec) -> None:
