@@ -830,7 +830,7 @@ def cmd_telemetry(args) -> int:
             events = dcgm.parse(dcgm.fetch(args.url), frozenset(state.workloads))
         except (OSError, dcgm.ScrapeError) as exc:
             console.print(f"[red]scrape {args.url}: {exc}[/red]")
-            return 0
+            return -1
         prod = kafka.producer(bootstrap)
         await prod.start()
         try:
@@ -844,10 +844,11 @@ def cmd_telemetry(args) -> int:
     n = 0
     while True:
         sent = asyncio.run(once(n))
-        console.print(f"{sent} node(s) of GPU figures published on {topics.TELEMETRY}")
+        if sent >= 0:  # (submission copies the valid ones onto the log, and refuses the others whole)
+            console.print(f"{sent} node(s) of GPU figures published on {topics.TELEMETRY}")
         n += 1
         if args.once:
-            return 0
+            return 0 if sent >= 0 else 1
         time.sleep(args.interval)
 
 

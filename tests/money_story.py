@@ -70,13 +70,14 @@ def night(price_change_at_ms: int | None = None, new_price: int = 4_200_000, **k
 
 def serve_exposition(body: dict):
     """A small HTTP server on a free loopback port serving ``body["text"]`` as a Prometheus text
-    exposition (change the text between requests); call ``shutdown()`` and ``server_close()``."""
+    exposition (change the text between requests; bytes are served as they are); call
+    ``shutdown()`` and ``server_close()``."""
     import http.server
     import threading
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            data = body["text"].encode()
+            data = body["text"] if isinstance(body["text"], bytes) else body["text"].encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))

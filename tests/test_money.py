@@ -179,6 +179,7 @@ def test_dcgm_json_becomes_gpu_telemetry_and_bad_figures_are_rejected(story) -> 
     for bad, why in [
         (b'{"node": "n0", "gpus": [{"gpu": 0, "DCGM_FI_PROF_SM_ACTIVE": 1.7}]}', "within 0-1"),
         (b'{"node": "nope", "gpus": [{"gpu": 0, "DCGM_FI_PROF_SM_ACTIVE": 0.1}]}', "not a known node"),
+        (b'{"node": "n0", "gpus": [{"gpu": 99, "DCGM_FI_PROF_SM_ACTIVE": 0.1}]}', "GPU 99 of 'n0', which has"),
         (b'{"node": "n0", "gpus": [{"gpu": 0}]}', "missing"),
         (b'{"workload": "research/ghost", "tokens": 5}', "not a known workload"),
         (b'{"workload": "research/train", "tokens": -5}', "zero or more"),

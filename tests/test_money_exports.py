@@ -179,6 +179,20 @@ def test_scrape_maps_pods_to_workloads_and_rejects_bad_expositions(exporter) -> 
     body["text"] = 'DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="n0"} 5\n'
     with pytest.raises(dcgm.ScrapeError, match="SM_ACTIVE"):
         dcgm.parse(dcgm.fetch(url))
+    # (a stranger's test: each of these was a traceback, and killed the scraping loop)
+    body["text"] = ('DCGM_FI_PROF_SM_ACTIVE{gpu="0",Hostname="n0"} NaN\nDCGM_FI_PROF_SM_ACTIVE{gpu="1",Hostname="n0"} 0.5\n'
+                    'DCGM_FI_DEV_FB_USED{gpu="1",Hostname="n0"} +Inf\n')
+    (event,) = dcgm.parse(dcgm.fetch(url))  # NaN and ±Inf are no reading: GPU 0 has none this time
+    assert [(s.gpu, s.sm_active, s.fb_used_mib) for s in event.samples] == [(1, 500, 0)]
+    for label in ("-1", "99999999999999999999999", "²"):
+        body["text"] = f'DCGM_FI_PROF_SM_ACTIVE{{gpu="{label}",Hostname="n0"}} 0.5\n'
+        with pytest.raises(dcgm.ScrapeError, match="is not a GPU index"):
+            dcgm.parse(dcgm.fetch(url))
+    body["text"] = b"\xff\xfe not text"
+    with pytest.raises(dcgm.ScrapeError, match="not UTF-8"):
+        dcgm.fetch(url)
+    with pytest.raises(dcgm.ScrapeError, match="not a URL"):
+        dcgm.fetch("notaurl")
 
 
 def test_the_validator_is_pinned_in_the_makefile() -> None:

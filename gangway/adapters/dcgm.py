@@ -11,16 +11,20 @@ framebuffer used in MiB.
 
 from __future__ import annotations
 
+import math
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gangway.events.catalogue import GpuSample, GpuTelemetry
+from gangway.events.text import digits
 
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FIELDS = (SM_ACTIVE, GPU_UTIL, FB_USED)
+#: A GPU index past any node's (the cluster reader's limit is 1,024 GPUs a node).
+GPU_INDEX_MAX = 1024
 
 
 class ScrapeError(ValueError):
@@ -28,8 +32,15 @@ class ScrapeError(ValueError):
 
 
 def fetch(url: str, timeout_s: float = 10.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (an operator-given URL)
-        return response.read().decode("utf-8")
+    """The exposition at ``url`` (OSError when it cannot be fetched; ScrapeError when the URL is
+    none, or what it serves is not UTF-8 text)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (an operator-given URL)
+            return response.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScrapeError(f"not UTF-8 text ({exc.reason} at byte {exc.start}): not a Prometheus text exposition") from None
+    except ValueError as exc:  # (urllib: "unknown url type")
+        raise ScrapeError(f"not a URL to fetch: {exc}") from None
 
 
 def workload_of(namespace: str, pod: str, workloads: set[str] | frozenset[str]) -> str | None:
@@ -54,12 +65,11 @@ def parse(text: str, workloads: set[str] | frozenset[str] = frozenset(), observe
                 node = labels.get("Hostname") or labels.get("hostname") or labels.get("node")
                 if not node or "gpu" not in labels:
                     raise ScrapeError(f"{sample.name}: a series without Hostname or gpu labels ({labels})")
-                try:
-                    index = int(labels["gpu"])
-                except ValueError:
-                    raise ScrapeError(f"{sample.name}: gpu label {labels['gpu']!r} is not an index") from None
-                entry = per_gpu.setdefault((node, index), {})
-                entry[sample.name] = sample.value
+                if not digits(labels["gpu"]) or int(labels["gpu"]) >= GPU_INDEX_MAX:
+                    raise ScrapeError(f"{sample.name}: gpu label {labels['gpu']!r} is not a GPU index")
+                entry = per_gpu.setdefault((node, int(labels["gpu"])), {})
+                # (NaN and ±Inf are legal in the format: no reading, as if the series were not there)
+                entry[sample.name] = sample.value if math.isfinite(sample.value) else None
                 if labels.get("pod") and labels.get("namespace"):
                     entry["workload"] = workload_of(labels["namespace"], labels["pod"], workloads)
     except ValueError as exc:
@@ -70,8 +80,10 @@ def parse(text: str, workloads: set[str] | frozenset[str] = frozenset(), observe
     for (node, index), entry in sorted(per_gpu.items()):
         if SM_ACTIVE not in entry:
             raise ScrapeError(f"{node} GPU {index}: no {SM_ACTIVE} (enable DCGM profiling metrics in dcgm-exporter)")
+        if entry[SM_ACTIVE] is None:
+            continue  # (its SM activity unknown: no figure for it this time)
         nodes.setdefault(node, []).append(GpuSample(
             gpu=index, sm_active=round(min(max(entry[SM_ACTIVE], 0.0), 1.0) * 1000),
-            gpu_util=round(min(max(entry.get(GPU_UTIL, 0.0), 0.0), 100.0)), fb_used_mib=round(max(entry.get(FB_USED, 0.0), 0.0)),
-            workload=entry.get("workload")))
+            gpu_util=round(min(max(entry.get(GPU_UTIL) or 0.0, 0.0), 100.0)),
+            fb_used_mib=round(max(entry.get(FB_USED) or 0.0, 0.0)), workload=entry.get("workload")))
     return [GpuTelemetry(node=node, samples=samples, observed_ms=observed_ms) for node, samples in sorted(nodes.items())]

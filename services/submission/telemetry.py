@@ -27,6 +27,7 @@ import msgspec
 
 from gangway.events import codec
 from gangway.events.catalogue import CheckpointSaved, GpuSample, GpuTelemetry, JobRejected, WorkloadProgress
+from gangway.events.resources import GPU
 from gangway.events.state import State
 from gangway.services.submission.policy import Headers, Invalid, rejected
 
@@ -53,6 +54,11 @@ def check_known(event: Telemetry, state: State) -> None:
         if event.node not in state.nodes:
             raise Invalid("invalid_field", f"node: {event.node!r} is not a known node")
         check_samples(event)
+        gpus = state.nodes[event.node].allocatable.get(GPU, 0) // 1000
+        wrong = next((s for s in event.samples if s.gpu >= gpus), None)
+        if wrong is not None:  # (a GPU the node does not have: no placement could ever name it)
+            raise Invalid("invalid_field", f"samples: GPU {wrong.gpu} of {event.node!r}, which has {gpus} GPUs "
+                                           f"(indexes 0 to {gpus - 1})")
         return
     if event.workload not in state.workloads:
         raise Invalid("invalid_field", f"workload: {event.workload!r} is not a known workload")
