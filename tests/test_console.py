@@ -314,3 +314,21 @@ async def test_a_broker_that_stops_answering_leaves_the_console_unready_and_says
     with TestClient(create_app("127.0.0.1:9", log=[])) as client:
         assert (client.get("/readyz").status_code, client.get("/readyz").text) == (503, "the broker at … has not answered")
         assert client.get("/healthz").status_code == 200
+
+
+def test_a_job_that_can_never_start_is_said_so_as_explain_says_it_not_not_within_a_week():
+    """The console showed a null start as "not within a week" where explain says never and what
+    would change that (a stranger's test); without a forecast (too many pending) it says so."""
+    from gangway.read.explain import explain, pending_report
+    log = LogBuilder().configure(contract(cluster_queue("q").gpus(8))).nodes(node("n1").gpus(8))
+    log.queue(workload("huge").queue("q").pod_set("main", count=1, gpus=16))
+    folded = folded_of(log.envelopes)
+    report = pending_report(folded.state)
+    [row] = model.queues_view(folded, report)["pending"]
+    assert row["code"] == "quota_never_enough" and row["eta_ms"] is None
+    told = explain(log.envelopes, "huge")[-1]
+    assert told.startswith("estimated start: never") and told == f"estimated start: {row['start']}"
+    log.queue(workload("small").queue("q").pod_set("main", count=1, gpus=4).runtime_s(60))
+    folded = folded_of(log.envelopes)
+    rows = model.queues_view(folded, pending_report(folded.state, forecast=False), forecast=False)["pending"]
+    assert {r["workload"]: r["start"].split(",")[0] for r in rows} == {"huge": "never", "small": "not forecast (too many pending)"}

@@ -158,8 +158,9 @@ class Console:
         folded = self.folded
         summary = folded.summary()
         summary.update(end=self.end, caught_up=self.caught_up, services=self.health_of_services(), problem=self.problem())
-        return {"summary": summary, "map": model.gpu_map(folded), "queues": model.queues_view(folded, self.pending()),
-                "money": model.money(folded)}
+        forecast = len(folded.state.pending) <= FORECAST_PENDING_MAX
+        return {"summary": summary, "map": model.gpu_map(folded),
+                "queues": model.queues_view(folded, self.pending(), forecast), "money": model.money(folded)}
 
     def health_of_services(self) -> list[dict]:
         end = self.services_end

@@ -182,7 +182,7 @@ def _node_view(node: NodeState, holders: dict[int, list[dict]], removed: bool) -
             "gpus_free": sum(1 for g in gpus if g["status"] == "idle"), "gpus_total": present}
 
 
-def queues_view(folded: Folded, pending: dict | None = None) -> dict:
+def queues_view(folded: Folded, pending: dict | None = None, forecast: bool = True) -> dict:
     """Per ClusterQueue and cohort, per flavor and resource: guaranteed, used, borrowed, lent; and
     the pending workloads in queue order with reason, position and estimated start."""
     state = folded.state
@@ -212,7 +212,9 @@ def queues_view(folded: Folded, pending: dict | None = None) -> dict:
                         "gpus": total_request(wl.spec.pod_sets).get(GPU, 0) / 1000,
                         "code": str(getattr(p, "code", "")), "reason": getattr(p, "reason", ""),
                         "lq_position": getattr(p, "lq_position", 0), "cq_position": getattr(p, "cq_position", 0),
-                        "eta_ms": getattr(p, "eta_ms", None), "queued_ms": wl.queued_ms})
+                        "eta_ms": getattr(p, "eta_ms", None), "queued_ms": wl.queued_ms,
+                        # (explain's words when it has no start: never, and what would change that)
+                        "start": _start(p, wl, state.time_ms, forecast)})
     waiting.sort(key=lambda w: (w["cq_position"], w["cluster_queue"]))
     # the heads of every queue first; a page lists at most PENDING_SHOWN of them
     shown = sorted(waiting[:PENDING_SHOWN], key=lambda w: (w["cluster_queue"], w["cq_position"]))
@@ -327,3 +329,12 @@ def money(folded: Folded) -> dict:
     for row in view["teams"]:
         row["colour"] = colours.get(row["team"], "#888")
     return view
+
+
+def _start(report, wl, now_ms: int, forecast: bool) -> str:
+    """The estimated start as ``gangway explain`` says it; without a forecast (too many pending),
+    said so, unless the workload can never start as things stand."""
+    from gangway.read.explain import NEVER_STARTS, start_words
+    if not forecast and report.code not in NEVER_STARTS:
+        return "not forecast (too many pending)"
+    return start_words(report, wl, now_ms)

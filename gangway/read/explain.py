@@ -211,9 +211,7 @@ def standing_lines(envs: list[ev.Envelope], state: State, name: str, reports: di
             lines.append(f"position {report.lq_position} in LocalQueue {wl.spec.namespace}/{wl.spec.queue}, "
                          f"{report.cq_position} in ClusterQueue {wl.spec.cluster_queue}{aged}")
             if forecast:
-                never = NEVER_STARTS.get(report.code)
-                lines.append(never.format(cluster_queue=wl.spec.cluster_queue) if never is not None
-                             else f"estimated start: {_eta(report.eta_ms, state.time_ms)}")
+                lines.append(f"estimated start: {start_words(report, wl, state.time_ms)}")
             lines.extend(flavor_lines(state, wl))
             lines.extend(withheld_lines(state, wl))
     elif wl is not None and wl.deactivated:
@@ -314,6 +312,15 @@ def _resolve(envs: list[ev.Envelope], workload: str) -> str:
         if isinstance(env.data, ev.WorkloadQueued) and env.data.workload.rsplit("/", 1)[-1] == workload:
             return env.data.workload
     return workload
+
+
+def start_words(report: Pending, wl: WorkloadState, now_ms: int) -> str:
+    """A pending workload's estimated start in words: never (and what would change that) for one
+    no cycle can admit as things stand, else its forecast (``explain``'s and the console's)."""
+    never = NEVER_STARTS.get(report.code)
+    if never is not None:
+        return never.format(cluster_queue=wl.spec.cluster_queue).removeprefix("estimated start: ")
+    return _eta(report.eta_ms, now_ms)
 
 
 def _eta(eta_ms: int | None, now_ms: int) -> str:

@@ -210,7 +210,7 @@ function renderQueues() {
   $("#pending-table").innerHTML = `<tr><th>ClusterQueue</th><th>position</th><th>workload</th><th>GPUs</th><th>priority</th><th>why it waits</th><th>estimated start</th></tr>`
     + (q.pending.length ? q.pending.map((p) => `<tr data-workload="${esc(p.workload)}"><td>${esc(p.cluster_queue)}</td><td class="num">${p.cq_position} <span class="muted">(LQ ${p.lq_position})</span></td>`
       + `<td>${teamDot(p.team)}${jobLink(p.workload)}</td><td class="num">${p.gpus}</td><td class="num">${p.priority}</td>`
-      + `<td class="reason"><span class="code">${esc(p.code)}</span>${esc(p.reason)}</td><td title="${esc(day(p.eta_ms))}">${esc(rel(p.eta_ms, now))}</td></tr>`).join("")
+      + `<td class="reason"><span class="code">${esc(p.code)}</span>${esc(p.reason)}</td><td title="${esc(p.start || day(p.eta_ms))}">${esc(p.eta_ms == null && p.start ? p.start : rel(p.eta_ms, now))}</td></tr>`).join("")
       : `<tr><td colspan="7" class="muted">Nothing is waiting.</td></tr>`)
     + (q.pending_total > q.pending.length ? `<tr><td colspan="7" class="muted">… and ${q.pending_total - q.pending.length} more (the first ${q.pending.length} in queue order shown)</td></tr>` : "");
 }
