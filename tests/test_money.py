@@ -437,3 +437,16 @@ def test_the_invoice_table_shows_carried_credit_when_an_invoice_has_some():
         return console.export_text()
     assert "carried" in shown(plain) and " 20.00 " in shown(plain)
     assert "carried" not in shown(msgspec.structs.replace(plain, carried_micros=0))
+
+
+def test_gpu_figures_and_progress_are_said_in_words_on_the_log() -> None:
+    """`gangway log` and the console's stream said only "GpuTelemetry" of most of a busy log's lines
+    (a stranger's test); a job's progress is no line of its story (it would drown it)."""
+    from gangway.read.describe import describe
+    figures = ev.Envelope(id="g", source="gangway/submission", time_ms=0, data=ev.GpuTelemetry(
+        node="n0", samples=[ev.GpuSample(gpu=0, sm_active=812), ev.GpuSample(gpu=1, sm_active=0)]))
+    assert describe(figures) == "GPU figures of node n0, SM active by GPU: 0: 81.2 %, 1: 0 %"
+    progress = ev.Envelope(id="p", source="gangway/submission", time_ms=0,
+                           data=ev.WorkloadProgress(workload="research/train", step=9, tokens=12000))
+    assert describe(progress) == "research/train progress: step 9, 12,000 tokens"
+    assert describe(progress, about="research/train") == ""

@@ -156,4 +156,10 @@ def describe(env: ev.Envelope, about: str | None = None, superseded: str | None 
                 + (f"; {d.action}" if d.action else ""))
     if isinstance(d, ev.ClockTicked):
         return f"clock ticked{': ' + d.reason if d.reason else ''}"
+    if isinstance(d, ev.WorkloadProgress):  # (not a line of the workload's story: it would drown it)
+        return f"{d.workload} progress: " + ", ".join([*([f"step {d.step}"] if d.step is not None else []),
+                                                       f"{d.tokens:,} tokens"])
+    if isinstance(d, ev.GpuTelemetry):
+        said = ", ".join(f"{s.gpu}: {s.sm_active / 10:g} %" for s in d.samples[:8]) + (" …" if len(d.samples) > 8 else "")
+        return f"GPU figures of node {d.node}, SM active by GPU: {said}"
     return type(d).__name__
