@@ -420,10 +420,16 @@ def cmd_status(args) -> int:
 
 def cmd_log(args) -> int:
     from gangway.read.reports import log_line
+    if args.export and args.follow:
+        console.print("[red]--follow and --export exclude each other: an export is the log up to now[/red]")
+        return 2
     bootstrap = _bootstrap()
     if args.export:
         _, envs = asyncio.run(stack.read_state(bootstrap))
-        write_export(envs, args.export)
+        try:
+            write_export(envs, args.export)
+        except OSError as exc:  # (a full disk, say: no file name in the error)
+            return _fail(f"{args.export}: {exc.strerror or exc}")
         console.print(f"{len(envs)} events written to {args.export}")
         return 0
     try:

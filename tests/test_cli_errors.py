@@ -303,3 +303,10 @@ def test_the_console_on_a_port_in_use_or_an_address_not_here_says_so_in_one_line
     result = gangway(["console", "--host", "192.0.2.1", "--port", str(free_port())], tmp_path,
                      GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")  # (TEST-NET-1: no machine's own address)
     assert_one_line_failure(result, "gangway: cannot listen on 192.0.2.1:", "Cannot assign requested address")
+
+
+def test_log_follow_and_export_together_are_refused_not_follow_ignored(tmp_path):
+    """An export is the log up to now: --follow beside it was ignored in silence (a stranger's test)."""
+    result = gangway(["log", "--follow", "--export", "x.jsonl"], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
+    assert result.returncode == 2 and "--follow and --export exclude each other" in result.stdout + result.stderr
+    assert not (tmp_path / "x.jsonl").exists()
