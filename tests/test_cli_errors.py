@@ -310,3 +310,49 @@ def test_log_follow_and_export_together_are_refused_not_follow_ignored(tmp_path)
     result = gangway(["log", "--follow", "--export", "x.jsonl"], tmp_path, GANGWAY_KAFKA=f"127.0.0.1:{free_port()}")
     assert result.returncode == 2 and "--follow and --export exclude each other" in result.stdout + result.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+BAD_BENCH_OPTIONS = {
+    "fgd --seeds abc": (["bench", "fgd", "--seeds", "abc"], "argument --seeds: 'abc' is not a seed"),
+    "fgd --seeds 51-42": (["bench", "fgd", "--seeds", "51-42"], "argument --seeds: '51-42' is not a seed"),
+    "fgd --upto 131": (["bench", "fgd", "--upto", "131"], "argument --upto: '131': an arrival level from 10 to 130"),
+    "fgd --upto -5": (["bench", "fgd", "--upto", "-5"], "argument --upto: '-5': an arrival level"),
+    "fgd --policy foo": (["bench", "fgd", "--policy", "foo"], "argument --policy: invalid choice: 'foo'"),
+    "fgd --workers 0": (["bench", "fgd", "--workers", "0"], "argument --workers: '0' is not a whole number of at least 1"),
+    "placement --gpus 12": (["bench", "placement", "--gpus", "12"], "argument --gpus: '12': a cluster of whole 8-GPU nodes"),
+    "placement --gpus -8": (["bench", "placement", "--gpus", "-8"], "argument --gpus: '-8': a cluster of 8 to"),
+    "placement --gangs 0": (["bench", "placement", "--gangs", "0"], "argument --gangs: '0' is not a whole number"),
+    "fuzz --examples 0": (["bench", "fuzz", "--examples", "0"], "argument --examples: '0' is not a whole number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BENCH_OPTIONS))
+def test_a_bench_option_it_cannot_take_is_a_usage_error_not_a_traceback_or_a_silent_run(case, tmp_path):
+    """A stranger's test: each was a traceback after the run, or ran anyway (--policy foo: the gangway
+    figures under the label foo)."""
+    args, said = BAD_BENCH_OPTIONS[case]
+    result = gangway(args, tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert said in result.stderr.strip().splitlines()[-1], result.stderr
+
+
+def test_an_openb_trace_the_experiment_cannot_run_is_one_line_not_a_hang(tmp_path):
+    """A trace with no GPU pod drew arrivals for ever (the cluster's GPUs are never asked); an empty
+    one, a missing column or a word for a number were tracebacks (a stranger's test)."""
+    folder = tmp_path / "data" / "alibaba-gpu-v2023"
+    folder.mkdir(parents=True)
+    (folder / "openb_node_list_all_node.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,8,G2\n")
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    cases = {
+        "cpuonly": (header + "p0,1000,1024,0,0,,LS,Running,0,10,0\n", "no pod asks for a GPU"),
+        "empty": (header, "no pod asks for a GPU"),
+        "missingcol": ("name,cpu_milli,memory_mib,num_gpu\np0,1,1,1\n", "no column gpu_milli, gpu_spec"),
+        "badnum": (header + "p0,abc,1024,1,1000,,LS,Running,0,10,0\n", ":2: cpu_milli 'abc' is not a whole number"),
+        "neggpu": (header + "p0,1000,1024,-2,1000,,LS,Running,0,10,0\n", ":2: num_gpu '-2' is not a whole number"),
+    }
+    for trace, (text, said) in cases.items():
+        (folder / f"openb_pod_list_{trace}.csv").write_text(text)
+        result = gangway(["bench", "fgd", "--data", str(tmp_path / "data"), "--trace", trace, "--seeds", "42",
+                          "--upto", "10", "--workers", "1"], tmp_path)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert said in result.stderr, (trace, result.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 from gangway.benchmarks import results
@@ -131,18 +132,47 @@ def _positive_float(text: str) -> float:
 
 
 def _seeds(text: str) -> list[int]:
+    """``42`` or ``42-51`` (an argparse type: anything else is a usage error)."""
     first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
+    last = last or first
+    if not (first.isascii() and first.isdigit() and last.isascii() and last.isdigit() and int(first) <= int(last)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed (42) or a range of seeds (42-51)")
+    return list(range(int(first), int(last) + 1))
+
+
+def _bounded_int(low: int, high: int, said: str = ""):
+    """An argparse type: a whole number from ``low`` to ``high``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: {said or f'a whole number from {low} to {high}'}")
+        return value
+    return parse
+
+
+def _gpus(text: str) -> int:
+    """The placement bench's cluster: whole 8-GPU nodes, at least one."""
+    value = _bounded_int(8, 1_048_576, "a cluster of 8 to 1,048,576 GPUs in whole 8-GPU nodes")(text)
+    if value % 8:
+        raise argparse.ArgumentTypeError(f"{text!r}: a cluster of whole 8-GPU nodes (a multiple of 8)")
+    return value
 
 
 def cmd_bench_topology(args) -> int:
     if args.what == "fgd":
         from gangway.benchmarks import fragmentation as fgd
         traces = fgd.traces_present(args.data) if args.trace == "all" else [args.trace]
-        result = fgd.bench_fgd(traces, _seeds(args.seeds), policy=args.policy, root=args.data, workers=args.workers,
-                               levels=tuple(range(0, args.upto + 1)))
+        try:
+            result = fgd.bench_fgd(traces, args.seeds, policy=args.policy, root=args.data, workers=args.workers,
+                                   levels=tuple(range(0, args.upto + 1)))
+        except fgd.TraceError as exc:
+            print(f"gangway: {exc}", file=sys.stderr)
+            return 1
         print(fgd.table(result))
-        out = args.out or "bench/results/fgd.json"
+        out = args.out
     else:
         from gangway.benchmarks import placement_speed
         result = placement_speed.bench_placement(gpus=args.gpus, gangs=args.gangs)
@@ -157,13 +187,15 @@ def cmd_bench_topology(args) -> int:
 def add_topology_bench_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--trace", default="default", help="fgd: an openb trace (default, multigpu50, gpushare100, cpu050, "
                    "gpuspec10, …) or all (every trace in the data folder)")
-    s.add_argument("--seeds", default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
-    s.add_argument("--policy", default="gangway",
+    s.add_argument("--seeds", type=_seeds, default="42-51", help="fgd: seeds, e.g. 42-51 or 42")
+    s.add_argument("--policy", default="gangway", choices=("gangway", "fgd-like", "bestfit", "live"),
                    help="fgd: gangway, fgd-like (FGD's score alone), bestfit, or live (the live service's place_gang)")
-    s.add_argument("--workers", type=int, default=2, help="fgd: processes; replay: processes checking the log (default 2; 1: this one alone)")
-    s.add_argument("--upto", type=int, default=130, help="fgd: the last arrival level (%% of the GPUs) simulated")
-    s.add_argument("--gpus", type=int, default=16_384, help="placement: cluster size in GPUs")
-    s.add_argument("--gangs", type=int, default=2000, help="placement: gangs placed")
+    s.add_argument("--workers", type=_positive_int, default=2,
+                   help="fgd: processes; replay: processes checking the log (default 2; 1: this one alone)")
+    s.add_argument("--upto", type=_bounded_int(10, 130, "an arrival level from 10 to 130 (%% of the GPUs)"), default=130,
+                   help="fgd: the last arrival level (%% of the GPUs) simulated, 10 to 130 (the paper's last)")
+    s.add_argument("--gpus", type=_gpus, default=16_384, help="placement: cluster size in GPUs (whole 8-GPU nodes)")
+    s.add_argument("--gangs", type=_positive_int, default=2000, help="placement: gangs placed")
 
 
 def add_parsers(sub) -> None:
@@ -197,9 +229,11 @@ def add_parsers(sub) -> None:
     s.add_argument("--data", help="kueue, fgd, money, faults: the full reference data folder (default: $GANGWAY_DATA)")
     s.add_argument("--span", type=float, help="faults: compress the workloads' creation into this many seconds")
     s.add_argument("--runs", type=int, help="loss: kill -9 runs (default 5); restore: restores of the archive (default 3)")
-    s.add_argument("--examples", type=int, default=100_000, help="fuzz: generated inputs per decoder")
+    s.add_argument("--examples", type=_positive_int, default=100_000,
+                   help="fuzz: generated inputs per decoder (the log reader, without --decoder, a fifth of them)")
     s.add_argument("--decoder", choices=("submission", "telemetry", "log"), help="fuzz: this decoder only")
-    s.add_argument("--out", help="also write the figures as JSON to this file")
+    s.add_argument("--out", help="also write the figures as JSON to this file (core: by default "
+                                 "bench/results/core.json)")
     add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)
     s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
@@ -208,5 +242,5 @@ def add_parsers(sub) -> None:
     s.add_argument("--capacity", type=_positive_float, default=1.0,
                    help="nodes per team: this fraction of philly_vc.csv's (at least one node a team)")
     s.add_argument("--data", help="the full reference data folder (default: $GANGWAY_DATA)")
-    s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots")
+    s.add_argument("--out", default="bench/results", help="folder for the JSON and the plots (default bench/results)")
     s.set_defaults(func=cmd_simulate)

@@ -83,8 +83,39 @@ def spec_of(pod: dict) -> frozenset[str]:
     return frozenset(m for m in (pod.get("gpu_spec") or "").split("|") if m)
 
 
+class TraceError(ValueError):
+    """An openb pod trace the experiment cannot run: the file, the line and the field, in one sentence."""
+
+
+#: The columns of an openb pod trace the experiment reads, and the whole numbers among them.
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+_WHOLE_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+
 def load_pods(path: Path) -> list[dict]:
-    return list(csv.DictReader(path.open()))
+    """The pods of an openb trace, checked: every column read is there, the numbers are whole and
+    not negative, a pod's share of one GPU is at most 1000 thousandths, and some pod asks for GPUs
+    (else the arrivals, drawn until they ask the cluster's GPUs, would never end)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in POD_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TraceError(f"{path}: no column {', '.join(missing)} (an openb pod trace has "
+                                 f"{', '.join(POD_COLUMNS)}, …)")
+            pods = list(reader)
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for line, pod in enumerate(pods, 2):
+        for column in _WHOLE_COLUMNS:
+            value = pod[column] or ""
+            if not (value.isascii() and value.isdigit()):
+                raise TraceError(f"{path}:{line}: {column} {value!r} is not a whole number of 0 or more")
+        if int(pod["gpu_milli"]) > 1000:
+            raise TraceError(f"{path}:{line}: gpu_milli {pod['gpu_milli']} is over 1000 (thousandths of one GPU)")
+    if not any(int(p["num_gpu"]) and (int(p["gpu_milli"]) or int(p["num_gpu"]) > 1) for p in pods):
+        raise TraceError(f"{path}: no pod asks for a GPU: the experiment fills the cluster's GPUs with the trace's pods")
+    return pods
 
 
 def shape_of(pod: dict, cluster: Cluster) -> Shape:
@@ -239,7 +270,10 @@ def run(cluster: Cluster, pods: list[Shape], seed: int, policy: str = "gangway",
 def paper_results(root: Path) -> dict[str, dict[str, dict[int, float]]]:
     """trace → policy → level → mean allocation ratio (%) over the paper's seeds."""
     sums: dict[tuple[str, str, int], list[float]] = {}
-    with (root / "fgd-results" / "analysis_allo_discrete.csv").open() as f:
+    path = root / "fgd-results" / "analysis_allo_discrete.csv"
+    if not path.exists():  # (a team's own traces: no paper figures beside them)
+        return {}
+    with path.open() as f:
         for row in csv.DictReader(f):
             trace = row["workload"].removeprefix("openb_pod_list_")
             for level in LEVELS:
@@ -276,6 +310,7 @@ def bench_fgd(traces: list[str], seeds: list[int], policy: str = "gangway", root
     root = reference_data(root, "alibaba-gpu-v2023/openb_node_list_all_node.csv").resolve()
     for trace in traces:
         reference_data(root, f"alibaba-gpu-v2023/openb_pod_list_{trace}.csv")
+        _inputs(root, trace)  # (a trace it cannot run is said here, before any process starts)
     jobs = [(str(root), t, s, policy, levels) for t in traces for s in seeds]
     started = time.perf_counter()
     if workers > 1 and len(jobs) > 1:
