@@ -132,12 +132,33 @@ def philly(tmp_path, *jobs: str) -> Path:
     ("2017-10-09 07:01:55,66.0,1.5,66.0,team", "philly.csv:2: num_gpus '1.5' is not a whole number of at least 1"),
     ("2017-10-09 07:01:55,66.0,0,66.0,team", "philly.csv:2: num_gpus '0' is not a whole number of at least 1"),
     (None, "philly.csv: no jobs in it"),
+    # a stranger's test: tracebacks, or wrong times
+    ("2017-10-09 07:01:55,66,1", "philly.csv:2: not the 5 fields of the header"),
+    ("2017-10-09 07:01:55,66,1,66,", "philly.csv:2: no cluster (the job's team)"),
+    ("1969-12-31 23:00:00,66,1,66,team", "philly.csv:2: timestamp '1969-12-31 23:00:00' is before 1970"),
 ])
 def test_a_trace_line_that_is_not_a_job_stops_simulate_in_one_line(tmp_path, line, said):
     data = philly(tmp_path, *([line] if line else []))
     with pytest.raises(SystemExit) as exc:
         main(["simulate", "--data", str(data), "--out", str(tmp_path / "out")])
     assert str(exc.value).startswith("gangway: ") and said in str(exc.value)
+
+
+def test_a_trace_that_is_not_utf8_or_repeats_a_team_stops_in_one_line_and_a_time_with_an_offset_is_its_own(tmp_path):
+    data = philly(tmp_path, "2017-10-09 07:01:55,60,1,60,team")
+    (data / "philly" / "philly_vc.csv").write_text("vc,node num\nteam,2\nteam,5\n")
+    with pytest.raises(SystemExit, match="philly_vc.csv:3: team 'team' a second time"):
+        main(["simulate", "--data", str(data), "--out", str(tmp_path / "out")])
+    (data / "philly" / "philly_vc.csv").write_text("vc,node num\nteam,2\n")
+    (data / "philly" / "philly.csv").write_bytes(b"\xef\xbb\xbftimestamp,duration,num_gpus,gpu_time,cluster\n"
+                                                 b"2017-10-09T07:01:55+05:00,60,1,60,team\n2017-10-09 07:01:55,60,1,60,t\xe9am\n")
+    with pytest.raises(SystemExit, match="philly.csv: not UTF-8 text"):
+        main(["simulate", "--data", str(data), "--out", str(tmp_path / "out")])
+    from gangway.benchmarks.trace_simulation import load_trace
+    (data / "philly" / "philly.csv").write_bytes(b"\xef\xbb\xbftimestamp,duration,num_gpus,gpu_time,cluster\n"
+                                                 b"2017-10-09T07:01:55+05:00,60,1,60,team\n")
+    [job], _ = load_trace(data)  # (the byte-order mark is no part of the header; +05:00 is five hours before UTC)
+    assert job.submit_ms == 1_507_514_515_000
 
 
 def test_a_job_bigger_than_the_cluster_is_left_out_and_said(tmp_path, capsys):

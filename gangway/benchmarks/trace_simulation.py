@@ -61,13 +61,22 @@ def load_trace(data: Path, jobs: int | None = None, capacity: float = 1.0) -> tu
     vc_file, trace_file = data / "philly" / "philly_vc.csv", data / "philly" / "philly.csv"
     nodes = {}
     for line, row in _rows(vc_file, ("vc", "node num")):
+        if row["vc"] in nodes:
+            raise TraceError(f"{vc_file}:{line}: team {row['vc']!r} a second time (one line a team)")
         nodes[row["vc"]] = max(1, round(_number(vc_file, line, "node num", row, int, 0) * capacity))
     rows = []
     for i, (line, row) in enumerate(_rows(trace_file, ("timestamp", "duration", "num_gpus", "cluster"))):
         try:
-            moment = dt.datetime.fromisoformat(row["timestamp"]).replace(tzinfo=dt.timezone.utc)
+            moment = dt.datetime.fromisoformat(row["timestamp"])
         except ValueError as exc:
             raise TraceError(f"{trace_file}:{line}: timestamp {row['timestamp']!r} is not a time ({exc})") from None
+        if moment.tzinfo is None:  # (Philly's times are UTC; one with an offset says its own)
+            moment = moment.replace(tzinfo=dt.timezone.utc)
+        if moment.year < 1970:
+            raise TraceError(f"{trace_file}:{line}: timestamp {row['timestamp']!r} is before 1970 (the log's clock "
+                             "starts there)")
+        if not row["cluster"]:
+            raise TraceError(f"{trace_file}:{line}: no cluster (the job's team)")
         duration = _number(trace_file, line, "duration", row, float, 0)
         gpus = _number(trace_file, line, "num_gpus", row, int, 1)
         rows.append((int(moment.timestamp() * 1000), i, row, duration, gpus))
@@ -84,13 +93,19 @@ def load_trace(data: Path, jobs: int | None = None, capacity: float = 1.0) -> tu
 
 def _rows(path: Path, columns: tuple[str, ...]):
     """(file line, row) of a CSV file with these columns."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in columns if c not in (reader.fieldnames or ())]
-        if missing:
-            raise TraceError(f"{path}: no column {', '.join(missing)} (the header has {', '.join(reader.fieldnames or ()) or 'nothing'})")
-        for row in reader:
-            yield reader.line_num, row
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # (a byte-order mark is no part of the header)
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or ())]
+            if missing:
+                raise TraceError(f"{path}: no column {', '.join(missing)} (the header has "
+                                 f"{', '.join(reader.fieldnames or ()) or 'nothing'})")
+            for row in reader:
+                if None in row or any(row[c] is None for c in columns):
+                    raise TraceError(f"{path}:{reader.line_num}: not the {len(reader.fieldnames)} fields of the header")
+                yield reader.line_num, row
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _number(path: Path, line: int, column: str, row: dict, kind: type, least: float):
