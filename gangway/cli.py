@@ -373,10 +373,11 @@ async def _outcomes(bootstrap: str, names: list[str], marks: dict[str, int], wai
 def cmd_dry_run(args) -> int:
     from gangway.read.dryrun import DryRunError, dry_run, report
     from gangway.services.binder.cluster import ClusterFileError
+    # (what the command line asks that it cannot: a usage error, exit 2, as argparse's own)
     if not math.isfinite(args.hours) or not 0 < args.hours <= HORIZON_HOURS_MAX:
-        return _fail(f"--hours {args.hours:g}: a number of hours above 0 and at most {HORIZON_HOURS_MAX} (ten years)")
+        return _fail(f"--hours {args.hours:g}: a number of hours above 0 and at most {HORIZON_HOURS_MAX} (ten years)", 2)
     if not args.jobs and not args.later:
-        return _fail("no jobs: name job files, or --later SECONDS FILE")
+        return _fail("no jobs: name job files, or --later SECONDS FILE", 2)
     later = []
     for at, path in args.later:
         try:
@@ -384,13 +385,15 @@ def cmd_dry_run(args) -> int:
         except ValueError:
             seconds = math.nan
         if not math.isfinite(seconds):
-            return _fail(f"--later {at} {path}: {at!r} is not a number of seconds")
+            return _fail(f"--later {at} {path}: {at!r} is not a number of seconds", 2)
         later.append((seconds, path))
     contract = _load_contract(args.config)
     try:
         run = dry_run(contract, args.cluster, args.jobs, args.hours * 3600, later)
-    except (ClusterFileError, DryRunError) as exc:
+    except ClusterFileError as exc:
         return _fail(str(exc))
+    except DryRunError as exc:  # (a --later time outside the run: the command line's)
+        return _fail(str(exc), 2)
     if run.empty and not run.jobs:  # nothing to run is not a success, as `gangway submit` of such a file (exit 2)
         _fail(f"no jobs in {', '.join(dict.fromkeys(run.empty))}: nothing to run")
         return 2
@@ -1112,6 +1115,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{exc.filename}: {exc.strerror or exc}")
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, status: int = 1) -> int:
     print(f"gangway: {message}", file=sys.stderr)
-    return 1
+    return status

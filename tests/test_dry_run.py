@@ -207,7 +207,7 @@ def test_a_dry_run_refuses_a_time_it_cannot_use(tmp_path, args, said):
     (tmp_path / "jobs.yaml").write_text(job("one", 1, 1, 60))
     result = gangway("dry-run", "--config", "contract.yaml", "--cluster", "cluster.yaml", "--hours", "2", *args,
                      cwd=tmp_path)
-    assert result.returncode == 1 and said in result.stderr + result.stdout
+    assert result.returncode == 2 and said in result.stderr + result.stdout  # (a usage error, as argparse's)
     assert "Traceback" not in result.stdout + result.stderr
 
 
