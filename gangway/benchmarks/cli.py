@@ -237,8 +237,10 @@ def add_parsers(sub) -> None:
     add_topology_bench_options(s)
     s.set_defaults(func=cmd_bench)
     s = sub.add_parser("simulate", help="a real trace through decide and apply under a simulated clock")
-    s.add_argument("--trace", choices=("philly",), default="philly")
-    s.add_argument("--jobs", type=_positive_int, help="only the first N jobs of the trace")
+    s.add_argument("--trace", choices=("philly",), default="philly",
+                   help="the trace: Microsoft's Philly (DATA/philly/philly.csv and philly_vc.csv; openb traces run "
+                        "with `gangway bench fgd`)")
+    s.add_argument("--jobs", type=_positive_int, help="only the earliest N jobs of the trace, by submission time")
     s.add_argument("--capacity", type=_positive_float, default=1.0,
                    help="nodes per team: this fraction of philly_vc.csv's (at least one node a team)")
     s.add_argument("--data", help="the full reference data folder (default: $GANGWAY_DATA)")
