@@ -508,8 +508,8 @@ def cmd_replay(args) -> int:
                   f"{len(report.integrity)} integrity failure(s)", highlight=False)
     for line in _coverage(report, lines, end, bool(args.file)):
         console.print(line, highlight=False)
-    cut = bool(args.file) and report.last_offset is not None and end is None
-    if cut and not args.unmarked_end:
+    unmarked = bool(args.file) and report.last_offset is not None and end is None and not args.unmarked_end
+    if unmarked:
         print("INTEGRITY the export does not mark its end: it may be cut after a line (`--unmarked-end` passes one "
               "written before exports marked it)")
     from gangway.read.money import money
@@ -520,7 +520,7 @@ def cmd_replay(args) -> int:
                       f"{inv.currency} ({len(inv.lines)} lines) re-derived from the log")
     if not books.issued:
         console.print("no billing period is over on this log's clock: no invoice to re-derive")
-    return 0 if report.ok and not (cut and not args.unmarked_end) else 1
+    return 0 if report.ok and not unmarked else 1
 
 
 def _coverage(report, lines: list[int] | None, end: int | None, from_file: bool) -> list[str]:
@@ -740,8 +740,10 @@ def cmd_invoice(args) -> int:
     _known_team(books, args.team)
     if args.period is None and args.format != "table":  # every invoice issued on the log, as data
         issued = [inv for inv in books.issued if args.team is None or inv.team == args.team]
-        print(money.invoices_json(issued) if args.format == "json" else money.invoices_csv(issued), end="\n"
-              if args.format == "json" else "")
+        if args.format == "json":
+            print(money.invoices_json(issued))
+        else:
+            print(money.invoices_csv(issued), end="")
         return 0
     if args.period is None:
         return _invoice_periods(books, args.team)

@@ -334,10 +334,7 @@ def _undone_by(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> Wor
             if not view.borrowing(mine, back) or view.fit(q, back)[0] or not gone.fit(q, back)[0]:
                 continue  # (not taken from; fits beside the preemptor; or kept out by more than it)
             if fair:
-                share = view.share(idx.tree.queues[q], back, idx.weights)
-                if any(strategy == "LessThanOrEqualToFinalShare" and share <= without or
-                       strategy == "LessThanInitialShare" and share < with_it
-                       for strategy in idx.contract.fair_sharing.preemption_strategies):
+                if _fair_turn(idx, view.share(idx.tree.queues[q], back, idx.weights), without, with_it):
                     return waiting
             elif all(own.get(fr, 0) + v <= nominal.get(fr, -1) for fr, v in back.items()):
                 if _reclaim_rule(policy.reclaim_within_cohort, waiting, wl, mine, aging) is not None:
@@ -375,11 +372,8 @@ def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> Wo
         if not view.borrowing(mine, back):
             continue  # (a queue within its nominal quota of what the victim needs is not taken from)
         if rule.code == C.FAIR_SHARING:
-            share = view.share(idx.tree.queues[vq], back, idx.weights)
-            for strategy in idx.contract.fair_sharing.preemption_strategies:
-                if strategy == "LessThanOrEqualToFinalShare" and share <= without or \
-                        strategy == "LessThanInitialShare" and share < with_it:
-                    return victim
+            if _fair_turn(idx, view.share(idx.tree.queues[vq], back, idx.weights), without, with_it):
+                return victim
         elif rule.code == C.BORROW_WITHIN_COHORT:
             policy = idx.cluster_queues[vq].preemption.reclaim_within_cohort
             nominal = idx.tree.queues[vq].nominal
@@ -388,6 +382,14 @@ def _turns_back(trial: _Trial, chosen: list[tuple[WorkloadState, Reason]]) -> Wo
                     all(own.get(fr, 0) + v <= nominal.get(fr, -1) for fr, v in back.items()):
                 return victim
     return None
+
+
+def _fair_turn(idx: ContractIndex, share: int, without: int, with_it: int) -> bool:
+    """Would a workload whose queue's share with it is ``share`` preempt, by Kueue's fair-sharing
+    strategies, the preemptor whose queue's share is ``without`` it and ``with_it``?"""
+    return any(strategy == "LessThanOrEqualToFinalShare" and share <= without
+               or strategy == "LessThanInitialShare" and share < with_it
+               for strategy in idx.contract.fair_sharing.preemption_strategies)
 
 
 def _candidates(trial: _Trial, ordered_out: set[str], reclaim: bool,

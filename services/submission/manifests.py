@@ -335,18 +335,19 @@ def to_cloudevent_record(job: JobSubmitted | JobWithdrawn | JobMoved, source: st
 # --- documents ---------------------------------------------------------------------------------
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     """A JSON object's pairs as a dict, refusing a key written twice (as Kubernetes' strict decoding
     does: the last one silently won — a job submitted under the second of two names)."""
-    found = dict(pairs)
-    if len(found) < len(pairs):
-        twice = next(key for i, (key, _) in enumerate(pairs) if any(key == k for k, _ in pairs[:i]))
-        raise _DuplicateKey(f"duplicate key {json.dumps(twice, ensure_ascii=False)}")
-    return found
-
-
-class _DuplicateKey(ValueError):
-    pass
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(f"duplicate key {json.dumps(key, ensure_ascii=False)}")
+        seen.add(key)
+    return dict(pairs)
 
 
 def _documents(text: str, filename: str) -> Iterator[Any]:
