@@ -346,7 +346,7 @@ def test_an_openb_trace_the_experiment_cannot_run_is_one_line_not_a_hang(tmp_pat
     cases = {
         "cpuonly": (header + "p0,1000,1024,0,0,,LS,Running,0,10,0\n", "no pod asks for a GPU"),
         "empty": (header, "no pod asks for a GPU"),
-        "missingcol": ("name,cpu_milli,memory_mib,num_gpu\np0,1,1,1\n", "no column gpu_milli, gpu_spec"),
+        "missingcol": ("name,cpu_milli,memory_mib,num_gpu\np0,1,1,1\n", "no column gpu_milli"),
         "badnum": (header + "p0,abc,1024,1,1000,,LS,Running,0,10,0\n", ":2: cpu_milli 'abc' is not a whole number"),
         "neggpu": (header + "p0,1000,1024,-2,1000,,LS,Running,0,10,0\n", ":2: num_gpu '-2' is not a whole number"),
     }
@@ -356,3 +356,9 @@ def test_an_openb_trace_the_experiment_cannot_run_is_one_line_not_a_hang(tmp_pat
                           "--upto", "10", "--workers", "1"], tmp_path)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert said in result.stderr, (trace, result.stderr)
+    # some published traces (multigpu30) have the five columns alone: no gpu_spec, no pod phases
+    (folder / "openb_pod_list_fivecols.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                                                        "p0,1000,1024,1,500\np1,2000,2048,2,1000\n")
+    result = gangway(["bench", "fgd", "--data", str(tmp_path / "data"), "--trace", "fivecols", "--seeds", "42",
+                      "--upto", "10", "--workers", "1"], tmp_path)
+    assert result.returncode == 0 and "== fivecols" in result.stdout, result.stderr

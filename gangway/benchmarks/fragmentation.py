@@ -87,9 +87,9 @@ class TraceError(ValueError):
     """An openb pod trace the experiment cannot run: the file, the line and the field, in one sentence."""
 
 
-#: The columns of an openb pod trace the experiment reads, and the whole numbers among them.
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
-_WHOLE_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+#: The columns of an openb pod trace the experiment needs, all whole numbers (``gpu_spec``, the GPU
+#: models a pod may use, is read when there: some published traces have only these five columns).
+POD_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 
 def load_pods(path: Path) -> list[dict]:
@@ -102,12 +102,12 @@ def load_pods(path: Path) -> list[dict]:
             missing = [c for c in POD_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise TraceError(f"{path}: no column {', '.join(missing)} (an openb pod trace has "
-                                 f"{', '.join(POD_COLUMNS)}, …)")
+                                 f"{', '.join(POD_COLUMNS)}, and gpu_spec where pods name GPU models)")
             pods = list(reader)
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     for line, pod in enumerate(pods, 2):
-        for column in _WHOLE_COLUMNS:
+        for column in POD_COLUMNS:
             value = pod[column] or ""
             if not (value.isascii() and value.isdigit()):
                 raise TraceError(f"{path}:{line}: {column} {value!r} is not a whole number of 0 or more")
