@@ -142,15 +142,20 @@ def bench_pipeline(jobs: int = 1000, rate: float = 100.0, broker: str = "embedde
             "superseded": state.superseded, "replay": replay}
 
 
-def _replay_speed(envs: list[ev.Envelope], workers: int = 1) -> dict:
+def _replay_speed(envs: list[ev.Envelope], workers: int = 1, file=None) -> dict:
+    """One replay of ``envs``; ``file`` (a ``LogFile``): the export they were read from, whose own
+    checks (numbering, end, lines no reader folds) the replay runs too, as `gangway replay` does."""
     from gangway.services.audit.replay import verify
     cpu = _cpu_seconds()
     started = time.perf_counter()
-    report = verify(envs, workers=workers)
+    checks = {} if file is None else {"lines": file.lines, "quarantined": file.quarantined, "end": file.end,
+                                      "misplaced": file.misplaced}
+    report = verify(envs, workers=workers, **checks)
     elapsed = time.perf_counter() - started
     cpu = _cpu_seconds() - cpu
     return {"events": report.events, "decisions": report.decisions, "verified": report.verified,
-            "mismatches": len(report.mismatches), "superseded": report.superseded, "seconds": elapsed,
+            "mismatches": len(report.mismatches), "integrity": len(report.integrity),
+            "superseded": report.superseded, "seconds": elapsed,
             "events_per_s": report.events / elapsed if elapsed else 0.0, "workers": workers, "cpu_seconds": cpu}
 
 
@@ -244,7 +249,7 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
         return result
     import multiprocessing
 
-    from gangway.read.logfile import read_export
+    from gangway.read.logfile import read_log_file
     with tempfile.TemporaryDirectory() as tmp:
         path = log or str(Path(tmp) / "log.jsonl")
         generated = None
@@ -259,9 +264,10 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
         size = Path(path).stat().st_size
         rss_before = _peak_rss_mib()
         started = time.perf_counter()
-        envs = read_export(path)
+        file = read_log_file(path)
+        envs = file.envs
         read_s = time.perf_counter() - started
-    result = _replay_runs(envs, repeat, workers)
+    result = _replay_runs(envs, repeat, workers, file)
     result.update({
         "generate_seconds": generated, "load": load if log is None else None, "seed": seed if log is None else None,
         "log": log, "export_bytes": size,
@@ -271,11 +277,11 @@ def bench_replay(workloads: int | None = None, events: int | None = None, seed: 
     return result
 
 
-def _replay_runs(envs: list[ev.Envelope], repeat: int, workers: int = 1) -> dict:
+def _replay_runs(envs: list[ev.Envelope], repeat: int, workers: int = 1, file=None) -> dict:
     """``_replay_speed`` ``repeat`` times: the median run's figures, every run's speed, the target."""
     runs = []
     for _ in range(max(1, repeat)):
-        runs.append(_replay_speed(envs, workers))
+        runs.append(_replay_speed(envs, workers, file))
         gc.collect()
     speeds = [r["events_per_s"] for r in runs]
     median = statistics.median(speeds)
@@ -283,6 +289,7 @@ def _replay_runs(envs: list[ev.Envelope], repeat: int, workers: int = 1) -> dict
     result.update({"events_per_s": median, "runs_events_per_s": speeds, "repeat": len(runs),
                    "runs_cpu_seconds": [r["cpu_seconds"] for r in runs],
                    "mismatches": max(r["mismatches"] for r in runs),
+                   "integrity": max(r.get("integrity", 0) for r in runs),
                    "target_events_per_s": REPLAY_TARGET_PER_S, "ratio_to_target": median / REPLAY_TARGET_PER_S})
     return result
 
@@ -295,6 +302,7 @@ def replay_line(result: dict) -> str:
            if result.get("cpu_seconds") else "")
     return (f"replay: {result['events_per_s']:,.0f} events/s verifying {result['events']:,} events "
             f"with {workers} process{'es' if workers > 1 else ''}{cpu} "
-            f"({result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} mismatches; "
+            f"({result['verified']:,} of {result['decisions']:,} decisions reproduced, {result['mismatches']} mismatches, "
+            f"{result.get('integrity', 0)} integrity failure(s); "
             f"median of {result['repeat']}: {runs}), target {result['target_events_per_s']:,} "
             f"({result['ratio_to_target']:.2f}×)")
