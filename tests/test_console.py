@@ -332,3 +332,9 @@ def test_a_job_that_can_never_start_is_said_so_as_explain_says_it_not_not_within
     folded = folded_of(log.envelopes)
     rows = model.queues_view(folded, pending_report(folded.state, forecast=False), forecast=False)["pending"]
     assert {r["workload"]: r["start"].split(",")[0] for r in rows} == {"huge": "never", "small": "not forecast (too many pending)"}
+
+
+def test_the_readme_names_every_metric_family_the_console_exports():
+    """A stranger's test found six families /metrics exports and the README never named."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert [name for name in METRICS if f"`{name}" not in readme] == []
