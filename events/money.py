@@ -221,8 +221,13 @@ def billing_deadline(state) -> tuple[int, str] | None:
     if contract is None or not contract.prices:
         return None
     period, cut_at = settling_period(state)
-    start = period_bounds(period)[0]
-    busy = any(state.workloads[n].phase in ("placed", "bound", "running", "evicting") for n in state.active)
-    if not busy and not any(wl.finished_ms is not None and wl.finished_ms >= start for wl in state.workloads.values()):
+    if not charged_in(state, period):
         return None
     return cut_at, f"billing period {period} ends"
+
+
+def charged_in(state, period: str) -> bool:
+    """Has ``period`` (the one settling) charges: a workload holding nodes now, or one that ended in it?"""
+    start = period_bounds(period)[0]
+    return (any(state.workloads[n].phase in ("placed", "bound", "running", "evicting") for n in state.active)
+            or any(wl.finished_ms is not None and wl.finished_ms >= start for wl in state.workloads.values()))

@@ -193,20 +193,15 @@ def _keeps_currency(state, contract, file: str) -> None:
     """Exit saying so when ``contract`` changes the currency while the billing period running now
     has charges (work holding nodes, or ended in it): an invoice is in one currency, and the money
     accrued so far would be relabelled, not converted."""
-    from gangway.events.money import period_bounds, settling_period
+    from gangway.events.money import charged_in, settling_period
     before = state.contract
     if before is None or not before.prices or not contract.prices or before.currency == contract.currency:
         return
     period = settling_period(state)[0]
-    start = period_bounds(period)[0]
-    charged = [name for name, wl in state.workloads.items()
-               if (wl.started_ms is not None and wl.phase in ("running", "evicting"))
-               or (wl.finished_ms is not None and wl.finished_ms >= start and wl.started_ms is not None)]
-    if charged:
+    if charged_in(state, period):  # (as the billing clock judges it: the period will be cut)
         raise SystemExit(f"gangway: {file} changes the currency from {before.currency} to {contract.currency} while "
-                         f"billing period {period} has charges ({len(charged)} workload(s), e.g. "
-                         f"{sorted(charged)[0]}): an invoice is in one currency, and what is accrued would be "
-                         f"relabelled, not converted; apply it once the period is cut and nothing runs")
+                         f"billing period {period} has charges: an invoice is in one currency, and what is accrued "
+                         f"would be relabelled, not converted; apply it once the period is cut and nothing runs")
 
 
 def _keeps_flavors_in_use(state, contract, file: str) -> None:
